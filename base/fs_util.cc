@@ -1,0 +1,193 @@
+#include "base/fs_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace tbfs {
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+Result<UniqueFd> OpenFile(const std::string& path, int flags, mode_t mode) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return Status::FromErrno(errno, "open", path);
+  return UniqueFd(fd);
+}
+
+Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "write", path);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::OK();
+}
+
+Status PreadFull(int fd, void* data, size_t n, uint64_t offset, size_t* got,
+                 const std::string& path) {
+  char* p = static_cast<char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "read", path);
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  *got = done;
+  return Status::OK();
+}
+
+Status ReadFileToString(const std::string& path, std::string* out) {
+  auto fd = OpenFile(path, O_RDONLY);
+  if (!fd.ok()) return fd.status();
+  out->clear();
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t r = ::read(fd->get(), buf, sizeof(buf));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "read", path);
+    }
+    if (r == 0) break;
+    out->append(buf, static_cast<size_t>(r));
+  }
+  return Status::OK();
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view data) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (!fd.ok()) return fd.status();
+    Status st = WriteAll(fd->get(), data.data(), data.size(), tmp);
+    if (st.ok() && ::fsync(fd->get()) != 0) st = Status::FromErrno(errno, "fsync", tmp);
+    if (!st.ok()) {
+      ::unlink(tmp.c_str());
+      return st;
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status st = Status::FromErrno(errno, "rename", path);
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  return Status::OK();
+}
+
+Status MakeDirs(const std::string& path, mode_t mode) {
+  if (path.empty()) return Status::OK();
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return Status::OK();
+    return Status::FromErrno(ENOTDIR, "mkdir", path);
+  }
+  size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) {
+    TBFS_RETURN_IF_ERROR(MakeDirs(path.substr(0, slash), mode));
+  }
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    return Status::FromErrno(errno, "mkdir", path);
+  }
+  return Status::OK();
+}
+
+std::string JoinPath(std::string_view a, std::string_view b) {
+  if (a.empty()) return std::string(b);
+  if (b.empty()) return std::string(a);
+  std::string out(a);
+  if (out.back() != '/') out += '/';
+  out.append(b);
+  return out;
+}
+
+std::string ParentPath(std::string_view rel) {
+  size_t slash = rel.find_last_of('/');
+  return slash == std::string_view::npos ? std::string() : std::string(rel.substr(0, slash));
+}
+
+bool IsSafeRelativePath(std::string_view rel) {
+  if (rel.empty() || rel.front() == '/') return false;
+  size_t start = 0;
+  while (start <= rel.size()) {
+    size_t end = rel.find('/', start);
+    if (end == std::string_view::npos) end = rel.size();
+    std::string_view part = rel.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+std::string_view BaseName(std::string_view path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+namespace {
+
+Status WalkDir(const std::string& root, const std::string& rel, const WalkOptions& options,
+               const std::function<void(const WalkEntry&)>& visit) {
+  std::string dir_path = JoinPath(root, rel);
+  DIR* dir = ::opendir(dir_path.c_str());
+  if (dir == nullptr) return Status::FromErrno(errno, "opendir", dir_path);
+  std::vector<std::string> names;
+  errno = 0;
+  while (struct dirent* de = ::readdir(dir)) {
+    std::string_view name = de->d_name;
+    if (name == "." || name == "..") continue;
+    names.emplace_back(name);
+  }
+  int err = errno;
+  ::closedir(dir);
+  if (err != 0) return Status::FromErrno(err, "readdir", dir_path);
+  std::sort(names.begin(), names.end());
+
+  for (const std::string& name : names) {
+    WalkEntry entry;
+    entry.rel = JoinPath(rel, name);
+    std::string full = JoinPath(root, entry.rel);
+    if (::lstat(full.c_str(), &entry.st) != 0) {
+      if (errno == ENOENT) continue;  // removed while we walked
+      return Status::FromErrno(errno, "lstat", full);
+    }
+    if (S_ISDIR(entry.st.st_mode)) {
+      if (std::find(options.skip_dirs.begin(), options.skip_dirs.end(), entry.rel) !=
+          options.skip_dirs.end()) {
+        continue;
+      }
+      TBFS_RETURN_IF_ERROR(WalkDir(root, entry.rel, options, visit));
+    } else {
+      visit(entry);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status WalkTree(const std::string& root, const WalkOptions& options,
+                const std::function<void(const WalkEntry&)>& visit) {
+  struct stat st;
+  if (::stat(root.c_str(), &st) != 0) return Status::FromErrno(errno, "stat", root);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("not a directory: " + root);
+  return WalkDir(root, "", options, visit);
+}
+
+}  // namespace tbfs

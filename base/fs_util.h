@@ -1,0 +1,87 @@
+// Small POSIX helpers shared by every layer: an owning fd, full reads and
+// writes that retry on EINTR and short counts, and a sorted tree walk.
+//
+// All functions are thread-safe (they share no state). Errors come back as
+// Status values that name the operation and the path.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tbfs {
+
+// Owns one file descriptor and closes it on destruction.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// open(2) with O_CLOEXEC added.
+Result<UniqueFd> OpenFile(const std::string& path, int flags, mode_t mode = 0);
+// Writes all n bytes at the current offset.
+Status WriteAll(int fd, const void* data, size_t n, const std::string& path);
+// Reads up to n bytes at offset; *got is short only at end of file.
+Status PreadFull(int fd, void* data, size_t n, uint64_t offset, size_t* got,
+                 const std::string& path);
+// Reads a whole (small) file into *out.
+Status ReadFileToString(const std::string& path, std::string* out);
+// Writes data to path through a temporary file, fsync and rename.
+Status WriteFileAtomic(const std::string& path, std::string_view data);
+// mkdir -p.
+Status MakeDirs(const std::string& path, mode_t mode = 0755);
+
+// "a" + "b" -> "a/b"; either side may be empty.
+std::string JoinPath(std::string_view a, std::string_view b);
+// Parent folder of a relative path ("a/b/c" -> "a/b", "c" -> "").
+std::string ParentPath(std::string_view rel);
+// True for a non-empty relative path with no "", "." or ".." component
+// and no leading '/': a path that cannot escape the folder it is joined to.
+bool IsSafeRelativePath(std::string_view rel);
+// Last component ("a/b/c" -> "c").
+std::string_view BaseName(std::string_view path);
+
+struct WalkEntry {
+  std::string rel;   // path relative to the walk root, '/'-separated
+  struct stat st;    // lstat of the entry
+};
+
+struct WalkOptions {
+  // Relative paths (from the root) of folders not to enter, such as the
+  // store folder ".tbfs". Compared exactly.
+  std::vector<std::string> skip_dirs;
+};
+
+// Visits every non-directory entry below root (files, symlinks, ...) in
+// sorted path order, without following symlinks. An unreadable folder stops
+// the walk with its error; a missing root is NotFound.
+Status WalkTree(const std::string& root, const WalkOptions& options,
+                const std::function<void(const WalkEntry&)>& visit);
+
+}  // namespace tbfs

@@ -1,0 +1,53 @@
+#include "events/verifier.h"
+
+#include <unordered_map>
+
+namespace tbfs::events {
+
+Result<VerifyReport> VerifyLogdir(const std::string& logdir, const VerifyOptions& options) {
+  std::vector<std::string> paths;
+  uint64_t total = 0;
+  TBFS_RETURN_IF_ERROR(ListEventFiles(logdir, options.walk, &paths, &total));
+
+  DigestOptions digest_options;
+  digest_options.walk = options.walk;
+  digest_options.threads = options.threads;
+  digest_options.bytes_done = options.bytes_done;
+  VerifyReport report;
+  report.digest = DigestFiles(logdir, paths, digest_options);
+
+  for (const FileDigest& f : report.digest.files) {
+    report.bytes += f.offset_bytes;
+    report.records += f.records;
+  }
+  for (const FileError& e : report.digest.errors) {
+    report.failures.push_back({RunOf(e.path), "", e.path, e.offset, e.status.message()});
+  }
+
+  if (options.baseline != nullptr) {
+    // A file whose records end where the baseline's did is compared with
+    // the digest just taken; a file that grew has its prefix read again.
+    std::unordered_map<std::string, const FileDigest*> now;
+    for (const FileDigest& f : report.digest.files) now[f.path] = &f;
+    std::vector<FileDigest> reread;
+    for (const FileDigest& before : *options.baseline) {
+      auto it = now.find(before.path);
+      if (it != now.end() && it->second->offset_bytes == before.offset_bytes) {
+        for (Failure& f : CompareFileDigests(before, *it->second)) {
+          report.failures.push_back(std::move(f));
+        }
+      } else {
+        reread.push_back(before);
+      }
+    }
+    for (Failure& f : CheckBaseline(logdir, reread, options.threads)) {
+      report.failures.push_back(std::move(f));
+    }
+  }
+  for (Failure& f : CheckMustHave(report.digest, options.must_have)) {
+    report.failures.push_back(std::move(f));
+  }
+  return report;
+}
+
+}  // namespace tbfs::events

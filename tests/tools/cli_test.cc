@@ -1,0 +1,94 @@
+// The tbfs command as a user runs it: exit codes, one-line errors, JSON.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/events/event_files.h"
+
+namespace tbfs {
+namespace {
+
+using namespace tbfs::testing;
+
+std::string Tbfs(const std::string& args) { return std::string(TBFS_BINARY) + " " + args; }
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    logdir_ = dir_ / "logdir";
+    CommandResult gen = RunCommand(Tbfs("gen " + logdir_ + " --runs 2 --steps 200 --trace-mb 2"));
+    ASSERT_EQ(gen.exit_code, 0) << gen.out;
+  }
+  TempDir dir_;
+  std::string logdir_;
+};
+
+TEST_F(CliTest, VerifyIntactLogdirExitsZero) {
+  CommandResult r = RunCommand(Tbfs("verify " + logdir_ + " --must-have loss/train,batch_loss"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("intact"), std::string::npos);
+}
+
+TEST_F(CliTest, VerifyJsonIsParseable) {
+  CommandResult r = RunCommand(Tbfs("verify --json " + logdir_));
+  ASSERT_EQ(r.exit_code, 0);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["intact"].get<bool>());
+  EXPECT_GT(j["runs"].size(), 2u);
+}
+
+TEST_F(CliTest, BaselineCatchesAChangedFileWithExitOne) {
+  std::string baseline = dir_ / "baseline.json";
+  ASSERT_EQ(RunCommand(Tbfs("verify " + logdir_ + " --save-baseline " + baseline)).exit_code, 0);
+  ASSERT_EQ(RunCommand(Tbfs("verify " + logdir_ + " --baseline " + baseline)).exit_code, 0);
+  // Flip one byte in the middle of a tfevents file: a CRC failure.
+  CommandResult find = RunCommand("find " + logdir_ + " -name '*.tfevents.*.0' | head -1");
+  std::string file = find.out.substr(0, find.out.find('\n'));
+  std::string bytes = ReadBytes(file);
+  bytes[bytes.size() / 2] ^= 0x10;
+  WriteBytes(file, bytes);
+  CommandResult r = RunCommand(Tbfs("verify --json " + logdir_ + " --baseline " + baseline));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j["failures"].empty());
+  EXPECT_NE(j["failures"][0]["file"].get<std::string>(), "");
+}
+
+TEST_F(CliTest, UsageAndInputErrorsExitTwoWithOneLine) {
+  EXPECT_EQ(RunCommand(Tbfs("verify /nonexistent/logdir 2>/dev/null")).exit_code, 2);
+  EXPECT_EQ(RunCommand(Tbfs("verify 2>/dev/null")).exit_code, 2);
+  EXPECT_EQ(RunCommand(Tbfs("nosuchcommand 2>/dev/null")).exit_code, 2);
+  WriteBytes(dir_ / "garbage.json", "{{{{ not a baseline");
+  CommandResult r = RunCommand(Tbfs("verify " + logdir_ + " --baseline " + (dir_ / "garbage.json") +
+                                    " 2>&1 >/dev/null"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_NE(r.out.find("garbage.json"), std::string::npos);
+  // A folder without tfevents files is most likely a wrong path.
+  std::filesystem::create_directories(dir_ / "empty");
+  EXPECT_EQ(RunCommand(Tbfs("verify " + (dir_ / "empty") + " 2>/dev/null")).exit_code, 2);
+}
+
+TEST_F(CliTest, ScanJsonAccountsForEveryByte) {
+  CommandResult r = RunCommand(Tbfs("scan --json " + logdir_));
+  ASSERT_EQ(r.exit_code, 0);
+  auto j = nlohmann::json::parse(r.out);
+  uint64_t sum = 0;
+  for (auto& [name, c] : j["classes"].items()) sum += c["bytes"].get<uint64_t>();
+  EXPECT_EQ(sum, j["bytes"].get<uint64_t>());
+  EXPECT_GT(j["trace_bytes"].get<uint64_t>(), 0u);
+  EXPECT_LE(j["largest"].size(), 20u);
+}
+
+TEST_F(CliTest, HelpExitsZero) {
+  for (const char* cmd : {"--help", "scan --help", "verify --help", "gen --help"}) {
+    EXPECT_EQ(RunCommand(Tbfs(std::string(cmd) + " >/dev/null")).exit_code, 0) << cmd;
+  }
+}
+
+TEST_F(CliTest, GenIntoNonEmptyFolderChangesNothing) {
+  CommandResult r = RunCommand(Tbfs("gen " + logdir_ + " 2>/dev/null"));
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace tbfs

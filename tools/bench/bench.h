@@ -1,0 +1,10 @@
+// Benchmark subcommands of tbfs-bench.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tbfs::bench {
+
+void RegisterVerifyBench(CLI::App& app, int* exit_code);
+
+}  // namespace tbfs::bench

@@ -1,0 +1,18 @@
+// tbfs-bench: the benchmarks whose figures the README quotes. Each
+// subcommand builds its own data with the generator (or uses the data it is
+// given), runs the measured work and the reference work in the same run,
+// and prints ratios.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "tools/bench/bench.h"
+
+int main(int argc, char** argv) {
+  spdlog::set_level(spdlog::level::warn);
+  CLI::App app{"tbfs-bench: measurements quoted in README.md"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  tbfs::bench::RegisterVerifyBench(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}

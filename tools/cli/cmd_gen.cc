@@ -1,0 +1,78 @@
+// tbfs gen OUTDIR: writes a deterministic, realistic logdir (tools/gen/gen.h).
+#include <nlohmann/json.hpp>
+
+#include "fmt/format.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/progress.h"
+#include "tools/gen/gen.h"
+
+namespace tbfs::cli {
+
+namespace {
+
+struct GenArgs {
+  std::string outdir;
+  gen::GenOptions options;
+  bool json = false;
+};
+
+int RunGen(const GenArgs& args) {
+  gen::GenReport report;
+  double start = NowSeconds();
+  Status st;
+  {
+    Progress progress("gen", 0);
+    st = gen::GenerateLogdir(args.outdir, args.options, &report, progress.counter());
+  }
+  if (!st.ok()) {
+    PrintError("gen", st.message());
+    return kExitError;
+  }
+  double secs = NowSeconds() - start;
+  if (args.json) {
+    nlohmann::json j{{"logdir", args.outdir},         {"files", report.files},
+                     {"event_files", report.event_files}, {"event_bytes", report.event_bytes},
+                     {"trace_files", report.trace_files}, {"trace_bytes", report.trace_bytes},
+                     {"seconds", secs}};
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("wrote {}: {} files; {} tfevents files ({}), {} traces ({}) in {:.1f}s\n",
+               args.outdir, report.files, report.event_files, HumanBytes(report.event_bytes),
+               report.trace_files, HumanBytes(report.trace_bytes), secs);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterGen(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<GenArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "gen", "Write a deterministic, realistic TensorBoard logdir (PyTorch and Keras runs, "
+             "profiler traces) into an empty folder");
+  cmd->add_option("OUTDIR", args->outdir, "folder to create (must be missing or empty)")
+      ->required();
+  cmd->add_option("--runs", args->options.runs, "training runs; PyTorch and Keras alternate")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  cmd->add_option("--steps", args->options.steps, "training steps per run")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000000));
+  cmd->add_option("--trace-mb", args->options.trace_mb, "total MiB of profiler traces")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e7));
+  cmd->add_option("--seed", args->options.seed, "random seed; same seed, same bytes")
+      ->capture_default_str();
+  cmd->add_flag("--live-tail", args->options.live_tail,
+                "leave a partial record at the end of one tfevents file (a live writer)");
+  cmd->add_flag("!--no-gzip", args->options.gzip_pytorch,
+                "do not write *.pt.trace.json.gz files");
+  cmd->add_flag("--json", args->json, "print the summary as JSON");
+  cmd->callback([args, exit_code] { *exit_code = RunGen(*args); });
+}
+
+void PrintError(const std::string& command, const std::string& message) {
+  fmt::print(stderr, "tbfs {}: {}\n", command, message);
+}
+
+}  // namespace tbfs::cli

@@ -1,0 +1,24 @@
+// The `tbfs` subcommands. Each Register* adds one subcommand to the app; its
+// callback stores the process exit status in *exit_code:
+//   0 success, 1 a finding (integrity failure, damaged data), 2 usage or I/O error.
+// Errors are one line on stderr, prefixed with "tbfs <command>: ".
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace tbfs::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFinding = 1;
+inline constexpr int kExitError = 2;
+
+void RegisterGen(CLI::App& app, int* exit_code);
+void RegisterScan(CLI::App& app, int* exit_code);
+void RegisterVerify(CLI::App& app, int* exit_code);
+
+// Prints "tbfs <command>: <message>" on stderr.
+void PrintError(const std::string& command, const std::string& message);
+
+}  // namespace tbfs::cli

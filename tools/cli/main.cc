@@ -1,0 +1,36 @@
+// tbfs: a filesystem and toolkit for TensorBoard logdirs. See README.md.
+#include <spdlog/cfg/env.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "tools/cli/commands.h"
+
+int main(int argc, char** argv) {
+  auto logger = spdlog::stderr_color_mt("tbfs");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::warn);
+  spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug overrides
+
+  CLI::App app{"tbfs: keep TensorBoard logdirs small without losing a byte.\n"
+               "Traces move to a compressed cold store; scalar curves are verified intact."};
+  app.name("tbfs");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tbfs 0.1.0");
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "log progress details (info level)");
+  app.parse_complete_callback([&] {
+    if (verbose) spdlog::set_level(spdlog::level::info);
+  });
+
+  int exit_code = tbfs::cli::kExitOk;
+  tbfs::cli::RegisterGen(app, &exit_code);
+  tbfs::cli::RegisterScan(app, &exit_code);
+  tbfs::cli::RegisterVerify(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : tbfs::cli::kExitError;
+  }
+  return exit_code;
+}

@@ -1,0 +1,46 @@
+// Progress display for long commands: a one-line bar on stderr, redrawn a
+// few times a second from a counter the work advances, shown only when
+// stderr is a terminal. Output helpers shared by the commands.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace tbfs::cli {
+
+class Progress {
+ public:
+  // `label` prefixes the line; `total_bytes` may be 0 when unknown.
+  Progress(std::string label, uint64_t total_bytes);
+  ~Progress();  // stops and clears the line
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  std::atomic<uint64_t>* counter() { return &done_; }
+  void set_total(uint64_t total) { total_.store(total); }
+
+ private:
+  void Run();
+  void Draw();
+
+  std::string label_;
+  std::atomic<uint64_t> total_;
+  std::atomic<uint64_t> done_{0};
+  double start_s_;
+  bool enabled_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+// "1.5 GiB", "312 KiB", "17 B".
+std::string HumanBytes(uint64_t bytes);
+// Seconds since an arbitrary fixed point (steady clock).
+double NowSeconds();
+
+}  // namespace tbfs::cli
