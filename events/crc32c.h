@@ -1,7 +1,10 @@
 // CRC32C (Castagnoli, the iSCSI polynomial) and the TFRecord mask.
 //
 // Computed by isa-l's crc32_iscsi, which picks the fastest kernel the CPU
-// offers (SSE4.2 crc32 / PCLMUL folding) at run time. Thread-safe.
+// offers (SSE4.2 crc32 / PCLMUL folding) at run time; inputs of a few
+// hundred bytes (record headers, scalar records) use the SSE4.2 instruction
+// inline, where the call into isa-l would cost more than the work.
+// Thread-safe.
 #pragma once
 
 #include <cstddef>

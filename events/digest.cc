@@ -12,10 +12,6 @@ namespace tbfs::events {
 
 namespace {
 
-struct StateDeleter {
-  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
-};
-
 void PutLE64(uint64_t v, unsigned char* p) {
   for (int k = 0; k < 8; ++k) p[k] = static_cast<unsigned char>(v >> (8 * k));
 }
@@ -75,8 +71,6 @@ Status DigestFile(const std::string& abs_path, const std::string& rel_path, File
   auto reader = RecordReader::Open(abs_path, 0, limit_offset);
   if (!reader.ok()) return reader.status();
 
-  std::unique_ptr<XXH3_state_t, StateDeleter> content(XXH3_createState());
-  XXH3_64bits_reset(content.get());
   uint64_t next_checkpoint = kCheckpointBytes;
   EventView event;
   RecordView record;
@@ -90,7 +84,6 @@ Status DigestFile(const std::string& abs_path, const std::string& rel_path, File
                                   std::to_string(record.offset));
       break;
     }
-    XXH3_64bits_update(content.get(), record.framed.data(), record.framed.size());
     out->records++;
     out->offset_bytes = record.offset + record.framed.size();
     if (event.values.empty()) {
@@ -104,7 +97,7 @@ Status DigestFile(const std::string& abs_path, const std::string& rel_path, File
       if (i == 0) it->second.record_bytes += record.framed.size();
     }
     if (out->offset_bytes >= next_checkpoint) {
-      out->checkpoints.push_back({out->offset_bytes, XXH3_64bits_digest(content.get())});
+      out->checkpoints.push_back({out->offset_bytes, (*reader)->ContentHash()});
       next_checkpoint = out->offset_bytes + kCheckpointBytes;
     }
     unreported += record.framed.size();
@@ -116,7 +109,7 @@ Status DigestFile(const std::string& abs_path, const std::string& rel_path, File
   if (bytes_done != nullptr) bytes_done->fetch_add(unreported, std::memory_order_relaxed);
   if (status.ok()) status = (*reader)->status();
   out->partial_tail = status.ok() && (*reader)->partial_tail();
-  out->content_hash = XXH3_64bits_digest(content.get());
+  out->content_hash = (*reader)->ContentHash();
   return status;
 }
 

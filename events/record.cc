@@ -8,6 +8,8 @@
 #include <bit>
 #include <cstring>
 
+#include <xxhash.h>
+
 #include "events/crc32c.h"
 
 namespace tbfs::events {
@@ -67,6 +69,26 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Open(const std::string& path
       new RecordReader(std::move(fd).value(), path, start_offset, limit_offset));
 }
 
+struct RecordReader::HashState {
+  HashState() : state(XXH3_createState()) { XXH3_64bits_reset(state); }
+  ~HashState() { XXH3_freeState(state); }
+  XXH3_state_t* state;
+};
+
+RecordReader::~RecordReader() = default;
+
+void RecordReader::HashConsumed() {
+  if (buf_pos_ > hash_from_) {
+    XXH3_64bits_update(hash_->state, buf_.get() + hash_from_, buf_pos_ - hash_from_);
+  }
+  hash_from_ = buf_pos_;
+}
+
+uint64_t RecordReader::ContentHash() {
+  HashConsumed();
+  return XXH3_64bits_digest(hash_->state);
+}
+
 RecordReader::RecordReader(UniqueFd fd, std::string path, uint64_t start, uint64_t limit)
     : fd_(std::move(fd)),
       path_(std::move(path)),
@@ -74,7 +96,8 @@ RecordReader::RecordReader(UniqueFd fd, std::string path, uint64_t start, uint64
       buf_(new char[kInitialBuffer]),
       buf_cap_(kInitialBuffer),
       file_pos_(start),
-      end_offset_(start) {}
+      end_offset_(start),
+      hash_(std::make_unique<HashState>()) {}
 
 bool RecordReader::Fail(Status st) {
   status_ = std::move(st);
@@ -86,10 +109,12 @@ bool RecordReader::Fill(size_t n) {
     if (eof_) return false;
     // Slide unread bytes to the front, grow only for a record that needs it.
     size_t unread = buf_len_ - buf_pos_;
+    HashConsumed();
     if (buf_pos_ > 0) {
       std::memmove(buf_.get(), buf_.get() + buf_pos_, unread);
       buf_pos_ = 0;
       buf_len_ = unread;
+      hash_from_ = 0;
     }
     if (n > buf_cap_) {
       std::unique_ptr<char[]> bigger(new char[n]);

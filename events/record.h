@@ -62,6 +62,7 @@ struct RecordView {
 
 class RecordReader {
  public:
+  ~RecordReader();
   // Opens `path`. Reading starts at start_offset (a record boundary) and
   // treats limit_offset as the end of the file.
   static Result<std::unique_ptr<RecordReader>> Open(const std::string& path,
@@ -81,6 +82,11 @@ class RecordReader {
   bool partial_tail() const { return partial_tail_; }
   const std::string& path() const { return path_; }
 
+  // XXH3-64 of the bytes of every complete record returned so far (from the
+  // start offset to end_offset()). Hashing is done in large spans of the
+  // read buffer, not record by record.
+  uint64_t ContentHash();
+
  private:
   RecordReader(UniqueFd fd, std::string path, uint64_t start, uint64_t limit);
   // Makes at least `n` bytes from the current position available in the
@@ -88,6 +94,8 @@ class RecordReader {
   // an I/O error) when the file ends first.
   bool Fill(size_t n);
   bool Fail(Status st);
+  // Hashes the consumed bytes not hashed yet.
+  void HashConsumed();
 
   UniqueFd fd_;
   std::string path_;
@@ -101,6 +109,9 @@ class RecordReader {
   bool partial_tail_ = false;
   bool eof_ = false;
   Status status_;
+  struct HashState;
+  std::unique_ptr<HashState> hash_;
+  size_t hash_from_ = 0;  // buf_[hash_from_, buf_pos_) is consumed, not hashed
 };
 
 }  // namespace tbfs::events

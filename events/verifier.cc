@@ -4,6 +4,23 @@
 
 namespace tbfs::events {
 
+std::vector<Failure> VerifyFiles(const std::string& logdir, const std::vector<FileDigest>& before,
+                                 int threads, std::vector<FileDigest>* now) {
+  now->assign(before.size(), FileDigest());
+  std::vector<FileDigest> grown;  // files to check again on their baseline prefix
+  std::vector<Failure> failures;
+  for (size_t i = 0; i < before.size(); ++i) {
+    Status st = DigestFile(JoinPath(logdir, before[i].path), before[i].path, &(*now)[i]);
+    if (st.IsNotFound() || (*now)[i].offset_bytes != before[i].offset_bytes || !st.ok()) {
+      grown.push_back(before[i]);  // CheckBaseline names what went wrong
+      continue;
+    }
+    for (Failure& f : CompareFileDigests(before[i], (*now)[i])) failures.push_back(std::move(f));
+  }
+  for (Failure& f : CheckBaseline(logdir, grown, threads)) failures.push_back(std::move(f));
+  return failures;
+}
+
 Result<VerifyReport> VerifyLogdir(const std::string& logdir, const VerifyOptions& options) {
   std::vector<std::string> paths;
   uint64_t total = 0;

@@ -33,6 +33,13 @@ struct VerifyReport {
   bool intact() const { return failures.empty(); }
 };
 
+// Re-digests the files of `before` (relative to logdir) and proves each
+// still holds every record `before` saw. *now receives the fresh digests of
+// the whole files (for must-have checks), in the order of `before`; a file
+// that is gone or unreadable has an empty digest there.
+std::vector<Failure> VerifyFiles(const std::string& logdir, const std::vector<FileDigest>& before,
+                                 int threads, std::vector<FileDigest>* now);
+
 // Fails only when the logdir cannot be walked; everything found inside is
 // in the report.
 Result<VerifyReport> VerifyLogdir(const std::string& logdir, const VerifyOptions& options);

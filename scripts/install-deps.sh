@@ -11,7 +11,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev
-  libcli11-dev libxxhash-dev libyaml-cpp-dev libisal-dev nlohmann-json3-dev
+  libcli11-dev libxxhash-dev libyaml-cpp-dev libisal-dev nlohmann-json3-dev libarchive-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -35,3 +35,21 @@ TEST(Crc32c, MaskRoundTrip) {
 
 }  // namespace
 }  // namespace tbfs::events
+
+namespace tbfs::events {
+namespace {
+
+TEST(Crc32c, SmallAndLargePathsAgree) {
+  // Sizes around the switch between the inline and the isa-l kernels.
+  std::string data;
+  for (int i = 0; i < 1000; ++i) data.push_back(static_cast<char>(i * 31 + 7));
+  for (size_t n : {1, 7, 8, 9, 255, 256, 257, 1000}) {
+    uint32_t whole = Crc32c(data.data(), n);
+    uint32_t bytewise = 0;
+    for (size_t i = 0; i < n; ++i) bytewise = Crc32c(data.data() + i, 1, bytewise);
+    EXPECT_EQ(whole, bytewise) << n;
+  }
+}
+
+}  // namespace
+}  // namespace tbfs::events

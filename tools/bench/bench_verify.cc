@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <tuple>
 
 #include "base/fs_util.h"
 #include "events/logdir_digest.h"
@@ -100,17 +101,15 @@ int Run(const Args& args) {
     return 1;
   }
   double mb = static_cast<double>(all.bytes) / 1e6;
+  double read_mbps = static_cast<double>(read_bytes) / 1e6 / read_s;
   fmt::print("tfevents: {} files, {:.0f} MB, {} records ({:.0f} bytes/record)\n", files.size(), mb,
              all.records, static_cast<double>(all.bytes) / static_cast<double>(all.records));
-  fmt::print("plain read (warm cache):   {:8.0f} MB/s\n", static_cast<double>(read_bytes) / 1e6 / read_s);
-  fmt::print("verify, 1 thread:          {:8.0f} MB/s  {:6.2f} M records/s  ({:.2f}x plain read)\n",
-             mb / one_s, static_cast<double>(one.records) / one_s / 1e6,
-             (static_cast<double>(read_bytes) / read_s) / (mb / one_s) > 0
-                 ? (mb / one_s) / (static_cast<double>(read_bytes) / 1e6 / read_s)
-                 : 0);
-  fmt::print("verify, all cores:         {:8.0f} MB/s  {:6.2f} M records/s  ({:.2f}x plain read)\n",
-             mb / all_s, static_cast<double>(all.records) / all_s / 1e6,
-             (mb / all_s) / (static_cast<double>(read_bytes) / 1e6 / read_s));
+  fmt::print("plain read, warm cache: {:8.0f} MB/s\n", read_mbps);
+  for (auto [label, secs, report] : {std::tuple{"verify, 1 thread:     ", one_s, &one},
+                                     std::tuple{"verify, all cores:    ", all_s, &all}}) {
+    fmt::print("{} {:8.0f} MB/s  {:5.2f} M records/s  ({:.3f}x plain read)\n", label, mb / secs,
+               static_cast<double>(report->records) / secs / 1e6, mb / secs / read_mbps);
+  }
   return 0;
 }
 

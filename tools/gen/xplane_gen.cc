@@ -110,8 +110,10 @@ std::string MakePlane(Rng& rng, int id, bool device, uint64_t target, int64_t st
     Proto event, stat;
     for (int op = 0; line.size() < per_line; ++op) {
       int meta = 1 + static_cast<int>((op * 7 + step) % n_meta);
+      // A kernel's duration varies by a percent or two from step to step;
+      // host-side ops vary more.
       double nominal = 20'000.0 + 9'000.0 * meta;
-      int64_t dur = static_cast<int64_t>(nominal * (1.0 + 0.2 * rng.Gauss()));
+      int64_t dur = static_cast<int64_t>(nominal * (1.0 + (device ? 0.02 : 0.08) * rng.Gauss()));
       if (dur < 1000) dur = 1000;
       event.clear();
       event.Int(1, meta).Int(2, offset_ps).Int(3, dur);
@@ -126,7 +128,7 @@ std::string MakePlane(Rng& rng, int id, bool device, uint64_t target, int64_t st
         event.Msg(4, Proto().Int(1, 5).Bytes(5, kTfOps[meta - 1]));
       }
       line.Msg(4, event);
-      offset_ps += dur + static_cast<int64_t>(rng.Below(4000));
+      offset_ps += dur + 1000 * static_cast<int64_t>(rng.Below(4));
       if (op % 300 == 299) ++step;
     }
     line.Int(9, offset_ps);
@@ -253,11 +255,14 @@ Status WriteTfProfile(Ctx& ctx, const std::string& dir, Rng& rng, uint64_t targe
                       double start_s) {
   std::string base = JoinPath(dir, ctx.host);
   int64_t start_ns = static_cast<int64_t>(start_s * 1e9);
-  TBFS_RETURN_IF_ERROR(WriteXspace(ctx, base + ".xplane.pb", rng, target_bytes * 85 / 100,
+  // The XSpace holds nearly everything; the older JSON tools output is
+  // capped (TensorFlow keeps at most a million trace events) and gzip'd.
+  TBFS_RETURN_IF_ERROR(WriteXspace(ctx, base + ".xplane.pb", rng, target_bytes * 96 / 100,
                                    start_ns));
-  TBFS_RETURN_IF_ERROR(WriteTraceJsonGz(ctx, base + ".trace.json.gz", rng, target_bytes / 10));
-  TBFS_RETURN_IF_ERROR(
-      WriteMemoryProfile(ctx, base + ".memory_profile.json.gz", rng, target_bytes / 25));
+  TBFS_RETURN_IF_ERROR(WriteTraceJsonGz(ctx, base + ".trace.json.gz", rng,
+                                        std::min<uint64_t>(target_bytes * 3 / 100, 48 << 20)));
+  TBFS_RETURN_IF_ERROR(WriteMemoryProfile(ctx, base + ".memory_profile.json.gz", rng,
+                                          std::min<uint64_t>(target_bytes / 100, 16 << 20)));
   return WriteOverviewPage(ctx, base + ".overview_page.pb", rng);
 }
 

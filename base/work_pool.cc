@@ -1,0 +1,62 @@
+#include "base/work_pool.h"
+
+namespace tbfs {
+
+WorkPool::WorkPool(int threads) {
+  int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int w = 1; w < n; ++w) helpers_.emplace_back([this, w] { HelperLoop(w); });
+}
+
+WorkPool::~WorkPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : helpers_) t.join();
+}
+
+void WorkPool::RunItems(int worker) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (next_ < n_) {
+    size_t i = next_++;
+    const auto* fn = fn_;
+    lock.unlock();
+    (*fn)(i, worker);
+    lock.lock();
+    if (++done_ == n_) done_cv_.notify_all();
+  }
+}
+
+void WorkPool::HelperLoop(int worker) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    RunItems(worker);
+  }
+}
+
+void WorkPool::ParallelFor(size_t n, const std::function<void(size_t, int)>& fn) {
+  if (n == 0) return;
+  std::lock_guard<std::mutex> call(call_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    n_ = n;
+    next_ = 0;
+    done_ = 0;
+    ++generation_;
+  }
+  work_cv_.notify_all();
+  RunItems(0);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return done_ == n_; });
+  fn_ = nullptr;
+}
+
+}  // namespace tbfs

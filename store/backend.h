@@ -1,0 +1,102 @@
+// The narrow interface between the cold store and its storage engine.
+//
+// Keys and values are bytes in one of a few key spaces (Space). Writes go in
+// atomic batches; a synced batch is durable when Commit returns. Reads see
+// every committed batch. RocksDB is the embedded engine (rocks_backend.cc);
+// anything that offers these operations (Ceph RADOS: chunks as objects,
+// the other spaces in omap) can take its place.
+//
+// Implementations are thread-safe. Errors come back as tbfs::Status; the
+// engine's own status types never leave the implementation.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tbfs::store {
+
+enum class Space : int {
+  kNamespace = 0,  // parent + '\0' + name -> Entry
+  kManifests,      // file id (8 bytes BE) -> Manifest
+  kChunks,         // file id + chunk index (8 + 8 bytes BE) -> chunk value
+  kJournal,        // batch id (8 bytes BE) -> JournalRecord
+  kBaselines,      // name -> verifier baseline (JSON)
+  kMeta,           // "info" -> StoreInfo
+};
+inline constexpr int kNumSpaces = 6;
+
+// An atomic group of writes.
+class WriteBatch {
+ public:
+  void Put(Space space, std::string_view key, std::string_view value) {
+    ops_.push_back({space, std::string(key), std::string(value), false});
+    bytes_ += key.size() + value.size();
+  }
+  void Delete(Space space, std::string_view key) {
+    ops_.push_back({space, std::string(key), std::string(), true});
+    bytes_ += key.size();
+  }
+  // Deletes every key in [begin, end).
+  void DeleteRange(Space space, std::string_view begin, std::string_view end) {
+    ranges_.push_back({space, std::string(begin), std::string(end), true});
+  }
+  size_t bytes() const { return bytes_; }
+  bool empty() const { return ops_.empty() && ranges_.empty(); }
+  void Clear() {
+    ops_.clear();
+    ranges_.clear();
+    bytes_ = 0;
+  }
+
+  struct Op {
+    Space space;
+    std::string key;
+    std::string value;  // for a range: the end key
+    bool is_delete;
+  };
+  const std::vector<Op>& ops() const { return ops_; }
+  const std::vector<Op>& ranges() const { return ranges_; }
+
+ private:
+  std::vector<Op> ops_;
+  std::vector<Op> ranges_;
+  size_t bytes_ = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Applies the batch atomically; with sync, durably (WAL synced) on return.
+  virtual Status Commit(const WriteBatch& batch, bool sync) = 0;
+  // NotFound when the key is absent.
+  virtual Status Get(Space space, std::string_view key, std::string* value) = 0;
+  // Calls fn on every key starting with prefix, in key order, until it
+  // returns false.
+  virtual Status Scan(Space space, std::string_view prefix,
+                      const std::function<bool(std::string_view key, std::string_view value)>&
+                          fn) = 0;
+  // The largest key of the space; NotFound when it is empty.
+  virtual Status LastKey(Space space, std::string* key) = 0;
+  // Bytes the engine uses on disk (live and obsolete files).
+  virtual uint64_t DiskBytes() = 0;
+  // Reclaims space of deleted data where the engine can (compaction).
+  virtual Status Compact() = 0;
+};
+
+struct BackendOptions {
+  bool create_if_missing = false;  // default: a missing store is NotFound
+  bool read_only = false;
+};
+
+// Opens (or creates) the RocksDB store in `dir`. Busy when another process
+// holds it; NotFound when missing and !create_if_missing.
+Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
+                                                  const BackendOptions& options);
+
+}  // namespace tbfs::store

@@ -1,0 +1,269 @@
+#include "store/cold_store.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "base/fs_util.h"
+#include "fmt/format.h"
+#include "store/format.h"
+
+namespace tbfs::store {
+
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t StatNs(const struct timespec& ts) {
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+template <typename Msg>
+Status ParseRecord(std::string_view bytes, Msg* msg, const std::string& what) {
+  if (!msg->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return Status::Corruption("store record does not parse: " + what);
+  }
+  return Status::OK();
+}
+
+// Next id after the largest key of a space whose keys start with an id.
+uint64_t NextAfterLast(Backend& backend, Space space) {
+  std::string key;
+  uint64_t id = 0;
+  if (backend.LastKey(space, &key).ok() && DecodeId(key, &id)) return id + 1;
+  return 1;
+}
+
+}  // namespace
+
+uint32_t ChunkLength(const storepb::Manifest& m, uint64_t index) {
+  uint64_t start = index * m.chunk_bytes();
+  if (start >= m.size()) return 0;
+  return static_cast<uint32_t>(std::min<uint64_t>(m.chunk_bytes(), m.size() - start));
+}
+
+Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
+                                                   const OpenOptions& options) {
+  BackendOptions bo;
+  bo.create_if_missing = options.create_if_missing;
+  bo.read_only = options.read_only;
+  if (options.create_if_missing) TBFS_RETURN_IF_ERROR(MakeDirs(dir, 0700));
+  auto backend = OpenRocksBackend(dir, bo);
+  if (!backend.ok()) return backend.status();
+  std::unique_ptr<ColdStore> store(new ColdStore(dir, std::move(backend).value()));
+  TBFS_RETURN_IF_ERROR(store->Init(options));
+  return store;
+}
+
+Status ColdStore::Init(const OpenOptions& options) {
+  std::string bytes;
+  Status st = backend_->Get(Space::kMeta, kMetaInfoKey, &bytes);
+  if (st.IsNotFound()) {
+    if (options.read_only) return Status::Corruption("store " + dir_ + " has no format record");
+    info_.set_format_version(kFormatVersion);
+    info_.set_store_id(fmt::format("{:016x}", static_cast<uint64_t>(NowNs()) ^ 0x7462667300000000ull));
+    info_.set_created_ns(NowNs());
+    info_.set_chunk_bytes(options.chunk_bytes);
+    info_.set_level(options.level);
+    WriteBatch batch;
+    batch.Put(Space::kMeta, kMetaInfoKey, info_.SerializeAsString());
+    TBFS_RETURN_IF_ERROR(backend_->Commit(batch, true));
+  } else {
+    TBFS_RETURN_IF_ERROR(st);
+    TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &info_, "store info"));
+    if (info_.format_version() != kFormatVersion) {
+      return Status::NotSupported(fmt::format(
+          "store {} has format version {}; this tbfs reads version {} only", dir_,
+          info_.format_version(), kFormatVersion));
+    }
+  }
+  next_file_id_ = std::max(NextAfterLast(*backend_, Space::kManifests),
+                           NextAfterLast(*backend_, Space::kChunks));
+  next_batch_id_ = NextAfterLast(*backend_, Space::kJournal);
+  return Status::OK();
+}
+
+Result<storepb::Manifest> ColdStore::GetManifest(uint64_t file_id) {
+  std::string bytes;
+  Status st = backend_->Get(Space::kManifests, EncodeId(file_id), &bytes);
+  if (!st.ok()) {
+    if (st.IsNotFound()) return Status::NotFound(fmt::format("no manifest for file id {}", file_id));
+    return st;
+  }
+  storepb::Manifest m;
+  TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &m, fmt::format("manifest {}", file_id)));
+  if (!IsSafeRelativePath(m.path())) {
+    return Status::Corruption(fmt::format("manifest {} has an unsafe path", file_id));
+  }
+  return m;
+}
+
+Result<storepb::Entry> ColdStore::GetEntry(std::string_view rel_path) {
+  std::string bytes;
+  Status st = backend_->Get(Space::kNamespace, EntryKey(rel_path), &bytes);
+  if (!st.ok()) {
+    if (st.IsNotFound()) return Status::NotFound("not in the cold store: " + std::string(rel_path));
+    return st;
+  }
+  storepb::Entry e;
+  TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &e, "entry " + std::string(rel_path)));
+  return e;
+}
+
+Result<storepb::Manifest> ColdStore::Lookup(std::string_view rel_path) {
+  auto entry = GetEntry(rel_path);
+  if (!entry.ok()) return entry.status();
+  if (entry->kind() != storepb::Entry::FILE) {
+    return Status::InvalidArgument(std::string(rel_path) + " is a folder in the cold store");
+  }
+  return GetManifest(entry->file_id());
+}
+
+Status ColdStore::ListChildren(std::string_view folder, std::vector<ChildEntry>* out) {
+  out->clear();
+  std::string prefix = ChildPrefix(folder);
+  Status parse_error;
+  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kNamespace, prefix,
+                                      [&](std::string_view key, std::string_view value) {
+                                        ChildEntry c;
+                                        c.name.assign(key.substr(prefix.size()));
+                                        if (!c.entry.ParseFromArray(value.data(),
+                                                                    static_cast<int>(value.size()))) {
+                                          parse_error = Status::Corruption(
+                                              "store entry does not parse: " + c.name);
+                                          return false;
+                                        }
+                                        out->push_back(std::move(c));
+                                        return true;
+                                      }));
+  return parse_error;
+}
+
+Status ColdStore::ForEachManifest(const std::function<bool(const storepb::Manifest&)>& fn) {
+  Status inner;
+  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kManifests, "", [&](std::string_view key,
+                                                                 std::string_view value) {
+    storepb::Manifest m;
+    if (!m.ParseFromArray(value.data(), static_cast<int>(value.size())) ||
+        !IsSafeRelativePath(m.path())) {
+      uint64_t id = 0;
+      DecodeId(key, &id);
+      inner = Status::Corruption(fmt::format("manifest {} does not parse", id));
+      return false;
+    }
+    return fn(m);
+  }));
+  return inner;
+}
+
+Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m,
+                          const std::string& logdir) {
+  batch->Put(Space::kManifests, EncodeId(m.file_id()), m.SerializeAsString());
+  storepb::Entry file;
+  file.set_kind(storepb::Entry::FILE);
+  file.set_file_id(m.file_id());
+  batch->Put(Space::kNamespace, EntryKey(m.path()), file.SerializeAsString());
+  for (std::string folder = ParentPath(m.path()); !folder.empty(); folder = ParentPath(folder)) {
+    std::string ignored;
+    Status st = backend_->Get(Space::kNamespace, EntryKey(folder), &ignored);
+    if (st.ok()) break;  // its ancestors are there too
+    if (!st.IsNotFound()) return st;
+    storepb::Entry dir;
+    dir.set_kind(storepb::Entry::DIR);
+    struct stat sb;
+    if (::stat(JoinPath(logdir, folder).c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+      dir.set_mode(sb.st_mode);
+      dir.set_uid(sb.st_uid);
+      dir.set_gid(sb.st_gid);
+      dir.set_mtime_ns(StatNs(sb.st_mtim));
+    } else {
+      dir.set_mode(S_IFDIR | 0755);
+      dir.set_mtime_ns(m.mtime_ns());
+    }
+    batch->Put(Space::kNamespace, EntryKey(folder), dir.SerializeAsString());
+  }
+  return Status::OK();
+}
+
+void ColdStore::RemoveFile(WriteBatch* batch, const storepb::Manifest& m) {
+  batch->DeleteRange(Space::kChunks, ChunkKey(m.file_id(), 0), ChunkKey(m.file_id() + 1, 0));
+  batch->Delete(Space::kManifests, EncodeId(m.file_id()));
+  batch->Delete(Space::kNamespace, EntryKey(m.path()));
+}
+
+Status ColdStore::ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
+                            std::string* raw) {
+  std::string value;
+  Status st = backend_->Get(Space::kChunks, ChunkKey(m.file_id(), index), &value);
+  if (st.IsNotFound()) {
+    return Status::Corruption(fmt::format("{}: chunk {} is missing from the store", m.path(), index));
+  }
+  TBFS_RETURN_IF_ERROR(st);
+  st = codec->Decode(value, ChunkLength(m, index), raw);
+  if (!st.ok()) return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
+  return Status::OK();
+}
+
+Status ColdStore::ReadRange(const storepb::Manifest& m, uint64_t offset, size_t length, char* out,
+                            size_t* got, ChunkCodec* codec) {
+  *got = 0;
+  if (offset >= m.size() || length == 0) return Status::OK();
+  length = static_cast<size_t>(std::min<uint64_t>(length, m.size() - offset));
+  const uint64_t cb = m.chunk_bytes();
+  std::string raw;
+  while (*got < length) {
+    uint64_t pos = offset + *got;
+    uint64_t index = pos / cb;
+    TBFS_RETURN_IF_ERROR(ReadChunk(m, index, codec, &raw));
+    size_t within = static_cast<size_t>(pos - index * cb);
+    size_t n = std::min(raw.size() - within, length - *got);
+    std::memcpy(out + *got, raw.data() + within, n);
+    *got += n;
+  }
+  return Status::OK();
+}
+
+Status ColdStore::PutJournal(const storepb::JournalRecord& record) {
+  WriteBatch batch;
+  batch.Put(Space::kJournal, EncodeId(record.batch_id()), record.SerializeAsString());
+  return backend_->Commit(batch, true);
+}
+
+Status ColdStore::DeleteJournal(uint64_t batch_id) {
+  WriteBatch batch;
+  batch.Delete(Space::kJournal, EncodeId(batch_id));
+  return backend_->Commit(batch, true);
+}
+
+Status ColdStore::ListJournal(std::vector<storepb::JournalRecord>* out) {
+  out->clear();
+  Status inner;
+  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kJournal, "", [&](std::string_view, std::string_view v) {
+    storepb::JournalRecord r;
+    if (!r.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+      inner = Status::Corruption("journal record does not parse");
+      return false;
+    }
+    out->push_back(std::move(r));
+    return true;
+  }));
+  return inner;
+}
+
+Result<ColdStore::Totals> ColdStore::ComputeTotals() {
+  Totals t;
+  TBFS_RETURN_IF_ERROR(ForEachManifest([&](const storepb::Manifest& m) {
+    t.files++;
+    t.logical_bytes += m.size();
+    t.stored_bytes += m.stored_bytes();
+    return true;
+  }));
+  return t;
+}
+
+}  // namespace tbfs::store

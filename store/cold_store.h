@@ -1,0 +1,125 @@
+// The cold store of one logdir: manifests, the cold namespace, chunks and
+// the journal, over a Backend (RocksDB by default).
+//
+// Open() checks the store's format version and refuses one it does not
+// know. A store has one writer at a time: the engine's lock makes a second
+// read-write Open fail with Busy. All methods are thread-safe; reads see
+// every committed WriteBatch.
+//
+// Paths are relative to the logdir, '/'-separated, and always pass
+// IsSafeRelativePath (a record that does not is Corruption).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "store/backend.h"
+#include "store/chunk.h"
+#include "store.pb.h"
+
+namespace tbfs::store {
+
+// Defaults for new files; chosen by `tbfs-bench migrate` (see README).
+inline constexpr uint32_t kDefaultChunkBytes = 1 << 20;
+inline constexpr int kDefaultZstdLevel = 9;
+
+struct OpenOptions {
+  bool create_if_missing = false;
+  bool read_only = false;
+  uint32_t chunk_bytes = kDefaultChunkBytes;  // recorded at creation
+  int level = kDefaultZstdLevel;              // recorded at creation
+};
+
+struct ChildEntry {
+  std::string name;
+  storepb::Entry entry;
+};
+
+class ColdStore {
+ public:
+  // NotFound when there is no store and !create_if_missing; NotSupported
+  // for an unknown format version; Busy when another process holds it.
+  static Result<std::unique_ptr<ColdStore>> Open(const std::string& dir,
+                                                 const OpenOptions& options);
+
+  const std::string& dir() const { return dir_; }
+  const storepb::StoreInfo& info() const { return info_; }
+  Backend& backend() { return *backend_; }
+
+  // --- reading the namespace and manifests
+  Result<storepb::Manifest> GetManifest(uint64_t file_id);
+  // The entry at rel_path (a file or a folder); NotFound when none.
+  Result<storepb::Entry> GetEntry(std::string_view rel_path);
+  // The manifest of the cold file at rel_path; NotFound when none.
+  Result<storepb::Manifest> Lookup(std::string_view rel_path);
+  // Direct children of a folder ("" for the top), in name order.
+  Status ListChildren(std::string_view folder, std::vector<ChildEntry>* out);
+  // Every manifest, in file id order, until fn returns false.
+  Status ForEachManifest(const std::function<bool(const storepb::Manifest&)>& fn);
+
+  // --- writing (through batches the caller commits)
+  uint64_t NewFileId() { return next_file_id_.fetch_add(1); }
+  uint64_t NewBatchId() { return next_batch_id_.fetch_add(1); }
+  // Adds the manifest, its namespace entry, and folder entries for every
+  // ancestor not in the namespace yet (mode, owner, mtime taken from
+  // `logdir`'s folders; 0755 root when a folder is gone).
+  Status AddFile(WriteBatch* batch, const storepb::Manifest& m, const std::string& logdir);
+  // Removes a file's chunks, manifest and namespace entry. Folders stay.
+  void RemoveFile(WriteBatch* batch, const storepb::Manifest& m);
+  Status Commit(const WriteBatch& batch, bool sync) { return backend_->Commit(batch, sync); }
+
+  // --- content
+  // Chunk `index` of the file, decoded and checked (I5). Corruption names the
+  // file and the chunk.
+  Status ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
+                   std::string* raw);
+  // Up to `length` bytes at `offset`; *got is short only at end of file.
+  // Decompresses only the chunks the range touches.
+  Status ReadRange(const storepb::Manifest& m, uint64_t offset, size_t length, char* out,
+                   size_t* got, ChunkCodec* codec);
+
+  // --- journal (invariant I4)
+  Status PutJournal(const storepb::JournalRecord& record);  // synced
+  Status DeleteJournal(uint64_t batch_id);                  // synced
+  Status ListJournal(std::vector<storepb::JournalRecord>* out);
+
+  // --- accounting
+  struct Totals {
+    uint64_t files = 0;
+    uint64_t logical_bytes = 0;
+    uint64_t stored_bytes = 0;
+  };
+  Result<Totals> ComputeTotals();
+
+ private:
+  ColdStore(std::string dir, std::unique_ptr<Backend> backend)
+      : dir_(std::move(dir)), backend_(std::move(backend)) {}
+  Status Init(const OpenOptions& options);
+
+  std::string dir_;
+  std::unique_ptr<Backend> backend_;
+  storepb::StoreInfo info_;
+  std::atomic<uint64_t> next_file_id_{1};
+  std::atomic<uint64_t> next_batch_id_{1};
+};
+
+// Number of chunks of a file of `size` bytes.
+inline uint64_t ChunkCount(uint64_t size, uint32_t chunk_bytes) {
+  return (size + chunk_bytes - 1) / chunk_bytes;
+}
+// Uncompressed bytes of chunk `index`.
+uint32_t ChunkLength(const storepb::Manifest& m, uint64_t index);
+
+// XXH3-128 of a file's content, as the manifest keeps it.
+struct Hash128 {
+  uint64_t low = 0;
+  uint64_t high = 0;
+  bool operator==(const Hash128&) const = default;
+};
+inline Hash128 ManifestHash(const storepb::Manifest& m) { return {m.hash_low(), m.hash_high()}; }
+
+}  // namespace tbfs::store

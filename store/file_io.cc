@@ -1,0 +1,234 @@
+#include "store/file_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "base/failpoint.h"
+#include "base/fs_util.h"
+#include "fmt/format.h"
+#include "store/classify.h"
+#include "store/format.h"
+
+namespace tbfs::store {
+
+namespace {
+
+// Uncommitted chunk bytes are written without sync once a batch is this big;
+// the final synced batch makes them all durable (the WAL is sequential).
+constexpr size_t kBatchBytes = 16 << 20;
+
+int64_t TsNs(const struct timespec& ts) {
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Xxh128 {
+  Xxh128() : state(XXH3_createState()) { XXH3_128bits_reset(state); }
+  ~Xxh128() { XXH3_freeState(state); }
+  void Update(std::string_view b) { XXH3_128bits_update(state, b.data(), b.size()); }
+  Hash128 Digest() const {
+    XXH128_hash_t h = XXH3_128bits_digest(state);
+    return {h.low64, h.high64};
+  }
+  XXH3_state_t* state;
+};
+
+// Per-worker zstd contexts of a pool.
+std::vector<std::unique_ptr<ChunkCodec>> Codecs(const WorkPool& pool) {
+  std::vector<std::unique_ptr<ChunkCodec>> codecs;
+  for (int i = 0; i < pool.size(); ++i) codecs.push_back(std::make_unique<ChunkCodec>());
+  return codecs;
+}
+
+size_t WaveChunks(const WorkPool& pool) { return static_cast<size_t>(pool.size()) * 2; }
+
+Status FsyncDir(const std::string& dir) {
+  auto fd = OpenFile(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+  if (!fd.ok()) return fd.status();
+  if (::fsync(fd->get()) != 0) return Status::FromErrno(errno, "fsync", dir);
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir,
+                                     const std::string& rel_path, int fd, const struct stat& st,
+                                     uint64_t file_id, const IngestOptions& options) {
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint32_t cb = options.chunk_bytes;
+  const uint64_t chunks = ChunkCount(size, cb);
+  const std::string path = JoinPath(logdir, rel_path);
+  WorkPool& pool = *options.pool;
+  auto codecs = Codecs(pool);
+  Xxh128 hash;
+
+  storepb::Manifest m;
+  m.set_file_id(file_id);
+  m.set_path(rel_path);
+  m.set_size(size);
+  m.set_mode(st.st_mode);
+  m.set_uid(st.st_uid);
+  m.set_gid(st.st_gid);
+  m.set_atime_ns(TsNs(st.st_atim));
+  m.set_mtime_ns(TsNs(st.st_mtim));
+  m.set_ctime_ns(TsNs(st.st_ctim));
+  m.set_ino(st.st_ino);
+  m.set_chunk_bytes(cb);
+  m.set_codec(kCodecZstd);
+  m.set_level(options.level);
+  m.set_chunks(chunks);
+  m.set_file_class(options.file_class);
+  m.set_migrated_ns(NowNs());
+
+  WriteBatch batch;
+  uint64_t stored = 0;
+  const size_t wave = WaveChunks(pool);
+  std::vector<std::string> raw(wave), value(wave);
+  for (uint64_t first = 0; first < chunks; first += wave) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(wave, chunks - first));
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t index = first + i;
+      size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb));
+      raw[i].resize(len);
+      size_t got = 0;
+      TBFS_RETURN_IF_ERROR(PreadFull(fd, raw[i].data(), len, index * cb, &got, path));
+      if (got != len) return Status::Aborted(path + " shrank while it was copied");
+      hash.Update(raw[i]);
+      if (options.progress) options.progress->fetch_add(len, std::memory_order_relaxed);
+    }
+    pool.ParallelFor(n, [&](size_t i, int worker) {
+      codecs[worker]->Encode(raw[i], options.level, &value[i]);
+    });
+    for (size_t i = 0; i < n; ++i) {
+      batch.Put(Space::kChunks, ChunkKey(file_id, first + i), value[i]);
+      stored += value[i].size();
+    }
+    if (batch.bytes() >= kBatchBytes) {
+      TBFS_RETURN_IF_ERROR(store.Commit(batch, false));
+      batch.Clear();
+      MaybeCrash("migrate.copying");
+    }
+  }
+  char extra;
+  size_t got = 0;
+  TBFS_RETURN_IF_ERROR(PreadFull(fd, &extra, 1, size, &got, path));
+  if (got != 0) return Status::Aborted(path + " grew while it was copied");
+
+  Hash128 h = hash.Digest();
+  m.set_hash_low(h.low);
+  m.set_hash_high(h.high);
+  m.set_stored_bytes(stored);
+  TBFS_RETURN_IF_ERROR(store.AddFile(&batch, m, logdir));
+  TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
+  return m;
+}
+
+Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* pool) {
+  auto codecs = Codecs(*pool);
+  const size_t wave = WaveChunks(*pool);
+  std::vector<std::string> raw(wave);
+  std::vector<Status> status(wave);
+  Xxh128 hash;
+  uint64_t total = 0;
+  for (uint64_t first = 0; first < m.chunks(); first += wave) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(wave, m.chunks() - first));
+    pool->ParallelFor(n, [&](size_t i, int worker) {
+      status[i] = store.ReadChunk(m, first + i, codecs[worker].get(), &raw[i]);
+    });
+    for (size_t i = 0; i < n; ++i) {
+      TBFS_RETURN_IF_ERROR(status[i]);
+      hash.Update(raw[i]);
+      total += raw[i].size();
+    }
+  }
+  if (total != m.size() || !(hash.Digest() == ManifestHash(m))) {
+    return Status::Corruption(m.path() + ": content read back from the store differs from the file");
+  }
+  return Status::OK();
+}
+
+Status HashFile(const std::string& path, uint64_t* size, Hash128* out) {
+  auto fd = OpenFile(path, O_RDONLY);
+  if (!fd.ok()) return fd.status();
+  std::string buf(1 << 20, '\0');
+  Xxh128 hash;
+  *size = 0;
+  for (;;) {
+    size_t got = 0;
+    TBFS_RETURN_IF_ERROR(PreadFull(fd->get(), buf.data(), buf.size(), *size, &got, path));
+    if (got == 0) break;
+    hash.Update(std::string_view(buf.data(), got));
+    *size += got;
+  }
+  *out = hash.Digest();
+  return Status::OK();
+}
+
+std::string TempPathFor(const std::string& dest_path, uint64_t file_id) {
+  std::string dir = ParentPath(dest_path);
+  std::string name = fmt::format(".{}.tbfs-tmp-{}", BaseName(dest_path), file_id);
+  return dir.empty() ? name : dir + "/" + name;
+}
+
+Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& dest,
+                       const MaterializeOptions& options) {
+  std::string dir = ParentPath(dest);
+  TBFS_RETURN_IF_ERROR(MakeDirs(dir));
+  std::string tmp = TempPathFor(dest, m.file_id());
+  ::unlink(tmp.c_str());  // left over by a crash
+  auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (!fd.ok()) return fd.status();
+  auto fail = [&](Status st) {
+    ::unlink(tmp.c_str());
+    return st;
+  };
+
+  auto codecs = Codecs(*options.pool);
+  const size_t wave = WaveChunks(*options.pool);
+  std::vector<std::string> raw(wave);
+  std::vector<Status> status(wave);
+  Xxh128 hash;
+  for (uint64_t first = 0; first < m.chunks(); first += wave) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(wave, m.chunks() - first));
+    options.pool->ParallelFor(n, [&](size_t i, int worker) {
+      status[i] = store.ReadChunk(m, first + i, codecs[worker].get(), &raw[i]);
+    });
+    for (size_t i = 0; i < n; ++i) {
+      if (!status[i].ok()) return fail(status[i]);
+      hash.Update(raw[i]);
+      Status st = WriteAll(fd->get(), raw[i].data(), raw[i].size(), tmp);
+      if (!st.ok()) return fail(st);
+      if (options.progress) options.progress->fetch_add(raw[i].size(), std::memory_order_relaxed);
+    }
+  }
+  if (!(hash.Digest() == ManifestHash(m))) {
+    return fail(Status::Corruption(m.path() + ": content hash differs from the manifest"));
+  }
+  if (options.keep_owner && ::fchown(fd->get(), m.uid(), m.gid()) != 0 && errno != EPERM) {
+    return fail(Status::FromErrno(errno, "chown", tmp));
+  }
+  if (::fchmod(fd->get(), m.mode() & 07777) != 0) return fail(Status::FromErrno(errno, "chmod", tmp));
+  struct timespec times[2] = {{m.atime_ns() / 1'000'000'000, m.atime_ns() % 1'000'000'000},
+                              {m.mtime_ns() / 1'000'000'000, m.mtime_ns() % 1'000'000'000}};
+  if (::futimens(fd->get(), times) != 0) return fail(Status::FromErrno(errno, "utimens", tmp));
+  if (::fsync(fd->get()) != 0) return fail(Status::FromErrno(errno, "fsync", tmp));
+  fd->reset();
+
+  unsigned flags = options.replace ? 0 : RENAME_NOREPLACE;
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dest.c_str(), flags) != 0) {
+    return fail(Status::FromErrno(errno, "rename into place", dest));
+  }
+  return FsyncDir(dir);
+}
+
+}  // namespace tbfs::store

@@ -1,0 +1,64 @@
+// Moving bytes between files and the cold store, streaming, a few chunks in
+// memory at a time whatever the file size.
+//
+// IngestFile copies an open file into the store; VerifyStoredFile reads a
+// stored file back and checks its hash (invariant I2 needs both before an
+// unlink); MaterializeFile writes a cold file back out as an ordinary file
+// (restore, export, rollback, recovery). Chunks are compressed and checked
+// on the workers of a WorkPool. Thread-safe as far as the store is.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <string>
+
+#include "base/status.h"
+#include "base/work_pool.h"
+#include "store/cold_store.h"
+
+namespace tbfs::store {
+
+struct IngestOptions {
+  uint32_t chunk_bytes = kDefaultChunkBytes;
+  int level = kDefaultZstdLevel;
+  std::string file_class;
+  WorkPool* pool = nullptr;                   // required
+  std::atomic<uint64_t>* progress = nullptr;  // bytes read, optional
+};
+
+// Copies the file open as `fd`, whose identity was `st` when the copy
+// began, into the store as file_id at rel_path. Chunks are written as they
+// are compressed; the manifest and namespace entries go last, in a synced
+// batch, so a manifest implies every chunk is durable. Aborted when the file
+// is not st.st_size bytes long (it changed under the copy).
+Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir,
+                                     const std::string& rel_path, int fd, const struct stat& st,
+                                     uint64_t file_id, const IngestOptions& options);
+
+// Reads every chunk of m back (checksums checked) and compares the
+// whole-file XXH3-128 with the manifest's. Corruption on any difference.
+Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* pool);
+
+struct MaterializeOptions {
+  bool keep_owner = true;      // chown to the manifest's uid/gid (EPERM ignored when not root)
+  bool replace = false;        // replace an existing file at the destination
+  WorkPool* pool = nullptr;    // required
+  std::atomic<uint64_t>* progress = nullptr;
+};
+
+// Writes m's content to dest_path: into a temporary file beside it
+// (TempPathFor), fsynced, with the manifest's mode and times, then renamed
+// into place (refusing to replace an existing file unless asked) and the
+// folder fsynced. The content hash is checked on the way; on any error the
+// temporary file is removed and nothing is left at dest_path.
+Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& dest_path,
+                       const MaterializeOptions& options);
+
+// XXH3-128 and size of a file's content, as a manifest records them.
+Status HashFile(const std::string& path, uint64_t* size, Hash128* hash);
+
+// The temporary name MaterializeFile uses for a destination.
+std::string TempPathFor(const std::string& dest_path, uint64_t file_id);
+
+}  // namespace tbfs::store

@@ -1,0 +1,50 @@
+#include "store/format.h"
+
+namespace tbfs::store {
+
+std::string EncodeId(uint64_t id) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(id >> (56 - 8 * i));
+  return out;
+}
+
+bool DecodeId(std::string_view key, uint64_t* id) {
+  if (key.size() < 8) return false;
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(key[i]);
+  *id = v;
+  return true;
+}
+
+std::string ChunkKey(uint64_t file_id, uint64_t index) {
+  return EncodeId(file_id) + EncodeId(index);
+}
+
+bool DecodeChunkKey(std::string_view key, uint64_t* file_id, uint64_t* index) {
+  return key.size() == 16 && DecodeId(key, file_id) && DecodeId(key.substr(8), index);
+}
+
+std::string EntryKey(std::string_view rel_path) {
+  size_t slash = rel_path.find_last_of('/');
+  std::string key;
+  if (slash != std::string_view::npos) key.assign(rel_path.substr(0, slash));
+  key.push_back('\0');
+  key.append(slash == std::string_view::npos ? rel_path : rel_path.substr(slash + 1));
+  return key;
+}
+
+std::string ChildPrefix(std::string_view folder_rel) {
+  std::string p(folder_rel);
+  p.push_back('\0');
+  return p;
+}
+
+std::string PathOfEntryKey(std::string_view key) {
+  size_t zero = key.find('\0');
+  if (zero == std::string_view::npos) return std::string(key);
+  std::string_view parent = key.substr(0, zero), name = key.substr(zero + 1);
+  if (parent.empty()) return std::string(name);
+  return std::string(parent) + "/" + std::string(name);
+}
+
+}  // namespace tbfs::store

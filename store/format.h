@@ -1,0 +1,39 @@
+// Every on-disk layout of the cold store in one place: keys, chunk framing,
+// the format version. Prose and rationale: docs/format.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tbfs::store {
+
+// Bumped on any incompatible change; a store of another version is refused.
+inline constexpr uint32_t kFormatVersion = 1;
+
+inline constexpr char kMetaInfoKey[] = "info";
+inline constexpr char kLastBaselineKey[] = "last";
+
+// Chunk value: [codec u8][raw_len u32 LE][xxh3_64(raw) u64 LE][payload].
+inline constexpr size_t kChunkHeaderBytes = 13;
+inline constexpr uint8_t kChunkRaw = 0;   // payload is the raw bytes
+inline constexpr uint8_t kChunkZstd = 1;  // payload is one zstd frame
+
+inline constexpr uint32_t kCodecZstd = 1;  // Manifest.codec
+
+// 8-byte big-endian integers, so keys sort numerically.
+std::string EncodeId(uint64_t id);
+bool DecodeId(std::string_view key, uint64_t* id);
+
+// Manifests and journal records: the id. Chunks: file id + chunk index.
+std::string ChunkKey(uint64_t file_id, uint64_t index);
+bool DecodeChunkKey(std::string_view key, uint64_t* file_id, uint64_t* index);
+
+// Namespace: parent path ("" at the top) + '\0' + name. The direct children
+// of a folder are exactly the keys with prefix ChildPrefix(folder).
+std::string EntryKey(std::string_view rel_path);
+std::string ChildPrefix(std::string_view folder_rel);
+// Inverse of EntryKey.
+std::string PathOfEntryKey(std::string_view key);
+
+}  // namespace tbfs::store

@@ -1,0 +1,36 @@
+// Store upkeep: `tbfs fsck` (every chunk checksum and every file hash) and
+// `tbfs gc` (retention: drop cold files older than a cutoff).
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/work_pool.h"
+#include "store/cold_store.h"
+
+namespace tbfs::store {
+
+struct FsckResult {
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+  std::vector<std::pair<std::string, std::string>> damaged;  // path, what is wrong
+  uint64_t orphan_chunk_files = 0;    // file ids with chunks but no manifest
+  uint64_t dangling_entries = 0;      // namespace entries without a manifest
+  uint64_t journal_records = 0;       // unfinished batches (recovery pending)
+  bool clean() const { return damaged.empty() && dangling_entries == 0; }
+};
+
+// Reads every chunk of every cold file, checks checksums and whole-file
+// hashes, and cross-checks manifests, namespace and chunks. Read-only.
+Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>* progress);
+
+// Cold files whose modification time is more than older_than_s ago.
+Status SelectOlderThan(ColdStore& store, int64_t older_than_s,
+                       std::vector<storepb::Manifest>* out);
+
+// Deletes cold files for good, then compacts so the space is returned.
+Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files);
+
+}  // namespace tbfs::store

@@ -1,0 +1,141 @@
+#include "store/restore.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+
+#include "base/failpoint.h"
+#include "base/fs_util.h"
+#include "store/file_io.h"
+
+namespace tbfs::store {
+
+Result<std::string> NormalizeUserPath(const std::string& logdir, const std::string& arg) {
+  std::string p = arg;
+  if (!p.empty() && p.front() == '/') {
+    std::string root = logdir;
+    while (root.size() > 1 && root.back() == '/') root.pop_back();
+    if (p.compare(0, root.size() + 1, root + "/") != 0) {
+      return Status::InvalidArgument("path is not inside the logdir: " + arg);
+    }
+    p = p.substr(root.size() + 1);
+  }
+  while (p.starts_with("./")) p = p.substr(2);
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  if (p == "." || p.empty()) return std::string();
+  if (!IsSafeRelativePath(p)) {
+    return Status::InvalidArgument("path escapes the logdir or is malformed: " + arg);
+  }
+  return p;
+}
+
+Status SelectCold(ColdStore& store, const std::vector<std::string>& paths,
+                  std::vector<storepb::Manifest>* out, std::vector<std::string>* not_found) {
+  out->clear();
+  not_found->clear();
+  if (paths.empty()) {
+    return store.ForEachManifest([&](const storepb::Manifest& m) {
+      out->push_back(m);
+      return true;
+    });
+  }
+  for (const std::string& p : paths) {
+    if (!p.empty()) {
+      auto entry = store.GetEntry(p);
+      if (!entry.ok() && !entry.status().IsNotFound()) return entry.status();
+      if (!entry.ok()) {
+        not_found->push_back(p);
+        continue;
+      }
+      if (entry->kind() == storepb::Entry::FILE) {
+        auto m = store.GetManifest(entry->file_id());
+        if (!m.ok()) return m.status();
+        out->push_back(*m);
+        continue;
+      }
+    }
+    std::string prefix = p.empty() ? "" : p + "/";
+    TBFS_RETURN_IF_ERROR(store.ForEachManifest([&](const storepb::Manifest& m) {
+      if (m.path().compare(0, prefix.size(), prefix) == 0) out->push_back(m);
+      return true;
+    }));
+  }
+  return Status::OK();
+}
+
+Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
+                           const std::vector<storepb::Manifest>& files, WorkPool* pool,
+                           std::atomic<uint64_t>* progress) {
+  CopyResult result;
+  if (files.empty()) return result;
+  storepb::JournalRecord record;
+  record.set_kind(storepb::JournalRecord::RESTORE);
+  record.set_batch_id(store.NewBatchId());
+  record.set_started_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count());
+  for (const storepb::Manifest& m : files) {
+    storepb::JournalEntry* e = record.add_entries();
+    e->set_path(m.path());
+    e->set_file_id(m.file_id());
+  }
+  TBFS_RETURN_IF_ERROR(store.PutJournal(record));
+
+  MaterializeOptions mo;
+  mo.pool = pool;
+  mo.progress = progress;
+  for (const storepb::Manifest& m : files) {
+    std::string dest = JoinPath(logdir, m.path());
+    struct stat st;
+    if (::lstat(dest.c_str(), &st) == 0) {
+      result.failed.push_back({m.path(), "a file exists at this path; left cold"});
+      continue;
+    }
+    Status s = MaterializeFile(store, m, dest, mo);
+    if (!s.ok()) {
+      result.failed.push_back({m.path(), s.message()});
+      continue;
+    }
+    MaybeCrash("restore.in_place");
+    WriteBatch drop;
+    store.RemoveFile(&drop, m);
+    s = store.Commit(drop, true);
+    if (!s.ok()) {
+      result.failed.push_back({m.path(), "restored, but not dropped from the store: " + s.message()});
+      continue;
+    }
+    result.files++;
+    result.bytes += m.size();
+  }
+  TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
+  return result;
+}
+
+Result<CopyResult> Export(ColdStore& store, const std::string& to_dir,
+                          const std::vector<storepb::Manifest>& files, bool force, WorkPool* pool,
+                          std::atomic<uint64_t>* progress) {
+  CopyResult result;
+  MaterializeOptions mo;
+  mo.pool = pool;
+  mo.progress = progress;
+  mo.replace = force;
+  mo.keep_owner = ::geteuid() == 0;
+  for (const storepb::Manifest& m : files) {
+    if (!IsSafeRelativePath(m.path())) {
+      result.failed.push_back({m.path(), "path would escape the export folder"});
+      continue;
+    }
+    Status s = MaterializeFile(store, m, JoinPath(to_dir, m.path()), mo);
+    if (!s.ok()) {
+      result.failed.push_back(
+          {m.path(), s.sys_errno() == EEXIST ? "exists in the export folder (use --force)"
+                                             : s.message()});
+      continue;
+    }
+    result.files++;
+    result.bytes += m.size();
+  }
+  return result;
+}
+
+}  // namespace tbfs::store

@@ -1,0 +1,189 @@
+// The RocksDB engine behind store/backend.h: one column family per Space.
+// Chunk values (already zstd) live in integrated BlobDB blob files with
+// RocksDB's own compression off; the small records use RocksDB's defaults.
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/utilities/options_util.h>
+#include <sys/stat.h>
+
+#include <array>
+
+#include "store/backend.h"
+
+namespace tbfs::store {
+
+namespace {
+
+constexpr std::array<const char*, kNumSpaces> kSpaceNames = {
+    "namespace", "manifests", "chunks", "journal", "baselines", "meta"};
+
+// The one place a rocksdb::Status becomes a tbfs::Status.
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::OK();
+  std::string msg = what + ": " + s.ToString();
+  if (s.IsNotFound()) return Status::NotFound(msg);
+  if (s.IsCorruption()) return Status::Corruption(msg);
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
+  if (s.IsNotSupported()) return Status::NotSupported(msg);
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+    return Status::Busy(what + ": the store is in use by another tbfs process (" + s.ToString() +
+                        ")");
+  }
+  return Status::FromErrno(EIO, what, s.ToString());
+}
+
+rocksdb::Slice ToSlice(std::string_view v) { return rocksdb::Slice(v.data(), v.size()); }
+
+class RocksBackend final : public Backend {
+ public:
+  RocksBackend(std::string dir, std::unique_ptr<rocksdb::DB> db,
+               std::vector<rocksdb::ColumnFamilyHandle*> handles)
+      : dir_(std::move(dir)), db_(std::move(db)), handles_(std::move(handles)) {}
+
+  ~RocksBackend() override {
+    for (auto* h : handles_) (void)db_->DestroyColumnFamilyHandle(h);
+    (void)db_->Close();
+  }
+
+  Status Commit(const WriteBatch& batch, bool sync) override {
+    rocksdb::WriteBatch wb;
+    for (const auto& r : batch.ranges()) {
+      wb.DeleteRange(cf(r.space), ToSlice(r.key), ToSlice(r.value));
+    }
+    for (const auto& op : batch.ops()) {
+      if (op.is_delete) {
+        wb.Delete(cf(op.space), ToSlice(op.key));
+      } else {
+        wb.Put(cf(op.space), ToSlice(op.key), ToSlice(op.value));
+      }
+    }
+    rocksdb::WriteOptions wo;
+    wo.sync = sync;
+    return FromRocks(db_->Write(wo, &wb), "write to store " + dir_);
+  }
+
+  Status Get(Space space, std::string_view key, std::string* value) override {
+    return FromRocks(db_->Get(rocksdb::ReadOptions(), cf(space), ToSlice(key), value),
+                     "read from store " + dir_);
+  }
+
+  Status Scan(Space space, std::string_view prefix,
+              const std::function<bool(std::string_view, std::string_view)>& fn) override {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf(space)));
+    for (it->Seek(ToSlice(prefix)); it->Valid(); it->Next()) {
+      rocksdb::Slice k = it->key();
+      if (!k.starts_with(ToSlice(prefix))) break;
+      rocksdb::Slice v = it->value();
+      if (!fn(std::string_view(k.data(), k.size()), std::string_view(v.data(), v.size()))) break;
+    }
+    return FromRocks(it->status(), "scan store " + dir_);
+  }
+
+  Status LastKey(Space space, std::string* key) override {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf(space)));
+    it->SeekToLast();
+    if (!it->Valid()) {
+      Status st = FromRocks(it->status(), "scan store " + dir_);
+      return st.ok() ? Status::NotFound("empty") : st;
+    }
+    key->assign(it->key().data(), it->key().size());
+    return Status::OK();
+  }
+
+  uint64_t DiskBytes() override {
+    uint64_t total = 0;
+    std::vector<std::string> files;
+    if (!db_->GetEnv()->GetChildren(dir_, &files).ok()) return 0;
+    for (const auto& f : files) {
+      struct stat st;
+      if (::stat((dir_ + "/" + f).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        total += static_cast<uint64_t>(st.st_blocks) * 512;
+      }
+    }
+    return total;
+  }
+
+  Status Compact() override {
+    rocksdb::CompactRangeOptions options;
+    options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    for (auto* h : handles_) {
+      TBFS_RETURN_IF_ERROR(FromRocks(db_->CompactRange(options, h, nullptr, nullptr),
+                                     "compact store " + dir_));
+    }
+    return Status::OK();
+  }
+
+ private:
+  rocksdb::ColumnFamilyHandle* cf(Space s) { return handles_[static_cast<int>(s)]; }
+
+  std::string dir_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+};
+
+rocksdb::ColumnFamilyOptions SpaceOptions(Space space) {
+  rocksdb::ColumnFamilyOptions o;
+  if (space == Space::kChunks) {
+    // Chunk values are zstd frames already: keep them out of the LSM
+    // (blob files) and do not compress them again.
+    o.enable_blob_files = true;
+    o.min_blob_size = 0;
+    o.blob_file_size = 256 << 20;
+    o.blob_compression_type = rocksdb::kNoCompression;
+    o.compression = rocksdb::kNoCompression;
+    o.enable_blob_garbage_collection = true;
+    o.blob_garbage_collection_age_cutoff = 0.5;
+    o.write_buffer_size = 64 << 20;
+  }
+  return o;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
+                                                  const BackendOptions& options) {
+  struct stat st;
+  bool exists = ::stat((dir + "/CURRENT").c_str(), &st) == 0;
+  if (!exists && !options.create_if_missing) {
+    return Status::NotFound("no cold store at " + dir + " (nothing has been migrated yet)");
+  }
+  if (!exists && ::stat(dir.c_str(), &st) == 0) {
+    // An existing folder that is not a store: only an empty one may become one.
+    std::vector<std::string> children;
+    rocksdb::Env::Default()->GetChildren(dir, &children);
+    for (const auto& c : children) {
+      if (c != "." && c != "..") {
+        return Status::InvalidArgument(dir + " exists and is not a tbfs store; refusing to use it");
+      }
+    }
+  }
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = options.create_if_missing;
+  db_options.create_missing_column_families = options.create_if_missing;
+  db_options.max_background_jobs = 2;
+  db_options.keep_log_file_num = 4;
+  db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  for (int i = 0; i < kNumSpaces; ++i) {
+    std::string name = i == 0 ? rocksdb::kDefaultColumnFamilyName : kSpaceNames[i];
+    cfs.emplace_back(name, SpaceOptions(static_cast<Space>(i)));
+  }
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = options.read_only
+                          ? rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw)
+                          : rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
+  if (!s.ok()) {
+    Status st = FromRocks(s, "open store " + dir);
+    if (st.code() == Code::kInvalidArgument) {
+      return Status::NotSupported("open store " + dir +
+                                  ": not a tbfs store of a known layout (" + s.ToString() + ")");
+    }
+    return st;
+  }
+  return std::unique_ptr<Backend>(
+      new RocksBackend(dir, std::unique_ptr<rocksdb::DB>(raw), std::move(handles)));
+}
+
+}  // namespace tbfs::store
