@@ -113,7 +113,9 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
       batch.Put(Space::kChunks, ChunkKey(file_id, first + i), value[i]);
       stored += value[i].size();
     }
-    if (batch.bytes() >= kBatchBytes) {
+    // The first wave of a multi-wave file is committed on its own too, so a
+    // crash test can stop the copy halfway with chunks already written.
+    if (batch.bytes() >= kBatchBytes || (first == 0 && chunks > wave)) {
       TBFS_RETURN_IF_ERROR(store.Commit(batch, false));
       batch.Clear();
       MaybeCrash("migrate.copying");

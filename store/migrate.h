@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,9 @@ struct MigrateOptions {
   size_t batch_files = 512;            // ...or files
   std::atomic<uint64_t>* progress = nullptr;  // bytes copied
   bool inject_verify_failure = false;  // tests: the verifier reports a failure
+  // Tests: called after a file's copy is stored and read back, before the
+  // checks that precede its unlink (a writer can be simulated here).
+  std::function<void(const std::string& path)> after_copy_hook;
   WalkOptions walk;                    // to find the tfevents files
 };
 
@@ -113,5 +117,15 @@ struct RecoveryResult {
 // Resolves every journal record left by a crash. Run before any other work
 // on a store opened for writing.
 Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir);
+
+}  // namespace tbfs::store
+
+namespace tbfs::store {
+
+// Estimates the compression ratio of the candidates by compressing a
+// sample (up to 2 chunks from each of up to 32 files spread over the list)
+// exactly as migration would. *sample_bytes receives the bytes sampled.
+Result<double> EstimateRatio(const std::string& logdir, const std::vector<Candidate>& candidates,
+                             uint32_t chunk_bytes, int level, uint64_t* sample_bytes);
 
 }  // namespace tbfs::store

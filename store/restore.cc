@@ -108,6 +108,8 @@ Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
     result.bytes += m.size();
   }
   TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
+  // Give the space back now rather than at some later compaction.
+  if (result.files > 0) TBFS_RETURN_IF_ERROR(store.backend().Compact());
   return result;
 }
 

@@ -17,6 +17,10 @@ inline constexpr int kExitError = 2;
 void RegisterGen(CLI::App& app, int* exit_code);
 void RegisterScan(CLI::App& app, int* exit_code);
 void RegisterVerify(CLI::App& app, int* exit_code);
+void RegisterMigrate(CLI::App& app, int* exit_code);
+void RegisterRestore(CLI::App& app, int* exit_code);  // restore and export
+void RegisterLs(CLI::App& app, int* exit_code);       // ls and du
+void RegisterFsck(CLI::App& app, int* exit_code);     // fsck and gc
 
 // Prints "tbfs <command>: <message>" on stderr.
 void PrintError(const std::string& command, const std::string& message);

@@ -26,6 +26,10 @@ int main(int argc, char** argv) {
   tbfs::cli::RegisterGen(app, &exit_code);
   tbfs::cli::RegisterScan(app, &exit_code);
   tbfs::cli::RegisterVerify(app, &exit_code);
+  tbfs::cli::RegisterMigrate(app, &exit_code);
+  tbfs::cli::RegisterRestore(app, &exit_code);
+  tbfs::cli::RegisterLs(app, &exit_code);
+  tbfs::cli::RegisterFsck(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

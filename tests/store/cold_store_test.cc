@@ -1,0 +1,227 @@
+#include "store/cold_store.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "base/fs_util.h"
+#include "base/work_pool.h"
+#include "store/file_io.h"
+#include "store/format.h"
+#include "store/maintenance.h"
+#include "tests/test_util.h"
+
+namespace tbfs::store {
+namespace {
+
+using testing::ReadBytes;
+using testing::TempDir;
+using testing::WriteBytes;
+
+constexpr uint32_t kChunk = 64 << 10;
+
+// Deterministic content that compresses somewhat, like a trace.
+std::string Content(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s[i] = (i % 7 == 0) ? static_cast<char>('a' + x % 26) : "{\"ts\": 1, \"dur\": 2}\n"[i % 21];
+  }
+  return s;
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OpenOptions o;
+    o.create_if_missing = true;
+    auto s = ColdStore::Open(dir_ / ".tbfs", o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+
+  storepb::Manifest Ingest(const std::string& rel, const std::string& bytes) {
+    WriteBytes(dir_ / rel, bytes);
+    ::chmod((dir_ / rel).c_str(), 0640);
+    auto fd = OpenFile(dir_ / rel, O_RDONLY);
+    EXPECT_TRUE(fd.ok());
+    struct stat st;
+    ::fstat(fd->get(), &st);
+    IngestOptions io;
+    io.chunk_bytes = kChunk;
+    io.level = 3;
+    io.pool = &pool_;
+    auto m = IngestFile(*store_, dir_.path(), rel, fd->get(), st, store_->NewFileId(), io);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return m.value();
+  }
+
+  TempDir dir_;
+  WorkPool pool_{2};
+  std::unique_ptr<ColdStore> store_;
+};
+
+TEST_F(StoreTest, RoundTripsAreByteIdenticalAtChunkBorders) {
+  for (size_t size : {size_t{0}, size_t{1}, size_t{kChunk - 1}, size_t{kChunk}, size_t{kChunk + 1},
+                      size_t{3 * kChunk + 17}}) {
+    std::string rel = "run/t" + std::to_string(size) + ".pt.trace.json";
+    std::string bytes = Content(size, static_cast<uint32_t>(size));
+    storepb::Manifest m = Ingest(rel, bytes);
+    EXPECT_EQ(m.size(), size);
+    EXPECT_EQ(m.chunks(), ChunkCount(size, kChunk));
+    EXPECT_TRUE(VerifyStoredFile(*store_, m, &pool_).ok());
+    MaterializeOptions mo;
+    mo.pool = &pool_;
+    std::string out = dir_ / ("out/" + rel);
+    ASSERT_TRUE(MaterializeFile(*store_, m, out, mo).ok()) << size;
+    EXPECT_EQ(ReadBytes(out), bytes) << size;
+    struct stat st;
+    ASSERT_EQ(::stat(out.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0640u);
+    EXPECT_EQ(static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+              m.mtime_ns());
+  }
+}
+
+TEST_F(StoreTest, HundredMegabyteFileRoundTrips) {
+  std::string bytes = Content(100u << 20, 99);
+  storepb::Manifest m = Ingest("big.pt.trace.json", bytes);
+  EXPECT_LT(m.stored_bytes(), m.size());
+  MaterializeOptions mo;
+  mo.pool = &pool_;
+  ASSERT_TRUE(MaterializeFile(*store_, m, dir_ / "big.out", mo).ok());
+  EXPECT_TRUE(ReadBytes(dir_ / "big.out") == bytes);
+}
+
+TEST_F(StoreTest, RangeReadsAcrossChunkBordersAreExact) {
+  std::string bytes = Content(5 * kChunk + 123, 5);
+  storepb::Manifest m = Ingest("r.trace.json", bytes);
+  ChunkCodec codec;
+  std::string buf(3 * kChunk, '\0');
+  for (auto [off, len] : std::vector<std::pair<uint64_t, size_t>>{
+           {0, 1}, {kChunk - 1, 2}, {kChunk - 10, kChunk + 20}, {2 * kChunk, kChunk},
+           {kChunk / 2, 3 * kChunk}, {5 * kChunk + 100, 1000}, {bytes.size(), 10}}) {
+    size_t got = 0;
+    ASSERT_TRUE(store_->ReadRange(m, off, len, buf.data(), &got, &codec).ok());
+    size_t want = off >= bytes.size() ? 0 : std::min<size_t>(len, bytes.size() - off);
+    ASSERT_EQ(got, want) << off;
+    EXPECT_EQ(std::string_view(buf.data(), got), std::string_view(bytes).substr(off, want)) << off;
+  }
+}
+
+TEST_F(StoreTest, NamespaceListsDirectChildrenOnly) {
+  Ingest("a/b/one.pt.trace.json", "1");
+  Ingest("a/b/two.pt.trace.json", "2");
+  Ingest("a/c/three.pt.trace.json", "3");
+  Ingest("ab/four.pt.trace.json", "4");
+  std::vector<ChildEntry> kids;
+  ASSERT_TRUE(store_->ListChildren("a", &kids).ok());
+  ASSERT_EQ(kids.size(), 2u);
+  EXPECT_EQ(kids[0].name, "b");
+  EXPECT_EQ(kids[0].entry.kind(), storepb::Entry::DIR);
+  EXPECT_EQ(kids[1].name, "c");
+  ASSERT_TRUE(store_->ListChildren("a/b", &kids).ok());
+  ASSERT_EQ(kids.size(), 2u);
+  EXPECT_EQ(kids[0].entry.kind(), storepb::Entry::FILE);
+  ASSERT_TRUE(store_->ListChildren("", &kids).ok());
+  EXPECT_EQ(kids.size(), 2u);  // a, ab
+  auto m = store_->Lookup("a/c/three.pt.trace.json");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->size(), 1u);
+  EXPECT_TRUE(store_->Lookup("a/c/none").status().IsNotFound());
+}
+
+TEST_F(StoreTest, CorruptChunkIsAnErrorAndFsckNamesTheFile) {
+  std::string bytes = Content(4 * kChunk, 8);
+  storepb::Manifest m = Ingest("run/bad.pt.trace.json", bytes);
+  Ingest("run/good.pt.trace.json", Content(kChunk, 9));
+  // Flip one payload byte of chunk 2, as bit rot would.
+  std::string value;
+  ASSERT_TRUE(store_->backend().Get(Space::kChunks, ChunkKey(m.file_id(), 2), &value).ok());
+  value[value.size() / 2] ^= 0x01;
+  WriteBatch b;
+  b.Put(Space::kChunks, ChunkKey(m.file_id(), 2), value);
+  ASSERT_TRUE(store_->Commit(b, true).ok());
+
+  ChunkCodec codec;
+  std::string buf(kChunk, '\0');
+  size_t got = 0;
+  Status st = store_->ReadRange(m, 2 * kChunk + 5, 10, buf.data(), &got, &codec);
+  EXPECT_TRUE(st.IsCorruption()) << st.ToString();
+  EXPECT_NE(st.message().find("run/bad.pt.trace.json"), std::string::npos);
+  EXPECT_TRUE(store_->ReadRange(m, 0, kChunk, buf.data(), &got, &codec).ok());  // chunk 0 is fine
+
+  auto report = Fsck(*store_, &pool_, nullptr);
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->damaged.size(), 1u);
+  EXPECT_EQ(report->damaged[0].first, "run/bad.pt.trace.json");
+  EXPECT_FALSE(report->clean());
+}
+
+TEST_F(StoreTest, UnknownFormatVersionIsRefused) {
+  storepb::StoreInfo info = store_->info();
+  info.set_format_version(kFormatVersion + 41);
+  WriteBatch b;
+  b.Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
+  ASSERT_TRUE(store_->Commit(b, true).ok());
+  store_.reset();
+  auto s = ColdStore::Open(dir_ / ".tbfs", OpenOptions());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::kNotSupported);
+  EXPECT_NE(s.status().message().find("format version 42"), std::string::npos)
+      << s.status().message();
+}
+
+TEST_F(StoreTest, SecondWriterIsBusy) {
+  auto second = ColdStore::Open(dir_ / ".tbfs", OpenOptions());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Code::kBusy) << second.status().ToString();
+  OpenOptions ro;
+  ro.read_only = true;
+  EXPECT_TRUE(ColdStore::Open(dir_ / ".tbfs", ro).ok());  // readers may look
+}
+
+TEST(StoreOpen, MissingStoreIsNotFoundAndAForeignFolderIsRefused) {
+  TempDir dir;
+  EXPECT_TRUE(ColdStore::Open(dir / "none", OpenOptions()).status().IsNotFound());
+  WriteBytes(dir / "foreign/data.txt", "mine");
+  OpenOptions o;
+  o.create_if_missing = true;
+  auto s = ColdStore::Open(dir / "foreign", o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(ReadBytes(dir / "foreign/data.txt"), "mine");
+}
+
+TEST(Chunk, RawFallbackAndChecksums) {
+  ChunkCodec codec;
+  std::string random(4096, '\0');
+  uint32_t x = 1;
+  for (char& c : random) c = static_cast<char>((x = x * 1103515245 + 12345) >> 16);
+  std::string value, out;
+  codec.Encode(random, 3, &value);
+  EXPECT_EQ(static_cast<uint8_t>(value[0]), kChunkRaw);
+  ASSERT_TRUE(codec.Decode(value, random.size(), &out).ok());
+  EXPECT_EQ(out, random);
+  EXPECT_TRUE(codec.Decode(value, random.size() + 1, &out).IsCorruption());
+  value.back() ^= 1;
+  EXPECT_TRUE(codec.Decode(value, random.size(), &out).IsCorruption());
+  EXPECT_TRUE(codec.Decode("xy", 2, &out).IsCorruption());
+}
+
+TEST(Format, EntryKeysMakeChildrenAPrefix) {
+  EXPECT_EQ(EntryKey("a"), std::string("\0a", 2));
+  EXPECT_EQ(EntryKey("a/b/c"), std::string("a/b\0c", 5));
+  EXPECT_EQ(PathOfEntryKey(EntryKey("a/b/c")), "a/b/c");
+  EXPECT_EQ(PathOfEntryKey(EntryKey("top")), "top");
+  uint64_t id = 0, index = 0;
+  ASSERT_TRUE(DecodeChunkKey(ChunkKey(258, 3), &id, &index));
+  EXPECT_EQ(id, 258u);
+  EXPECT_EQ(index, 3u);
+  EXPECT_LT(ChunkKey(1, 0xffffffff), ChunkKey(2, 0));
+}
+
+}  // namespace
+}  // namespace tbfs::store

@@ -1,0 +1,142 @@
+// The store commands as a user runs them: dry runs change nothing, bad input
+// is refused with one line, the backup is a plain tar.zst.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+#include "base/fs_util.h"
+#include "tests/test_util.h"
+
+namespace tbfs {
+namespace {
+
+using namespace tbfs::testing;
+
+std::string Tbfs(const std::string& args) { return std::string(TBFS_BINARY) + " " + args; }
+
+// path -> content, skipping the store.
+std::map<std::string, std::string> Tree(const std::string& root) {
+  std::map<std::string, std::string> out;
+  WalkOptions w;
+  w.skip_dirs = {".tbfs"};
+  EXPECT_TRUE(WalkTree(root, w, [&](const WalkEntry& e) {
+                out[e.rel] = ReadBytes(JoinPath(root, e.rel));
+              }).ok());
+  return out;
+}
+
+class MigrateCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(RunCommand(Tbfs("gen " + logdir_ + " --runs 2 --steps 100 --trace-mb 2 >/dev/null"))
+                  .exit_code,
+              0);
+    before_ = Tree(logdir_);
+  }
+  TempDir dir_;
+  std::string logdir_ = dir_ / "logdir";
+  std::map<std::string, std::string> before_;
+};
+
+TEST_F(MigrateCli, DryRunChangesNothing) {
+  auto r = RunCommand(Tbfs("migrate --json " + logdir_ + " --older-than 0"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["dry_run"].get<bool>());
+  EXPECT_GT(j["files"].get<int>(), 0);
+  EXPECT_GT(j["estimated_freed_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(Tree(logdir_), before_);
+  EXPECT_FALSE(std::filesystem::exists(logdir_ + "/.tbfs"));
+}
+
+TEST_F(MigrateCli, ApplyThenRestoreIsByteIdentical) {
+  auto r = RunCommand(Tbfs("migrate --json " + logdir_ + " --older-than 0 --apply"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["files_moved"].get<int>(), 0);
+  EXPECT_LT(j["stored_bytes"].get<uint64_t>(), j["bytes_moved"].get<uint64_t>());
+  EXPECT_LT(Tree(logdir_).size(), before_.size());
+  EXPECT_EQ(RunCommand(Tbfs("fsck " + logdir_ + " >/dev/null")).exit_code, 0);
+  auto ls = nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out);
+  EXPECT_EQ(ls.size(), j["files_moved"].get<size_t>());
+  ASSERT_EQ(RunCommand(Tbfs("restore " + logdir_ + " --all --apply >/dev/null")).exit_code, 0);
+  EXPECT_EQ(Tree(logdir_), before_);
+}
+
+TEST_F(MigrateCli, HostileConfigLeavesEveryTfeventsFileUntouched) {
+  WriteBytes(dir_ / "policy.yaml",
+             "criteria:\n  trace_marker: ['.tfevents.', '*tfevents*', '**']\ndry_run: false\n");
+  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --config " +
+                           (dir_ / "policy.yaml") + " >/dev/null"));
+  ASSERT_EQ(r.exit_code, 0);
+  auto after = Tree(logdir_);
+  int events = 0;
+  for (const auto& [path, bytes] : before_) {
+    if (path.find("tfevents") == std::string::npos) continue;
+    ++events;
+    ASSERT_TRUE(after.count(path)) << path;
+    EXPECT_EQ(after[path], bytes) << path;
+  }
+  EXPECT_GT(events, 3);
+  EXPECT_LT(after.size(), before_.size());  // the traces did move
+}
+
+TEST_F(MigrateCli, MissingMustHaveTagRefusesAndChangesNothing) {
+  auto r = RunCommand(Tbfs("migrate " + logdir_ +
+                           " --older-than 0 --apply --must-have loss/train,not_a_tag 2>&1"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("not_a_tag"), std::string::npos);
+  EXPECT_EQ(Tree(logdir_), before_);
+}
+
+TEST_F(MigrateCli, WrongPathsAndGarbageAreOneLineErrors) {
+  TempDir empty;
+  WriteBytes(empty / "x.pt.trace.json", "[]");
+  for (const std::string& args : std::vector<std::string>
+       {std::string("migrate /nonexistent/logdir --apply"), "migrate " + empty.path() + " --older-than 0 --apply",
+        "migrate " + logdir_ + " --older-than soon", "migrate " + logdir_ + " --class bogus",
+        "migrate " + logdir_ + " --config /nonexistent.yaml", "restore " + logdir_ + " ../x --all",
+        "export " + logdir_ + " --to " + (dir_ / "out") + " ../../etc",
+        "restore " + logdir_ + " /etc/passwd"}) {
+    auto r = RunCommand(Tbfs(args + " 2>&1 >/dev/null"));
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+  }
+  EXPECT_EQ(Tree(logdir_), before_);
+  EXPECT_TRUE(std::filesystem::exists(empty / "x.pt.trace.json"));
+  // --allow-no-events accepts a logdir without tfevents files.
+  EXPECT_EQ(RunCommand(Tbfs("migrate " + empty.path() +
+                            " --older-than 0 --apply --allow-no-events >/dev/null"))
+                .exit_code,
+            0);
+  EXPECT_FALSE(std::filesystem::exists(empty / "x.pt.trace.json"));
+}
+
+TEST_F(MigrateCli, BackupIsAPlainTarZstd) {
+  std::string backup = dir_ / "backup";
+  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --backup " + backup +
+                           " 2>/dev/null"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::string out = dir_ / "untar";
+  std::filesystem::create_directories(out);
+  auto tar = RunCommand("cd " + out + " && tar --zstd -xf " + backup + "/tbfs-backup-*.tar.zst && echo ok");
+  ASSERT_EQ(tar.out, "ok\n");
+  auto restored = Tree(out);
+  EXPECT_FALSE(restored.empty());
+  for (const auto& [path, bytes] : restored) EXPECT_EQ(bytes, before_[path]) << path;
+}
+
+TEST_F(MigrateCli, GcIsADryRunUnlessApplied) {
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null")).exit_code, 0);
+  auto dry = nlohmann::json::parse(RunCommand(Tbfs("gc --json " + logdir_ + " --older-than 0")).out);
+  EXPECT_GT(dry["files"].get<int>(), 0);
+  auto ls = nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out);
+  EXPECT_EQ(ls.size(), dry["files"].get<size_t>());
+  ASSERT_EQ(RunCommand(Tbfs("gc " + logdir_ + " --older-than 0 --apply >/dev/null")).exit_code, 0);
+  EXPECT_TRUE(nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out).empty());
+  EXPECT_EQ(RunCommand(Tbfs("gc " + logdir_ + " --older-than 3x 2>/dev/null")).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace tbfs

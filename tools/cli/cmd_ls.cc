@@ -1,0 +1,162 @@
+// tbfs ls: the cold files with their logical and stored sizes.
+// tbfs du: totals and ratio per class, and what the store takes on disk.
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+#include "fmt/format.h"
+#include "store/restore.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/progress.h"
+#include "tools/cli/store_cli.h"
+
+namespace tbfs::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct LsArgs {
+  std::string logdir;
+  std::string path;
+  std::string store;
+  bool json = false;
+};
+
+double Ratio(uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / b; }
+
+std::string TimeText(int64_t ns) {
+  time_t secs = static_cast<time_t>(ns / 1'000'000'000);
+  struct tm tm;
+  localtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M", &tm);
+  return buf;
+}
+
+int RunLs(const LsArgs& args) {
+  auto loc = LocateStore(args.logdir, args.store);
+  if (!loc.ok()) {
+    PrintError("ls", loc.status().message());
+    return kExitError;
+  }
+  auto store = OpenStoreForRead(*loc);
+  if (!store.ok()) {
+    PrintError("ls", store.status().message());
+    return kExitError;
+  }
+  std::vector<storepb::Manifest> files;
+  if (*store) {
+    std::vector<std::string> sel, not_found;
+    if (!args.path.empty()) {
+      auto n = store::NormalizeUserPath(args.logdir, args.path);
+      if (!n.ok()) {
+        PrintError("ls", n.status().message());
+        return kExitError;
+      }
+      sel.push_back(*n);
+    }
+    Status st = store::SelectCold(**store, sel, &files, &not_found);
+    if (!st.ok()) {
+      PrintError("ls", st.message());
+      return kExitError;
+    }
+    if (!not_found.empty()) {
+      PrintError("ls", "not in the cold store: " + not_found[0]);
+      return kExitError;
+    }
+  }
+  std::sort(files.begin(), files.end(),
+            [](const auto& a, const auto& b) { return a.path() < b.path(); });
+  if (args.json) {
+    json j = json::array();
+    for (const auto& m : files) {
+      j.push_back({{"path", m.path()}, {"bytes", m.size()}, {"stored_bytes", m.stored_bytes()},
+                   {"class", m.file_class()}, {"mtime_ns", m.mtime_ns()},
+                   {"mode", m.mode() & 07777}, {"file_id", m.file_id()}});
+    }
+    fmt::print("{}\n", j.dump(2));
+    return kExitOk;
+  }
+  for (const auto& m : files) {
+    fmt::print("{:>10} {:>10} {:>6.1f}x  {}  {:<14} {}\n", HumanBytes(m.size()),
+               HumanBytes(m.stored_bytes()), Ratio(m.size(), m.stored_bytes()),
+               TimeText(m.mtime_ns()), m.file_class(), m.path());
+  }
+  if (files.empty()) fmt::print("no cold files\n");
+  return kExitOk;
+}
+
+int RunDu(const LsArgs& args) {
+  auto loc = LocateStore(args.logdir, args.store);
+  if (!loc.ok()) {
+    PrintError("du", loc.status().message());
+    return kExitError;
+  }
+  auto store = OpenStoreForRead(*loc);
+  if (!store.ok()) {
+    PrintError("du", store.status().message());
+    return kExitError;
+  }
+  struct Sum {
+    uint64_t files = 0, bytes = 0, stored = 0;
+  };
+  std::map<std::string, Sum> by_class;
+  Sum total;
+  uint64_t disk = 0;
+  if (*store) {
+    Status st = (*store)->ForEachManifest([&](const storepb::Manifest& m) {
+      for (Sum* s : {&by_class[m.file_class()], &total}) {
+        s->files++;
+        s->bytes += m.size();
+        s->stored += m.stored_bytes();
+      }
+      return true;
+    });
+    if (!st.ok()) {
+      PrintError("du", st.message());
+      return kExitError;
+    }
+    disk = (*store)->backend().DiskBytes();
+  }
+  if (args.json) {
+    json j = {{"files", total.files},      {"bytes", total.bytes},
+              {"stored_bytes", total.stored}, {"ratio", Ratio(total.bytes, total.stored)},
+              {"store_disk_bytes", disk},  {"store", loc->dir}};
+    for (const auto& [cls, s] : by_class) {
+      j["classes"][cls] = {{"files", s.files}, {"bytes", s.bytes}, {"stored_bytes", s.stored}};
+    }
+    fmt::print("{}\n", j.dump(2));
+    return kExitOk;
+  }
+  fmt::print("{:<16} {:>8} {:>12} {:>12} {:>8}\n", "class", "files", "logical", "stored", "ratio");
+  for (const auto& [cls, s] : by_class) {
+    fmt::print("{:<16} {:>8} {:>12} {:>12} {:>7.1f}x\n", cls, s.files, HumanBytes(s.bytes),
+               HumanBytes(s.stored), Ratio(s.bytes, s.stored));
+  }
+  fmt::print("{:<16} {:>8} {:>12} {:>12} {:>7.1f}x\n", "total", total.files,
+             HumanBytes(total.bytes), HumanBytes(total.stored), Ratio(total.bytes, total.stored));
+  fmt::print("store {} takes {} on disk\n", loc->dir, HumanBytes(disk));
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterLs(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<LsArgs>();
+  CLI::App* cmd = app.add_subcommand("ls", "List cold files: logical size, stored size, ratio");
+  cmd->add_option("LOGDIR", args->logdir, "the logdir")->required();
+  cmd->add_option("PATH", args->path, "a file or folder, relative to LOGDIR");
+  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_flag("--json", args->json, "print the list as JSON");
+  cmd->callback([args, exit_code] { *exit_code = RunLs(*args); });
+
+  auto dargs = std::make_shared<LsArgs>();
+  CLI::App* du = app.add_subcommand("du", "Cold totals and ratio per class; store size on disk");
+  du->add_option("LOGDIR", dargs->logdir, "the logdir")->required();
+  du->add_option("--store", dargs->store, "store folder (default LOGDIR/.tbfs)");
+  du->add_flag("--json", dargs->json, "print the totals as JSON");
+  du->callback([dargs, exit_code] { *exit_code = RunDu(*dargs); });
+}
+
+}  // namespace tbfs::cli

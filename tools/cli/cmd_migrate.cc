@@ -1,0 +1,304 @@
+// tbfs migrate LOGDIR: move quiet traces into the cold store. A dry run
+// unless --apply (or a config with dry_run: false).
+#include <nlohmann/json.hpp>
+
+#include "base/units.h"
+#include "events/logdir_digest.h"
+#include "events/verifier.h"
+#include "fmt/format.h"
+#include "store/backup.h"
+#include "store/config.h"
+#include "store/migrate.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/progress.h"
+#include "tools/cli/store_cli.h"
+
+namespace tbfs::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct MigrateArgs {
+  std::string logdir;
+  std::string store;
+  bool apply = false;
+  bool dry_run = false;
+  std::vector<std::string> classes;
+  std::string min_size;
+  std::string older_than = "5m";
+  std::vector<std::string> must_have;
+  std::string backup;
+  std::string config;
+  bool json = false;
+  bool allow_no_events = false;
+  std::string chunk_size;
+  int level = store::kDefaultZstdLevel;
+  int threads = 0;
+};
+
+const char* OutcomeName(store::Outcome o) {
+  switch (o) {
+    case store::Outcome::kMoved: return "moved";
+    case store::Outcome::kChanged: return "left in place (changed)";
+    case store::Outcome::kFailed: return "failed";
+    case store::Outcome::kRolledBack: return "rolled back";
+  }
+  return "?";
+}
+
+double Ratio(uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / b; }
+
+// Merges the config file into the arguments (flags win) and builds the
+// candidate options. Returns an error message, or "".
+std::string Prepare(MigrateArgs* args, store::CandidateOptions* copt, bool* apply) {
+  store::MigrateConfig config;
+  if (!args->config.empty()) {
+    auto loaded = store::LoadMigrateConfig(args->config);
+    if (!loaded.ok()) return loaded.status().message();
+    config = *loaded;
+  }
+  if (args->logdir.empty()) {
+    if (!config.logdir) return "no LOGDIR given (on the command line or as logdir: in --config)";
+    args->logdir = *config.logdir;
+  }
+  *apply = args->dry_run ? false : (args->apply || !config.dry_run);
+  if (args->backup.empty() && config.backup_enabled) args->backup = config.backup_dir;
+  if (args->must_have.empty()) args->must_have = config.must_have_tags;
+  copt->policy.trace_markers = config.trace_markers;
+  copt->policy.protected_markers = config.protected_markers;
+  for (const std::string& c : args->classes) {
+    store::FileClass cls;
+    if (!store::ParseClassName(c, &cls) || !store::IsTraceClass(cls)) {
+      return "unknown trace class '" + c + "' (use tf_profile, pytorch_trace, other_trace)";
+    }
+    copt->classes.push_back(cls);
+  }
+  if (!args->min_size.empty()) {
+    auto n = ParseSizeBytes(args->min_size);
+    if (!n.ok()) return "--min-size: " + n.status().message();
+    copt->min_size_bytes = *n;
+  }
+  auto age = ParseDurationSeconds(args->older_than);
+  if (!age.ok()) return "--older-than: " + age.status().message();
+  copt->older_than_s = *age;
+  if (args->level < 1 || args->level > 22) return "--level must be 1..22";
+  return "";
+}
+
+void PrintPlan(const std::vector<store::Candidate>& candidates,
+               const std::vector<store::Skipped>& skipped, double ratio, uint64_t sample,
+               bool as_json, const std::string& logdir) {
+  uint64_t total = 0;
+  for (const auto& c : candidates) total += c.size;
+  auto stored = static_cast<uint64_t>(static_cast<double>(total) / std::max(ratio, 1.0));
+  if (as_json) {
+    json j = {{"logdir", logdir},       {"dry_run", true},       {"files", candidates.size()},
+              {"bytes", total},         {"estimated_ratio", ratio},
+              {"estimated_stored_bytes", stored}, {"estimated_freed_bytes", total - stored},
+              {"sample_bytes", sample}};
+    for (const auto& c : candidates) {
+      j["candidates"].push_back(
+          {{"path", c.path}, {"class", std::string(store::ClassName(c.cls))}, {"bytes", c.size}});
+    }
+    for (const auto& s : skipped) j["skipped"].push_back({{"path", s.path}, {"reason", s.reason}});
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  for (const auto& c : candidates) {
+    fmt::print("  {:>10}  {:<14} {}\n", HumanBytes(c.size), store::ClassName(c.cls), c.path);
+  }
+  for (const auto& s : skipped) fmt::print("  skipped: {} ({})\n", s.path, s.reason);
+  fmt::print("would migrate {} files, {}; estimated store size {} ({:.1f}x, from a {} sample): "
+             "frees about {}\n",
+             candidates.size(), HumanBytes(total), HumanBytes(stored), ratio, HumanBytes(sample),
+             HumanBytes(total - stored));
+  fmt::print("dry run: nothing changed. Run again with --apply to migrate.\n");
+}
+
+int RunMigrate(MigrateArgs args) {
+  store::CandidateOptions copt;
+  bool apply = false;
+  std::string err = Prepare(&args, &copt, &apply);
+  if (!err.empty()) {
+    PrintError("migrate", err);
+    return kExitError;
+  }
+  auto loc = LocateStore(args.logdir, args.store);
+  if (!loc.ok()) {
+    PrintError("migrate", loc.status().message());
+    return kExitError;
+  }
+  copt.walk = loc->walk;
+
+  // The scalars must be intact (and the must-haves there) before anything moves.
+  events::VerifyOptions vopt;
+  vopt.walk = loc->walk;
+  vopt.must_have = args.must_have;
+  auto before = events::VerifyLogdir(args.logdir, vopt);
+  if (!before.ok()) {
+    PrintError("migrate", before.status().message());
+    return kExitError;
+  }
+  if (before->digest.files.empty() && !args.allow_no_events) {
+    PrintError("migrate", "no *.tfevents.* file under " + args.logdir +
+                              " (wrong path?); use --allow-no-events to migrate anyway");
+    return kExitError;
+  }
+  if (!before->intact()) {
+    for (const auto& f : before->failures) PrintError("migrate", "refusing: " + f.ToString());
+    return kExitFinding;
+  }
+
+  std::vector<store::Candidate> candidates;
+  std::vector<store::Skipped> skipped;
+  Status st = store::FindCandidates(args.logdir, copt, &candidates, &skipped);
+  if (!st.ok()) {
+    PrintError("migrate", st.message());
+    return kExitError;
+  }
+  uint32_t chunk_bytes = store::kDefaultChunkBytes;
+  if (!args.chunk_size.empty()) {
+    auto n = ParseSizeBytes(args.chunk_size);
+    if (!n.ok() || *n < 4096 || *n > (64u << 20)) {
+      PrintError("migrate", "--chunk-size must be between 4K and 64M");
+      return kExitError;
+    }
+    chunk_bytes = static_cast<uint32_t>(*n);
+  }
+  if (candidates.empty()) {
+    if (args.json) {
+      fmt::print("{}\n", json{{"logdir", args.logdir}, {"files", 0}, {"dry_run", !apply}}.dump(2));
+    } else {
+      for (const auto& s : skipped) fmt::print("  skipped: {} ({})\n", s.path, s.reason);
+      fmt::print("nothing to migrate in {}\n", args.logdir);
+    }
+    return kExitOk;
+  }
+  if (!apply) {
+    uint64_t sample = 0;
+    auto ratio = store::EstimateRatio(args.logdir, candidates, chunk_bytes, args.level, &sample);
+    if (!ratio.ok()) {
+      PrintError("migrate", ratio.status().message());
+      return kExitError;
+    }
+    PrintPlan(candidates, skipped, *ratio, sample, args.json, args.logdir);
+    return kExitOk;
+  }
+
+  uint64_t total = 0;
+  for (const auto& c : candidates) total += c.size;
+  std::string archive;
+  if (!args.backup.empty()) {
+    if (store::SameFilesystem(args.backup, args.logdir) ||
+        store::SameFilesystem(ParentPath(args.backup).empty() ? "." : ParentPath(args.backup),
+                              args.logdir)) {
+      PrintError("migrate", "warning: the backup folder " + args.backup +
+                                " is on the same filesystem as the logdir");
+    }
+    std::vector<std::string> paths;
+    for (const auto& c : candidates) paths.push_back(c.path);
+    Progress progress("backup", total);
+    st = store::WriteBackup(args.logdir, paths, args.backup, &archive, progress.counter());
+    if (!st.ok()) {
+      PrintError("migrate", "backup failed, nothing moved: " + st.message());
+      return kExitError;
+    }
+  }
+  auto store = OpenStoreForWrite(*loc, true, "migrate");
+  if (!store.ok()) {
+    PrintError("migrate", store.status().message());
+    return kExitError;
+  }
+  store::MigrateOptions mopt;
+  mopt.must_have = args.must_have;
+  mopt.chunk_bytes = chunk_bytes;
+  mopt.level = args.level;
+  mopt.threads = args.threads;
+  mopt.walk = loc->walk;
+  mopt.inject_verify_failure = std::getenv("TBFS_TEST_INJECT_VERIFY_FAILURE") != nullptr;
+  double start = NowSeconds();
+  auto run = [&] {
+    Progress progress("migrate", total);
+    mopt.progress = progress.counter();
+    return store::Migrate(**store, args.logdir, candidates, mopt);
+  };
+  auto result = run();
+  double secs = NowSeconds() - start;
+  if (!result.ok()) {
+    PrintError("migrate", result.status().message());
+    return kExitError;
+  }
+  if (args.json) {
+    json j = {{"logdir", args.logdir},         {"store", loc->dir},
+              {"dry_run", false},              {"files_moved", result->files_moved},
+              {"bytes_moved", result->bytes_moved}, {"stored_bytes", result->stored_bytes},
+              {"ratio", Ratio(result->bytes_moved, result->stored_bytes)},
+              {"seconds", secs},               {"backup", archive},
+              {"ok", result->ok()}};
+    for (const auto& b : result->batches) {
+      json jb = {{"batch", b.batch_id}, {"rolled_back", b.rolled_back},
+                 {"runs_verified", b.runs_verified}};
+      for (const auto& f : b.failures) jb["verifier_failures"].push_back(f.ToString());
+      for (const auto& f : b.files) {
+        jb["files"].push_back({{"path", f.path}, {"outcome", OutcomeName(f.outcome)},
+                               {"reason", f.reason}, {"bytes", f.bytes},
+                               {"stored_bytes", f.stored_bytes}});
+      }
+      j["batches"].push_back(jb);
+    }
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    for (const auto& b : result->batches) {
+      for (const auto& f : b.files) {
+        if (f.outcome != store::Outcome::kMoved) {
+          fmt::print("  {}: {} ({})\n", f.path, OutcomeName(f.outcome), f.reason);
+        }
+      }
+      for (const auto& f : b.failures) fmt::print("  VERIFIER FAILURE: {}\n", f.ToString());
+      for (const auto& r : b.runs_verified) {
+        fmt::print("  run {}: scalars {}\n", r, b.failures.empty() ? "intact" : "CHECK FAILED, rolled back");
+      }
+    }
+    if (!archive.empty()) fmt::print("backup: {}\n", archive);
+    fmt::print("moved {} files: {} -> {} in the store ({:.1f}x) in {:.1f}s ({:.0f} MB/s)\n",
+               result->files_moved, HumanBytes(result->bytes_moved),
+               HumanBytes(result->stored_bytes), Ratio(result->bytes_moved, result->stored_bytes),
+               secs, static_cast<double>(result->bytes_moved) / 1e6 / std::max(secs, 1e-9));
+  }
+  return result->ok() ? kExitOk : kExitFinding;
+}
+
+}  // namespace
+
+void RegisterMigrate(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<MigrateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "migrate",
+      "Move quiet profiler traces into the compressed cold store. Dry run unless --apply.\n"
+      "Every batch is journaled, verified (scalar digests before and after) and rolled back "
+      "on any difference. tfevents files are never moved.");
+  cmd->add_option("LOGDIR", args->logdir, "the logdir (or logdir: in --config)");
+  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_flag("--apply", args->apply, "really migrate (default: dry run)");
+  cmd->add_flag("--dry-run", args->dry_run, "force a dry run, whatever the config says");
+  cmd->add_option("--class", args->classes, "only these classes: tf_profile,pytorch_trace,other_trace")
+      ->delimiter(',');
+  cmd->add_option("--min-size", args->min_size, "skip files smaller than this (e.g. 1M)");
+  cmd->add_option("--older-than", args->older_than,
+                  "only files not modified for this long (e.g. 30s, 5m, 2h)")
+      ->capture_default_str();
+  cmd->add_option("--must-have", args->must_have, "tags some run must hold, before and after")
+      ->delimiter(',');
+  cmd->add_option("--backup", args->backup, "first write a .tar.zst of the files to DIR");
+  cmd->add_option("--config", args->config, "YAML policy file (flags override it)");
+  cmd->add_flag("--allow-no-events", args->allow_no_events,
+                "migrate even when no tfevents file is found");
+  cmd->add_option("--chunk-size", args->chunk_size, "uncompressed chunk size (default 1M)");
+  cmd->add_option("--level", args->level, "zstd level")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "compression threads (default: one per core)");
+  cmd->add_flag("--json", args->json, "print the plan or the report as JSON");
+  cmd->callback([args, exit_code] { *exit_code = RunMigrate(*args); });
+}
+
+}  // namespace tbfs::cli

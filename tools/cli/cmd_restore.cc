@@ -1,0 +1,195 @@
+// tbfs restore: cold files back to ordinary files (dry run unless --apply).
+// tbfs export: cold files copied out under another folder, store unchanged.
+#include <nlohmann/json.hpp>
+
+#include "base/work_pool.h"
+#include "fmt/format.h"
+#include "store/restore.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/progress.h"
+#include "tools/cli/store_cli.h"
+
+namespace tbfs::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct CopyArgs {
+  std::string logdir;
+  std::string store;
+  std::vector<std::string> paths;
+  bool all = false;
+  bool apply = false;
+  std::string to;
+  bool force = false;
+  bool json = false;
+};
+
+// Turns the PATH arguments into clean relative paths. Returns an exit code
+// on error, -1 to go on.
+int Normalize(const std::string& cmd, const CopyArgs& args, std::vector<std::string>* rel) {
+  for (const std::string& p : args.paths) {
+    auto n = store::NormalizeUserPath(args.logdir, p);
+    if (!n.ok()) {
+      PrintError(cmd, n.status().message());
+      return kExitError;
+    }
+    rel->push_back(*n);
+  }
+  return -1;
+}
+
+// Resolves relative paths into cold files (a missing store holds none).
+// Returns an exit code on error, -1 to go on.
+int Select(const std::string& cmd, const std::vector<std::string>& rel, store::ColdStore* store,
+           std::vector<storepb::Manifest>* files) {
+  std::vector<std::string> not_found = rel;
+  if (store != nullptr) {
+    Status st = store::SelectCold(*store, rel, files, &not_found);
+    if (!st.ok()) {
+      PrintError(cmd, st.message());
+      return kExitError;
+    }
+  }
+  for (const auto& p : not_found) {
+    PrintError(cmd, "not in the cold store: " + p);
+    return kExitError;
+  }
+  return -1;
+}
+
+int Report(const std::string& verb, const CopyArgs& args, const store::CopyResult& r) {
+  if (args.json) {
+    json j = {{"files", r.files}, {"bytes", r.bytes}, {"failed", json::array()}};
+    for (const auto& [p, why] : r.failed) j["failed"].push_back({{"path", p}, {"reason", why}});
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    for (const auto& [p, why] : r.failed) fmt::print("  {}: {}\n", p, why);
+    fmt::print("{} {} files, {}{}\n", verb, r.files, HumanBytes(r.bytes),
+               r.failed.empty() ? "" : fmt::format("; {} failed", r.failed.size()));
+  }
+  return r.failed.empty() ? kExitOk : kExitFinding;
+}
+
+int RunRestore(const CopyArgs& args) {
+  if (args.paths.empty() && !args.all) {
+    PrintError("restore", "name the PATHs to restore, or --all");
+    return kExitError;
+  }
+  auto loc = LocateStore(args.logdir, args.store);
+  if (!loc.ok()) {
+    PrintError("restore", loc.status().message());
+    return kExitError;
+  }
+  std::vector<std::string> rel;
+  if (int rc = Normalize("restore", args, &rel); rc >= 0) return rc;
+  auto store = args.apply ? OpenStoreForWrite(*loc, false, "restore") : OpenStoreForRead(*loc);
+  if (!store.ok()) {
+    PrintError("restore", store.status().message());
+    return kExitError;
+  }
+  std::vector<storepb::Manifest> files;
+  if (int rc = Select("restore", rel, store->get(), &files); rc >= 0) return rc;
+  if (files.empty()) {
+    fmt::print("nothing is cold in {}\n", args.logdir);
+    return kExitOk;
+  }
+  uint64_t total = 0;
+  for (const auto& m : files) total += m.size();
+  if (!args.apply) {
+    if (args.json) {
+      json j = {{"dry_run", true}, {"files", files.size()}, {"bytes", total}};
+      for (const auto& m : files) j["paths"].push_back(m.path());
+      fmt::print("{}\n", j.dump(2));
+    } else {
+      for (const auto& m : files) fmt::print("  {:>10}  {}\n", HumanBytes(m.size()), m.path());
+      fmt::print("would restore {} files, {}\ndry run: nothing changed. Run again with --apply.\n",
+                 files.size(), HumanBytes(total));
+    }
+    return kExitOk;
+  }
+  WorkPool pool(0);
+  auto run = [&] {
+    Progress progress("restore", total);
+    return store::Restore(**store, args.logdir, files, &pool, progress.counter());
+  };
+  auto r = run();
+  if (!r.ok()) {
+    PrintError("restore", r.status().message());
+    return kExitError;
+  }
+  return Report("restored", args, *r);
+}
+
+int RunExport(const CopyArgs& args) {
+  auto loc = LocateStore(args.logdir, args.store);
+  if (!loc.ok()) {
+    PrintError("export", loc.status().message());
+    return kExitError;
+  }
+  std::vector<std::string> rel;
+  if (int rc = Normalize("export", args, &rel); rc >= 0) return rc;
+  auto store = OpenStoreForRead(*loc);
+  if (!store.ok()) {
+    PrintError("export", store.status().message());
+    return kExitError;
+  }
+  std::vector<storepb::Manifest> files;
+  if (int rc = Select("export", rel, store->get(), &files); rc >= 0) return rc;
+  if (files.empty()) {
+    fmt::print("nothing is cold in {}\n", args.logdir);
+    return kExitOk;
+  }
+  uint64_t total = 0;
+  for (const auto& m : files) total += m.size();
+  WorkPool pool(0);
+  double start = NowSeconds();
+  auto run = [&] {
+    Progress progress("export", total);
+    return store::Export(**store, args.to, files, args.force, &pool, progress.counter());
+  };
+  auto r = run();
+  if (!r.ok()) {
+    PrintError("export", r.status().message());
+    return kExitError;
+  }
+  if (!args.json) {
+    double secs = NowSeconds() - start;
+    fmt::print("to {} in {:.1f}s ({:.0f} MB/s)\n", args.to, secs,
+               static_cast<double>(r->bytes) / 1e6 / std::max(secs, 1e-9));
+  }
+  return Report("exported", args, *r);
+}
+
+}  // namespace
+
+void RegisterRestore(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<CopyArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "restore",
+      "Bring cold files back as ordinary files at their paths (mode and times kept, hashes "
+      "checked), then drop them from the store. Dry run unless --apply.");
+  cmd->add_option("LOGDIR", args->logdir, "the logdir")->required();
+  cmd->add_option("PATH", args->paths, "files or folders, relative to LOGDIR");
+  cmd->add_flag("--all", args->all, "every cold file");
+  cmd->add_flag("--apply", args->apply, "really restore (default: dry run)");
+  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_flag("--json", args->json, "print the report as JSON");
+  cmd->callback([args, exit_code] { *exit_code = RunRestore(*args); });
+
+  auto eargs = std::make_shared<CopyArgs>();
+  CLI::App* exp = app.add_subcommand(
+      "export",
+      "Write cold files under another folder (same relative paths) for a profiling session; "
+      "the store is not changed.");
+  exp->add_option("LOGDIR", eargs->logdir, "the logdir")->required();
+  exp->add_option("PATH", eargs->paths, "files or folders, relative to LOGDIR (default: all)");
+  exp->add_option("--to", eargs->to, "destination folder")->required();
+  exp->add_flag("--force", eargs->force, "replace files that exist in the destination");
+  exp->add_option("--store", eargs->store, "store folder (default LOGDIR/.tbfs)");
+  exp->add_flag("--json", eargs->json, "print the report as JSON");
+  exp->callback([eargs, exit_code] { *exit_code = RunExport(*eargs); });
+}
+
+}  // namespace tbfs::cli

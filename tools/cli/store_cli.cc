@@ -1,0 +1,67 @@
+#include "tools/cli/store_cli.h"
+
+#include <sys/stat.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "store/classify.h"
+#include "store/migrate.h"
+#include "fmt/format.h"
+#include "tools/cli/commands.h"
+
+namespace tbfs::cli {
+
+namespace {
+
+std::string RealPath(const std::string& p) {
+  char buf[PATH_MAX];
+  return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+}
+
+}  // namespace
+
+Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& store_flag) {
+  struct stat st;
+  if (::stat(logdir.c_str(), &st) != 0) return Status::FromErrno(errno, "stat", logdir);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(logdir + " is not a directory");
+  StoreLocation loc;
+  loc.logdir = logdir;
+  loc.dir = store_flag.empty() ? JoinPath(logdir, store::kStoreDirName) : store_flag;
+  // Whatever the store's name, a walk of the logdir must never enter it.
+  std::string root = RealPath(logdir) + "/";
+  std::string dir = RealPath(loc.dir);
+  loc.walk.skip_dirs.push_back(store::kStoreDirName);
+  if (dir.compare(0, root.size(), root) == 0) loc.walk.skip_dirs.push_back(dir.substr(root.size()));
+  return loc;
+}
+
+Result<std::unique_ptr<store::ColdStore>> OpenStoreForRead(const StoreLocation& loc) {
+  store::OpenOptions options;
+  options.read_only = true;
+  auto s = store::ColdStore::Open(loc.dir, options);
+  if (!s.ok() && s.status().IsNotFound()) return std::unique_ptr<store::ColdStore>();
+  return s;
+}
+
+Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation& loc, bool create,
+                                                            const std::string& command) {
+  store::OpenOptions options;
+  options.create_if_missing = create;
+  auto s = store::ColdStore::Open(loc.dir, options);
+  if (!s.ok()) {
+    if (s.status().IsNotFound() && !create) return std::unique_ptr<store::ColdStore>();
+    return s.status();
+  }
+  auto recovered = store::Recover(**s, loc.logdir);
+  if (!recovered.ok()) return recovered.status();
+  if (recovered->batches > 0) {
+    PrintError(command, fmt::format("recovered {} unfinished batch(es) left by a crash: {} file(s) "
+                                    "written back, {} store copy(ies) dropped",
+                                    recovered->batches, recovered->restored, recovered->dropped));
+  }
+  for (const std::string& note : recovered->notes) PrintError(command, "recovery: " + note);
+  return s;
+}
+
+}  // namespace tbfs::cli

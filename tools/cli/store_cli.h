@@ -1,0 +1,32 @@
+// What the store commands share: where a logdir's store is, opening it for
+// reading or for writing (with crash recovery first), and the folders a
+// walk of the logdir must skip.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/fs_util.h"
+#include "store/cold_store.h"
+
+namespace tbfs::cli {
+
+struct StoreLocation {
+  std::string logdir;  // as given
+  std::string dir;     // the store folder
+  WalkOptions walk;    // skips the store when it lies inside the logdir
+};
+
+// --store DIR, or LOGDIR/.tbfs. InvalidArgument when LOGDIR is not a folder.
+Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& store_flag);
+
+// Opens the store read-only. A missing store yields nullptr (nothing cold).
+Result<std::unique_ptr<store::ColdStore>> OpenStoreForRead(const StoreLocation& loc);
+
+// Opens the store for writing (creating it when `create`), then resolves any
+// journal a crash left (I4), printing what recovery did on stderr. A missing
+// store yields nullptr when !create.
+Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation& loc, bool create,
+                                                            const std::string& command);
+
+}  // namespace tbfs::cli
