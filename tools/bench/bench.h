@@ -6,5 +6,6 @@
 namespace tbfs::bench {
 
 void RegisterVerifyBench(CLI::App& app, int* exit_code);
+void RegisterMigrateBench(CLI::App& app, int* exit_code);  // migrate and chunking
 
 }  // namespace tbfs::bench

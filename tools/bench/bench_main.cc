@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   tbfs::bench::RegisterVerifyBench(app, &exit_code);
+  tbfs::bench::RegisterMigrateBench(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
