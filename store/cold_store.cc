@@ -196,6 +196,84 @@ void ColdStore::RemoveFile(WriteBatch* batch, const storepb::Manifest& m) {
   batch->Delete(Space::kNamespace, EntryKey(m.path()));
 }
 
+void ColdStore::RemoveFileKeepChunks(WriteBatch* batch, const storepb::Manifest& m) {
+  batch->Delete(Space::kManifests, EncodeId(m.file_id()));
+  batch->Delete(Space::kNamespace, EntryKey(m.path()));
+}
+
+void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id) {
+  batch->DeleteRange(Space::kChunks, ChunkKey(file_id, 0), ChunkKey(file_id + 1, 0));
+}
+
+void ColdStore::RemoveEntry(WriteBatch* batch, std::string_view rel_path) {
+  batch->Delete(Space::kNamespace, EntryKey(rel_path));
+}
+
+Result<bool> ColdStore::HasChildren(std::string_view folder) {
+  bool any = false;
+  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kNamespace, ChildPrefix(folder),
+                                      [&](std::string_view, std::string_view) {
+                                        any = true;
+                                        return false;
+                                      }));
+  return any;
+}
+
+Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::string& to,
+                         const std::string& logdir) {
+  // The entry itself, its direct children ("from\0name") and everything
+  // deeper ("from/...").
+  struct Move {
+    std::string old_key, new_path, value;
+  };
+  std::vector<Move> moves;
+  std::string own;
+  Status st = backend_->Get(Space::kNamespace, EntryKey(from), &own);
+  if (st.IsNotFound()) return Status::NotFound("not in the cold store: " + from);
+  TBFS_RETURN_IF_ERROR(st);
+  moves.push_back({EntryKey(from), to, own});
+  for (const std::string& prefix : {ChildPrefix(from), from + "/"}) {
+    TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kNamespace, prefix,
+                                        [&](std::string_view key, std::string_view value) {
+                                          std::string path = PathOfEntryKey(key);
+                                          moves.push_back({std::string(key),
+                                                           to + path.substr(from.size()),
+                                                           std::string(value)});
+                                          return true;
+                                        }));
+  }
+  for (const Move& m : moves) {
+    batch->Delete(Space::kNamespace, m.old_key);
+    batch->Put(Space::kNamespace, EntryKey(m.new_path), m.value);
+    storepb::Entry e;
+    if (e.ParseFromString(m.value) && e.kind() == storepb::Entry::FILE) {
+      auto manifest = GetManifest(e.file_id());
+      if (!manifest.ok()) return manifest.status();
+      manifest->set_path(m.new_path);
+      batch->Put(Space::kManifests, EncodeId(e.file_id()), manifest->SerializeAsString());
+    }
+  }
+  // Folder entries for the new ancestors.
+  for (std::string folder = ParentPath(to); !folder.empty(); folder = ParentPath(folder)) {
+    std::string ignored;
+    Status g = backend_->Get(Space::kNamespace, EntryKey(folder), &ignored);
+    if (g.ok()) break;
+    if (!g.IsNotFound()) return g;
+    storepb::Entry dir;
+    dir.set_kind(storepb::Entry::DIR);
+    struct stat sb;
+    dir.set_mode(S_IFDIR | 0755);
+    if (::stat(JoinPath(logdir, folder).c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+      dir.set_mode(sb.st_mode);
+      dir.set_uid(sb.st_uid);
+      dir.set_gid(sb.st_gid);
+      dir.set_mtime_ns(StatNs(sb.st_mtim));
+    }
+    batch->Put(Space::kNamespace, EntryKey(folder), dir.SerializeAsString());
+  }
+  return Status::OK();
+}
+
 Status ColdStore::ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
                             std::string* raw) {
   std::string value;

@@ -70,6 +70,19 @@ class ColdStore {
   Status AddFile(WriteBatch* batch, const storepb::Manifest& m, const std::string& logdir);
   // Removes a file's chunks, manifest and namespace entry. Folders stay.
   void RemoveFile(WriteBatch* batch, const storepb::Manifest& m);
+  // Removes a file's manifest and namespace entry but keeps its chunks, for
+  // a file deleted while still open (its chunks go with RemoveChunks later).
+  void RemoveFileKeepChunks(WriteBatch* batch, const storepb::Manifest& m);
+  void RemoveChunks(WriteBatch* batch, uint64_t file_id);
+  // Removes one namespace entry (an empty folder).
+  void RemoveEntry(WriteBatch* batch, std::string_view rel_path);
+  // Moves the entry at `from` (a file or a folder with everything below it)
+  // to `to`: namespace keys and manifest paths. Ancestors of `to` get folder
+  // entries (mode taken from `logdir`) where missing.
+  Status Rename(WriteBatch* batch, const std::string& from, const std::string& to,
+                const std::string& logdir);
+  // True when the folder has at least one cold entry below it.
+  Result<bool> HasChildren(std::string_view folder);
   Status Commit(const WriteBatch& batch, bool sync) { return backend_->Commit(batch, sync); }
 
   // --- content

@@ -147,6 +147,11 @@ std::optional<storepb::Manifest> BatchRunner::MoveOne(const storepb::JournalEntr
       !SameIdentity(after, entry) || !SameIdentity(at_path, entry)) {
     return give_up(Outcome::kChanged, "modified while it was copied; left in place");
   }
+  result->dev = at_path.st_dev;
+  result->ino = at_path.st_ino;
+  if (options_.before_unlink && !options_.before_unlink(c.path, at_path)) {
+    return give_up(Outcome::kChanged, "open through the mount; left in place");
+  }
   if (::unlink(path.c_str()) != 0) {
     return give_up(Outcome::kFailed, Status::FromErrno(errno, "unlink", path).message());
   }
@@ -187,7 +192,12 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
                              events::LogdirDigest* full) {
   BatchResult result;
   result.batch_id = store_.NewBatchId();
-  for (const Candidate& c : batch) result.files.push_back({c.path, Outcome::kFailed, "", c.size, 0});
+  for (const Candidate& c : batch) {
+    FileResult f;
+    f.path = c.path;
+    f.bytes = c.size;
+    result.files.push_back(std::move(f));
+  }
 
   // 1. Baseline of every run the batch touches.
   std::vector<std::string> affected = AffectedEventFiles(event_files, batch);
@@ -282,6 +292,7 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   st = store_.Commit(commit, true);
   if (!st.ok()) spdlog::error("migrate: commit batch {}: {}", result.batch_id, st.message());
   MaybeCrash("migrate.committed");
+  if (options_.after_batch) options_.after_batch(result);
   return result;
 }
 
@@ -352,6 +363,7 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
     batch_bytes = 0;
   };
   for (const Candidate& c : candidates) {
+    if (options.stop != nullptr && options.stop->load()) break;
     bool in_skipped_dir =
         std::find(options.walk.skip_dirs.begin(), options.walk.skip_dirs.end(),
                   c.path.substr(0, c.path.find('/'))) != options.walk.skip_dirs.end();
@@ -365,7 +377,7 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
     batch_bytes += c.size;
     if (batch_bytes >= options.batch_bytes || batch.size() >= options.batch_files) flush();
   }
-  flush();
+  if (options.stop == nullptr || !options.stop->load()) flush();
   return result;
 }
 

@@ -23,6 +23,8 @@
 // Not thread-safe: one migration per store at a time (the store has one writer).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <functional>
 #include <string>
@@ -71,6 +73,12 @@ struct MigrateOptions {
   // Tests: called after a file's copy is stored and read back, before the
   // checks that precede its unlink (a writer can be simulated here).
   std::function<void(const std::string& path)> after_copy_hook;
+  // The mount's hooks. before_unlink may veto the unlink of a file (it is
+  // open through the mount); after_batch hears how the batch ended.
+  std::function<bool(const std::string& rel_path, const struct stat& st)> before_unlink;
+  std::function<void(const struct BatchResult& batch)> after_batch;
+  // Stops between batches when it becomes true.
+  const std::atomic<bool>* stop = nullptr;
   WalkOptions walk;                    // to find the tfevents files
 };
 
@@ -78,6 +86,8 @@ enum class Outcome { kMoved, kChanged, kFailed, kRolledBack };
 
 struct FileResult {
   std::string path;
+  dev_t dev = 0;            // the hot file's identity when it was copied
+  ino_t ino = 0;
   Outcome outcome = Outcome::kFailed;
   std::string reason;       // for anything but kMoved
   uint64_t bytes = 0;       // logical size

@@ -65,7 +65,7 @@ Status SelectCold(ColdStore& store, const std::vector<std::string>& paths,
 
 Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
                            const std::vector<storepb::Manifest>& files, WorkPool* pool,
-                           std::atomic<uint64_t>* progress) {
+                           std::atomic<uint64_t>* progress, bool compact) {
   CopyResult result;
   if (files.empty()) return result;
   storepb::JournalRecord record;
@@ -109,7 +109,7 @@ Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
   }
   TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
   // Give the space back now rather than at some later compaction.
-  if (result.files > 0) TBFS_RETURN_IF_ERROR(store.backend().Compact());
+  if (compact && result.files > 0) TBFS_RETURN_IF_ERROR(store.backend().Compact());
   return result;
 }
 

@@ -37,9 +37,11 @@ struct CopyResult {
 // Writes each file back to its path in the logdir (mode, owner and times
 // kept, hash checked), then drops it from the store. A path where a file
 // exists now is skipped (reported in failed) and stays cold.
+// `compact` gives the space back at once (a restore of many files); the
+// mount's single-file rehydrations leave that to RocksDB.
 Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
                            const std::vector<storepb::Manifest>& files, WorkPool* pool,
-                           std::atomic<uint64_t>* progress);
+                           std::atomic<uint64_t>* progress, bool compact = true);
 
 // Writes each file under to_dir at its relative path; the store is not
 // changed. Existing files are replaced only with `force`.

@@ -1,11 +1,15 @@
 // tbfs migrate LOGDIR: move quiet traces into the cold store. A dry run
 // unless --apply (or a config with dry_run: false).
+#include <sys/xattr.h>
+
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "base/units.h"
 #include "events/logdir_digest.h"
 #include "events/verifier.h"
 #include "fmt/format.h"
+#include "fs/filesystem.h"
 #include "store/backup.h"
 #include "store/config.h"
 #include "store/migrate.h"
@@ -35,7 +39,38 @@ struct MigrateArgs {
   std::string chunk_size;
   int level = store::kDefaultZstdLevel;
   int threads = 0;
+  bool now = false;
 };
+
+// `tbfs migrate MOUNTPOINT --now`: the running mount migrates at once, with
+// its own policy; returns when the pass is done.
+int MigrateThroughMount(const MigrateArgs& args) {
+  std::string before;
+  if (std::string err = ReadMountStatus(args.logdir, &before); !err.empty()) {
+    PrintError("migrate", err + " (--now asks a running mount to migrate)");
+    return kExitError;
+  }
+  if (::setxattr(args.logdir.c_str(), fs::kMigrateNowXattr, "1", 1, 0) != 0) {
+    PrintError("migrate", std::string("the mount could not migrate: ") + std::strerror(errno) +
+                              " (its log is tbfs-mount.log in the store)");
+    return kExitError;
+  }
+  std::string after;
+  (void)ReadMountStatus(args.logdir, &after);
+  auto j = json::parse(after, nullptr, false);
+  if (args.json || j.is_discarded()) {
+    fmt::print("{}\n", after);
+  } else {
+    fmt::print("{}: {} cold files, {} stored as {}; last verifier: {}\n", args.logdir,
+               j["cold"]["files"].get<uint64_t>(), HumanBytes(j["cold"]["bytes"].get<uint64_t>()),
+               HumanBytes(j["cold"]["stored_bytes"].get<uint64_t>()),
+               j["last_verifier"].get<std::string>().empty() ? "no batch yet"
+                                                             : j["last_verifier"].get<std::string>());
+  }
+  return j.is_discarded() || j["last_verifier"].get<std::string>().starts_with("failed")
+             ? kExitFinding
+             : kExitOk;
+}
 
 const char* OutcomeName(store::Outcome o) {
   switch (o) {
@@ -117,6 +152,15 @@ void PrintPlan(const std::vector<store::Candidate>& candidates,
 }
 
 int RunMigrate(MigrateArgs args) {
+  if (args.now) return MigrateThroughMount(args);
+  {
+    std::string ignored;
+    if (!args.logdir.empty() && ReadMountStatus(args.logdir, &ignored).empty()) {
+      PrintError("migrate", args.logdir + " is a tbfs mount point: use --now to have the mount "
+                                          "migrate, or give the backing logdir");
+      return kExitError;
+    }
+  }
   store::CandidateOptions copt;
   bool apply = false;
   std::string err = Prepare(&args, &copt, &apply);
@@ -297,6 +341,7 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
   cmd->add_option("--chunk-size", args->chunk_size, "uncompressed chunk size (default 1M)");
   cmd->add_option("--level", args->level, "zstd level")->capture_default_str();
   cmd->add_option("--threads", args->threads, "compression threads (default: one per core)");
+  cmd->add_flag("--now", args->now, "LOGDIR is a tbfs mount point: have the mount migrate now");
   cmd->add_flag("--json", args->json, "print the plan or the report as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunMigrate(*args); });
 }

@@ -21,6 +21,11 @@ void RegisterMigrate(CLI::App& app, int* exit_code);
 void RegisterRestore(CLI::App& app, int* exit_code);  // restore and export
 void RegisterLs(CLI::App& app, int* exit_code);       // ls and du
 void RegisterFsck(CLI::App& app, int* exit_code);     // fsck and gc
+void RegisterMount(CLI::App& app, int* exit_code);    // mount and status
+
+// The JSON status of the tbfs mount at `mountpoint` into *json; returns ""
+// or a one-line error (not a tbfs mount).
+std::string ReadMountStatus(const std::string& mountpoint, std::string* json);
 
 // Prints "tbfs <command>: <message>" on stderr.
 void PrintError(const std::string& command, const std::string& message);

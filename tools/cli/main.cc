@@ -3,6 +3,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "tools/cli/commands.h"
 
 int main(int argc, char** argv) {
@@ -30,8 +32,19 @@ int main(int argc, char** argv) {
   tbfs::cli::RegisterRestore(app, &exit_code);
   tbfs::cli::RegisterLs(app, &exit_code);
   tbfs::cli::RegisterFsck(app, &exit_code);
+  tbfs::cli::RegisterMount(app, &exit_code);
+  // mount.fuse3 (fstab type fuse.tbfs) runs "tbfs LOGDIR MOUNTPOINT -o OPTS".
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() >= 2 && !args[0].empty() && args[0][0] != '-') {
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      known |= sub->get_name() == args[0];
+    }
+    if (!known) args.insert(args.begin(), "mount");
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : tbfs::cli::kExitError;

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "fs/mount.h"
 #include "store/classify.h"
 #include "store/migrate.h"
 #include "fmt/format.h"
@@ -51,6 +52,15 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation&
   auto s = store::ColdStore::Open(loc.dir, options);
   if (!s.ok()) {
     if (s.status().IsNotFound() && !create) return std::unique_ptr<store::ColdStore>();
+    if (s.status().code() == Code::kBusy) {
+      std::string holder;
+      if (ReadFileToString(JoinPath(loc.dir, fs::kMountInfoFile), &holder).ok() && !holder.empty()) {
+        std::string mountpoint = holder.substr(0, holder.find(' '));
+        return Status::Busy("the store " + loc.dir + " is held by the tbfs mount at " + mountpoint +
+                            ": run the command on the mount point (tbfs migrate " + mountpoint +
+                            " --now), or unmount it first");
+      }
+    }
     return s.status();
   }
   auto recovered = store::Recover(**s, loc.logdir);

@@ -1,0 +1,128 @@
+#include "fs/chunk_cache.h"
+
+#include "spdlog/spdlog.h"
+
+namespace tbfs::fs {
+
+namespace {
+constexpr size_t kMaxQueuedPrefetches = 8;
+}
+
+ChunkCache::ChunkCache(store::ColdStore* store, uint64_t capacity_bytes, int prefetch_threads)
+    : store_(store), capacity_(capacity_bytes) {
+  for (int i = 0; i < prefetch_threads; ++i) prefetchers_.emplace_back([this] { PrefetchLoop(); });
+}
+
+ChunkCache::~ChunkCache() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  prefetch_cv_.notify_all();
+  for (auto& t : prefetchers_) t.join();
+}
+
+Result<std::shared_ptr<const std::string>> ChunkCache::Get(
+    const std::shared_ptr<const storepb::Manifest>& m, uint64_t index) {
+  Key key{m->file_id(), index};
+  std::promise<Loaded> promise;
+  std::shared_future<Loaded> future;
+  bool loader = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = slots_.find(key);
+    if (it != slots_.end()) {
+      stats_.hits++;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      future = it->second.future;
+    } else {
+      stats_.misses++;
+      loader = true;
+      future = promise.get_future().share();
+      lru_.push_front(key);
+      slots_.emplace(key, Slot{future, lru_.begin(), 0});
+    }
+  }
+  if (loader) {
+    thread_local store::ChunkCodec codec;
+    auto raw = std::make_shared<std::string>();
+    Status st = store_->ReadChunk(*m, index, &codec, raw.get());
+    if (!st.ok()) spdlog::error("[EIO:cold-chunk] {}", st.message());
+    promise.set_value({st, st.ok() ? std::shared_ptr<const std::string>(raw) : nullptr});
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = slots_.find(key);
+    if (it != slots_.end()) {
+      if (!st.ok()) {
+        stats_.errors++;
+        lru_.erase(it->second.lru);
+        slots_.erase(it);
+      } else {
+        it->second.bytes = raw->size();
+        bytes_ += raw->size();
+        EvictLocked();
+      }
+    }
+  }
+  const Loaded& loaded = future.get();
+  if (!loaded.status.ok()) return loaded.status;
+  return loaded.data;
+}
+
+void ChunkCache::EvictLocked() {
+  auto it = lru_.end();
+  while (bytes_ > capacity_ && it != lru_.begin()) {
+    --it;
+    auto slot = slots_.find(*it);
+    if (slot->second.bytes == 0) continue;  // still loading
+    bytes_ -= slot->second.bytes;
+    slots_.erase(slot);
+    it = lru_.erase(it);
+  }
+}
+
+void ChunkCache::Drop(uint64_t file_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = lru_.begin(); it != lru_.end();) {
+    auto slot = slots_.find(*it);
+    if (it->file_id == file_id && slot->second.bytes > 0) {
+      bytes_ -= slot->second.bytes;
+      slots_.erase(slot);
+      it = lru_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ChunkCache::Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uint64_t index) {
+  if (prefetchers_.empty() || index >= m->chunks()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slots_.count({m->file_id(), index}) || queue_.size() >= kMaxQueuedPrefetches) return;
+    queue_.emplace_back(m, index);
+  }
+  prefetch_cv_.notify_one();
+}
+
+void ChunkCache::PrefetchLoop() {
+  for (;;) {
+    std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      prefetch_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    (void)Get(job.first, job.second);
+  }
+}
+
+ChunkCache::Stats ChunkCache::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s = stats_;
+  s.bytes = bytes_;
+  return s;
+}
+
+}  // namespace tbfs::fs

@@ -1,0 +1,89 @@
+// The cache of decompressed cold chunks, shared by every open cold file.
+//
+// Limits, honestly: it holds at most capacity_bytes of chunk data in the
+// LRU; chunks being read by a caller at the moment of eviction stay alive
+// until that caller drops them, so the true peak is capacity plus one
+// chunk per concurrent reader. Concurrent misses on one chunk read and
+// decompress it once; the other callers wait for that result. Prefetch
+// queues asynchronous loads (sequential readahead) on a few threads and
+// drops requests when more than a small number are pending.
+//
+// Every chunk is checksum-checked when loaded (I5): a damaged chunk is an
+// error for every caller and is not cached. Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "store/cold_store.h"
+
+namespace tbfs::fs {
+
+class ChunkCache {
+ public:
+  ChunkCache(store::ColdStore* store, uint64_t capacity_bytes, int prefetch_threads);
+  ~ChunkCache();
+
+  // Chunk `index` of the file, decompressed and checked.
+  Result<std::shared_ptr<const std::string>> Get(
+      const std::shared_ptr<const storepb::Manifest>& m, uint64_t index);
+  // Loads the chunk in the background if it is not cached.
+  void Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uint64_t index);
+  // Drops every cached chunk of a file (it left the store).
+  void Drop(uint64_t file_id);
+
+  struct Stats {
+    uint64_t hits = 0;
+    uint64_t misses = 0;
+    uint64_t bytes = 0;
+    uint64_t errors = 0;
+  };
+  Stats stats();
+
+ private:
+  struct Key {
+    uint64_t file_id;
+    uint64_t index;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.file_id * 0x9e3779b97f4a7c15ull ^ k.index); }
+  };
+  struct Loaded {
+    Status status;
+    std::shared_ptr<const std::string> data;
+  };
+  struct Slot {
+    std::shared_future<Loaded> future;
+    std::list<Key>::iterator lru;
+    uint64_t bytes = 0;  // 0 while loading
+  };
+
+  void EvictLocked();
+  void PrefetchLoop();
+
+  store::ColdStore* store_;
+  const uint64_t capacity_;
+  std::mutex mu_;
+  std::unordered_map<Key, Slot, KeyHash> slots_;  // guarded by mu_
+  std::list<Key> lru_;                            // guarded by mu_; front = newest
+  uint64_t bytes_ = 0;                            // guarded by mu_
+  Stats stats_;                                   // guarded by mu_
+
+  std::condition_variable prefetch_cv_;
+  std::deque<std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t>> queue_;  // guarded by mu_
+  bool stop_ = false;                                                                 // guarded by mu_
+  std::vector<std::thread> prefetchers_;
+};
+
+}  // namespace tbfs::fs

@@ -1,0 +1,798 @@
+#include "fs/filesystem.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "base/work_pool.h"
+#include "fmt/format.h"
+#include "fs/setattr_bits.h"
+#include "spdlog/spdlog.h"
+#include "store/format.h"
+#include "store/restore.h"
+
+namespace tbfs::fs {
+
+namespace {
+
+struct timespec FromNs(int64_t ns) {
+  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
+int Errno() { return -errno; }
+
+bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
+
+}  // namespace
+
+std::string ProcPath(int fd) { return fmt::format("/proc/self/fd/{}", fd); }
+
+FileHandle::~FileHandle() {
+  if (fd >= 0) ::close(fd);
+}
+
+Filesystem::Filesystem(const FsConfig& config, store::ColdStore* store, UniqueFd root_fd)
+    : config_(config),
+      store_(store),
+      inodes_(std::move(root_fd)),
+      cache_(store, config.cache_bytes, 2) {}
+
+int Filesystem::StoreError(const Status& st, const char* tag) {
+  if (st.IsNotFound()) return -ENOENT;
+  counters_.eio_store++;
+  spdlog::error("[EIO:{}] {}", tag, st.message());
+  return -st.ToErrno();
+}
+
+bool Filesystem::IsHidden(uint64_t parent, const char* name) {
+  if (config_.store_skip.empty()) return false;
+  if (parent == InodeTable::kRootId) return config_.store_skip == name;
+  if (config_.store_skip.find('/') == std::string::npos) return false;
+  std::string rel;
+  return RelPath(parent, &rel) == 0 && JoinPath(rel, name) == config_.store_skip;
+}
+
+int Filesystem::RelPath(uint64_t ino, std::string* rel) {
+  if (ino == InodeTable::kRootId) {
+    rel->clear();
+    return 0;
+  }
+  InodeView v = inodes_.View(ino);
+  if (v.kind == Kind::kColdDir) {
+    *rel = v.cold_path;
+    return 0;
+  }
+  if (v.kind == Kind::kColdFile) {
+    *rel = v.manifest->path();
+    return 0;
+  }
+  char buf[PATH_MAX + 1];
+  ssize_t n = ::readlink(ProcPath(v.fd->get()).c_str(), buf, PATH_MAX);
+  if (n < 0) return Errno();
+  std::string_view abs(buf, static_cast<size_t>(n));
+  if (abs.ends_with(" (deleted)")) return -ENOENT;
+  const std::string& root = config_.logdir;
+  if (abs == root) {
+    rel->clear();
+    return 0;
+  }
+  if (abs.size() <= root.size() || abs.compare(0, root.size(), root) != 0 ||
+      abs[root.size()] != '/') {
+    return -ENOENT;  // moved out of the logdir behind our back
+  }
+  rel->assign(abs.substr(root.size() + 1));
+  return 0;
+}
+
+void Filesystem::ColdAttr(const storepb::Manifest& m, ino_t shown_ino, struct stat* st) {
+  *st = {};
+  st->st_ino = shown_ino;
+  st->st_mode = m.mode();
+  st->st_nlink = 1;
+  st->st_uid = m.uid();
+  st->st_gid = m.gid();
+  st->st_size = static_cast<off_t>(m.size());
+  st->st_blksize = 1 << 16;
+  st->st_blocks = static_cast<blkcnt_t>((m.stored_bytes() + 511) / 512);
+  st->st_atim = FromNs(m.atime_ns());
+  st->st_mtim = FromNs(m.mtime_ns());
+  st->st_ctim = FromNs(m.ctime_ns());
+}
+
+void Filesystem::ColdDirAttr(const std::string& rel, ino_t shown_ino, struct stat* st) {
+  *st = {};
+  st->st_ino = shown_ino;
+  st->st_mode = S_IFDIR | 0755;
+  st->st_nlink = 2;
+  auto entry = store_->GetEntry(rel);
+  if (entry.ok()) {
+    st->st_mode = S_IFDIR | (entry->mode() & 07777);
+    st->st_uid = entry->uid();
+    st->st_gid = entry->gid();
+    st->st_mtim = st->st_ctim = st->st_atim = FromNs(entry->mtime_ns());
+  }
+}
+
+int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
+  int fd = ::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Errno();
+  UniqueFd owned(fd);
+  struct stat st;
+  if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+  out->id = inodes_.AddHot(std::move(owned), st);
+  out->attr = st;
+  out->attr.st_ino = inodes_.View(out->id).shown_ino;
+  return 0;
+}
+
+int Filesystem::LookupCold(const std::string& rel, EntryOut* out) {
+  auto entry = store_->GetEntry(rel);
+  if (!entry.ok()) return StoreError(entry.status(), "lookup");
+  if (entry->kind() == storepb::Entry::DIR) {
+    // A folder only the cold namespace has: a stable number from its path.
+    ino_t shown = static_cast<ino_t>(std::hash<std::string>()(rel) | (uint64_t{1} << 62));
+    out->id = inodes_.AddColdDir(rel, shown);
+    ColdDirAttr(rel, inodes_.View(out->id).shown_ino, &out->attr);
+    return 0;
+  }
+  auto m = store_->GetManifest(entry->file_id());
+  if (!m.ok()) return StoreError(m.status(), "lookup-manifest");
+  auto shared = std::make_shared<const storepb::Manifest>(std::move(m).value());
+  out->id = inodes_.AddColdFile(shared);
+  ColdAttr(*shared, inodes_.View(out->id).shown_ino, &out->attr);
+  return 0;
+}
+
+int Filesystem::Lookup(uint64_t parent, const char* name, EntryOut* out) {
+  if (IsHidden(parent, name)) return -ENOENT;
+  InodeView v = inodes_.View(parent);
+  if (v.kind == Kind::kColdFile) return -ENOTDIR;
+  if (v.kind == Kind::kHot) {
+    int r = HotLookupAt(v.fd->get(), name, out);
+    if (r != -ENOENT) return r;
+  }
+  std::string rel;
+  if (int r = RelPath(parent, &rel); r != 0) return r == -ENOENT ? -ENOENT : r;
+  return LookupCold(JoinPath(rel, name), out);
+}
+
+void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }
+
+int Filesystem::GetAttr(uint64_t ino, struct stat* st) {
+  InodeView v = inodes_.View(ino);
+  switch (v.kind) {
+    case Kind::kColdFile: ColdAttr(*v.manifest, v.shown_ino, st); return 0;
+    case Kind::kColdDir: ColdDirAttr(v.cold_path, v.shown_ino, st); return 0;
+    case Kind::kHot:
+      if (::fstatat(v.fd->get(), "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+      st->st_ino = v.shown_ino;
+      return 0;
+  }
+  return -EIO;
+}
+
+int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileHandle* fh,
+                        struct stat* out) {
+  InodeView v = inodes_.View(ino);
+  if (v.kind == Kind::kColdFile && !(to_set & kSetSize)) {
+    // Metadata of a cold file changes in its manifest; no rehydration.
+    std::shared_lock<std::shared_mutex> ns(ns_mu_);
+    auto m = store_->GetManifest(v.manifest->file_id());
+    if (!m.ok()) return StoreError(m.status(), "setattr");
+    if (to_set & kSetMode) m->set_mode((m->mode() & S_IFMT) | (attr.st_mode & 07777));
+    if (to_set & kSetUid) m->set_uid(attr.st_uid);
+    if (to_set & kSetGid) m->set_gid(attr.st_gid);
+    auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+    if (to_set & kSetAtimeNow) m->set_atime_ns(now);
+    else if (to_set & kSetAtime) m->set_atime_ns(attr.st_atim.tv_sec * 1'000'000'000LL + attr.st_atim.tv_nsec);
+    if (to_set & kSetMtimeNow) m->set_mtime_ns(now);
+    else if (to_set & kSetMtime) m->set_mtime_ns(attr.st_mtim.tv_sec * 1'000'000'000LL + attr.st_mtim.tv_nsec);
+    m->set_ctime_ns(now);
+    store::WriteBatch batch;
+    batch.Put(store::Space::kManifests, store::EncodeId(m->file_id()), m->SerializeAsString());
+    Status st = store_->Commit(batch, true);
+    if (!st.ok()) return StoreError(st, "setattr");
+    auto shared = std::make_shared<const storepb::Manifest>(std::move(m).value());
+    inodes_.UpdateManifest(shared);
+    ColdAttr(*shared, v.shown_ino, out);
+    return 0;
+  }
+  if (v.kind == Kind::kColdFile) {
+    if (int r = Rehydrate(ino); r != 0) return r;
+  } else if (v.kind == Kind::kColdDir) {
+    std::shared_ptr<UniqueFd> ignored;
+    if (int r = EnsureBackingDir(ino, &ignored); r != 0) return r;
+  }
+  v = inodes_.View(ino);
+  const int fd = v.fd->get();
+  const std::string proc = ProcPath(fd);
+  const bool have_fh = fh != nullptr && fh->fd >= 0;
+  if (to_set & kSetMode) {
+    int r = have_fh ? ::fchmod(fh->fd, attr.st_mode & 07777) : ::chmod(proc.c_str(), attr.st_mode & 07777);
+    if (r != 0) return Errno();
+  }
+  if (to_set & (kSetUid | kSetGid)) {
+    uid_t uid = (to_set & kSetUid) ? attr.st_uid : static_cast<uid_t>(-1);
+    gid_t gid = (to_set & kSetGid) ? attr.st_gid : static_cast<gid_t>(-1);
+    if (::fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+  }
+  if (to_set & kSetSize) {
+    int r = have_fh ? ::ftruncate(fh->fd, attr.st_size) : ::truncate(proc.c_str(), attr.st_size);
+    if (r != 0) return Errno();
+  }
+  if (to_set & (kSetAtime | kSetMtime | kSetAtimeNow | kSetMtimeNow)) {
+    struct timespec tv[2] = {{0, UTIME_OMIT}, {0, UTIME_OMIT}};
+    if (to_set & kSetAtimeNow) tv[0].tv_nsec = UTIME_NOW;
+    else if (to_set & kSetAtime) tv[0] = attr.st_atim;
+    if (to_set & kSetMtimeNow) tv[1].tv_nsec = UTIME_NOW;
+    else if (to_set & kSetMtime) tv[1] = attr.st_mtim;
+    int r = have_fh ? ::futimens(fh->fd, tv) : ::utimensat(AT_FDCWD, proc.c_str(), tv, 0);
+    if (r != 0) return Errno();
+  }
+  return GetAttr(ino, out);
+}
+
+int Filesystem::ReadLink(uint64_t ino, std::string* target) {
+  InodeView v = inodes_.View(ino);
+  if (v.kind != Kind::kHot) return -EINVAL;
+  char buf[PATH_MAX + 1];
+  ssize_t n = ::readlinkat(v.fd->get(), "", buf, sizeof(buf));
+  if (n < 0) return Errno();
+  target->assign(buf, static_cast<size_t>(n));
+  return 0;
+}
+
+int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
+  InodeView v = inodes_.View(ino);
+  if (v.kind == Kind::kHot) {
+    *fd = v.fd;
+    return 0;
+  }
+  if (v.kind != Kind::kColdDir) return -ENOTDIR;
+  // Recreate the folder chain the cold namespace remembers.
+  std::string partial;
+  size_t start = 0;
+  const std::string& rel = v.cold_path;
+  while (start <= rel.size()) {
+    size_t slash = rel.find('/', start);
+    if (slash == std::string::npos) slash = rel.size();
+    partial = rel.substr(0, slash);
+    mode_t mode = 0755;
+    auto entry = store_->GetEntry(partial);
+    if (entry.ok()) mode = entry->mode() & 07777;
+    if (::mkdirat(inodes_.RootFd(), partial.c_str(), mode) == 0) {
+      if (entry.ok()) ::fchownat(inodes_.RootFd(), partial.c_str(), entry->uid(), entry->gid(), AT_SYMLINK_NOFOLLOW);
+    } else if (errno != EEXIST) {
+      return Errno();
+    }
+    start = slash + 1;
+  }
+  int raw = ::openat(inodes_.RootFd(), rel.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (raw < 0) return Errno();
+  UniqueFd owned(raw);
+  struct stat st;
+  if (::fstat(raw, &st) != 0) return Errno();
+  inodes_.ToHot(ino, std::move(owned), st);
+  *fd = inodes_.View(ino).fd;
+  return 0;
+}
+
+int Filesystem::ParentFd(uint64_t parent, std::shared_ptr<UniqueFd>* fd) {
+  return EnsureBackingDir(parent, fd);
+}
+
+void Filesystem::FixOwner(int dir_fd, const char* name, const Caller& c) {
+  if (!config_.as_root_owner_fixup || (c.uid == 0 && c.gid == 0)) return;
+  if (::fchownat(dir_fd, name, c.uid, c.gid, AT_SYMLINK_NOFOLLOW) != 0) {
+    spdlog::warn("chown {} to {}:{}: {}", name, c.uid, c.gid, std::strerror(errno));
+  }
+}
+
+// Creating a name that exists cold is EEXIST, as it would be on a disk.
+#define TBFS_REFUSE_IF_COLD(parent, name)                          \
+  do {                                                             \
+    std::string rel_;                                              \
+    if (RelPath(parent, &rel_) == 0 &&                             \
+        store_->GetEntry(JoinPath(rel_, name)).ok()) {             \
+      return -EEXIST;                                              \
+    }                                                              \
+  } while (0)
+
+int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev,
+                      const Caller& c, EntryOut* out) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::shared_ptr<UniqueFd> pfd;
+  if (int r = ParentFd(parent, &pfd); r != 0) return r;
+  TBFS_REFUSE_IF_COLD(parent, name);
+  if (::mknodat(pfd->get(), name, mode, rdev) != 0) return Errno();
+  FixOwner(pfd->get(), name, c);
+  return HotLookupAt(pfd->get(), name, out);
+}
+
+int Filesystem::Mkdir(uint64_t parent, const char* name, mode_t mode, const Caller& c,
+                      EntryOut* out) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::shared_ptr<UniqueFd> pfd;
+  if (int r = ParentFd(parent, &pfd); r != 0) return r;
+  TBFS_REFUSE_IF_COLD(parent, name);
+  if (::mkdirat(pfd->get(), name, mode) != 0) return Errno();
+  FixOwner(pfd->get(), name, c);
+  return HotLookupAt(pfd->get(), name, out);
+}
+
+int Filesystem::Symlink(const char* target, uint64_t parent, const char* name, const Caller& c,
+                        EntryOut* out) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::shared_ptr<UniqueFd> pfd;
+  if (int r = ParentFd(parent, &pfd); r != 0) return r;
+  TBFS_REFUSE_IF_COLD(parent, name);
+  if (::symlinkat(target, pfd->get(), name) != 0) return Errno();
+  FixOwner(pfd->get(), name, c);
+  return HotLookupAt(pfd->get(), name, out);
+}
+
+int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out) {
+  if (IsHidden(parent, name)) return -EPERM;
+  if (inodes_.View(ino).kind == Kind::kColdFile) {
+    if (int r = Rehydrate(ino); r != 0) return r;
+  }
+  InodeView v = inodes_.View(ino);
+  if (v.kind != Kind::kHot) return -EPERM;
+  std::shared_ptr<UniqueFd> pfd;
+  if (int r = ParentFd(parent, &pfd); r != 0) return r;
+  TBFS_REFUSE_IF_COLD(parent, name);
+  if (::linkat(AT_FDCWD, ProcPath(v.fd->get()).c_str(), pfd->get(), name, AT_SYMLINK_FOLLOW) != 0) {
+    return Errno();
+  }
+  return HotLookupAt(pfd->get(), name, out);
+}
+
+int Filesystem::UnlinkCold(const std::string& rel) {
+  auto entry = store_->GetEntry(rel);
+  if (!entry.ok()) return StoreError(entry.status(), "unlink");
+  if (entry->kind() == storepb::Entry::DIR) return -EISDIR;
+  auto m = store_->GetManifest(entry->file_id());
+  if (!m.ok()) return StoreError(m.status(), "unlink");
+  store::WriteBatch batch;
+  // A file still open keeps its chunks until the last release.
+  bool open = inodes_.MarkUnlinked(m->file_id());
+  if (open) {
+    store_->RemoveFileKeepChunks(&batch, *m);
+  } else {
+    store_->RemoveFile(&batch, *m);
+  }
+  Status st = store_->Commit(batch, true);
+  if (!st.ok()) return StoreError(st, "unlink");
+  if (!open) cache_.Drop(m->file_id());
+  return 0;
+}
+
+int Filesystem::Unlink(uint64_t parent, const char* name) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::shared_lock<std::shared_mutex> ns(ns_mu_);
+  InodeView v = inodes_.View(parent);
+  if (v.kind == Kind::kHot) {
+    if (::unlinkat(v.fd->get(), name, 0) == 0) return 0;
+    if (errno != ENOENT) return Errno();
+  }
+  std::string rel;
+  if (int r = RelPath(parent, &rel); r != 0) return r;
+  return UnlinkCold(JoinPath(rel, name));
+}
+
+int Filesystem::Rmdir(uint64_t parent, const char* name) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::unique_lock<std::shared_mutex> ns(ns_mu_);
+  std::string prel;
+  if (int r = RelPath(parent, &prel); r != 0) return r;
+  std::string rel = JoinPath(prel, name);
+  auto has_cold = store_->HasChildren(rel);
+  if (!has_cold.ok()) return StoreError(has_cold.status(), "rmdir");
+  InodeView v = inodes_.View(parent);
+  bool hot_gone = false;
+  if (v.kind == Kind::kHot) {
+    struct stat st;
+    if (::fstatat(v.fd->get(), name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (*has_cold) return -ENOTEMPTY;
+      if (::unlinkat(v.fd->get(), name, AT_REMOVEDIR) != 0) return Errno();
+      hot_gone = true;
+    }
+  }
+  auto entry = store_->GetEntry(rel);
+  if (!entry.ok()) return hot_gone ? 0 : StoreError(entry.status(), "rmdir");
+  if (entry->kind() != storepb::Entry::DIR) return -ENOTDIR;
+  if (*has_cold) return -ENOTEMPTY;
+  store::WriteBatch batch;
+  store_->RemoveEntry(&batch, rel);
+  Status st = store_->Commit(batch, true);
+  return st.ok() ? 0 : StoreError(st, "rmdir");
+}
+
+int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, const char* newname,
+                       unsigned flags) {
+  if (IsHidden(parent, name) || IsHidden(newparent, newname)) return -EPERM;
+  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return -EINVAL;
+  std::unique_lock<std::shared_mutex> ns(ns_mu_);
+  std::string prel, nrel;
+  if (int r = RelPath(parent, &prel); r != 0) return r;
+  if (int r = RelPath(newparent, &nrel); r != 0) return r;
+  const std::string src = JoinPath(prel, name), dst = JoinPath(nrel, newname);
+  if (dst.compare(0, src.size() + 1, src + "/") == 0) return -EINVAL;  // into itself
+
+  InodeView pv = inodes_.View(parent);
+  struct stat sst;
+  bool src_hot = pv.kind == Kind::kHot &&
+                 ::fstatat(pv.fd->get(), name, &sst, AT_SYMLINK_NOFOLLOW) == 0;
+  auto dst_entry = store_->GetEntry(dst);
+  bool dst_cold = dst_entry.ok();
+  auto dst_cold_children = [&]() -> int {
+    if (!dst_cold || dst_entry->kind() != storepb::Entry::DIR) return 0;
+    auto kids = store_->HasChildren(dst);
+    if (!kids.ok()) return StoreError(kids.status(), "rename");
+    return *kids ? -ENOTEMPTY : 0;
+  };
+
+  if (src_hot) {
+    std::shared_ptr<UniqueFd> npfd;
+    if (int r = ParentFd(newparent, &npfd); r != 0) return r;
+    struct stat dst_st;
+    bool dst_hot = ::fstatat(npfd->get(), newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (flags & RENAME_EXCHANGE) {
+      if (!dst_hot) return dst_cold ? -EINVAL : -ENOENT;
+    } else if (dst_cold && !dst_hot) {
+      if (flags & RENAME_NOREPLACE) return -EEXIST;
+      if (int r = dst_cold_children(); r != 0) return r;
+    }
+    pv = inodes_.View(parent);
+    if (::renameat2(pv.fd->get(), name, npfd->get(), newname, flags) != 0) return Errno();
+    if (!(flags & RENAME_EXCHANGE) && dst_cold && !dst_hot) {
+      if (dst_entry->kind() == storepb::Entry::FILE) {
+        (void)UnlinkCold(dst);
+      } else {
+        store::WriteBatch b;
+        store_->RemoveEntry(&b, dst);
+        (void)store_->Commit(b, true);
+      }
+    }
+    if (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok()) {
+      // The folder's cold contents move with it.
+      store::WriteBatch b;
+      Status st = store_->Rename(&b, src, dst, config_.logdir);
+      if (st.ok()) st = store_->Commit(b, true);
+      if (!st.ok()) return StoreError(st, "rename-cold-children");
+      inodes_.RenameColdDirs(src, dst);
+    }
+    return 0;
+  }
+
+  // The source is cold (a file, or a folder only the store has).
+  if (flags & RENAME_EXCHANGE) return -EINVAL;
+  auto src_entry = store_->GetEntry(src);
+  if (!src_entry.ok()) return StoreError(src_entry.status(), "rename");
+  const bool src_dir = src_entry->kind() == storepb::Entry::DIR;
+  InodeView npv = inodes_.View(newparent);
+  if (npv.kind == Kind::kColdFile) return -ENOTDIR;
+  if (npv.kind == Kind::kHot) {
+    struct stat dst_st;
+    if (::fstatat(npv.fd->get(), newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (flags & RENAME_NOREPLACE) return -EEXIST;
+      if (S_ISDIR(dst_st.st_mode) != src_dir) return src_dir ? -ENOTDIR : -EISDIR;
+      if (::unlinkat(npv.fd->get(), newname, src_dir ? AT_REMOVEDIR : 0) != 0) return Errno();
+    }
+  }
+  if (dst_cold) {
+    if (flags & RENAME_NOREPLACE) return -EEXIST;
+    if ((dst_entry->kind() == storepb::Entry::DIR) != src_dir) return src_dir ? -ENOTDIR : -EISDIR;
+    if (int r = dst_cold_children(); r != 0) return r;
+    if (src_dir) {
+      store::WriteBatch b;
+      store_->RemoveEntry(&b, dst);
+      if (Status st = store_->Commit(b, true); !st.ok()) return StoreError(st, "rename");
+    } else if (int r = UnlinkCold(dst); r != 0) {
+      return r;
+    }
+  }
+  store::WriteBatch batch;
+  Status st = store_->Rename(&batch, src, dst, config_.logdir);
+  if (st.ok()) st = store_->Commit(batch, true);
+  if (!st.ok()) return StoreError(st, "rename");
+  if (src_dir) {
+    inodes_.RenameColdDirs(src, dst);
+  } else {
+    auto m = store_->GetManifest(src_entry->file_id());
+    if (m.ok()) inodes_.UpdateManifest(std::make_shared<const storepb::Manifest>(std::move(m).value()));
+  }
+  return 0;
+}
+
+int Filesystem::Rehydrate(uint64_t ino) {
+  std::lock_guard<std::mutex> one(rehydrate_mu_);
+  std::shared_lock<std::shared_mutex> ns(ns_mu_);
+  InodeView v = inodes_.View(ino);
+  if (v.kind != Kind::kColdFile) return v.kind == Kind::kHot ? 0 : -EISDIR;
+  auto m = store_->GetManifest(v.manifest->file_id());  // the current path
+  if (!m.ok()) return StoreError(m.status(), "rehydrate");
+  static WorkPool pool(2);
+  auto result = store::Restore(*store_, config_.logdir, {*m}, &pool, nullptr, /*compact=*/false);
+  if (!result.ok() || result->files != 1) {
+    counters_.eio_rehydrate++;
+    spdlog::error("[EIO:rehydrate] {}: {}", m->path(),
+                  !result.ok() ? result.status().message()
+                               : (result->failed.empty() ? "not restored" : result->failed[0].second));
+    return -EIO;
+  }
+  int raw = ::openat(inodes_.RootFd(), m->path().c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (raw < 0) return Errno();
+  UniqueFd fd(raw);
+  struct stat st;
+  if (::fstat(raw, &st) != 0) return Errno();
+  inodes_.ToHot(ino, std::move(fd), st);
+  cache_.Drop(m->file_id());
+  counters_.rehydrations++;
+  spdlog::info("rehydrated {}", m->path());
+  return 0;
+}
+
+int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) {
+  InodeView v = inodes_.View(ino);
+  if (v.kind == Kind::kColdDir) return -EISDIR;
+  if (v.kind == Kind::kColdFile && !IsWritable(flags)) {
+    auto fh = std::make_unique<FileHandle>();
+    fh->inode = ino;
+    fh->cold = true;
+    fh->manifest = v.manifest;
+    inodes_.OpenHandle(ino, false);
+    *out = std::move(fh);
+    return 0;
+  }
+  if (v.kind == Kind::kColdFile) {
+    if (int r = Rehydrate(ino); r != 0) return r;
+  }
+  const bool writable = IsWritable(flags);
+  // The migrator may be unlinking this very file: a writer waits for it.
+  for (int tries = 0; !inodes_.OpenHandle(ino, writable); ++tries) {
+    if (tries > 6000) return -EAGAIN;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  v = inodes_.View(ino);
+  if (v.kind == Kind::kColdFile) {  // it moved while we waited
+    inodes_.CloseHandle(ino, writable);
+    return Open(ino, flags, out);
+  }
+  int fd = ::open(ProcPath(v.fd->get()).c_str(), (flags & ~O_NOFOLLOW) | O_CLOEXEC);
+  if (fd < 0 && errno == EINVAL && (flags & O_DIRECT)) {
+    fd = ::open(ProcPath(v.fd->get()).c_str(), (flags & ~(O_NOFOLLOW | O_DIRECT)) | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    int err = errno;
+    inodes_.CloseHandle(ino, writable);
+    return -err;
+  }
+  auto fh = std::make_unique<FileHandle>();
+  fh->inode = ino;
+  fh->fd = fd;
+  fh->writable = writable;
+  *out = std::move(fh);
+  return 0;
+}
+
+int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags, const Caller& c,
+                       EntryOut* entry, std::unique_ptr<FileHandle>* out) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::shared_ptr<UniqueFd> pfd;
+  if (int r = ParentFd(parent, &pfd); r != 0) return r;
+  std::string prel;
+  if (RelPath(parent, &prel) == 0 && store_->GetEntry(JoinPath(prel, name)).ok()) {
+    // O_CREAT on an existing (cold) file opens it.
+    if (flags & O_EXCL) return -EEXIST;
+    if (int r = LookupCold(JoinPath(prel, name), entry); r != 0) return r;
+    int r = Open(entry->id, flags & ~(O_CREAT | O_EXCL), out);
+    if (r == 0) r = GetAttr(entry->id, &entry->attr);
+    if (r != 0) inodes_.Forget(entry->id, 1);
+    return r;
+  }
+  int fd = ::openat(pfd->get(), name, (flags | O_CREAT) & ~O_NOFOLLOW, mode);
+  if (fd < 0) return Errno();
+  FixOwner(pfd->get(), name, c);
+  if (int r = HotLookupAt(pfd->get(), name, entry); r != 0) {
+    ::close(fd);
+    return r;
+  }
+  bool writable = IsWritable(flags);
+  inodes_.OpenHandle(entry->id, writable);
+  auto fh = std::make_unique<FileHandle>();
+  fh->inode = entry->id;
+  fh->fd = fd;
+  fh->writable = writable;
+  *out = std::move(fh);
+  return 0;
+}
+
+ssize_t Filesystem::ReadCold(FileHandle* fh, char* buf, size_t size, off_t off) {
+  const auto& m = fh->manifest;
+  uint64_t file_size = m->size();
+  if (static_cast<uint64_t>(off) >= file_size) return 0;
+  size = static_cast<size_t>(std::min<uint64_t>(size, file_size - static_cast<uint64_t>(off)));
+  const uint64_t cb = m->chunk_bytes();
+  size_t done = 0;
+  uint64_t last_index = 0;
+  while (done < size) {
+    uint64_t pos = static_cast<uint64_t>(off) + done;
+    uint64_t index = pos / cb;
+    auto chunk = cache_.Get(m, index);
+    if (!chunk.ok()) {
+      counters_.eio_cold_chunk++;
+      return -EIO;  // logged with its tag by the cache
+    }
+    size_t within = static_cast<size_t>(pos - index * cb);
+    size_t n = std::min((*chunk)->size() - within, size - done);
+    std::memcpy(buf + done, (*chunk)->data() + within, n);
+    done += n;
+    last_index = index;
+  }
+  // Sequential readers get the next chunks decompressed ahead of them.
+  if (fh->next_offset.exchange(static_cast<uint64_t>(off) + done) == static_cast<uint64_t>(off)) {
+    cache_.Prefetch(m, last_index + 1);
+    cache_.Prefetch(m, last_index + 2);
+  }
+  counters_.cold_reads++;
+  return static_cast<ssize_t>(done);
+}
+
+void Filesystem::Release(std::unique_ptr<FileHandle> fh) {
+  bool last_of_unlinked = inodes_.CloseHandle(fh->inode, fh->writable);
+  if (last_of_unlinked && fh->manifest) {
+    store::WriteBatch batch;
+    store_->RemoveChunks(&batch, fh->manifest->file_id());
+    Status st = store_->Commit(batch, true);
+    if (!st.ok()) spdlog::error("release: drop chunks of {}: {}", fh->manifest->path(), st.message());
+    cache_.Drop(fh->manifest->file_id());
+  }
+}
+
+int Filesystem::OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out) {
+  InodeView v = inodes_.View(ino);
+  if (v.kind == Kind::kColdFile) return -ENOTDIR;
+  if (v.kind == Kind::kHot) {
+    struct stat st;
+    if (::fstat(v.fd->get(), &st) != 0) return Errno();
+    if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+  }
+  *out = std::make_unique<DirHandle>();
+  return 0;
+}
+
+int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
+  dh->entries.clear();
+  InodeView v = inodes_.View(ino);
+  std::set<std::string> hot_names;
+  dh->entries.push_back({".", S_IFDIR, v.shown_ino});
+  dh->entries.push_back({"..", S_IFDIR, 1});  // d_ino 0 would hide it from readdir(3)
+  if (v.kind == Kind::kHot) {
+    int fd = ::openat(v.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Errno();
+    DIR* dir = ::fdopendir(fd);
+    if (dir == nullptr) {
+      ::close(fd);
+      return Errno();
+    }
+    while (struct dirent* de = ::readdir(dir)) {
+      std::string_view n = de->d_name;
+      if (n == "." || n == "..") continue;
+      if (ino == InodeTable::kRootId && n == config_.store_skip) continue;
+      hot_names.emplace(n);
+      dh->entries.push_back({std::string(n), static_cast<mode_t>(DTTOIF(de->d_type)), de->d_ino});
+    }
+    ::closedir(dir);
+  }
+  std::string rel;
+  if (RelPath(ino, &rel) != 0) return 0;  // a folder gone from the logdir has no cold part
+  std::vector<store::ChildEntry> cold;
+  Status st = store_->ListChildren(rel, &cold);
+  if (!st.ok()) return StoreError(st, "readdir");
+  for (const auto& c : cold) {
+    if (hot_names.count(c.name)) continue;  // hot wins
+    bool dir = c.entry.kind() == storepb::Entry::DIR;
+    dh->entries.push_back({c.name, static_cast<mode_t>(dir ? S_IFDIR : S_IFREG),
+                           static_cast<ino_t>(dir ? 0 : c.entry.file_id())});
+  }
+  if (!config_.store_skip.empty() && config_.store_skip.find('/') != std::string::npos) {
+    std::erase_if(dh->entries, [&](const DirEntryOut& e) {
+      return JoinPath(rel, e.name) == config_.store_skip;
+    });
+  }
+  return 0;
+}
+
+int Filesystem::StatFs(struct statvfs* st) {
+  if (::fstatvfs(inodes_.RootFd(), st) != 0) {
+    if (::statvfs(ProcPath(inodes_.RootFd()).c_str(), st) != 0) return Errno();
+  }
+  return 0;
+}
+
+int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
+  InodeView v = inodes_.View(ino);
+  if (std::strcmp(name, kStateXattr) == 0) {
+    if (v.kind == Kind::kColdFile) {
+      *value = "cold";
+      return 0;
+    }
+    struct stat st;
+    if (v.kind == Kind::kHot && ::fstatat(v.fd->get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(st.st_mode)) {
+      *value = "hot";
+      return 0;
+    }
+    return -ENODATA;
+  }
+  if (ino == InodeTable::kRootId && std::strcmp(name, kStatusXattr) == 0 && status_provider) {
+    *value = status_provider();
+    return 0;
+  }
+  if (v.kind != Kind::kHot) return -ENODATA;
+  std::string proc = ProcPath(v.fd->get());
+  for (size_t cap = 256;; cap *= 4) {
+    value->resize(cap);
+    ssize_t n = ::getxattr(proc.c_str(), name, value->data(), cap);
+    if (n >= 0) {
+      value->resize(static_cast<size_t>(n));
+      return 0;
+    }
+    if (errno != ERANGE || cap > (1 << 20)) return Errno();
+  }
+}
+
+int Filesystem::ListXattr(uint64_t ino, std::string* names) {
+  InodeView v = inodes_.View(ino);
+  names->clear();
+  bool regular = v.kind == Kind::kColdFile;
+  if (v.kind == Kind::kHot) {
+    std::string proc = ProcPath(v.fd->get());
+    struct stat st;
+    if (::fstatat(v.fd->get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0) {
+      regular = S_ISREG(st.st_mode);
+      if (!S_ISLNK(st.st_mode)) {
+        ssize_t n = ::listxattr(proc.c_str(), nullptr, 0);
+        if (n > 0) {
+          names->resize(static_cast<size_t>(n));
+          n = ::listxattr(proc.c_str(), names->data(), names->size());
+          names->resize(n > 0 ? static_cast<size_t>(n) : 0);
+        }
+      }
+    }
+  }
+  if (regular) names->append(kStateXattr, sizeof(kStateXattr));  // with its NUL
+  return 0;
+}
+
+int Filesystem::SetXattr(uint64_t ino, const char* name, const char* value, size_t size,
+                         int flags) {
+  if (std::strcmp(name, kStateXattr) == 0) return -EPERM;
+  if (ino == InodeTable::kRootId && std::strcmp(name, kMigrateNowXattr) == 0) {
+    return migrate_now ? migrate_now() : -ENOTSUP;
+  }
+  InodeView v = inodes_.View(ino);
+  if (v.kind != Kind::kHot) return -ENOTSUP;
+  if (::setxattr(ProcPath(v.fd->get()).c_str(), name, value, size, flags) != 0) return Errno();
+  return 0;
+}
+
+int Filesystem::RemoveXattr(uint64_t ino, const char* name) {
+  if (std::strcmp(name, kStateXattr) == 0) return -EPERM;
+  InodeView v = inodes_.View(ino);
+  if (v.kind != Kind::kHot) return -ENODATA;
+  if (::removexattr(ProcPath(v.fd->get()).c_str(), name) != 0) return Errno();
+  return 0;
+}
+
+}  // namespace tbfs::fs

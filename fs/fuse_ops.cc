@@ -1,0 +1,435 @@
+#include "fs/fuse_ops.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "fs/filesystem.h"
+#include "fs/setattr_bits.h"
+
+namespace tbfs::fs {
+
+namespace {
+
+static_assert(kSetMode == FUSE_SET_ATTR_MODE && kSetUid == FUSE_SET_ATTR_UID &&
+              kSetGid == FUSE_SET_ATTR_GID && kSetSize == FUSE_SET_ATTR_SIZE &&
+              kSetAtime == FUSE_SET_ATTR_ATIME && kSetMtime == FUSE_SET_ATTR_MTIME &&
+              kSetAtimeNow == FUSE_SET_ATTR_ATIME_NOW && kSetMtimeNow == FUSE_SET_ATTR_MTIME_NOW);
+
+Filesystem& Fs(fuse_req_t req) { return *static_cast<Filesystem*>(fuse_req_userdata(req)); }
+
+Caller CallerOf(fuse_req_t req) {
+  const struct fuse_ctx* ctx = fuse_req_ctx(req);
+  return {ctx->uid, ctx->gid};
+}
+
+FileHandle* Fh(struct fuse_file_info* fi) {
+  return reinterpret_cast<FileHandle*>(static_cast<uintptr_t>(fi->fh));
+}
+
+DirHandle* Dh(struct fuse_file_info* fi) {
+  return reinterpret_cast<DirHandle*>(static_cast<uintptr_t>(fi->fh));
+}
+
+void ReplyEntry(fuse_req_t req, int err, const EntryOut& out) {
+  if (err != 0) {
+    fuse_reply_err(req, -err);
+    return;
+  }
+  struct fuse_entry_param e {};
+  e.ino = out.id;
+  e.attr = out.attr;
+  e.attr_timeout = kAttrTimeoutS;
+  e.entry_timeout = kAttrTimeoutS;
+  fuse_reply_entry(req, &e);
+}
+
+void OpInit(void* userdata, struct fuse_conn_info* conn) {
+  (void)userdata;
+  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+  if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+  if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;  // writes reach the backing file at once
+}
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  EntryOut out;
+  int err = Fs(req).Lookup(parent, name, &out);
+  if (err == -ENOENT) {
+    fuse_reply_err(req, ENOENT);  // no negative caching: new files show up at once
+    return;
+  }
+  ReplyEntry(req, err, out);
+}
+
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Fs(req).Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void OpForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) Fs(req).Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+  struct stat st;
+  int err = Fs(req).GetAttr(ino, &st);
+  if (err != 0) {
+    fuse_reply_err(req, -err);
+    return;
+  }
+  fuse_reply_attr(req, &st, kAttrTimeoutS);
+}
+
+void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+               struct fuse_file_info* fi) {
+  struct stat out;
+  int err = Fs(req).SetAttr(ino, *attr, to_set, fi ? Fh(fi) : nullptr, &out);
+  if (err != 0) {
+    fuse_reply_err(req, -err);
+    return;
+  }
+  fuse_reply_attr(req, &out, kAttrTimeoutS);
+}
+
+void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
+  std::string target;
+  int err = Fs(req).ReadLink(ino, &target);
+  if (err != 0) {
+    fuse_reply_err(req, -err);
+    return;
+  }
+  fuse_reply_readlink(req, target.c_str());
+}
+
+void OpMkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  EntryOut out;
+  ReplyEntry(req, Fs(req).MkNod(parent, name, mode, rdev, CallerOf(req), &out), out);
+}
+
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  EntryOut out;
+  ReplyEntry(req, Fs(req).Mkdir(parent, name, mode, CallerOf(req), &out), out);
+}
+
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  EntryOut out;
+  ReplyEntry(req, Fs(req).Symlink(link, parent, name, CallerOf(req), &out), out);
+}
+
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char* name) {
+  EntryOut out;
+  ReplyEntry(req, Fs(req).Link(ino, parent, name, &out), out);
+}
+
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  fuse_reply_err(req, -Fs(req).Unlink(parent, name));
+}
+
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  fuse_reply_err(req, -Fs(req).Rmdir(parent, name));
+}
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+              const char* newname, unsigned int flags) {
+  fuse_reply_err(req, -Fs(req).Rename(parent, name, newparent, newname, flags));
+}
+
+void SetOpenFlags(const FileHandle& h, int flags, struct fuse_file_info* fi) {
+  fi->fh = reinterpret_cast<uintptr_t>(&h);
+  // Cold content cannot change while cold; hot files are re-validated by
+  // mtime (auto_inval_data) whenever their attributes are refreshed.
+  fi->keep_cache = h.cold || (flags & O_ACCMODE) == O_RDONLY;
+  fi->direct_io = (flags & O_DIRECT) != 0;
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  std::unique_ptr<FileHandle> fh;
+  int err = Fs(req).Open(ino, fi->flags, &fh);
+  if (err != 0) {
+    fuse_reply_err(req, -err);
+    return;
+  }
+  SetOpenFlags(*fh, fi->flags, fi);
+  if (fuse_reply_open(req, fi) != 0) {
+    Fs(req).Release(std::move(fh));  // the opener is gone
+    return;
+  }
+  fh.release();
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+              struct fuse_file_info* fi) {
+  std::unique_ptr<FileHandle> fh;
+  EntryOut out;
+  int err = Fs(req).Create(parent, name, mode, fi->flags, CallerOf(req), &out, &fh);
+  if (err != 0) {
+    fuse_reply_err(req, -err);
+    return;
+  }
+  SetOpenFlags(*fh, fi->flags, fi);
+  struct fuse_entry_param e {};
+  e.ino = out.id;
+  e.attr = out.attr;
+  e.attr_timeout = kAttrTimeoutS;
+  e.entry_timeout = kAttrTimeoutS;
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    Fs(req).Release(std::move(fh));
+    Fs(req).Forget(out.id, 1);
+    return;
+  }
+  fh.release();
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
+  FileHandle* h = Fh(fi);
+  if (h->cold) {
+    std::vector<char> buf(size);
+    ssize_t n = Fs(req).ReadCold(h, buf.data(), size, off);
+    if (n < 0) {
+      fuse_reply_err(req, static_cast<int>(-n));
+      return;
+    }
+    fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
+    return;
+  }
+  // Zero-copy: the kernel splices straight from the backing file.
+  struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
+  bv.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  bv.buf[0].fd = h->fd;
+  bv.buf[0].pos = off;
+  fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+}
+
+void OpWriteBuf(fuse_req_t req, fuse_ino_t, struct fuse_bufvec* in, off_t off,
+                struct fuse_file_info* fi) {
+  FileHandle* h = Fh(fi);
+  if (h->cold || h->fd < 0) {
+    fuse_reply_err(req, EBADF);
+    return;
+  }
+  struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
+  out.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  out.buf[0].fd = h->fd;
+  out.buf[0].pos = off;
+  ssize_t n = fuse_buf_copy(&out, in, static_cast<fuse_buf_copy_flags>(0));
+  if (n < 0) {
+    fuse_reply_err(req, static_cast<int>(-n));
+    return;
+  }
+  fuse_reply_write(req, static_cast<size_t>(n));
+}
+
+void OpFlush(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  FileHandle* h = Fh(fi);
+  int err = 0;
+  if (h->fd >= 0) {
+    // close(dup()) reports delayed write errors, as close(2) on a disk would.
+    int dup = ::dup(h->fd);
+    if (dup < 0 || ::close(dup) != 0) err = errno;
+  }
+  fuse_reply_err(req, err);
+}
+
+void OpFsync(fuse_req_t req, fuse_ino_t, int datasync, struct fuse_file_info* fi) {
+  FileHandle* h = Fh(fi);
+  int err = 0;
+  if (h->fd >= 0 && (datasync ? ::fdatasync(h->fd) : ::fsync(h->fd)) != 0) err = errno;
+  fuse_reply_err(req, err);
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  Fs(req).Release(std::unique_ptr<FileHandle>(Fh(fi)));
+  fuse_reply_err(req, 0);
+}
+
+void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  std::unique_ptr<DirHandle> dh;
+  int err = Fs(req).OpenDir(ino, &dh);
+  if (err != 0) {
+    fuse_reply_err(req, -err);
+    return;
+  }
+  fi->fh = reinterpret_cast<uintptr_t>(dh.get());
+  fi->cache_readdir = 0;
+  if (fuse_reply_open(req, fi) == 0) dh.release();
+}
+
+void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi,
+               bool plus) {
+  DirHandle* dh = Dh(fi);
+  Filesystem& fs = Fs(req);
+  if (off == 0) {
+    int err = fs.FillDir(ino, dh);
+    if (err != 0) {
+      fuse_reply_err(req, -err);
+      return;
+    }
+  }
+  std::vector<char> buf(size);
+  size_t used = 0;
+  for (size_t i = static_cast<size_t>(off); i < dh->entries.size(); ++i) {
+    const DirEntryOut& d = dh->entries[i];
+    size_t rem = size - used;
+    size_t n;
+    if (plus) {
+      struct fuse_entry_param e {};
+      bool dot = d.name == "." || d.name == "..";
+      if (dot) {
+        e.attr.st_ino = d.ino;
+        e.attr.st_mode = d.type;
+      } else {
+        EntryOut out;
+        if (fs.Lookup(ino, d.name.c_str(), &out) != 0) continue;  // gone since the snapshot
+        e.ino = out.id;
+        e.attr = out.attr;
+        e.attr_timeout = kAttrTimeoutS;
+        e.entry_timeout = kAttrTimeoutS;
+      }
+      n = fuse_add_direntry_plus(req, buf.data() + used, rem, d.name.c_str(), &e,
+                                 static_cast<off_t>(i + 1));
+      if (n > rem) {
+        if (e.ino != 0) fs.Forget(e.ino, 1);  // the kernel never saw it
+        break;
+      }
+    } else {
+      struct stat st {};
+      st.st_ino = d.ino;
+      st.st_mode = d.type;
+      n = fuse_add_direntry(req, buf.data() + used, rem, d.name.c_str(), &st,
+                            static_cast<off_t>(i + 1));
+      if (n > rem) break;
+    }
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
+  DoReadDir(req, ino, size, off, fi, false);
+}
+
+void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                   struct fuse_file_info* fi) {
+  DoReadDir(req, ino, size, off, fi, true);
+}
+
+void OpReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  delete Dh(fi);
+  fuse_reply_err(req, 0);
+}
+
+void OpFsyncDir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info*) {
+  InodeView v = Fs(req).inodes().View(ino);
+  int err = 0;
+  if (v.kind == Kind::kHot) {
+    int fd = ::openat(v.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || (datasync ? ::fdatasync(fd) : ::fsync(fd)) != 0) err = errno;
+    if (fd >= 0) ::close(fd);
+  }
+  fuse_reply_err(req, err);
+}
+
+void OpStatFs(fuse_req_t req, fuse_ino_t) {
+  struct statvfs st;
+  int err = Fs(req).StatFs(&st);
+  if (err != 0) {
+    fuse_reply_err(req, -err);
+    return;
+  }
+  fuse_reply_statfs(req, &st);
+}
+
+void ReplyXattr(fuse_req_t req, int err, const std::string& value, size_t size) {
+  if (err != 0) {
+    fuse_reply_err(req, -err);
+  } else if (size == 0) {
+    fuse_reply_xattr(req, value.size());
+  } else if (size < value.size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, value.data(), value.size());
+  }
+}
+
+void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  std::string value;
+  int err = Fs(req).GetXattr(ino, name, &value);
+  ReplyXattr(req, err, value, size);
+}
+
+void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  std::string names;
+  int err = Fs(req).ListXattr(ino, &names);
+  ReplyXattr(req, err, names, size);
+}
+
+void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int flags) {
+  fuse_reply_err(req, -Fs(req).SetXattr(ino, name, value, size, flags));
+}
+
+void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  fuse_reply_err(req, -Fs(req).RemoveXattr(ino, name));
+}
+
+void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,
+                 struct fuse_file_info* fi) {
+  FileHandle* h = Fh(fi);
+  int err = 0;
+  if (h->fd < 0) {
+    err = EBADF;
+  } else if (::fallocate(h->fd, mode, offset, length) != 0) {
+    err = errno;
+  }
+  fuse_reply_err(req, err);
+}
+
+const struct fuse_lowlevel_ops kOps = [] {
+  struct fuse_lowlevel_ops ops {};
+  ops.init = OpInit;
+  ops.lookup = OpLookup;
+  ops.forget = OpForget;
+  ops.forget_multi = OpForgetMulti;
+  ops.getattr = OpGetAttr;
+  ops.setattr = OpSetAttr;
+  ops.readlink = OpReadLink;
+  ops.mknod = OpMkNod;
+  ops.mkdir = OpMkdir;
+  ops.symlink = OpSymlink;
+  ops.link = OpLink;
+  ops.unlink = OpUnlink;
+  ops.rmdir = OpRmdir;
+  ops.rename = OpRename;
+  ops.open = OpOpen;
+  ops.create = OpCreate;
+  ops.read = OpRead;
+  ops.write_buf = OpWriteBuf;
+  ops.flush = OpFlush;
+  ops.fsync = OpFsync;
+  ops.release = OpRelease;
+  ops.opendir = OpOpenDir;
+  ops.readdir = OpReadDir;
+  ops.readdirplus = OpReadDirPlus;
+  ops.releasedir = OpReleaseDir;
+  ops.fsyncdir = OpFsyncDir;
+  ops.statfs = OpStatFs;
+  ops.getxattr = OpGetXattr;
+  ops.listxattr = OpListXattr;
+  ops.setxattr = OpSetXattr;
+  ops.removexattr = OpRemoveXattr;
+  ops.fallocate = OpFallocate;
+  return ops;
+}();
+
+}  // namespace
+
+const struct fuse_lowlevel_ops* TbfsOps() { return &kOps; }
+
+}  // namespace tbfs::fs

@@ -1,0 +1,16 @@
+// The FUSE adapters: one small function per low-level operation, each
+// turning the request into one Filesystem call and sending exactly one
+// reply. The session's userdata is the Filesystem.
+#pragma once
+
+#include <fuse_lowlevel.h>
+
+namespace tbfs::fs {
+
+const struct fuse_lowlevel_ops* TbfsOps();
+
+// Seconds the kernel may cache entries and attributes: short, so that a
+// writer appending in the backing folder is seen through the mount in time.
+inline constexpr double kAttrTimeoutS = 0.5;
+
+}  // namespace tbfs::fs

@@ -1,0 +1,252 @@
+#include "fs/inode_table.h"
+
+#include <cassert>
+
+namespace tbfs::fs {
+
+InodeTable::InodeTable(UniqueFd root_fd) {
+  struct stat st;
+  ::fstat(root_fd.get(), &st);
+  root_.kind = Kind::kHot;
+  root_.dev = st.st_dev;
+  root_.ino = st.st_ino;
+  root_.shown_ino = st.st_ino;
+  root_.fd = std::make_shared<UniqueFd>(std::move(root_fd));
+  root_.nlookup = 1;
+}
+
+uint64_t InodeTable::IdOf(Inode* inode, Inode* root) {
+  return inode == root ? kRootId : reinterpret_cast<uintptr_t>(inode);
+}
+
+Inode* InodeTable::Get(uint64_t id) {
+  return id == kRootId ? &root_ : reinterpret_cast<Inode*>(static_cast<uintptr_t>(id));
+}
+
+InodeView InodeTable::View(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* i = Get(id);
+  return {i->kind, i->fd, i->manifest, i->cold_path, i->shown_ino, i->unlinked};
+}
+
+Inode* InodeTable::NewLocked() {
+  auto owned = std::make_unique<Inode>();
+  Inode* raw = owned.get();
+  all_.emplace(raw, std::move(owned));
+  return raw;
+}
+
+void InodeTable::IndexLocked(Inode* inode) {
+  switch (inode->kind) {
+    case Kind::kHot: hot_[{inode->dev, inode->ino}] = inode; break;
+    case Kind::kColdFile: cold_files_[inode->manifest->file_id()] = inode; break;
+    case Kind::kColdDir: cold_dirs_[inode->cold_path] = inode; break;
+  }
+}
+
+void InodeTable::UnindexLocked(Inode* inode) {
+  switch (inode->kind) {
+    case Kind::kHot: {
+      auto it = hot_.find({inode->dev, inode->ino});
+      if (it != hot_.end() && it->second == inode) hot_.erase(it);
+      break;
+    }
+    case Kind::kColdFile: {
+      auto it = cold_files_.find(inode->manifest->file_id());
+      if (it != cold_files_.end() && it->second == inode) cold_files_.erase(it);
+      break;
+    }
+    case Kind::kColdDir: {
+      auto it = cold_dirs_.find(inode->cold_path);
+      if (it != cold_dirs_.end() && it->second == inode) cold_dirs_.erase(it);
+      break;
+    }
+  }
+}
+
+uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (st.st_dev == root_.dev && st.st_ino == root_.ino) {
+    root_.nlookup++;
+    return kRootId;
+  }
+  auto it = hot_.find({st.st_dev, st.st_ino});
+  if (it != hot_.end()) {
+    it->second->nlookup++;
+    return Id(it->second);
+  }
+  Inode* inode = NewLocked();
+  inode->kind = Kind::kHot;
+  inode->fd = std::make_shared<UniqueFd>(std::move(fd));
+  inode->dev = st.st_dev;
+  inode->ino = st.st_ino;
+  inode->shown_ino = st.st_ino;
+  inode->nlookup = 1;
+  IndexLocked(inode);
+  return Id(inode);
+}
+
+uint64_t InodeTable::AddColdFile(std::shared_ptr<const storepb::Manifest> m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cold_files_.find(m->file_id());
+  if (it != cold_files_.end()) {
+    it->second->nlookup++;
+    it->second->manifest = std::move(m);
+    return Id(it->second);
+  }
+  Inode* inode = NewLocked();
+  inode->kind = Kind::kColdFile;
+  inode->shown_ino = m->ino();
+  inode->manifest = std::move(m);
+  inode->nlookup = 1;
+  IndexLocked(inode);
+  return Id(inode);
+}
+
+uint64_t InodeTable::AddColdDir(const std::string& rel_path, ino_t shown_ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cold_dirs_.find(rel_path);
+  if (it != cold_dirs_.end()) {
+    it->second->nlookup++;
+    return Id(it->second);
+  }
+  Inode* inode = NewLocked();
+  inode->kind = Kind::kColdDir;
+  inode->cold_path = rel_path;
+  inode->shown_ino = shown_ino;
+  inode->nlookup = 1;
+  IndexLocked(inode);
+  return Id(inode);
+}
+
+void InodeTable::Forget(uint64_t id, uint64_t n) {
+  std::unique_ptr<Inode> dead;  // destroyed after the lock is released
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Inode* inode = Get(id);
+    inode->nlookup = n >= inode->nlookup ? 0 : inode->nlookup - n;
+    if (inode == &root_ || inode->nlookup > 0 || inode->open_handles > 0) return;
+    UnindexLocked(inode);
+    auto it = all_.find(inode);
+    if (it != all_.end()) {
+      dead = std::move(it->second);
+      all_.erase(it);
+    }
+  }
+}
+
+void InodeTable::ToCold(dev_t dev, ino_t ino, std::shared_ptr<const storepb::Manifest> m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hot_.find({dev, ino});
+  if (it == hot_.end()) return;
+  Inode* inode = it->second;
+  hot_.erase(it);
+  inode->kind = Kind::kColdFile;
+  inode->fd.reset();
+  inode->manifest = std::move(m);
+  inode->migrating = false;
+  IndexLocked(inode);
+}
+
+void InodeTable::ToHot(uint64_t id, UniqueFd fd, const struct stat& st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* inode = Get(id);
+  UnindexLocked(inode);
+  inode->kind = Kind::kHot;
+  inode->fd = std::make_shared<UniqueFd>(std::move(fd));
+  inode->dev = st.st_dev;
+  inode->ino = st.st_ino;
+  inode->manifest.reset();
+  inode->cold_path.clear();
+  IndexLocked(inode);
+}
+
+void InodeTable::Repoint(dev_t dev, ino_t old_ino, UniqueFd fd, const struct stat& st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hot_.find({dev, old_ino});
+  if (it == hot_.end()) return;
+  Inode* inode = it->second;
+  hot_.erase(it);
+  inode->fd = std::make_shared<UniqueFd>(std::move(fd));
+  inode->dev = st.st_dev;
+  inode->ino = st.st_ino;
+  inode->migrating = false;
+  IndexLocked(inode);
+}
+
+void InodeTable::UpdateManifest(std::shared_ptr<const storepb::Manifest> m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cold_files_.find(m->file_id());
+  if (it != cold_files_.end()) it->second->manifest = std::move(m);
+}
+
+bool InodeTable::OpenHandle(uint64_t id, bool writable) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* inode = Get(id);
+  if (writable && inode->migrating) return false;
+  inode->open_handles++;
+  if (writable) inode->write_handles++;
+  return true;
+}
+
+bool InodeTable::CloseHandle(uint64_t id, bool writable) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* inode = Get(id);
+  inode->open_handles--;
+  if (writable) inode->write_handles--;
+  return inode->open_handles == 0 && inode->unlinked;
+}
+
+bool InodeTable::MarkUnlinked(uint64_t file_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cold_files_.find(file_id);
+  if (it == cold_files_.end() || it->second->open_handles == 0) return false;
+  it->second->unlinked = true;
+  return true;
+}
+
+void InodeTable::RenameColdDirs(const std::string& from, const std::string& to) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Inode*> moved;
+  for (auto it = cold_dirs_.begin(); it != cold_dirs_.end();) {
+    const std::string& p = it->first;
+    if (p == from || p.compare(0, from.size() + 1, from + "/") == 0) {
+      moved.push_back(it->second);
+      it = cold_dirs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (Inode* inode : moved) {
+    inode->cold_path = to + inode->cold_path.substr(from.size());
+    IndexLocked(inode);
+  }
+}
+
+bool InodeTable::BeginUnlink(dev_t dev, ino_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hot_.find({dev, ino});
+  if (it == hot_.end()) return true;
+  if (it->second->open_handles > 0) return false;
+  it->second->migrating = true;
+  return true;
+}
+
+void InodeTable::EndUnlink(dev_t dev, ino_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hot_.find({dev, ino});
+  if (it != hot_.end()) it->second->migrating = false;
+}
+
+bool InodeTable::IsOpen(dev_t dev, ino_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hot_.find({dev, ino});
+  return it != hot_.end() && it->second->open_handles > 0;
+}
+
+size_t InodeTable::size() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return all_.size() + 1;
+}
+
+}  // namespace tbfs::fs

@@ -1,0 +1,148 @@
+#include "fs/migrator.h"
+
+#include <fcntl.h>
+
+#include <chrono>
+
+#include "spdlog/spdlog.h"
+
+namespace tbfs::fs {
+
+Migrator::Migrator(Filesystem& fs, MigratorConfig config) : fs_(fs), config_(std::move(config)) {}
+
+Migrator::~Migrator() { Stop(); }
+
+void Migrator::Start() {
+  if (config_.background) thread_ = std::thread([this] { Loop(); });
+}
+
+void Migrator::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  stop_flag_ = true;
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Migrator::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::seconds(config_.interval_s), [&] { return stopping_; })) {
+        return;
+      }
+    }
+    Status st = Pass();
+    if (!st.ok()) spdlog::error("migrator: {}", st.message());
+  }
+}
+
+int Migrator::RunNow() {
+  Status st = Pass();
+  if (!st.ok()) {
+    spdlog::error("migrator: {}", st.message());
+    return -EIO;
+  }
+  return 0;
+}
+
+void Migrator::AfterBatch(const store::BatchResult& batch) {
+  InodeTable& inodes = fs_.inodes();
+  for (const store::FileResult& f : batch.files) {
+    if (f.ino == 0) continue;
+    if (f.outcome == store::Outcome::kMoved) {
+      auto m = fs_.store().Lookup(f.path);
+      if (m.ok()) {
+        inodes.ToCold(f.dev, f.ino, std::make_shared<const storepb::Manifest>(std::move(m).value()));
+        continue;
+      }
+    } else if (f.outcome == store::Outcome::kRolledBack) {
+      int raw = ::openat(inodes.RootFd(), f.path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      struct stat st;
+      if (raw >= 0 && ::fstat(raw, &st) == 0) {
+        inodes.Repoint(f.dev, f.ino, UniqueFd(raw), st);
+        continue;
+      }
+      if (raw >= 0) ::close(raw);
+    }
+    inodes.EndUnlink(f.dev, f.ino);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.batches++;
+  if (batch.rolled_back) {
+    stats_.rolled_back++;
+    stats_.last_verifier = "failed: " + (batch.failures.empty() ? std::string("?")
+                                                               : batch.failures[0].ToString());
+  } else {
+    stats_.last_verifier = "intact";
+  }
+}
+
+Status Migrator::Pass() {
+  std::lock_guard<std::mutex> one(pass_mu_);
+  store::CandidateOptions copt;
+  copt.policy = config_.policy;
+  copt.older_than_s = config_.cold_after_s;
+  copt.walk = config_.walk;
+  std::vector<store::Candidate> candidates;
+  std::vector<store::Skipped> skipped;
+  uint64_t hot_files = 0, hot_bytes = 0;
+  Status st = WalkTree(fs_.config().logdir, config_.walk, [&](const WalkEntry& e) {
+    if (S_ISREG(e.st.st_mode)) {
+      hot_files++;
+      hot_bytes += static_cast<uint64_t>(e.st.st_size);
+    }
+  });
+  if (st.ok()) st = store::FindCandidates(fs_.config().logdir, copt, &candidates, &skipped);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.passes++;
+    stats_.hot_files = hot_files;
+    stats_.hot_bytes = hot_bytes;
+    stats_.last_pass_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+    stats_.last_error = st.ok() ? "" : st.message();
+  }
+  if (!st.ok()) return st;
+  // Files open through the mount wait for a later pass.
+  std::erase_if(candidates, [&](const store::Candidate& c) {
+    struct stat s;
+    return ::lstat(JoinPath(fs_.config().logdir, c.path).c_str(), &s) != 0 ||
+           fs_.inodes().IsOpen(s.st_dev, s.st_ino);
+  });
+  if (candidates.empty()) return Status::OK();
+
+  store::MigrateOptions mopt;
+  mopt.must_have = config_.must_have;
+  mopt.walk = config_.walk;
+  mopt.threads = 2;
+  mopt.batch_files = 64;
+  mopt.batch_bytes = 512ull << 20;
+  mopt.stop = &stop_flag_;
+  mopt.before_unlink = [this](const std::string&, const struct stat& s) {
+    return fs_.inodes().BeginUnlink(s.st_dev, s.st_ino);
+  };
+  mopt.after_batch = [this](const store::BatchResult& b) { AfterBatch(b); };
+  std::shared_lock<std::shared_mutex> ns(fs_.namespace_lock());
+  auto result = store::Migrate(fs_.store(), fs_.config().logdir, candidates, mopt);
+  if (!result.ok()) return result.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.files_moved += result->files_moved;
+  stats_.bytes_moved += result->bytes_moved;
+  stats_.stored_bytes += result->stored_bytes;
+  if (result->files_moved > 0) {
+    spdlog::info("migrator: moved {} files, {} bytes -> {} stored", result->files_moved,
+                 result->bytes_moved, result->stored_bytes);
+  }
+  return Status::OK();
+}
+
+MigratorStats Migrator::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace tbfs::fs

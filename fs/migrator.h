@@ -1,0 +1,74 @@
+// The mount's background migrator: every interval it looks for quiet
+// traces (not modified for cold_after, not open through the mount) and runs
+// the store's migration engine on them, with every invariant of the
+// offline path (journal, verify each batch, roll back on failure). Inodes
+// the kernel knows turn cold in place when their batch commits.
+//
+// Start/Stop/RunNow are thread-safe; RunNow runs a pass on the caller's
+// thread, serialized with the background passes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fs/filesystem.h"
+#include "store/migrate.h"
+
+namespace tbfs::fs {
+
+struct MigratorConfig {
+  int64_t cold_after_s = 300;
+  int64_t interval_s = 30;
+  bool background = true;               // false: only on RunNow (--no-migrate)
+  store::Policy policy;
+  std::vector<std::string> must_have;
+  WalkOptions walk;
+};
+
+struct MigratorStats {
+  uint64_t passes = 0;
+  uint64_t batches = 0;
+  uint64_t rolled_back = 0;
+  uint64_t files_moved = 0;
+  uint64_t bytes_moved = 0;
+  uint64_t stored_bytes = 0;
+  uint64_t hot_files = 0;     // at the last pass
+  uint64_t hot_bytes = 0;
+  std::string last_verifier;  // "intact", "failed: ...", or "" before any batch
+  int64_t last_pass_unix = 0;
+  std::string last_error;
+};
+
+class Migrator {
+ public:
+  Migrator(Filesystem& fs, MigratorConfig config);
+  ~Migrator();
+
+  void Start();
+  // Stops after the batch in flight (never in the middle of one).
+  void Stop();
+  // One pass now; 0, or -EIO when the pass could not run.
+  int RunNow();
+  MigratorStats stats();
+
+ private:
+  void Loop();
+  Status Pass();
+  void AfterBatch(const store::BatchResult& batch);
+
+  Filesystem& fs_;
+  MigratorConfig config_;
+  std::mutex pass_mu_;  // one pass at a time
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;      // guarded by mu_
+  std::atomic<bool> stop_flag_{false};
+  MigratorStats stats_;        // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace tbfs::fs

@@ -1,0 +1,284 @@
+#include "fs/mount.h"
+
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "base/fs_util.h"
+#include "base/units.h"
+#include "fmt/format.h"
+#include "fs/filesystem.h"
+#include "fs/fuse_ops.h"
+#include "fs/migrator.h"
+#include "spdlog/sinks/basic_file_sink.h"
+#include "spdlog/spdlog.h"
+#include "store/classify.h"
+#include "store/config.h"
+#include "store/migrate.h"
+
+namespace tbfs::fs {
+
+namespace {
+
+std::string RealPath(const std::string& p) {
+  char buf[PATH_MAX];
+  return ::realpath(p.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+// Reports the verdict of a daemon child to its waiting parent.
+class Verdict {
+ public:
+  void Fork(bool foreground) {
+    if (foreground) return;
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    pid_t pid = ::fork();
+    if (pid > 0) {
+      ::close(fds[1]);
+      std::string msg;
+      char buf[512];
+      ssize_t n;
+      while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) msg.append(buf, static_cast<size_t>(n));
+      if (msg == "ok") ::_exit(0);
+      fmt::print(stderr, "tbfs mount: {}\n", msg.empty() ? "the daemon died while starting" : msg);
+      ::_exit(2);
+    }
+    ::close(fds[0]);
+    fd_ = fds[1];
+    ::setsid();
+  }
+  void Send(const std::string& msg) {
+    if (fd_ < 0) return;
+    (void)!::write(fd_, msg.data(), msg.size());
+    ::close(fd_);
+    fd_ = -1;
+  }
+  bool daemon() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+int Fail(Verdict& verdict, const std::string& msg) {
+  if (verdict.daemon()) {
+    verdict.Send(msg);
+  } else {
+    fmt::print(stderr, "tbfs mount: {}\n", msg);
+  }
+  return 2;
+}
+
+std::string StatusJson(const MountConfig& mc, const std::string& store_dir, Filesystem& fs,
+                       Migrator& migrator) {
+  auto totals = fs.store().ComputeTotals();
+  MigratorStats m = migrator.stats();
+  ChunkCache::Stats c = fs.cache().stats();
+  Counters& k = fs.counters();
+  uint64_t lookups = c.hits + c.misses;
+  nlohmann::json j = {
+      {"logdir", mc.logdir},
+      {"mountpoint", mc.mountpoint},
+      {"store", store_dir},
+      {"pid", ::getpid()},
+      {"hot", {{"files", m.hot_files}, {"bytes", m.hot_bytes}}},
+      {"cold",
+       {{"files", totals.ok() ? totals->files : 0},
+        {"bytes", totals.ok() ? totals->logical_bytes : 0},
+        {"stored_bytes", totals.ok() ? totals->stored_bytes : 0}}},
+      {"bytes_saved", totals.ok() ? totals->logical_bytes - std::min(totals->logical_bytes,
+                                                                      totals->stored_bytes)
+                                  : 0},
+      {"migrations",
+       {{"passes", m.passes},
+        {"batches", m.batches},
+        {"rolled_back", m.rolled_back},
+        {"files_moved", m.files_moved},
+        {"bytes_moved", m.bytes_moved},
+        {"last_pass_unix", m.last_pass_unix},
+        {"last_error", m.last_error}}},
+      {"last_verifier", m.last_verifier},
+      {"rehydrations", k.rehydrations.load()},
+      {"cache",
+       {{"hits", c.hits},
+        {"misses", c.misses},
+        {"hit_ratio", lookups ? static_cast<double>(c.hits) / static_cast<double>(lookups) : 0.0},
+        {"bytes", c.bytes},
+        {"capacity_bytes", fs.config().cache_bytes}}},
+      {"eio",
+       {{"cold_chunk", k.eio_cold_chunk.load()},
+        {"rehydrate", k.eio_rehydrate.load()},
+        {"store", k.eio_store.load()}}},
+      {"inodes", fs.inodes().size()},
+  };
+  return j.dump();
+}
+
+}  // namespace
+
+std::string ParseMountOptions(const std::string& opts, MountConfig* config) {
+  size_t start = 0;
+  while (start <= opts.size()) {
+    size_t comma = opts.find(',', start);
+    if (comma == std::string::npos) comma = opts.size();
+    std::string opt = opts.substr(start, comma - start);
+    start = comma + 1;
+    if (opt.empty()) continue;
+    size_t eq = opt.find('=');
+    std::string key = opt.substr(0, eq), value = eq == std::string::npos ? "" : opt.substr(eq + 1);
+    if (key == "store") {
+      config->store_dir = value;
+    } else if (key == "cold_after") {
+      auto s = ParseDurationSeconds(value);
+      if (!s.ok()) return "cold_after: " + s.status().message();
+      config->cold_after_s = *s;
+    } else if (key == "migrate_interval") {
+      auto s = ParseDurationSeconds(value);
+      if (!s.ok() || *s < 1) return "migrate_interval: use a duration of at least 1s";
+      config->migrate_interval_s = *s;
+    } else if (key == "cache") {
+      auto b = ParseSizeBytes(value);
+      if (!b.ok()) return "cache: " + b.status().message();
+      config->cache_bytes = *b;
+    } else if (key == "no_migrate") {
+      config->migrate = false;
+    } else if (key == "config") {
+      config->config_file = value;
+    } else if (key == "foreground") {
+      config->foreground = true;
+    } else if (key == "nofail" || key == "_netdev" || key == "auto" || key == "noauto" ||
+               key == "user" || key == "users" || key == "defaults") {
+      // fstab-only words, not for libfuse.
+    } else {
+      config->fuse_options.push_back(opt);
+    }
+  }
+  return "";
+}
+
+int RunMount(const MountConfig& mc_in) {
+  MountConfig mc = mc_in;
+  Verdict verdict;
+  struct stat st;
+  if (::stat(mc.logdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Fail(verdict, "LOGDIR " + mc.logdir + " is not a directory");
+  }
+  if (::stat(mc.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " is not a directory");
+  }
+  mc.logdir = RealPath(mc.logdir);
+  mc.mountpoint = RealPath(mc.mountpoint);
+  if (mc.mountpoint == mc.logdir || mc.mountpoint.starts_with(mc.logdir + "/")) {
+    return Fail(verdict, "MOUNTPOINT must not be LOGDIR or lie inside it");
+  }
+  store::MigrateConfig policy;
+  if (!mc.config_file.empty()) {
+    auto loaded = store::LoadMigrateConfig(mc.config_file);
+    if (!loaded.ok()) return Fail(verdict, loaded.status().message());
+    policy = *loaded;
+  }
+  std::string store_dir = mc.store_dir.empty() ? JoinPath(mc.logdir, store::kStoreDirName)
+                                               : mc.store_dir;
+  if (::access("/dev/fuse", R_OK | W_OK) != 0) {
+    return Fail(verdict, std::string("cannot open /dev/fuse: ") + std::strerror(errno));
+  }
+
+  verdict.Fork(mc.foreground);
+
+  // Store first, recovery before the first request.
+  store::OpenOptions so;
+  so.create_if_missing = true;
+  auto opened = store::ColdStore::Open(store_dir, so);
+  if (!opened.ok()) return Fail(verdict, opened.status().message());
+  std::unique_ptr<store::ColdStore> store = std::move(opened).value();
+  store_dir = RealPath(store_dir);
+  if (!mc.foreground) {
+    auto logger = spdlog::basic_logger_mt("tbfs-mount", JoinPath(store_dir, "tbfs-mount.log"));
+    spdlog::set_default_logger(logger);
+    spdlog::set_level(spdlog::level::info);
+    spdlog::flush_every(std::chrono::seconds(2));
+  }
+  auto recovered = store::Recover(*store, mc.logdir);
+  if (!recovered.ok()) return Fail(verdict, "recovery: " + recovered.status().message());
+  if (recovered->batches > 0) {
+    spdlog::warn("recovered {} unfinished batch(es): {} restored, {} dropped", recovered->batches,
+                 recovered->restored, recovered->dropped);
+  }
+
+  FsConfig fc;
+  fc.logdir = mc.logdir;
+  fc.cache_bytes = mc.cache_bytes;
+  fc.as_root_owner_fixup = ::geteuid() == 0;
+  if (store_dir.starts_with(mc.logdir + "/")) fc.store_skip = store_dir.substr(mc.logdir.size() + 1);
+  auto root = OpenFile(mc.logdir, O_PATH | O_DIRECTORY);
+  if (!root.ok()) return Fail(verdict, root.status().message());
+  Filesystem fs(fc, store.get(), std::move(root).value());
+
+  MigratorConfig migc;
+  migc.cold_after_s = mc.cold_after_s;
+  migc.interval_s = mc.migrate_interval_s;
+  migc.background = mc.migrate;
+  migc.policy.trace_markers = policy.trace_markers;
+  migc.policy.protected_markers = policy.protected_markers;
+  migc.must_have = policy.must_have_tags;
+  migc.walk.skip_dirs = {store::kStoreDirName};
+  if (!fc.store_skip.empty()) migc.walk.skip_dirs.push_back(fc.store_skip);
+  Migrator migrator(fs, migc);
+  fs.status_provider = [&] { return StatusJson(mc, store_dir, fs, migrator); };
+  fs.migrate_now = [&] { return migrator.RunNow(); };
+
+  std::string opts = fmt::format("default_permissions,fsname=tbfs:{},subtype=tbfs", mc.logdir);
+  for (const std::string& o : mc.fuse_options) opts += "," + o;
+  std::vector<std::string> argv_s = {"tbfs", "-o", opts};
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  struct fuse_session* se = fuse_session_new(&args, TbfsOps(), sizeof(struct fuse_lowlevel_ops), &fs);
+  fuse_opt_free_args(&args);
+  if (se == nullptr) return Fail(verdict, "bad FUSE options: " + opts);
+  if (fuse_set_signal_handlers(se) != 0) {
+    fuse_session_destroy(se);
+    return Fail(verdict, "cannot install signal handlers");
+  }
+  if (fuse_session_mount(se, mc.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return Fail(verdict, "cannot mount on " + mc.mountpoint + " (see above; is /dev/fuse usable?)");
+  }
+  (void)WriteFileAtomic(JoinPath(store_dir, kMountInfoFile),
+                        fmt::format("{} {}\n", mc.mountpoint, ::getpid()));
+  migrator.Start();
+  spdlog::info("mounted {} on {} (store {})", mc.logdir, mc.mountpoint, store_dir);
+  if (verdict.daemon()) {
+    int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::close(null);
+    }
+    (void)!::chdir("/");
+    verdict.Send("ok");
+  }
+
+  struct fuse_loop_config* loop = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(loop, 0);
+  fuse_loop_cfg_set_max_threads(loop, 16);
+  int rc = fuse_session_loop_mt(se, loop);
+  fuse_loop_cfg_destroy(loop);
+
+  spdlog::info("unmounting {}", mc.mountpoint);
+  migrator.Stop();
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  ::unlink(JoinPath(store_dir, kMountInfoFile).c_str());
+  spdlog::default_logger()->flush();
+  return rc == 0 ? 0 : 2;
+}
+
+}  // namespace tbfs::fs

@@ -1,0 +1,41 @@
+// Mounting: `tbfs mount LOGDIR MOUNTPOINT`, in the foreground or as a
+// daemon, until fusermount3 -u, umount, SIGTERM or SIGINT.
+//
+// Order of events: check the paths; (daemon) fork, the parent waiting for
+// the child's verdict; open the store (creating it) and run journal
+// recovery (I4) before the first request is served; mount; start the
+// migrator; tell the parent. At the end: the migrator finishes its batch
+// in flight, the session unmounts, the store closes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tbfs::fs {
+
+struct MountConfig {
+  std::string logdir;
+  std::string mountpoint;
+  std::string store_dir;          // "" : LOGDIR/.tbfs
+  int64_t cold_after_s = 300;
+  int64_t migrate_interval_s = 30;
+  uint64_t cache_bytes = 256ull << 20;
+  bool migrate = true;            // background migration
+  bool foreground = false;
+  std::string config_file;        // YAML policy (store/config.h)
+  std::vector<std::string> fuse_options;  // passed to libfuse as -o
+};
+
+// Parses a mount -o string: our keys (store=, cold_after=, cache=,
+// no_migrate, config=, migrate_interval=) go into *config, the rest into
+// config->fuse_options. Returns "" or a one-line error.
+std::string ParseMountOptions(const std::string& opts, MountConfig* config);
+
+// Runs the mount; returns the process exit status (0 clean unmount, 2 error).
+int RunMount(const MountConfig& config);
+
+// The file in a store folder naming the mount that holds it.
+inline constexpr char kMountInfoFile[] = "MOUNTED_BY";
+
+}  // namespace tbfs::fs
