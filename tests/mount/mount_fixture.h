@@ -1,0 +1,99 @@
+// A real tbfs mount in a temporary folder for integration tests. The mount
+// is always taken down in teardown, even when the test failed: fusermount3
+// -u, then a lazy unmount, then the daemon is killed.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tests/test_util.h"
+
+namespace tbfs::testing {
+
+inline std::string Tbfs(const std::string& args) { return std::string(TBFS_BINARY) + " " + args; }
+
+inline bool IsMounted(const std::string& mountpoint) {
+  std::ifstream in("/proc/mounts");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(" " + mountpoint + " ") != std::string::npos) return true;
+  }
+  return false;
+}
+
+class MountTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int fd = ::open("/dev/fuse", O_RDWR);
+    ASSERT_GE(fd, 0) << "this test mounts a real FUSE filesystem and needs /dev/fuse, which "
+                        "cannot be opened here: "
+                     << std::strerror(errno);
+    ::close(fd);
+    std::filesystem::create_directories(mnt_);
+  }
+
+  void TearDown() override { Unmount(); }
+
+  // Mounts logdir_ on mnt_ (a daemon; returns once the mount serves).
+  void Mount(const std::string& extra = "--no-migrate") {
+    auto r = RunCommand(Tbfs("mount " + logdir_ + " " + mnt_ + " " + extra + " 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    ASSERT_TRUE(IsMounted(mnt_));
+    pid_ = Status()["pid"].get<int>();
+  }
+
+  void Unmount() {
+    if (!IsMounted(mnt_)) return;
+    RunCommand("fusermount3 -u " + mnt_ + " 2>/dev/null");
+    if (IsMounted(mnt_)) RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+    WaitForExit();
+  }
+
+  // True while the daemon runs (an exited, unreaped daemon is a zombie:
+  // the daemon is nobody's child here, so nobody here can reap it).
+  static bool Alive(int pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat;
+    if (!std::getline(in, stat)) return false;
+    size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+  }
+
+  // Waits up to 10 s for the daemon to exit after an unmount; kills it after.
+  void WaitForExit() {
+    if (pid_ <= 0) return;
+    for (int i = 0; i < 1000 && Alive(pid_); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (Alive(pid_)) ::kill(pid_, SIGKILL);
+    pid_ = -1;
+  }
+
+  nlohmann::json Status() {
+    auto r = RunCommand(Tbfs("status --json " + mnt_));
+    EXPECT_EQ(r.exit_code, 0);
+    return nlohmann::json::parse(r.out, nullptr, false);
+  }
+
+  void Gen(const std::string& args = "--runs 2 --steps 200 --trace-mb 6") {
+    ASSERT_EQ(RunCommand(Tbfs("gen " + logdir_ + " " + args + " >/dev/null")).exit_code, 0);
+  }
+
+  std::string M(const std::string& rel) const { return mnt_ + "/" + rel; }
+  std::string L(const std::string& rel) const { return logdir_ + "/" + rel; }
+
+  TempDir dir_;
+  std::string logdir_ = dir_ / "logdir";
+  std::string mnt_ = dir_ / "mnt";
+  int pid_ = -1;
+};
+
+}  // namespace tbfs::testing

@@ -1,0 +1,490 @@
+// The mount, really mounted: what a training job, TensorBoard, cp and an
+// editor do through it.
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+
+#include <map>
+#include <random>
+
+#include "base/fs_util.h"
+#include "events/baseline.h"
+#include "events/record.h"
+#include "events/verifier.h"
+#include "tests/mount/mount_fixture.h"
+
+namespace tbfs::testing {
+namespace {
+
+std::vector<std::string> Files(const std::string& root, bool events) {
+  std::vector<std::string> out;
+  WalkOptions w;
+  w.skip_dirs = {".tbfs"};
+  EXPECT_TRUE(WalkTree(root, w, [&](const WalkEntry& e) {
+                if (S_ISREG(e.st.st_mode) && (e.rel.find("tfevents") != std::string::npos) == events) {
+                  out.push_back(e.rel);
+                }
+              }).ok());
+  return out;
+}
+
+std::string State(const std::string& path) {
+  char buf[16];
+  ssize_t n = ::getxattr(path.c_str(), "user.tbfs.state", buf, sizeof(buf));
+  return n < 0 ? std::string("error: ") + std::strerror(errno) : std::string(buf, n);
+}
+
+class Mounted : public MountTest {
+ protected:
+  void SetUp() override {
+    MountTest::SetUp();
+    Gen();
+    events_ = Files(logdir_, true);
+    traces_ = Files(logdir_, false);
+    for (const auto& f : traces_) originals_[f] = ReadBytes(L(f));
+    ASSERT_FALSE(events_.empty());
+    ASSERT_FALSE(traces_.empty());
+  }
+  // Migrates every trace now, through the mount.
+  void MigrateNow() {
+    auto r = RunCommand(Tbfs("migrate --now " + mnt_));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+  std::string BigTrace() {
+    std::string best;
+    for (const auto& f : traces_) {
+      if (best.empty() || originals_[f].size() > originals_[best].size()) best = f;
+    }
+    return best;
+  }
+  std::vector<std::string> events_, traces_;
+  std::map<std::string, std::string> originals_;
+};
+
+TEST_F(Mounted, TfeventsReadThroughTheMountAreByteIdentical) {
+  Mount("--no-migrate --cold-after 0");
+  for (const auto& f : events_) EXPECT_EQ(ReadBytes(M(f)), ReadBytes(L(f))) << f;
+  MigrateNow();  // and after traces moved beside them
+  for (const auto& f : events_) EXPECT_EQ(ReadBytes(M(f)), ReadBytes(L(f))) << f;
+}
+
+TEST_F(Mounted, TfeventsWrittenThroughTheMountLandInTheLogdir) {
+  Mount();
+  std::string rel = "newrun/events.out.tfevents.1.host.1.0";
+  ASSERT_EQ(::mkdir(M("newrun").c_str(), 0755), 0);
+  std::string records;
+  for (int i = 0; i < 1000; ++i) events::AppendFramedRecord(std::string(100 + i % 50, 'a' + i % 26), &records);
+  {
+    auto fd = OpenFile(M(rel), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ASSERT_TRUE(fd.ok());
+    for (size_t off = 0; off < records.size(); off += 777) {
+      std::string_view part = std::string_view(records).substr(off, 777);
+      ASSERT_TRUE(WriteAll(fd->get(), part.data(), part.size(), rel).ok());
+    }
+    // Seen in the logdir at once, before close.
+    EXPECT_EQ(ReadBytes(L(rel)), records);
+  }
+  EXPECT_EQ(ReadBytes(L(rel)), records);
+  EXPECT_EQ(ReadBytes(M(rel)), records);
+}
+
+TEST_F(Mounted, AppendInTheLogdirIsSeenThroughTheMountWithinOneSecond) {
+  Mount();
+  const std::string& rel = events_[0];
+  auto fd = OpenFile(M(rel), O_RDONLY);  // TensorBoard keeps its file open
+  ASSERT_TRUE(fd.ok());
+  std::string seen(1 << 20, '\0');
+  size_t got = 0;
+  ASSERT_TRUE(PreadFull(fd->get(), seen.data(), seen.size(), 0, &got, rel).ok());
+  std::string before = ReadBytes(L(rel));
+  ASSERT_EQ(got, before.size());
+  std::string extra;
+  events::AppendFramedRecord("appended by a writer outside the mount", &extra);
+  WriteBytes(L(rel), before + extra);
+
+  auto start = std::chrono::steady_clock::now();
+  bool visible = false;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1000)) {
+    size_t n = 0;
+    ASSERT_TRUE(PreadFull(fd->get(), seen.data(), seen.size(), before.size(), &n, rel).ok());
+    if (n == extra.size() && seen.compare(0, n, extra) == 0) {
+      visible = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(visible) << "the append was not visible through the mount within 1 s";
+}
+
+TEST_F(Mounted, ColdTraceReadsBackExactlyFromFourThreadsAtRandomOffsets) {
+  Mount("--no-migrate --cold-after 0 --cache 4M");
+  MigrateNow();
+  std::string big = BigTrace();
+  ASSERT_EQ(State(M(big)), "cold");
+  ASSERT_FALSE(std::filesystem::exists(L(big)));
+  for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
+
+  const std::string& want = originals_[big];
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto fd = OpenFile(M(big), O_RDONLY);
+      if (!fd.ok()) {
+        bad++;
+        return;
+      }
+      std::mt19937_64 rng(t);
+      std::string buf(3 << 20, '\0');
+      for (int i = 0; i < 60; ++i) {
+        uint64_t chunk = 1 << 20;
+        // Offsets near chunk borders half of the time.
+        uint64_t off = (i % 2) ? (rng() % (want.size() / chunk + 1)) * chunk - rng() % 64
+                               : rng() % want.size();
+        off = std::min<uint64_t>(off, want.size() - 1);
+        size_t len = 1 + rng() % buf.size();
+        size_t got = 0;
+        if (!PreadFull(fd->get(), buf.data(), len, off, &got, big).ok() ||
+            got != std::min<uint64_t>(len, want.size() - off) ||
+            std::memcmp(buf.data(), want.data() + off, got) != 0) {
+          bad++;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(Status()["cache"]["hits"].get<uint64_t>(), 0u);
+}
+
+TEST_F(Mounted, OpeningAColdFileForWriteRehydratesIt) {
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  std::string f = BigTrace();
+  struct stat cold_st;
+  ASSERT_EQ(::stat(M(f).c_str(), &cold_st), 0);
+  ASSERT_EQ(State(M(f)), "cold");
+  {
+    auto fd = OpenFile(M(f), O_WRONLY | O_APPEND);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    ASSERT_TRUE(WriteAll(fd->get(), "+tail", 5, f).ok());
+  }
+  EXPECT_EQ(State(M(f)), "hot");
+  EXPECT_TRUE(ReadBytes(L(f)) == originals_[f] + "+tail");
+  EXPECT_TRUE(ReadBytes(M(f)) == originals_[f] + "+tail");
+  struct stat hot_st;
+  ASSERT_EQ(::stat(M(f).c_str(), &hot_st), 0);
+  EXPECT_EQ(hot_st.st_ino, cold_st.st_ino);  // the same file to the kernel
+  EXPECT_EQ(Status()["rehydrations"].get<int>(), 1);
+
+  // Truncation rehydrates too.
+  std::string g;
+  for (const auto& t : traces_) {
+    if (t != f && State(M(t)) == "cold") g = t;
+  }
+  ASSERT_FALSE(g.empty());
+  ASSERT_EQ(::truncate(M(g).c_str(), 10), 0);
+  EXPECT_EQ(ReadBytes(L(g)), originals_[g].substr(0, 10));
+}
+
+TEST_F(Mounted, RenameUnlinkRmdirAcrossHotAndCold) {
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  std::string cold = BigTrace();
+  std::string dir = ParentPath(cold);
+  // Rename a cold file, within and across folders.
+  ASSERT_EQ(::rename(M(cold).c_str(), M(dir + "/renamed.pt.trace.json").c_str()), 0);
+  EXPECT_FALSE(std::filesystem::exists(M(cold)));
+  EXPECT_TRUE(ReadBytes(M(dir + "/renamed.pt.trace.json")) == originals_[cold]);
+  ASSERT_EQ(::mkdir(M("elsewhere").c_str(), 0755), 0);
+  ASSERT_EQ(::rename(M(dir + "/renamed.pt.trace.json").c_str(), M("elsewhere/t.json").c_str()), 0);
+  EXPECT_EQ(State(M("elsewhere/t.json")), "cold");
+  EXPECT_TRUE(ReadBytes(M("elsewhere/t.json")) == originals_[cold]);
+  // RENAME_NOREPLACE onto a cold file fails; EXCHANGE with a cold one is EINVAL.
+  WriteBytes(M("elsewhere/hot.txt"), "hot");
+  EXPECT_NE(::renameat2(AT_FDCWD, M("elsewhere/hot.txt").c_str(), AT_FDCWD,
+                        M("elsewhere/t.json").c_str(), RENAME_NOREPLACE), 0);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_NE(::renameat2(AT_FDCWD, M("elsewhere/hot.txt").c_str(), AT_FDCWD,
+                        M("elsewhere/t.json").c_str(), RENAME_EXCHANGE), 0);
+  EXPECT_EQ(errno, EINVAL);
+  // A hot file renamed over a cold one replaces it.
+  ASSERT_EQ(::rename(M("elsewhere/hot.txt").c_str(), M("elsewhere/t.json").c_str()), 0);
+  EXPECT_EQ(ReadBytes(M("elsewhere/t.json")), "hot");
+  EXPECT_EQ(State(M("elsewhere/t.json")), "hot");
+  // rmdir refuses a folder that still holds cold files, then works.
+  std::string profile_dir;
+  for (const auto& t : traces_) {
+    if (t.find("plugins/profile/") != std::string::npos) profile_dir = ParentPath(t);
+  }
+  ASSERT_FALSE(profile_dir.empty());
+  EXPECT_NE(::rmdir(M(profile_dir).c_str()), 0);
+  EXPECT_EQ(errno, ENOTEMPTY);
+  for (const auto& e : std::filesystem::directory_iterator(M(profile_dir))) {
+    ASSERT_EQ(::unlink(e.path().c_str()), 0) << e.path();
+  }
+  EXPECT_EQ(::rmdir(M(profile_dir).c_str()), 0);
+  EXPECT_FALSE(std::filesystem::exists(M(profile_dir)));
+  // Renaming a folder moves its cold contents with it.
+  std::string run = traces_[0].substr(0, traces_[0].find('/'));
+  ASSERT_EQ(::rename(M(run).c_str(), M(run + "_moved").c_str()), 0);
+  for (const auto& t : traces_) {
+    if (t.starts_with(run + "/") && t != cold && t.find(profile_dir) == std::string::npos) {
+      std::string moved = run + "_moved" + t.substr(run.size());
+      EXPECT_TRUE(ReadBytes(M(moved)) == originals_[t]) << moved;
+    }
+  }
+  EXPECT_EQ(RunCommand(Tbfs("fsck " + logdir_ + " >/dev/null")).exit_code, 0);
+}
+
+TEST_F(Mounted, BackgroundMigratorMovesQuietTracesAndNeverTfevents) {
+  Mount("--cold-after 0 -o migrate_interval=1s");
+  nlohmann::json st;
+  for (int i = 0; i < 100; ++i) {
+    st = Status();
+    if (st["cold"]["files"].get<size_t>() == traces_.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(st["cold"]["files"].get<size_t>(), traces_.size());
+  EXPECT_EQ(st["last_verifier"].get<std::string>(), "intact");
+  for (const auto& f : events_) {
+    EXPECT_EQ(State(M(f)), "hot") << f;
+    EXPECT_TRUE(std::filesystem::exists(L(f))) << f;
+  }
+  for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
+}
+
+TEST_F(Mounted, MigratorLeavesFilesOpenThroughTheMount) {
+  Mount("--no-migrate --cold-after 0");
+  std::string held = BigTrace();
+  auto fd = OpenFile(M(held), O_RDONLY);
+  ASSERT_TRUE(fd.ok());
+  MigrateNow();
+  EXPECT_EQ(State(M(held)), "hot");
+  EXPECT_TRUE(std::filesystem::exists(L(held)));
+  fd->reset();
+  MigrateNow();
+  EXPECT_EQ(State(M(held)), "cold");
+}
+
+TEST_F(Mounted, StoreFolderIsInvisibleAndStateXattrIsEverywhere) {
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  ASSERT_TRUE(std::filesystem::exists(L(".tbfs")));
+  EXPECT_FALSE(std::filesystem::exists(M(".tbfs")));
+  for (const auto& e : std::filesystem::directory_iterator(mnt_)) {
+    EXPECT_NE(e.path().filename(), ".tbfs");
+  }
+  EXPECT_NE(::mkdir(M(".tbfs").c_str(), 0755), 0);
+  for (const auto& f : events_) EXPECT_EQ(State(M(f)), "hot");
+  for (const auto& f : traces_) EXPECT_EQ(State(M(f)), "cold");
+  char names[1024];
+  ssize_t n = ::listxattr(M(traces_[0]).c_str(), names, sizeof(names));
+  ASSERT_GT(n, 0);
+  EXPECT_NE(std::string(names, n).find("user.tbfs.state"), std::string::npos);
+}
+
+TEST_F(Mounted, ColdFilesKeepSizeModeOwnerAndTimes) {
+  std::map<std::string, struct stat> before;
+  for (const auto& f : traces_) ::stat(L(f).c_str(), &before[f]);
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  for (const auto& f : traces_) {
+    struct stat st;
+    ASSERT_EQ(::stat(M(f).c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, before[f].st_size) << f;
+    EXPECT_EQ(st.st_mode, before[f].st_mode) << f;
+    EXPECT_EQ(st.st_uid, before[f].st_uid) << f;
+    EXPECT_EQ(st.st_mtim.tv_sec, before[f].st_mtim.tv_sec) << f;
+    EXPECT_EQ(st.st_mtim.tv_nsec, before[f].st_mtim.tv_nsec) << f;
+    EXPECT_EQ(st.st_ino, before[f].st_ino) << f;
+  }
+  // chmod and utimens on a cold file change it without rehydrating.
+  std::string f = traces_[0];
+  ASSERT_EQ(::chmod(M(f).c_str(), 0600), 0);
+  struct timespec times[2] = {{0, UTIME_OMIT}, {1234567890, 5}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, M(f).c_str(), times, 0), 0);
+  struct stat st;
+  ASSERT_EQ(::stat(M(f).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1234567890);
+  EXPECT_EQ(st.st_atim.tv_sec, before[f].st_atim.tv_sec);  // UTIME_OMIT left it
+  EXPECT_EQ(State(M(f)), "cold");
+}
+
+TEST_F(Mounted, PosixDetailsUsersRelyOn) {
+  Mount();
+  // Hard links: one inode, one link count, under every name.
+  WriteBytes(M("a.txt"), "shared");
+  ASSERT_EQ(::link(M("a.txt").c_str(), M("b.txt").c_str()), 0);
+  ASSERT_EQ(::chmod(M("b.txt").c_str(), 0640), 0);
+  struct stat a, b;
+  ASSERT_EQ(::stat(M("a.txt").c_str(), &a), 0);
+  ASSERT_EQ(::stat(M("b.txt").c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);
+  EXPECT_EQ(a.st_nlink, 2u);
+  EXPECT_EQ(b.st_nlink, 2u);
+  EXPECT_EQ(a.st_mode & 07777, 0640u);
+  // A deleted file still open reads and writes until closed.
+  auto fd = OpenFile(M("a.txt"), O_RDWR);
+  ASSERT_TRUE(fd.ok());
+  ASSERT_EQ(::unlink(M("a.txt").c_str()), 0);
+  ASSERT_EQ(::unlink(M("b.txt").c_str()), 0);
+  ASSERT_EQ(::pwrite(fd->get(), "X", 1, 0), 1);
+  char buf[8] = {};
+  ASSERT_EQ(::pread(fd->get(), buf, 6, 0), 6);
+  EXPECT_EQ(std::string(buf, 6), "Xhared");
+  fd->reset();
+  // utimensat: UTIME_OMIT leaves a field, UTIME_NOW sets it.
+  WriteBytes(M("t.txt"), "t");
+  struct timespec set[2] = {{100, 0}, {200, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, M("t.txt").c_str(), set, 0), 0);
+  struct timespec omit_now[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, M("t.txt").c_str(), omit_now, 0), 0);
+  struct stat t;
+  ASSERT_EQ(::stat(M("t.txt").c_str(), &t), 0);
+  EXPECT_EQ(t.st_atim.tv_sec, 100);
+  EXPECT_GT(t.st_mtim.tv_sec, 200);
+  // O_DIRECT opens work.
+  int direct = ::open(M("t.txt").c_str(), O_RDONLY | O_DIRECT);
+  EXPECT_GE(direct, 0) << std::strerror(errno);
+  if (direct >= 0) ::close(direct);
+  // Paths of full PATH_MAX length work: operations are relative to fds.
+  std::string deep = mnt_;
+  std::string rel;
+  while (deep.size() < PATH_MAX - 300) {
+    std::string part(200, 'd');
+    ASSERT_EQ(::mkdir((deep + "/" + part).c_str(), 0755), 0) << std::strerror(errno);
+    deep += "/" + part;
+  }
+  int dfd = ::open(deep.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dfd, 0);
+  std::string leaf(250, 'f');
+  int f = ::openat(dfd, leaf.c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(f, 0) << std::strerror(errno);
+  EXPECT_EQ(::write(f, "deep", 4), 4);
+  ::close(f);
+  ::close(dfd);
+  // Symlinks, statfs, mkdir/rmdir, O_TRUNC.
+  ASSERT_EQ(::symlink("t.txt", M("link").c_str()), 0);
+  EXPECT_EQ(ReadBytes(M("link")), "t");
+  struct statvfs vfs;
+  EXPECT_EQ(::statvfs(mnt_.c_str(), &vfs), 0);
+  WriteBytes(M("t.txt"), "new");
+  EXPECT_EQ(ReadBytes(L("t.txt")), "new");
+}
+
+TEST_F(Mounted, AllowOtherCreatesFilesOwnedByTheCaller) {
+  Mount("--no-migrate -o allow_other");
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);  // let nobody reach the mount point
+  ASSERT_EQ(::chmod(L("").c_str(), 0777), 0);
+  auto r = RunCommand("setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'echo x > " +
+                      M("by_nobody.txt") + " && mkdir " + M("dir_by_nobody") + "' 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  struct stat st;
+  ASSERT_EQ(::stat(L("by_nobody.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_EQ(st.st_gid, 65534u);
+  ASSERT_EQ(::stat(L("dir_by_nobody").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+}
+
+TEST_F(Mounted, VerifyThroughTheMountSeesTheSameCurves) {
+  auto base = RunCommand(Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
+  ASSERT_EQ(base.exit_code, 0);
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  auto r = RunCommand(Tbfs("verify " + mnt_ + " --baseline " + (dir_ / "b.json")));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+}
+
+TEST_F(Mounted, UnmountWithFilesOpen) {
+  Mount();
+  auto fd = OpenFile(M(events_[0]), O_RDONLY);
+  ASSERT_TRUE(fd.ok());
+  // A plain unmount refuses while a file is open, and the mount keeps serving.
+  EXPECT_NE(RunCommand("fusermount3 -u " + mnt_ + " 2>/dev/null").exit_code, 0);
+  ASSERT_TRUE(IsMounted(mnt_));
+  EXPECT_EQ(ReadBytes(M(events_[0])), ReadBytes(L(events_[0])));
+  // A lazy unmount detaches at once; the open file still reads.
+  EXPECT_EQ(RunCommand("fusermount3 -u -z " + mnt_).exit_code, 0);
+  EXPECT_FALSE(IsMounted(mnt_));
+  char buf[16];
+  EXPECT_EQ(::pread(fd->get(), buf, sizeof(buf), 0), static_cast<ssize_t>(sizeof(buf)));
+  fd->reset();
+  WaitForExit();
+}
+
+TEST_F(Mounted, OfflineWritersAreRefusedNamingTheMount) {
+  Mount();
+  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply 2>&1"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find(mnt_), std::string::npos) << r.out;
+  EXPECT_EQ(RunCommand(Tbfs("ls " + logdir_ + " >/dev/null")).exit_code, 0);  // readers may look
+}
+
+TEST_F(Mounted, FstabFormMountsThroughMountFuse3) {
+  // mount(8) runs helpers with a standard PATH: the fstab form needs tbfs
+  // installed (scripts/test.sh runs cmake --install first).
+  auto which = RunCommand("command -v tbfs");
+  ASSERT_EQ(which.exit_code, 0) << "tbfs is not installed in PATH; run cmake --install build";
+  std::string installed = which.out.substr(0, which.out.find('\n'));
+  ASSERT_TRUE(ReadBytes(installed) == ReadBytes(TBFS_BINARY))
+      << installed << " is not this build's tbfs; run cmake --install build";
+  std::string store = dir_ / "store";
+  auto r = RunCommand("mount -t fuse.tbfs " + logdir_ + " " + mnt_ + " -o store=" + store +
+                      ",cold_after=5m,no_migrate 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_TRUE(IsMounted(mnt_));
+  pid_ = Status()["pid"].get<int>();
+  EXPECT_EQ(Status()["store"].get<std::string>(), store);
+  EXPECT_EQ(ReadBytes(M(events_[0])), ReadBytes(L(events_[0])));
+}
+
+TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {
+  auto base = RunCommand(Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
+  ASSERT_EQ(base.exit_code, 0);
+  for (const char* point : {"migrate.stored", "migrate.unlinked", "migrate.all_unlinked"}) {
+    // The failpoint ends the daemon at that instant, as kill -9 would.
+    auto r = RunCommand(std::string("TBFS_FAILPOINT=") + point + " " +
+                        Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    pid_ = Status()["pid"].get<int>();
+    RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1"));  // the daemon dies
+    WaitForExit();
+    Unmount();
+    RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+    ASSERT_FALSE(IsMounted(mnt_)) << point;
+    Mount();  // recovery runs first
+    for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << point << " " << f;
+    auto v = RunCommand(Tbfs("verify " + mnt_ + " --baseline " + (dir_ / "b.json")));
+    EXPECT_EQ(v.exit_code, 0) << point << v.out;
+    Unmount();
+  }
+  // A literal kill -9 in the middle of a pass.
+  Mount("--no-migrate --cold-after 0");
+  std::thread migrate([&] { RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ::kill(pid_, SIGKILL);
+  migrate.join();
+  WaitForExit();
+  RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+  Mount();
+  for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
+  EXPECT_EQ(RunCommand(Tbfs("verify " + mnt_ + " --baseline " + (dir_ / "b.json") + " >/dev/null")).exit_code, 0);
+}
+
+TEST_F(MountTest, BadArgumentsAreOneLineErrors) {
+  for (const std::string& args :
+       {std::string("mount /nonexistent/logdir ") + mnt_, "mount " + dir_.path() + " /nonexistent/mnt",
+        "mount " + dir_.path() + " " + dir_.path(), "mount " + dir_.path() + " " + mnt_ + " --cold-after soon",
+        "mount " + dir_.path() + " " + mnt_ + " -o cache=lots", "status " + dir_.path()}) {
+    auto r = RunCommand(Tbfs(args + " 2>&1"));
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+    EXPECT_FALSE(IsMounted(mnt_));
+  }
+}
+
+}  // namespace
+}  // namespace tbfs::testing
