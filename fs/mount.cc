@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -118,6 +119,26 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
   return j.dump();
 }
 
+// Every inode the kernel holds is an O_PATH fd here (as in libfuse's
+// passthrough_hp), so a walk of a large tree needs many: raise the limit as
+// far as this process may.
+void RaiseFdLimit() {
+  struct rlimit lim;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  rlim_t want = 1 << 20;
+  std::string nr_open;
+  if (ReadFileToString("/proc/sys/fs/nr_open", &nr_open).ok()) {
+    want = std::min<rlim_t>(want, std::strtoull(nr_open.c_str(), nullptr, 10));
+  }
+  struct rlimit raised = {want, want};
+  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  spdlog::info("open file limit: {}", static_cast<uint64_t>(lim.rlim_cur));
+}
+
 }  // namespace
 
 std::string ParseMountOptions(const std::string& opts, MountConfig* config) {
@@ -188,6 +209,7 @@ int RunMount(const MountConfig& mc_in) {
   }
 
   verdict.Fork(mc.foreground);
+  RaiseFdLimit();
 
   // Store first, recovery before the first request.
   store::OpenOptions so;

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   tbfs::bench::RegisterVerifyBench(app, &exit_code);
   tbfs::bench::RegisterMigrateBench(app, &exit_code);
+  tbfs::bench::RegisterMountBench(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -1,0 +1,207 @@
+// tbfs-bench mount: the mount against the backing folder, in one run.
+//   - sequential reads of every tfevents file, cold and warm page cache;
+//   - a find + stat walk over a tree of --tree-files small files;
+//   - cold traces: time to the first byte, and sequential throughput
+//     against `zstd -d` of the same data (zstd -3) to /dev/null;
+//   - the daemon's peak RSS (VmHWM) with the default cache.
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/fs_util.h"
+#include "fmt/format.h"
+#include "tools/bench/bench.h"
+#include "tools/cli/progress.h"
+
+namespace tbfs::bench {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Args {
+  std::string dir = "/tmp/tbfs-bench-mount";
+  double trace_mb = 3072;
+  int tree_files = 50000;
+  std::string tbfs = "tbfs";
+};
+
+void DropCaches() { std::system("sync; echo 3 > /proc/sys/vm/drop_caches"); }
+
+// Reads files sequentially with 1 MiB reads; returns seconds.
+double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes) {
+  std::vector<char> buf(1 << 20);
+  *bytes = 0;
+  double t0 = cli::NowSeconds();
+  for (const auto& p : paths) {
+    int fd = ::open(p.c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ssize_t n;
+    while ((n = ::read(fd, buf.data(), buf.size())) > 0) *bytes += static_cast<uint64_t>(n);
+    ::close(fd);
+  }
+  return cli::NowSeconds() - t0;
+}
+
+uint64_t g_walked = 0;
+int CountStat(const char* path, const struct stat*, int type, struct FTW*) {
+  struct stat st;
+  if (type == FTW_F && ::stat(path, &st) == 0) g_walked++;
+  return 0;
+}
+
+// find DIR -type f -exec stat: nftw plus a stat per file. Returns seconds.
+double Walk(const std::string& root) {
+  g_walked = 0;
+  double t0 = cli::NowSeconds();
+  ::nftw(root.c_str(), CountStat, 64, FTW_PHYS);
+  return cli::NowSeconds() - t0;
+}
+
+std::string Status(const std::string& mnt) {
+  std::string v(1 << 16, '\0');
+  ssize_t n = ::getxattr(mnt.c_str(), "user.tbfs.status", v.data(), v.size());
+  v.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return v;
+}
+
+uint64_t PeakRssKb(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
+
+int Run(const Args& a) {
+  std::string logdir = a.dir + "/logdir", mnt = a.dir + "/mnt";
+  std::system(("fusermount3 -u " + mnt + " 2>/dev/null").c_str());
+  fs::remove_all(a.dir);
+  fs::create_directories(mnt);
+  fmt::print("generating a logdir with {} MiB of traces and {} small files ...\n", a.trace_mb,
+             a.tree_files);
+  if (std::system(fmt::format("{} gen {} --runs 8 --steps 60000 --trace-mb {} >/dev/null", a.tbfs,
+                              logdir, a.trace_mb)
+                      .c_str()) != 0) {
+    return 2;
+  }
+  for (int i = 0; i < a.tree_files; ++i) {
+    std::string d = fmt::format("{}/tree/d{:03}", logdir, i / 100);
+    if (i % 100 == 0) fs::create_directories(d);
+    std::ofstream(fmt::format("{}/f{:03}.txt", d, i % 100)) << i;
+  }
+  std::vector<std::string> events, traces;
+  for (auto& e : fs::recursive_directory_iterator(logdir)) {
+    if (!e.is_regular_file()) continue;
+    std::string rel = fs::relative(e.path(), logdir);
+    if (rel.find("tfevents") != std::string::npos) events.push_back(rel);
+    if (rel.ends_with(".pt.trace.json") || rel.ends_with(".xplane.pb")) traces.push_back(rel);
+  }
+  // zstd -3 copies of the traces, for the reference decompression.
+  std::string zdir = a.dir + "/zstd";
+  fs::create_directories(zdir);
+  std::string script;
+  for (size_t i = 0; i < traces.size(); ++i) {
+    script += fmt::format("zstd -q -3 -T2 -c '{}/{}' > {}/{}.zst; ", logdir, traces[i], zdir, i);
+  }
+  std::system(script.c_str());
+
+  if (std::system(fmt::format("{} mount {} {} --no-migrate --cold-after 0", a.tbfs, logdir, mnt).c_str()) != 0) {
+    return 2;
+  }
+  int pid = nlohmann::json::parse(Status(mnt))["pid"].get<int>();
+  auto paths = [](const std::string& root, const std::vector<std::string>& rels) {
+    std::vector<std::string> out;
+    for (const auto& r : rels) out.push_back(root + "/" + r);
+    return out;
+  };
+
+  // 1. tfevents, cold then warm page cache.
+  uint64_t bytes = 0;
+  DropCaches();
+  double native_cold = ReadFiles(paths(logdir, events), &bytes);
+  DropCaches();
+  double mount_cold = ReadFiles(paths(mnt, events), &bytes);
+  ReadFiles(paths(logdir, events), &bytes);
+  ReadFiles(paths(mnt, events), &bytes);
+  double native_warm = ReadFiles(paths(logdir, events), &bytes);
+  double mount_warm = ReadFiles(paths(mnt, events), &bytes);
+  double mb = static_cast<double>(bytes) / 1e6;
+  fmt::print("\ntfevents sequential read, {} files, {:.0f} MB\n", events.size(), mb);
+  fmt::print("  cold cache: native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n", mb / native_cold,
+             mb / mount_cold, native_cold / mount_cold);
+  fmt::print("  warm cache: native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n", mb / native_warm,
+             mb / mount_warm, native_warm / mount_warm);
+
+  // 2. find + stat.
+  Walk(logdir);
+  Walk(mnt);
+  double native_walk = Walk(logdir);
+  uint64_t native_files = g_walked;
+  double mount_walk = Walk(mnt);
+  fmt::print("find + stat of {} files: native {:.2f}s, mount {:.2f}s: {:.2f}x native time\n",
+             native_files, native_walk, mount_walk, mount_walk / native_walk);
+
+  // 3. cold traces.
+  std::system(fmt::format("{} migrate --now {} >/dev/null", a.tbfs, mnt).c_str());
+  std::vector<double> first_byte;
+  for (const auto& t : traces) {
+    double t0 = cli::NowSeconds();
+    int fd = ::open((mnt + "/" + t).c_str(), O_RDONLY);
+    char c;
+    if (fd >= 0 && ::read(fd, &c, 1) == 1) first_byte.push_back(cli::NowSeconds() - t0);
+    if (fd >= 0) ::close(fd);
+  }
+  std::sort(first_byte.begin(), first_byte.end());
+  DropCaches();
+  uint64_t cold_bytes = 0;
+  // Files already opened once: drop the kernel's cache of them via remount-free
+  // reopen is not possible, so read the ones not yet read past byte 0.
+  double cold_read = ReadFiles(paths(mnt, traces), &cold_bytes);
+  double zstd_s;
+  {
+    DropCaches();
+    double t0 = cli::NowSeconds();
+    std::system(fmt::format("cat {}/*.zst | zstd -q -d -c > /dev/null", zdir).c_str());
+    zstd_s = cli::NowSeconds() - t0;
+  }
+  double cmb = static_cast<double>(cold_bytes) / 1e6;
+  fmt::print("cold traces: {} files, {:.0f} MB\n", traces.size(), cmb);
+  if (!first_byte.empty()) {
+    fmt::print("  time to first byte: median {:.2f} ms, max {:.2f} ms\n",
+               1e3 * first_byte[first_byte.size() / 2], 1e3 * first_byte.back());
+  }
+  fmt::print("  sequential read: mount {:.0f} MB/s, zstd -d (of zstd -3) {:.0f} MB/s: {:.2f}x zstd -d\n",
+             cmb / cold_read, cmb / zstd_s, zstd_s / cold_read);
+
+  // 4. peak RSS.
+  auto st = nlohmann::json::parse(Status(mnt));
+  fmt::print("daemon peak RSS: {:.1f} MB (cache capacity {:.0f} MB; logdir {:.1f} GB logical)\n",
+             static_cast<double>(PeakRssKb(pid)) / 1024,
+             st["cache"]["capacity_bytes"].get<double>() / 1048576,
+             (st["cold"]["bytes"].get<double>() + st["hot"]["bytes"].get<double>()) / 1e9);
+  std::system(("fusermount3 -u " + mnt).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void RegisterMountBench(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("mount", "the mount vs the backing folder");
+  cmd->add_option("--dir", a->dir, "scratch folder (wiped)")->capture_default_str();
+  cmd->add_option("--trace-mb", a->trace_mb, "MiB of traces")->capture_default_str();
+  cmd->add_option("--tree-files", a->tree_files, "small files for the walk")->capture_default_str();
+  cmd->add_option("--tbfs", a->tbfs, "the tbfs command")->capture_default_str();
+  cmd->callback([a, exit_code] { *exit_code = Run(*a); });
+}
+
+}  // namespace tbfs::bench
