@@ -165,7 +165,12 @@ int Filesystem::Lookup(uint64_t parent, const char* name, EntryOut* out) {
 
 void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }
 
-int Filesystem::GetAttr(uint64_t ino, struct stat* st) {
+int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
+  if (fh != nullptr && fh->fd >= 0) {
+    if (::fstat(fh->fd, st) != 0) return Errno();
+    st->st_ino = inodes_.View(ino).shown_ino;
+    return 0;
+  }
   InodeView v = inodes_.View(ino);
   switch (v.kind) {
     case Kind::kColdFile: ColdAttr(*v.manifest, v.shown_ino, st); return 0;

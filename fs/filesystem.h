@@ -89,7 +89,8 @@ class Filesystem {
 
   int Lookup(uint64_t parent, const char* name, EntryOut* out);
   void Forget(uint64_t ino, uint64_t nlookup);
-  int GetAttr(uint64_t ino, struct stat* st);
+  // With an open handle of the file (fstat on a deleted-but-open file).
+  int GetAttr(uint64_t ino, struct stat* st, FileHandle* fh = nullptr);
   // to_set: FUSE_SET_ATTR_* bits (same values as the kernel's FATTR_*).
   int SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileHandle* fh,
               struct stat* out);

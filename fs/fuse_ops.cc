@@ -77,9 +77,9 @@ void OpForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forget
   fuse_reply_none(req);
 }
 
-void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   struct stat st;
-  int err = Fs(req).GetAttr(ino, &st);
+  int err = Fs(req).GetAttr(ino, &st, fi ? Fh(fi) : nullptr);
   if (err != 0) {
     fuse_reply_err(req, -err);
     return;

@@ -1,8 +1,25 @@
 #include "fs/inode_table.h"
 
+#include <fcntl.h>
+
 #include <cassert>
+#include <cstring>
 
 namespace tbfs::fs {
+
+namespace {
+
+// A struct file_handle, as bytes, for the file open as fd; "" if none.
+std::string HandleOfAny(int fd, int* mount_id) {
+  std::string buf(sizeof(struct file_handle) + MAX_HANDLE_SZ, '\0');
+  auto* fh = reinterpret_cast<struct file_handle*>(buf.data());
+  fh->handle_bytes = MAX_HANDLE_SZ;
+  if (::name_to_handle_at(fd, "", fh, mount_id, AT_EMPTY_PATH) != 0) return "";
+  buf.resize(sizeof(struct file_handle) + fh->handle_bytes);
+  return buf;
+}
+
+}  // namespace
 
 InodeTable::InodeTable(UniqueFd root_fd) {
   struct stat st;
@@ -13,6 +30,25 @@ InodeTable::InodeTable(UniqueFd root_fd) {
   root_.shown_ino = st.st_ino;
   root_.fd = std::make_shared<UniqueFd>(std::move(root_fd));
   root_.nlookup = 1;
+  // File handles need the filesystem's support and CAP_DAC_READ_SEARCH, and
+  // open_by_handle_at a real (not O_PATH) fd on the same mount.
+  mount_fd_.reset(::openat(root_.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  std::string probe = HandleOfAny(root_.fd->get(), &mount_id_);
+  if (mount_fd_.valid() && !probe.empty()) {
+    int fd = ::open_by_handle_at(mount_fd_.get(), reinterpret_cast<struct file_handle*>(probe.data()),
+                                 O_PATH | O_CLOEXEC);
+    if (fd >= 0) {
+      use_handles_ = true;
+      ::close(fd);
+    }
+  }
+}
+
+std::string InodeTable::HandleOf(int fd, const struct stat& st) {
+  if (!use_handles_ || S_ISDIR(st.st_mode)) return "";
+  int mount_id = -1;
+  std::string h = HandleOfAny(fd, &mount_id);
+  return mount_id == mount_id_ ? h : "";  // another filesystem mounted inside: keep the fd
 }
 
 uint64_t InodeTable::IdOf(Inode* inode, Inode* root) {
@@ -24,9 +60,34 @@ Inode* InodeTable::Get(uint64_t id) {
 }
 
 InodeView InodeTable::View(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Inode* i = Get(id);
-  return {i->kind, i->fd, i->manifest, i->cold_path, i->shown_ino, i->unlinked};
+  InodeView v;
+  std::shared_ptr<const std::string> handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Inode* i = Get(id);
+    v = {i->kind, i->fd, i->manifest, i->cold_path, i->shown_ino, i->unlinked};
+    handle = i->handle;
+  }
+  if (v.kind == Kind::kHot && !v.fd) {
+    std::string h = *handle;  // open_by_handle_at wants a mutable struct
+    int fd = ::open_by_handle_at(mount_fd_.get(), reinterpret_cast<struct file_handle*>(h.data()),
+                                 O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    v.fd = std::make_shared<UniqueFd>(fd);  // -1 when the file is gone
+  }
+  return v;
+}
+
+void InodeTable::SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, const struct stat& st) {
+  inode->kind = Kind::kHot;
+  if (handle.empty()) {
+    inode->fd = std::make_shared<UniqueFd>(std::move(fd));
+    inode->handle.reset();
+  } else {
+    inode->fd.reset();
+    inode->handle = std::make_shared<const std::string>(std::move(handle));
+  }
+  inode->dev = st.st_dev;
+  inode->ino = st.st_ino;
 }
 
 Inode* InodeTable::NewLocked() {
@@ -65,6 +126,7 @@ void InodeTable::UnindexLocked(Inode* inode) {
 }
 
 uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st) {
+  std::string handle = HandleOf(fd.get(), st);
   std::lock_guard<std::mutex> lock(mu_);
   if (st.st_dev == root_.dev && st.st_ino == root_.ino) {
     root_.nlookup++;
@@ -76,10 +138,7 @@ uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st) {
     return Id(it->second);
   }
   Inode* inode = NewLocked();
-  inode->kind = Kind::kHot;
-  inode->fd = std::make_shared<UniqueFd>(std::move(fd));
-  inode->dev = st.st_dev;
-  inode->ino = st.st_ino;
+  SetHotLocked(inode, std::move(fd), std::move(handle), st);
   inode->shown_ino = st.st_ino;
   inode->nlookup = 1;
   IndexLocked(inode);
@@ -143,33 +202,31 @@ void InodeTable::ToCold(dev_t dev, ino_t ino, std::shared_ptr<const storepb::Man
   hot_.erase(it);
   inode->kind = Kind::kColdFile;
   inode->fd.reset();
+  inode->handle.reset();
   inode->manifest = std::move(m);
   inode->migrating = false;
   IndexLocked(inode);
 }
 
 void InodeTable::ToHot(uint64_t id, UniqueFd fd, const struct stat& st) {
+  std::string handle = HandleOf(fd.get(), st);
   std::lock_guard<std::mutex> lock(mu_);
   Inode* inode = Get(id);
   UnindexLocked(inode);
-  inode->kind = Kind::kHot;
-  inode->fd = std::make_shared<UniqueFd>(std::move(fd));
-  inode->dev = st.st_dev;
-  inode->ino = st.st_ino;
+  SetHotLocked(inode, std::move(fd), std::move(handle), st);
   inode->manifest.reset();
   inode->cold_path.clear();
   IndexLocked(inode);
 }
 
 void InodeTable::Repoint(dev_t dev, ino_t old_ino, UniqueFd fd, const struct stat& st) {
+  std::string handle = HandleOf(fd.get(), st);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = hot_.find({dev, old_ino});
   if (it == hot_.end()) return;
   Inode* inode = it->second;
   hot_.erase(it);
-  inode->fd = std::make_shared<UniqueFd>(std::move(fd));
-  inode->dev = st.st_dev;
-  inode->ino = st.st_ino;
+  SetHotLocked(inode, std::move(fd), std::move(handle), st);
   inode->migrating = false;
   IndexLocked(inode);
 }

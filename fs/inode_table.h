@@ -1,8 +1,12 @@
 // The inode table of the mount: every inode the kernel knows, hot or cold.
 //
-// A hot inode is a file or folder of the backing logdir, held by an O_PATH
-// fd and indexed by its backing (st_dev, st_ino), so hard links share one
-// inode. A cold inode is a file of the cold store (indexed by file id) or a
+// A hot inode is a file or folder of the backing logdir, indexed by its
+// backing (st_dev, st_ino), so hard links share one inode. Folders are held
+// by an O_PATH fd; other files by a kernel file handle (name_to_handle_at),
+// reopened on use, so that a walk over millions of files does not need an
+// fd each (the fd limit is often 20,000 or less). Where file handles are not
+// available (no CAP_DAC_READ_SEARCH, or the backing filesystem lacks them)
+// every inode keeps an O_PATH fd. A cold inode is a file of the cold store (indexed by file id) or a
 // folder that exists only in the cold namespace (indexed by path). An inode
 // can change kind in place (hot -> cold when the migrator moves its file,
 // cold -> hot when it is rehydrated): its node id, and the st_ino it shows,
@@ -37,7 +41,8 @@ enum class Kind { kHot, kColdFile, kColdDir };
 
 struct Inode {
   Kind kind = Kind::kHot;
-  std::shared_ptr<UniqueFd> fd;                  // kHot: O_PATH
+  std::shared_ptr<UniqueFd> fd;                  // kHot: O_PATH (folders)
+  std::shared_ptr<const std::string> handle;     // kHot: file handle (the rest)
   dev_t dev = 0;                                 // kHot: backing identity
   ino_t ino = 0;
   std::shared_ptr<const storepb::Manifest> manifest;  // kColdFile
@@ -53,7 +58,7 @@ struct Inode {
 // A consistent copy of an inode's state, for use outside the lock.
 struct InodeView {
   Kind kind;
-  std::shared_ptr<UniqueFd> fd;
+  std::shared_ptr<UniqueFd> fd;  // kHot: always set; invalid (-1) when the file is gone
   std::shared_ptr<const storepb::Manifest> manifest;
   std::string cold_path;
   ino_t shown_ino;
@@ -125,11 +130,17 @@ class InodeTable {
     }
   };
   Inode* NewLocked();
+  // The file handle for a hot non-folder entry open as fd ("" to keep the fd).
+  std::string HandleOf(int fd, const struct stat& st);
+  void SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, const struct stat& st);
   void UnindexLocked(Inode* inode);
   void IndexLocked(Inode* inode);
 
   std::mutex mu_;
   Inode root_;
+  bool use_handles_ = false;  // set once at construction
+  UniqueFd mount_fd_;         // the root, opened O_RDONLY, for open_by_handle_at
+  int mount_id_ = -1;
   // Owners of every inode but the root; the indexes point into them.
   std::unordered_map<Inode*, std::unique_ptr<Inode>> all_;             // guarded by mu_
   std::unordered_map<HotKey, Inode*, HotKeyHash> hot_;                 // guarded by mu_
