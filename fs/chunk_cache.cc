@@ -22,7 +22,7 @@ ChunkCache::~ChunkCache() {
   for (auto& t : prefetchers_) t.join();
 }
 
-Result<std::shared_ptr<const std::string>> ChunkCache::Get(
+Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
     const std::shared_ptr<const storepb::Manifest>& m, uint64_t index) {
   Key key{m->file_id(), index};
   std::promise<Loaded> promise;
@@ -45,10 +45,12 @@ Result<std::shared_ptr<const std::string>> ChunkCache::Get(
   }
   if (loader) {
     thread_local store::ChunkCodec codec;
-    auto raw = std::make_shared<std::string>();
-    Status st = store_->ReadChunk(*m, index, &codec, raw.get());
+    auto raw = std::make_shared<Chunk>();
+    raw->size = store::ChunkLength(*m, index);
+    raw->data.reset(new char[raw->size]);
+    Status st = store_->ReadChunkInto(*m, index, &codec, raw->data.get());
     if (!st.ok()) spdlog::error("[EIO:cold-chunk] {}", st.message());
-    promise.set_value({st, st.ok() ? std::shared_ptr<const std::string>(raw) : nullptr});
+    promise.set_value({st, st.ok() ? std::shared_ptr<const Chunk>(raw) : nullptr});
     std::lock_guard<std::mutex> lock(mu_);
     auto it = slots_.find(key);
     if (it != slots_.end()) {
@@ -57,8 +59,8 @@ Result<std::shared_ptr<const std::string>> ChunkCache::Get(
         lru_.erase(it->second.lru);
         slots_.erase(it);
       } else {
-        it->second.bytes = raw->size();
-        bytes_ += raw->size();
+        it->second.bytes = raw->size;
+        bytes_ += raw->size;
         EvictLocked();
       }
     }

@@ -29,13 +29,20 @@
 
 namespace tbfs::fs {
 
+// One decompressed chunk. The buffer is not zero-filled first: it is
+// written once by the decoder.
+struct Chunk {
+  std::unique_ptr<char[]> data;
+  size_t size = 0;
+};
+
 class ChunkCache {
  public:
   ChunkCache(store::ColdStore* store, uint64_t capacity_bytes, int prefetch_threads);
   ~ChunkCache();
 
   // Chunk `index` of the file, decompressed and checked.
-  Result<std::shared_ptr<const std::string>> Get(
+  Result<std::shared_ptr<const Chunk>> Get(
       const std::shared_ptr<const storepb::Manifest>& m, uint64_t index);
   // Loads the chunk in the background if it is not cached.
   void Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uint64_t index);
@@ -61,7 +68,7 @@ class ChunkCache {
   };
   struct Loaded {
     Status status;
-    std::shared_ptr<const std::string> data;
+    std::shared_ptr<const Chunk> data;
   };
   struct Slot {
     std::shared_future<Loaded> future;

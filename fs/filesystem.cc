@@ -28,6 +28,9 @@ struct timespec FromNs(int64_t ns) {
 
 int Errno() { return -errno; }
 
+// Chunks decompressed ahead of a sequential reader (on the cache's threads).
+constexpr uint64_t kReadaheadChunks = 4;
+
 bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
 }  // namespace
@@ -121,14 +124,23 @@ void Filesystem::ColdDirAttr(const std::string& rel, ino_t shown_ino, struct sta
 }
 
 int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
+  // One stat finds an inode the table already holds (a walk of a known tree);
+  // only a new one is opened.
+  struct stat st;
+  if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+  out->id = inodes_.RefHot(st.st_dev, st.st_ino);
+  if (out->id != 0) {
+    out->attr = st;
+    out->attr.st_ino = inodes_.ShownIno(out->id);
+    return 0;
+  }
   int fd = ::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return Errno();
   UniqueFd owned(fd);
-  struct stat st;
   if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
   out->id = inodes_.AddHot(std::move(owned), st);
   out->attr = st;
-  out->attr.st_ino = inodes_.View(out->id).shown_ino;
+  out->attr.st_ino = inodes_.ShownIno(out->id);
   return 0;
 }
 
@@ -139,14 +151,14 @@ int Filesystem::LookupCold(const std::string& rel, EntryOut* out) {
     // A folder only the cold namespace has: a stable number from its path.
     ino_t shown = static_cast<ino_t>(std::hash<std::string>()(rel) | (uint64_t{1} << 62));
     out->id = inodes_.AddColdDir(rel, shown);
-    ColdDirAttr(rel, inodes_.View(out->id).shown_ino, &out->attr);
+    ColdDirAttr(rel, inodes_.ShownIno(out->id), &out->attr);
     return 0;
   }
   auto m = store_->GetManifest(entry->file_id());
   if (!m.ok()) return StoreError(m.status(), "lookup-manifest");
   auto shared = std::make_shared<const storepb::Manifest>(std::move(m).value());
   out->id = inodes_.AddColdFile(shared);
-  ColdAttr(*shared, inodes_.View(out->id).shown_ino, &out->attr);
+  ColdAttr(*shared, inodes_.ShownIno(out->id), &out->attr);
   return 0;
 }
 
@@ -168,7 +180,7 @@ void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nl
 int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
   if (fh != nullptr && fh->fd >= 0) {
     if (::fstat(fh->fd, st) != 0) return Errno();
-    st->st_ino = inodes_.View(ino).shown_ino;
+    st->st_ino = inodes_.ShownIno(ino);
     return 0;
   }
   InodeView v = inodes_.View(ino);
@@ -622,7 +634,9 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
   return 0;
 }
 
-ssize_t Filesystem::ReadCold(FileHandle* fh, char* buf, size_t size, off_t off) {
+ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
+                             std::vector<ColdSlice>* slices) {
+  slices->clear();
   const auto& m = fh->manifest;
   uint64_t file_size = m->size();
   if (static_cast<uint64_t>(off) >= file_size) return 0;
@@ -639,15 +653,14 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, char* buf, size_t size, off_t off) 
       return -EIO;  // logged with its tag by the cache
     }
     size_t within = static_cast<size_t>(pos - index * cb);
-    size_t n = std::min((*chunk)->size() - within, size - done);
-    std::memcpy(buf + done, (*chunk)->data() + within, n);
+    size_t n = std::min((*chunk)->size - within, size - done);
+    slices->push_back({*chunk, within, n});
     done += n;
     last_index = index;
   }
   // Sequential readers get the next chunks decompressed ahead of them.
   if (fh->next_offset.exchange(static_cast<uint64_t>(off) + done) == static_cast<uint64_t>(off)) {
-    cache_.Prefetch(m, last_index + 1);
-    cache_.Prefetch(m, last_index + 2);
+    for (uint64_t ahead = 1; ahead <= kReadaheadChunks; ++ahead) cache_.Prefetch(m, last_index + ahead);
   }
   counters_.cold_reads++;
   return static_cast<ssize_t>(done);

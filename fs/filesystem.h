@@ -109,8 +109,14 @@ class Filesystem {
   int Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out);
   int Create(uint64_t parent, const char* name, mode_t mode, int flags, const Caller& c,
              EntryOut* entry, std::unique_ptr<FileHandle>* out);
-  // Cold reads: fills buf (up to size bytes at off); returns bytes or -errno.
-  ssize_t ReadCold(FileHandle* fh, char* buf, size_t size, off_t off);
+  // Cold reads: the pieces of cached chunks that hold up to size bytes at
+  // off, in order (no copy); returns the byte count or -errno.
+  struct ColdSlice {
+    std::shared_ptr<const Chunk> chunk;
+    size_t offset = 0;
+    size_t length = 0;
+  };
+  ssize_t ReadCold(FileHandle* fh, size_t size, off_t off, std::vector<ColdSlice>* slices);
   void Release(std::unique_ptr<FileHandle> fh);
 
   int OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out);

@@ -190,13 +190,18 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
   FileHandle* h = Fh(fi);
   if (h->cold) {
-    std::vector<char> buf(size);
-    ssize_t n = Fs(req).ReadCold(h, buf.data(), size, off);
+    // Straight from the cached chunks: no copy before the kernel's.
+    std::vector<Filesystem::ColdSlice> slices;
+    ssize_t n = Fs(req).ReadCold(h, size, off, &slices);
     if (n < 0) {
       fuse_reply_err(req, static_cast<int>(-n));
       return;
     }
-    fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
+    std::vector<struct iovec> iov;
+    for (const auto& s : slices) {
+      iov.push_back({const_cast<char*>(s.chunk->data.get()) + s.offset, s.length});
+    }
+    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
     return;
   }
   // Zero-copy: the kernel splices straight from the backing file.
@@ -246,7 +251,11 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     return;
   }
   fi->fh = reinterpret_cast<uintptr_t>(dh.get());
-  fi->cache_readdir = 0;
+  // The kernel may keep listings: it drops them when the folder's mtime
+  // changes (checked when its attributes are refreshed, at most kAttrTimeoutS
+  // old) and after any change made through the mount.
+  fi->cache_readdir = 1;
+  fi->keep_cache = 1;
   if (fuse_reply_open(req, fi) == 0) dh.release();
 }
 

@@ -77,6 +77,11 @@ InodeView InodeTable::View(uint64_t id) {
   return v;
 }
 
+ino_t InodeTable::ShownIno(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Get(id)->shown_ino;
+}
+
 void InodeTable::SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, const struct stat& st) {
   inode->kind = Kind::kHot;
   if (handle.empty()) {
@@ -143,6 +148,18 @@ uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st) {
   inode->nlookup = 1;
   IndexLocked(inode);
   return Id(inode);
+}
+
+uint64_t InodeTable::RefHot(dev_t dev, ino_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dev == root_.dev && ino == root_.ino) {
+    root_.nlookup++;
+    return kRootId;
+  }
+  auto it = hot_.find({dev, ino});
+  if (it == hot_.end()) return 0;
+  it->second->nlookup++;
+  return Id(it->second);
 }
 
 uint64_t InodeTable::AddColdFile(std::shared_ptr<const storepb::Manifest> m) {

@@ -78,11 +78,16 @@ class InodeTable {
   uint64_t Id(Inode* inode) { return IdOf(inode, &root_); }
 
   InodeView View(uint64_t id);
+  // Just the st_ino to show (no fd is opened).
+  ino_t ShownIno(uint64_t id);
   int RootFd() const { return root_.fd->get(); }
 
   // Finds or adds the hot inode for (st.st_dev, st.st_ino) and counts one
   // lookup. Takes ownership of fd when a new inode is made.
   uint64_t AddHot(UniqueFd fd, const struct stat& st);
+  // Counts one more lookup of the hot inode (dev, ino) if the table has it;
+  // returns its id, or 0.
+  uint64_t RefHot(dev_t dev, ino_t ino);
   // Finds or adds the cold file inode of m and counts one lookup.
   uint64_t AddColdFile(std::shared_ptr<const storepb::Manifest> m);
   // Finds or adds the cold-only folder inode of rel_path and counts one lookup.
@@ -125,8 +130,11 @@ class InodeTable {
  private:
   using HotKey = std::pair<dev_t, ino_t>;
   struct HotKeyHash {
-    size_t operator()(const HotKey& k) const {
-      return std::hash<uint64_t>()(static_cast<uint64_t>(k.first) * 1000003 ^ k.second);
+    size_t operator()(const HotKey& k) const {  // splitmix64 finalizer
+      uint64_t x = static_cast<uint64_t>(k.first) * 0x9e3779b97f4a7c15ull ^ k.second;
+      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+      x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+      return static_cast<size_t>(x ^ (x >> 31));
     }
   };
   Inode* NewLocked();

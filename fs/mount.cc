@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -210,6 +211,10 @@ int RunMount(const MountConfig& mc_in) {
 
   verdict.Fork(mc.foreground);
   RaiseFdLimit();
+  // Chunk buffers (1 MiB) come and go all the time: keep them in the heap
+  // rather than mmap'ing (and page-faulting) each one afresh.
+  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 128 << 20);
 
   // Store first, recovery before the first request.
   store::OpenOptions so;

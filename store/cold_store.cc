@@ -274,17 +274,23 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
   return Status::OK();
 }
 
-Status ColdStore::ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
-                            std::string* raw) {
+Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
+                                char* out) {
   std::string value;
   Status st = backend_->Get(Space::kChunks, ChunkKey(m.file_id(), index), &value);
   if (st.IsNotFound()) {
     return Status::Corruption(fmt::format("{}: chunk {} is missing from the store", m.path(), index));
   }
   TBFS_RETURN_IF_ERROR(st);
-  st = codec->Decode(value, ChunkLength(m, index), raw);
+  st = codec->DecodeInto(value, out, ChunkLength(m, index));
   if (!st.ok()) return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
   return Status::OK();
+}
+
+Status ColdStore::ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
+                            std::string* raw) {
+  raw->resize(ChunkLength(m, index));
+  return ReadChunkInto(m, index, codec, raw->data());
 }
 
 Status ColdStore::ReadRange(const storepb::Manifest& m, uint64_t offset, size_t length, char* out,

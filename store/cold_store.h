@@ -90,6 +90,8 @@ class ColdStore {
   // file and the chunk.
   Status ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
                    std::string* raw);
+  // Same, into out, which holds ChunkLength(m, index) bytes.
+  Status ReadChunkInto(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec, char* out);
   // Up to `length` bytes at `offset`; *got is short only at end of file.
   // Decompresses only the chunks the range touches.
   Status ReadRange(const storepb::Manifest& m, uint64_t offset, size_t length, char* out,

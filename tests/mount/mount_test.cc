@@ -5,6 +5,7 @@
 #include <sys/xattr.h>
 
 #include <map>
+#include <set>
 #include <random>
 
 #include "base/fs_util.h"
@@ -114,6 +115,40 @@ TEST_F(Mounted, AppendInTheLogdirIsSeenThroughTheMountWithinOneSecond) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(visible) << "the append was not visible through the mount within 1 s";
+}
+
+std::set<std::string> List(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename());
+  return names;
+}
+
+TEST_F(Mounted, NewFilesInTheLogdirAppearInListingsWithinOneSecond) {
+  Mount("--no-migrate --cold-after 0");
+  std::string run = ParentPath(events_[0]);
+  EXPECT_FALSE(List(M(run)).count("events.out.tfevents.2.host.9.0"));
+  WriteBytes(L(run + "/events.out.tfevents.2.host.9.0"), "");
+  auto start = std::chrono::steady_clock::now();
+  bool listed = false;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1000)) {
+    if (List(M(run)).count("events.out.tfevents.2.host.9.0")) {
+      listed = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(listed) << "a file created in the logdir was not listed through the mount within 1 s";
+  // Changes made through the mount show at once, cold ones included.
+  MigrateNow();
+  std::string cold = BigTrace();
+  std::string dir = ParentPath(cold);
+  ASSERT_TRUE(List(M(dir)).count(std::string(BaseName(cold))));
+  ASSERT_EQ(::rename(M(cold).c_str(), M(dir + "/moved.json").c_str()), 0);
+  auto names = List(M(dir));
+  EXPECT_FALSE(names.count(std::string(BaseName(cold))));
+  EXPECT_TRUE(names.count("moved.json"));
+  ASSERT_EQ(::unlink(M(dir + "/moved.json").c_str()), 0);
+  EXPECT_FALSE(List(M(dir)).count("moved.json"));
 }
 
 TEST_F(Mounted, ColdTraceReadsBackExactlyFromFourThreadsAtRandomOffsets) {
