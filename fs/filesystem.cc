@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "base/work_pool.h"
+#include "events/logdir_digest.h"
 #include "fmt/format.h"
 #include "fs/setattr_bits.h"
 #include "spdlog/spdlog.h"
@@ -128,7 +129,10 @@ int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
   // only a new one is opened.
   struct stat st;
   if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return Errno();
-  out->id = inodes_.RefHot(st.st_dev, st.st_ino);
+  // Folders (whose listings TensorBoard polls) and tfevents files (which grow
+  // in place) must look fresh; the rest may be cached longer.
+  const bool fresh = S_ISDIR(st.st_mode) || events::IsEventsFileName(name);
+  out->id = inodes_.RefHot(st.st_dev, st.st_ino, fresh);
   if (out->id != 0) {
     out->attr = st;
     out->attr.st_ino = inodes_.ShownIno(out->id);
@@ -138,7 +142,7 @@ int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
   if (fd < 0) return Errno();
   UniqueFd owned(fd);
   if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
-  out->id = inodes_.AddHot(std::move(owned), st);
+  out->id = inodes_.AddHot(std::move(owned), st, fresh);
   out->attr = st;
   out->attr.st_ino = inodes_.ShownIno(out->id);
   return 0;

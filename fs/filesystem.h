@@ -32,6 +32,15 @@
 namespace tbfs::fs {
 
 inline constexpr char kStateXattr[] = "user.tbfs.state";
+
+// How long the kernel may cache entries and attributes. Folders and tfevents
+// files: short, so that a file created or appended to directly in the
+// logdir is seen through the mount within a second. Everything else (traces
+// written once, cold files that change only through the mount): longer,
+// which keeps metadata walks near native speed; a change made to such a file
+// directly in the logdir shows after at most kStableTtlS.
+inline constexpr double kFreshTtlS = 0.5;
+inline constexpr double kStableTtlS = 10.0;
 // On the mount's root only: JSON status; writing migrate_now runs a
 // migration pass and returns when it is done.
 inline constexpr char kStatusXattr[] = "user.tbfs.status";
@@ -128,6 +137,10 @@ class Filesystem {
   int ListXattr(uint64_t ino, std::string* names);
   int RemoveXattr(uint64_t ino, const char* name);
 
+  // Seconds the kernel may cache this inode's entry and attributes.
+  double CacheTtl(uint64_t ino) {
+    return inodes_.VolatileAttrs(ino) ? kFreshTtlS : kStableTtlS;
+  }
   InodeTable& inodes() { return inodes_; }
   ChunkCache& cache() { return cache_; }
   Counters& counters() { return counters_; }

@@ -42,8 +42,7 @@ void ReplyEntry(fuse_req_t req, int err, const EntryOut& out) {
   struct fuse_entry_param e {};
   e.ino = out.id;
   e.attr = out.attr;
-  e.attr_timeout = kAttrTimeoutS;
-  e.entry_timeout = kAttrTimeoutS;
+  e.attr_timeout = e.entry_timeout = Fs(req).CacheTtl(out.id);
   fuse_reply_entry(req, &e);
 }
 
@@ -84,7 +83,7 @@ void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     fuse_reply_err(req, -err);
     return;
   }
-  fuse_reply_attr(req, &st, kAttrTimeoutS);
+  fuse_reply_attr(req, &st, Fs(req).CacheTtl(ino));
 }
 
 void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
@@ -95,7 +94,7 @@ void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
     fuse_reply_err(req, -err);
     return;
   }
-  fuse_reply_attr(req, &out, kAttrTimeoutS);
+  fuse_reply_attr(req, &out, Fs(req).CacheTtl(ino));
 }
 
 void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
@@ -177,8 +176,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   struct fuse_entry_param e {};
   e.ino = out.id;
   e.attr = out.attr;
-  e.attr_timeout = kAttrTimeoutS;
-  e.entry_timeout = kAttrTimeoutS;
+  e.attr_timeout = e.entry_timeout = Fs(req).CacheTtl(out.id);
   if (fuse_reply_create(req, &e, fi) != 0) {
     Fs(req).Release(std::move(fh));
     Fs(req).Forget(out.id, 1);
@@ -252,7 +250,7 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   }
   fi->fh = reinterpret_cast<uintptr_t>(dh.get());
   // The kernel may keep listings: it drops them when the folder's mtime
-  // changes (checked when its attributes are refreshed, at most kAttrTimeoutS
+  // changes (checked when its attributes are refreshed, at most kFreshTtlS
   // old) and after any change made through the mount.
   fi->cache_readdir = 1;
   fi->keep_cache = 1;
@@ -287,8 +285,7 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fu
         if (fs.Lookup(ino, d.name.c_str(), &out) != 0) continue;  // gone since the snapshot
         e.ino = out.id;
         e.attr = out.attr;
-        e.attr_timeout = kAttrTimeoutS;
-        e.entry_timeout = kAttrTimeoutS;
+        e.attr_timeout = e.entry_timeout = fs.CacheTtl(out.id);
       }
       n = fuse_add_direntry_plus(req, buf.data() + used, rem, d.name.c_str(), &e,
                                  static_cast<off_t>(i + 1));

@@ -9,8 +9,4 @@ namespace tbfs::fs {
 
 const struct fuse_lowlevel_ops* TbfsOps();
 
-// Seconds the kernel may cache entries and attributes: short, so that a
-// writer appending in the backing folder is seen through the mount in time.
-inline constexpr double kAttrTimeoutS = 0.5;
-
 }  // namespace tbfs::fs

@@ -130,7 +130,7 @@ void InodeTable::UnindexLocked(Inode* inode) {
   }
 }
 
-uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st) {
+uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st, bool volatile_attrs) {
   std::string handle = HandleOf(fd.get(), st);
   std::lock_guard<std::mutex> lock(mu_);
   if (st.st_dev == root_.dev && st.st_ino == root_.ino) {
@@ -140,17 +140,19 @@ uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st) {
   auto it = hot_.find({st.st_dev, st.st_ino});
   if (it != hot_.end()) {
     it->second->nlookup++;
+    it->second->volatile_attrs |= volatile_attrs;
     return Id(it->second);
   }
   Inode* inode = NewLocked();
   SetHotLocked(inode, std::move(fd), std::move(handle), st);
   inode->shown_ino = st.st_ino;
+  inode->volatile_attrs = volatile_attrs;
   inode->nlookup = 1;
   IndexLocked(inode);
   return Id(inode);
 }
 
-uint64_t InodeTable::RefHot(dev_t dev, ino_t ino) {
+uint64_t InodeTable::RefHot(dev_t dev, ino_t ino, bool volatile_attrs) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dev == root_.dev && ino == root_.ino) {
     root_.nlookup++;
@@ -159,7 +161,15 @@ uint64_t InodeTable::RefHot(dev_t dev, ino_t ino) {
   auto it = hot_.find({dev, ino});
   if (it == hot_.end()) return 0;
   it->second->nlookup++;
+  it->second->volatile_attrs |= volatile_attrs;
   return Id(it->second);
+}
+
+bool InodeTable::VolatileAttrs(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Inode* inode = Get(id);
+  return inode == &root_ || (inode->kind == Kind::kHot && inode->volatile_attrs) ||
+         inode->kind == Kind::kColdDir;
 }
 
 uint64_t InodeTable::AddColdFile(std::shared_ptr<const storepb::Manifest> m) {

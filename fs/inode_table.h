@@ -53,6 +53,7 @@ struct Inode {
   int write_handles = 0;                         // ... of them writable
   bool unlinked = false;                         // kColdFile deleted while open
   bool migrating = false;                        // kHot being unlinked by the migrator
+  bool volatile_attrs = false;                   // a folder or a tfevents file: short TTL
 };
 
 // A consistent copy of an inode's state, for use outside the lock.
@@ -83,11 +84,13 @@ class InodeTable {
   int RootFd() const { return root_.fd->get(); }
 
   // Finds or adds the hot inode for (st.st_dev, st.st_ino) and counts one
-  // lookup. Takes ownership of fd when a new inode is made.
-  uint64_t AddHot(UniqueFd fd, const struct stat& st);
+  // lookup. Takes ownership of fd when a new inode is made. volatile_attrs
+  // marks an inode whose attributes the kernel may cache only briefly.
+  uint64_t AddHot(UniqueFd fd, const struct stat& st, bool volatile_attrs = false);
+  bool VolatileAttrs(uint64_t id);
   // Counts one more lookup of the hot inode (dev, ino) if the table has it;
   // returns its id, or 0.
-  uint64_t RefHot(dev_t dev, ino_t ino);
+  uint64_t RefHot(dev_t dev, ino_t ino, bool volatile_attrs = false);
   // Finds or adds the cold file inode of m and counts one lookup.
   uint64_t AddColdFile(std::shared_ptr<const storepb::Manifest> m);
   // Finds or adds the cold-only folder inode of rel_path and counts one lookup.
