@@ -149,6 +149,8 @@ class Filesystem {
   // Taken shared by the migrator around each file, exclusive by renames and
   // rmdir of folders: namespace moves never interleave with a migration.
   std::shared_mutex& namespace_lock() { return ns_mu_; }
+  // Set once the kernel's INIT has been answered.
+  std::atomic<bool> initialized{false};
   // The status and migrate-now hooks of the root's control xattrs.
   std::function<std::string()> status_provider;
   std::function<int()> migrate_now;

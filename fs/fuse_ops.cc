@@ -47,7 +47,7 @@ void ReplyEntry(fuse_req_t req, int err, const EntryOut& out) {
 }
 
 void OpInit(void* userdata, struct fuse_conn_info* conn) {
-  (void)userdata;
+  static_cast<Filesystem*>(userdata)->initialized = true;
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
   if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;

@@ -5,10 +5,10 @@
 #include <malloc.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <climits>
+#include <thread>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -142,12 +142,32 @@ void RaiseFdLimit() {
 }
 
 // Cold files are read sequentially in big runs; the kernel's default
-// readahead for a FUSE mount is 128 KiB. As root, raise it to a chunk.
+// readahead for a FUSE mount is 128 KiB. As root, raise it to a chunk. The
+// mount's device number comes from /proc/self/mountinfo: a stat of the
+// mount point would wait for this very daemon, which is not serving yet.
 void RaiseReadahead(const std::string& mountpoint) {
-  struct stat st;
-  if (::stat(mountpoint.c_str(), &st) != 0) return;
-  std::string path = fmt::format("/sys/class/bdi/{}:{}/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  std::string info;
+  if (!ReadFileToString("/proc/self/mountinfo", &info).ok()) return;
+  std::string device;
+  size_t start = 0;
+  while (start < info.size()) {
+    size_t end = info.find('\n', start);
+    if (end == std::string::npos) end = info.size();
+    std::string line = info.substr(start, end - start);
+    start = end + 1;
+    // "ID PARENT MAJ:MIN ROOT MOUNTPOINT ..."
+    std::vector<std::string> f;
+    size_t p = 0;
+    while (f.size() < 5 && p <= line.size()) {
+      size_t sp = line.find(' ', p);
+      if (sp == std::string::npos) sp = line.size();
+      f.push_back(line.substr(p, sp - p));
+      p = sp + 1;
+    }
+    if (f.size() == 5 && f[4] == mountpoint) device = f[2];
+  }
+  if (device.empty()) return;
+  int fd = ::open(fmt::format("/sys/class/bdi/{}/read_ahead_kb", device).c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return;  // not root, or no sysfs: keep the default
   std::string kb = std::to_string(store::kDefaultChunkBytes / 1024);
   if (::write(fd, kb.data(), kb.size()) < 0) spdlog::info("read_ahead_kb: {}", std::strerror(errno));
@@ -292,7 +312,6 @@ int RunMount(const MountConfig& mc_in) {
     fuse_session_destroy(se);
     return Fail(verdict, "cannot mount on " + mc.mountpoint + " (see above; is /dev/fuse usable?)");
   }
-  RaiseReadahead(mc.mountpoint);
   (void)WriteFileAtomic(JoinPath(store_dir, kMountInfoFile),
                         fmt::format("{} {}\n", mc.mountpoint, ::getpid()));
   migrator.Start();
@@ -309,12 +328,21 @@ int RunMount(const MountConfig& mc_in) {
     verdict.Send("ok");
   }
 
+  // The kernel sets the mount's readahead when INIT is answered; raise it after.
+  std::thread readahead([&] {
+    for (int i = 0; i < 100 && !fs.initialized; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    RaiseReadahead(mc.mountpoint);
+  });
   struct fuse_loop_config* loop = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(loop, 0);
   fuse_loop_cfg_set_max_threads(loop, 16);
   int rc = fuse_session_loop_mt(se, loop);
   fuse_loop_cfg_destroy(loop);
 
+  readahead.join();
   spdlog::info("unmounting {}", mc.mountpoint);
   migrator.Stop();
   fuse_session_unmount(se);
