@@ -1,3 +1,4 @@
+#include "base/time_util.h"
 #include "fs/filesystem.h"
 
 #include <dirent.h>
@@ -22,10 +23,6 @@
 namespace tbfs::fs {
 
 namespace {
-
-struct timespec FromNs(int64_t ns) {
-  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-}
 
 int Errno() { return -errno; }
 
@@ -132,7 +129,7 @@ int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
   // Folders (whose listings TensorBoard polls) and tfevents files (which grow
   // in place) must look fresh; the rest may be cached longer.
   const bool fresh = S_ISDIR(st.st_mode) || events::IsEventsFileName(name);
-  out->id = inodes_.RefHot(st.st_dev, st.st_ino, fresh);
+  out->id = inodes_.RefHot(st, inodes_.HandleAt(dir_fd, name, st), fresh);
   if (out->id != 0) {
     out->attr = st;
     out->attr.st_ino = inodes_.ShownIno(out->id);
@@ -210,13 +207,11 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     if (to_set & kSetMode) m->set_mode((m->mode() & S_IFMT) | (attr.st_mode & 07777));
     if (to_set & kSetUid) m->set_uid(attr.st_uid);
     if (to_set & kSetGid) m->set_gid(attr.st_gid);
-    auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count();
+    const int64_t now = NowNs();
     if (to_set & kSetAtimeNow) m->set_atime_ns(now);
-    else if (to_set & kSetAtime) m->set_atime_ns(attr.st_atim.tv_sec * 1'000'000'000LL + attr.st_atim.tv_nsec);
+    else if (to_set & kSetAtime) m->set_atime_ns(ToNs(attr.st_atim));
     if (to_set & kSetMtimeNow) m->set_mtime_ns(now);
-    else if (to_set & kSetMtime) m->set_mtime_ns(attr.st_mtim.tv_sec * 1'000'000'000LL + attr.st_mtim.tv_nsec);
+    else if (to_set & kSetMtime) m->set_mtime_ns(ToNs(attr.st_mtim));
     m->set_ctime_ns(now);
     store::WriteBatch batch;
     batch.Put(store::Space::kManifests, store::EncodeId(m->file_id()), m->SerializeAsString());
@@ -662,8 +657,13 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
     done += n;
     last_index = index;
   }
-  // Sequential readers get the next chunks decompressed ahead of them.
-  if (fh->next_offset.exchange(static_cast<uint64_t>(off) + done) == static_cast<uint64_t>(off)) {
+  // Sequential readers get the next chunks decompressed ahead of them. The
+  // kernel's readahead sends several reads at once, handled by different
+  // threads in any order: "sequential" means near where the last one ended.
+  uint64_t expected = fh->next_offset.exchange(static_cast<uint64_t>(off) + done);
+  uint64_t distance = expected > static_cast<uint64_t>(off) ? expected - static_cast<uint64_t>(off)
+                                                            : static_cast<uint64_t>(off) - expected;
+  if (distance <= 2 * cb) {
     for (uint64_t ahead = 1; ahead <= kReadaheadChunks; ++ahead) cache_.Prefetch(m, last_index + ahead);
   }
   counters_.cold_reads++;

@@ -44,6 +44,27 @@ InodeTable::InodeTable(UniqueFd root_fd) {
   }
 }
 
+std::string InodeTable::HandleAt(int dir_fd, const char* name, const struct stat& st) {
+  if (!use_handles_ || S_ISDIR(st.st_mode)) return "";
+  std::string buf(sizeof(struct file_handle) + MAX_HANDLE_SZ, '\0');
+  auto* fh = reinterpret_cast<struct file_handle*>(buf.data());
+  fh->handle_bytes = MAX_HANDLE_SZ;
+  int mount_id;
+  if (::name_to_handle_at(dir_fd, name, fh, &mount_id, 0) != 0 || mount_id != mount_id_) return "";
+  buf.resize(sizeof(struct file_handle) + fh->handle_bytes);
+  return buf;
+}
+
+Inode* InodeTable::FindHotLocked(dev_t dev, ino_t ino, const std::string& handle) {
+  auto it = hot_.find({dev, ino});
+  if (it == hot_.end()) return nullptr;
+  Inode* inode = it->second;
+  bool same = inode->handle ? *inode->handle == handle : handle.empty();
+  if (same) return inode;
+  hot_.erase(it);  // the kernel may still hold it; it lives until forgotten
+  return nullptr;
+}
+
 std::string InodeTable::HandleOf(int fd, const struct stat& st) {
   if (!use_handles_ || S_ISDIR(st.st_mode)) return "";
   int mount_id = -1;
@@ -137,11 +158,10 @@ uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st, bool volatile_at
     root_.nlookup++;
     return kRootId;
   }
-  auto it = hot_.find({st.st_dev, st.st_ino});
-  if (it != hot_.end()) {
-    it->second->nlookup++;
-    it->second->volatile_attrs |= volatile_attrs;
-    return Id(it->second);
+  if (Inode* found = FindHotLocked(st.st_dev, st.st_ino, handle)) {
+    found->nlookup++;
+    found->volatile_attrs |= volatile_attrs;
+    return Id(found);
   }
   Inode* inode = NewLocked();
   SetHotLocked(inode, std::move(fd), std::move(handle), st);
@@ -152,17 +172,18 @@ uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st, bool volatile_at
   return Id(inode);
 }
 
-uint64_t InodeTable::RefHot(dev_t dev, ino_t ino, bool volatile_attrs) {
+uint64_t InodeTable::RefHot(const struct stat& st, const std::string& handle,
+                            bool volatile_attrs) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (dev == root_.dev && ino == root_.ino) {
+  if (st.st_dev == root_.dev && st.st_ino == root_.ino) {
     root_.nlookup++;
     return kRootId;
   }
-  auto it = hot_.find({dev, ino});
-  if (it == hot_.end()) return 0;
-  it->second->nlookup++;
-  it->second->volatile_attrs |= volatile_attrs;
-  return Id(it->second);
+  Inode* found = FindHotLocked(st.st_dev, st.st_ino, handle);
+  if (found == nullptr) return 0;
+  found->nlookup++;
+  found->volatile_attrs |= volatile_attrs;
+  return Id(found);
 }
 
 bool InodeTable::VolatileAttrs(uint64_t id) {

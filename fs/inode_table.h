@@ -88,9 +88,14 @@ class InodeTable {
   // marks an inode whose attributes the kernel may cache only briefly.
   uint64_t AddHot(UniqueFd fd, const struct stat& st, bool volatile_attrs = false);
   bool VolatileAttrs(uint64_t id);
-  // Counts one more lookup of the hot inode (dev, ino) if the table has it;
-  // returns its id, or 0.
-  uint64_t RefHot(dev_t dev, ino_t ino, bool volatile_attrs = false);
+  // Counts one more lookup of the hot inode (dev, ino) if the table has it
+  // and it is the same file (`handle`, from HandleAt, matches: inode numbers
+  // of deleted files are reused, and a file handle, unlike an fd, does not
+  // pin the inode); returns its id, or 0.
+  uint64_t RefHot(const struct stat& st, const std::string& handle, bool volatile_attrs = false);
+  // The file handle of dir_fd/name (st is its lstat), or "" where the inode
+  // is held by an fd (folders, or no file handles here).
+  std::string HandleAt(int dir_fd, const char* name, const struct stat& st);
   // Finds or adds the cold file inode of m and counts one lookup.
   uint64_t AddColdFile(std::shared_ptr<const storepb::Manifest> m);
   // Finds or adds the cold-only folder inode of rel_path and counts one lookup.
@@ -141,6 +146,9 @@ class InodeTable {
     }
   };
   Inode* NewLocked();
+  // The indexed hot inode of (dev, ino) if it is the file with `handle`; a
+  // stale one (a reused inode number) is dropped from the index.
+  Inode* FindHotLocked(dev_t dev, ino_t ino, const std::string& handle);
   // The file handle for a hot non-folder entry open as fd ("" to keep the fd).
   std::string HandleOf(int fd, const struct stat& st);
   void SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, const struct stat& st);

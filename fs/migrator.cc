@@ -1,3 +1,4 @@
+#include "base/time_util.h"
 #include "fs/migrator.h"
 
 #include <fcntl.h>
@@ -101,9 +102,7 @@ Status Migrator::Pass() {
     stats_.passes++;
     stats_.hot_files = hot_files;
     stats_.hot_bytes = hot_bytes;
-    stats_.last_pass_unix = std::chrono::duration_cast<std::chrono::seconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count();
+    stats_.last_pass_unix = NowNs() / 1'000'000'000;
     stats_.last_error = st.ok() ? "" : st.message();
   }
   if (!st.ok()) return st;

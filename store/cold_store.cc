@@ -1,3 +1,4 @@
+#include "base/time_util.h"
 #include "store/cold_store.h"
 
 #include <sys/stat.h>
@@ -12,16 +13,6 @@
 namespace tbfs::store {
 
 namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-int64_t StatNs(const struct timespec& ts) {
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 template <typename Msg>
 Status ParseRecord(std::string_view bytes, Msg* msg, const std::string& what) {
@@ -180,7 +171,7 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m,
       dir.set_mode(sb.st_mode);
       dir.set_uid(sb.st_uid);
       dir.set_gid(sb.st_gid);
-      dir.set_mtime_ns(StatNs(sb.st_mtim));
+      dir.set_mtime_ns(ToNs(sb.st_mtim));
     } else {
       dir.set_mode(S_IFDIR | 0755);
       dir.set_mtime_ns(m.mtime_ns());
@@ -267,7 +258,7 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
       dir.set_mode(sb.st_mode);
       dir.set_uid(sb.st_uid);
       dir.set_gid(sb.st_gid);
-      dir.set_mtime_ns(StatNs(sb.st_mtim));
+      dir.set_mtime_ns(ToNs(sb.st_mtim));
     }
     batch->Put(Space::kNamespace, EntryKey(folder), dir.SerializeAsString());
   }

@@ -1,3 +1,4 @@
+#include "base/time_util.h"
 #include "store/file_io.h"
 
 #include <fcntl.h>
@@ -21,16 +22,6 @@ namespace {
 // Uncommitted chunk bytes are written without sync once a batch is this big;
 // the final synced batch makes them all durable (the WAL is sequential).
 constexpr size_t kBatchBytes = 16 << 20;
-
-int64_t TsNs(const struct timespec& ts) {
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 struct Xxh128 {
   Xxh128() : state(XXH3_createState()) { XXH3_128bits_reset(state); }
@@ -79,9 +70,9 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   m.set_mode(st.st_mode);
   m.set_uid(st.st_uid);
   m.set_gid(st.st_gid);
-  m.set_atime_ns(TsNs(st.st_atim));
-  m.set_mtime_ns(TsNs(st.st_mtim));
-  m.set_ctime_ns(TsNs(st.st_ctim));
+  m.set_atime_ns(ToNs(st.st_atim));
+  m.set_mtime_ns(ToNs(st.st_mtim));
+  m.set_ctime_ns(ToNs(st.st_ctim));
   m.set_ino(st.st_ino);
   m.set_chunk_bytes(cb);
   m.set_codec(kCodecZstd);
@@ -223,14 +214,14 @@ Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::
   struct timespec times[2] = {{m.atime_ns() / 1'000'000'000, m.atime_ns() % 1'000'000'000},
                               {m.mtime_ns() / 1'000'000'000, m.mtime_ns() % 1'000'000'000}};
   if (::futimens(fd->get(), times) != 0) return fail(Status::FromErrno(errno, "utimens", tmp));
-  if (::fsync(fd->get()) != 0) return fail(Status::FromErrno(errno, "fsync", tmp));
+  if (options.sync && ::fsync(fd->get()) != 0) return fail(Status::FromErrno(errno, "fsync", tmp));
   fd->reset();
 
   unsigned flags = options.replace ? 0 : RENAME_NOREPLACE;
   if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dest.c_str(), flags) != 0) {
     return fail(Status::FromErrno(errno, "rename into place", dest));
   }
-  return FsyncDir(dir);
+  return options.sync ? FsyncDir(dir) : Status::OK();
 }
 
 }  // namespace tbfs::store

@@ -43,6 +43,7 @@ Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* 
 struct MaterializeOptions {
   bool keep_owner = true;      // chown to the manifest's uid/gid (EPERM ignored when not root)
   bool replace = false;        // replace an existing file at the destination
+  bool sync = true;            // fsync the file and its folder (export does not need it)
   WorkPool* pool = nullptr;    // required
   std::atomic<uint64_t>* progress = nullptr;
 };

@@ -1,3 +1,4 @@
+#include "base/time_util.h"
 #include "store/maintenance.h"
 
 #include <chrono>
@@ -51,10 +52,7 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
 
 Status SelectOlderThan(ColdStore& store, int64_t older_than_s, std::vector<storepb::Manifest>* out) {
   out->clear();
-  int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
-  int64_t cutoff = now_ns - older_than_s * 1'000'000'000;
+  int64_t cutoff = NowNs() - older_than_s * 1'000'000'000;
   return store.ForEachManifest([&](const storepb::Manifest& m) {
     if (m.mtime_ns() < cutoff) out->push_back(m);
     return true;

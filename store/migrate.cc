@@ -1,3 +1,4 @@
+#include "base/time_util.h"
 #include "store/migrate.h"
 
 #include <fcntl.h>
@@ -21,19 +22,9 @@ namespace tbfs::store {
 
 namespace {
 
-int64_t TsNs(const struct timespec& ts) {
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 bool SameIdentity(const struct stat& st, const storepb::JournalEntry& e) {
   return st.st_ino == e.ino() && static_cast<uint64_t>(st.st_size) == e.size() &&
-         TsNs(st.st_mtim) == e.mtime_ns() && TsNs(st.st_ctim) == e.ctime_ns();
+         ToNs(st.st_mtim) == e.mtime_ns() && ToNs(st.st_ctim) == e.ctime_ns();
 }
 
 // A manifest with just enough to remove whatever a file id left in the store.
@@ -228,8 +219,8 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     if (::lstat(JoinPath(logdir_, batch[i].path).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
       e->set_ino(st.st_ino);
       e->set_size(static_cast<uint64_t>(st.st_size));
-      e->set_mtime_ns(TsNs(st.st_mtim));
-      e->set_ctime_ns(TsNs(st.st_ctim));
+      e->set_mtime_ns(ToNs(st.st_mtim));
+      e->set_ctime_ns(ToNs(st.st_ctim));
       present[i] = true;
     }
   }

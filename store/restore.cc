@@ -1,3 +1,4 @@
+#include "base/time_util.h"
 #include "store/restore.h"
 
 #include <sys/stat.h>
@@ -71,9 +72,7 @@ Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
   storepb::JournalRecord record;
   record.set_kind(storepb::JournalRecord::RESTORE);
   record.set_batch_id(store.NewBatchId());
-  record.set_started_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count());
+  record.set_started_ns(NowNs());
   for (const storepb::Manifest& m : files) {
     storepb::JournalEntry* e = record.add_entries();
     e->set_path(m.path());
@@ -122,6 +121,7 @@ Result<CopyResult> Export(ColdStore& store, const std::string& to_dir,
   mo.progress = progress;
   mo.replace = force;
   mo.keep_owner = ::geteuid() == 0;
+  mo.sync = false;  // copies for a profiling session; the store keeps the originals
   for (const storepb::Manifest& m : files) {
     if (!IsSafeRelativePath(m.path())) {
       result.failed.push_back({m.path(), "path would escape the export folder"});

@@ -108,3 +108,28 @@ TEST_F(InodeTableTest, ColdFolderRenamesMoveTheirDescendants) {
 
 }  // namespace
 }  // namespace tbfs::fs
+
+namespace tbfs::fs {
+namespace {
+
+TEST(InodeTableReuse, AReusedInodeNumberIsANewInode) {
+  testing::TempDir dir;
+  testing::WriteBytes(dir / "a", "old");
+  testing::WriteBytes(dir / "b", "new");
+  InodeTable table{UniqueFd(::open(dir.path().c_str(), O_PATH | O_CLOEXEC))};
+  struct stat a;
+  ASSERT_EQ(::stat((dir / "a").c_str(), &a), 0);
+  int root = ::open(dir.path().c_str(), O_PATH | O_CLOEXEC);
+  std::string handle_a = table.HandleAt(root, "a", a);
+  std::string handle_b = table.HandleAt(root, "b", a);
+  ::close(root);
+  if (handle_a.empty()) GTEST_SKIP() << "no file handles on this filesystem: inodes keep fds";
+  uint64_t id = table.AddHot(UniqueFd(::open((dir / "a").c_str(), O_PATH | O_CLOEXEC)), a);
+  EXPECT_EQ(table.RefHot(a, handle_a), id);
+  // Another file with a's (dev, ino), as after a delete and a create.
+  EXPECT_EQ(table.RefHot(a, handle_b), 0u);
+  EXPECT_EQ(table.View(id).kind, Kind::kHot);  // the old one lives on for the kernel
+}
+
+}  // namespace
+}  // namespace tbfs::fs

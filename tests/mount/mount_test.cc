@@ -454,6 +454,20 @@ TEST_F(Mounted, UnmountWithFilesOpen) {
   WaitForExit();
 }
 
+TEST_F(Mounted, SigtermAndSigintUnmountCleanly) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    Mount();
+    ASSERT_TRUE(std::filesystem::exists(L(".tbfs/MOUNTED_BY")));
+    ASSERT_EQ(::kill(pid_, sig), 0);
+    for (int i = 0; i < 500 && IsMounted(mnt_); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_FALSE(IsMounted(mnt_)) << "signal " << sig;
+    WaitForExit();
+    EXPECT_FALSE(std::filesystem::exists(L(".tbfs/MOUNTED_BY"))) << "signal " << sig;
+  }
+}
+
 TEST_F(Mounted, OfflineWritersAreRefusedNamingTheMount) {
   Mount();
   auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply 2>&1"));

@@ -130,15 +130,17 @@ int Run(const Args& a) {
   double native_cold = ReadFiles(paths(logdir, events), &bytes);
   DropCaches();
   double mount_cold = ReadFiles(paths(mnt, events), &bytes);
-  ReadFiles(paths(logdir, events), &bytes);
-  ReadFiles(paths(mnt, events), &bytes);
-  double native_warm = ReadFiles(paths(logdir, events), &bytes);
-  double mount_warm = ReadFiles(paths(mnt, events), &bytes);
+  // Warm: the best of five passes each, alternating (the passes are short).
+  double native_warm = 1e9, mount_warm = 1e9;
+  for (int pass = 0; pass < 5; ++pass) {
+    native_warm = std::min(native_warm, ReadFiles(paths(logdir, events), &bytes));
+    mount_warm = std::min(mount_warm, ReadFiles(paths(mnt, events), &bytes));
+  }
   double mb = static_cast<double>(bytes) / 1e6;
   fmt::print("\ntfevents sequential read, {} files, {:.0f} MB\n", events.size(), mb);
   fmt::print("  cold cache: native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n", mb / native_cold,
              mb / mount_cold, native_cold / mount_cold);
-  fmt::print("  warm cache: native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n", mb / native_warm,
+  fmt::print("  warm cache (best of 5): native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n", mb / native_warm,
              mb / mount_warm, native_warm / mount_warm);
 
   // 2. find + stat.
