@@ -471,13 +471,18 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
     pv = inodes_.View(parent);
     if (::renameat2(pv.fd->get(), name, npfd->get(), newname, flags) != 0) return Errno();
     if (!(flags & RENAME_EXCHANGE) && dst_cold && !dst_hot) {
+      // The hot file replaced the cold one: the cold one goes. Should that
+      // fail, the hot file still wins at this path; the log says so.
+      int r = 0;
       if (dst_entry->kind() == storepb::Entry::FILE) {
-        (void)UnlinkCold(dst);
+        r = UnlinkCold(dst);
       } else {
         store::WriteBatch b;
         store_->RemoveEntry(&b, dst);
-        (void)store_->Commit(b, true);
+        Status st = store_->Commit(b, true);
+        if (!st.ok()) r = StoreError(st, "rename-replace");
       }
+      if (r != 0) spdlog::error("rename over cold {}: its store entry stays: {}", dst, std::strerror(-r));
     }
     if (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok()) {
       // The folder's cold contents move with it.

@@ -23,7 +23,7 @@ Status CheckKeys(const YAML::Node& node, const std::set<std::string>& allowed,
   return Status::OK();
 }
 
-std::vector<std::string> StringList(const YAML::Node& node, const std::string& where) {
+std::vector<std::string> StringList(const YAML::Node& node) {
   if (!node) return {};
   if (!node.IsSequence()) {
     throw YAML::TypedBadConversion<std::vector<std::string>>(node.Mark());
@@ -33,7 +33,6 @@ std::vector<std::string> StringList(const YAML::Node& node, const std::string& w
     if (!item.IsScalar()) throw YAML::TypedBadConversion<std::string>(item.Mark());
     out.push_back(item.as<std::string>());
   }
-  (void)where;
   return out;
 }
 
@@ -59,12 +58,12 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
     if (const YAML::Node c = root["criteria"]) {
       TBFS_RETURN_IF_ERROR(
           CheckKeys(c, {"trace_marker", "protected_marker"}, origin + ": criteria"));
-      config.trace_markers = StringList(c["trace_marker"], "criteria.trace_marker");
-      config.protected_markers = StringList(c["protected_marker"], "criteria.protected_marker");
+      config.trace_markers = StringList(c["trace_marker"]);
+      config.protected_markers = StringList(c["protected_marker"]);
     }
     if (const YAML::Node v = root["validate"]) {
       TBFS_RETURN_IF_ERROR(CheckKeys(v, {"must_have_tags"}, origin + ": validate"));
-      config.must_have_tags = StringList(v["must_have_tags"], "validate.must_have_tags");
+      config.must_have_tags = StringList(v["must_have_tags"]);
     }
   } catch (const YAML::Exception& e) {
     std::string msg = e.msg;

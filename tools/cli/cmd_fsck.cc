@@ -24,7 +24,8 @@ struct FsckArgs {
   bool json = false;
 };
 
-Result<StoreLocation> Locate(const std::string& cmd, const FsckArgs& args) {
+// LOGDIR (its store), or --store DIR alone.
+Result<StoreLocation> Locate(const FsckArgs& args) {
   if (args.logdir.empty() && args.store.empty()) {
     return Status::InvalidArgument("give LOGDIR or --store DIR");
   }
@@ -34,12 +35,11 @@ Result<StoreLocation> Locate(const std::string& cmd, const FsckArgs& args) {
     loc.dir = args.store;
     return loc;
   }
-  (void)cmd;
   return LocateStore(args.logdir, args.store);
 }
 
 int RunFsck(const FsckArgs& args) {
-  auto loc = Locate("fsck", args);
+  auto loc = Locate(args);
   if (!loc.ok()) {
     PrintError("fsck", loc.status().message());
     return kExitError;
@@ -90,7 +90,7 @@ int RunGc(const FsckArgs& args) {
     PrintError("gc", "--older-than: " + age.status().message());
     return kExitError;
   }
-  auto loc = Locate("gc", args);
+  auto loc = Locate(args);
   if (!loc.ok()) {
     PrintError("gc", loc.status().message());
     return kExitError;

@@ -138,7 +138,7 @@ class KinetoWriter {
   KinetoWriter(Rng& rng, int pid, double start_us, std::string* buf)
       : rng_(rng), pid_(pid), now_us_(start_us), buf_(*buf) {}
 
-  void Header(const std::string& host) {
+  void Header() {
     fmt::format_to(std::back_inserter(buf_),
                    "{{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [\n");
     for (int d = 0; d < 8; ++d) {
@@ -160,7 +160,6 @@ class KinetoWriter {
                    "\"displayTimeUnit\": \"ms\",\n  \"baseTimeNanoseconds\": 1700000000000000000,"
                    "\n  \"traceEvents\": [\n",
                    rng_.Next());
-    (void)host;
   }
 
   // Writes one training step, or as much of it as fits before `full`
@@ -304,7 +303,7 @@ Status WriteKinetoTrace(Ctx& ctx, const std::string& path, Rng& rng, uint64_t ta
   };
   const int pid = ctx.pid + static_cast<int>(rng.Below(1000));
   KinetoWriter writer(rng, pid, start_s * 1e6, &buf);
-  writer.Header(ctx.host);
+  writer.Header();
   auto full = [&] { return json_bytes + buf.size() >= json_target; };
   for (int i = 0; !full(); ++i) {
     writer.Step(step, i, full);
