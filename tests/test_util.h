@@ -69,7 +69,8 @@ inline CommandResult RunCommand(const std::string& cmd) {
 // The real files of ../shared/data, read in place. Fails the test (does not
 // skip it) when they are missing.
 inline std::string SharedData(const std::string& rel) {
-  std::string path = std::string(TBFS_SHARED_DATA) + "/" + rel;
+  const char* env = std::getenv("TBFS_SHARED_DATA");
+  std::string path = std::string(env && *env ? env : TBFS_SHARED_DATA) + "/" + rel;
   EXPECT_TRUE(std::filesystem::exists(path))
       << "missing shared test data " << path << " (expected ../shared/data beside the repo)";
   return path;
