@@ -129,6 +129,8 @@ Status Migrator::Pass() {
   auto result = store::Migrate(fs_.store(), fs_.config().logdir, candidates, mopt);
   if (!result.ok()) return result.status();
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.hot_files -= std::min(stats_.hot_files, result->files_moved);
+  stats_.hot_bytes -= std::min(stats_.hot_bytes, result->bytes_moved);
   stats_.files_moved += result->files_moved;
   stats_.bytes_moved += result->bytes_moved;
   stats_.stored_bytes += result->stored_bytes;

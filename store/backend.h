@@ -87,6 +87,9 @@ class Backend {
   virtual uint64_t DiskBytes() = 0;
   // Reclaims space of deleted data where the engine can (compaction).
   virtual Status Compact() = 0;
+  // Moves what is only in the write-ahead log into the store's files, so
+  // the log can go (after a migration, the log holds a copy of every chunk).
+  virtual Status Flush() = 0;
 };
 
 struct BackendOptions {

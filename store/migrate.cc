@@ -369,6 +369,10 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
     if (batch_bytes >= options.batch_bytes || batch.size() >= options.batch_files) flush();
   }
   if (options.stop == nullptr || !options.stop->load()) flush();
+  if (result.files_moved > 0) {
+    Status st = store.backend().Flush();  // the WAL would hold a second copy
+    if (!st.ok()) spdlog::warn("migrate: {}", st.message());
+  }
   return result;
 }
 

@@ -106,6 +106,12 @@ class RocksBackend final : public Backend {
     return total;
   }
 
+  Status Flush() override {
+    rocksdb::FlushOptions options;
+    options.wait = true;
+    return FromRocks(db_->Flush(options, handles_), "flush store " + dir_);
+  }
+
   Status Compact() override {
     rocksdb::CompactRangeOptions options;
     options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
