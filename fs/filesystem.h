@@ -146,8 +146,8 @@ class Filesystem {
   Counters& counters() { return counters_; }
   store::ColdStore& store() { return *store_; }
   const FsConfig& config() const { return config_; }
-  // Taken shared by the migrator around each file, exclusive by renames and
-  // rmdir of folders: namespace moves never interleave with a migration.
+  // Taken shared by the migrator around each batch, exclusive by renames and
+  // rmdir: namespace moves never interleave with a migration batch.
   std::shared_mutex& namespace_lock() { return ns_mu_; }
   // Set once the kernel's INIT has been answered.
   std::atomic<bool> initialized{false};

@@ -125,7 +125,7 @@ Status Migrator::Pass() {
     return fs_.inodes().BeginUnlink(s.st_dev, s.st_ino);
   };
   mopt.after_batch = [this](const store::BatchResult& b) { AfterBatch(b); };
-  std::shared_lock<std::shared_mutex> ns(fs_.namespace_lock());
+  mopt.batch_lock = &fs_.namespace_lock();
   auto result = store::Migrate(fs_.store(), fs_.config().logdir, candidates, mopt);
   if (!result.ok()) return result.status();
   std::lock_guard<std::mutex> lock(mu_);

@@ -181,6 +181,8 @@ void BatchRunner::Rollback(const std::vector<storepb::Manifest>& moved, BatchRes
 BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
                              const std::vector<std::string>& event_files,
                              events::LogdirDigest* full) {
+  std::shared_lock<std::shared_mutex> lock;
+  if (options_.batch_lock != nullptr) lock = std::shared_lock(*options_.batch_lock);
   BatchResult result;
   result.batch_id = store_.NewBatchId();
   for (const Candidate& c : batch) {

@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <functional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,9 @@ struct MigrateOptions {
   std::function<void(const struct BatchResult& batch)> after_batch;
   // Stops between batches when it becomes true.
   const std::atomic<bool>* stop = nullptr;
+  // Held shared for each batch (the mount's namespace lock: renames and
+  // folder removals wait for the batch in flight, not for the whole pass).
+  std::shared_mutex* batch_lock = nullptr;
   WalkOptions walk;                    // to find the tfevents files
 };
 
