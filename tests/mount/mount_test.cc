@@ -272,6 +272,29 @@ TEST_F(Mounted, RenameUnlinkRmdirAcrossHotAndCold) {
   EXPECT_EQ(RunCommand(Tbfs("fsck " + logdir_ + " >/dev/null")).exit_code, 0);
 }
 
+TEST_F(Mounted, AFolderOnlyTheColdStoreHasIsListedAndCanBeEntered) {
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  std::string profile_dir;
+  for (const auto& t : traces_) {
+    if (t.find("plugins/profile/") != std::string::npos) profile_dir = ParentPath(t);
+  }
+  ASSERT_FALSE(profile_dir.empty());
+  // Someone removes the emptied folders directly in the logdir.
+  std::string plugins = ParentPath(ParentPath(profile_dir));
+  ASSERT_EQ(std::filesystem::remove_all(L(plugins)), 3u) << "plugins/profile/<date> were empty";
+  ASSERT_TRUE(List(M(ParentPath(plugins))).count("plugins"));
+  std::set<std::string> names = List(M(profile_dir));
+  EXPECT_FALSE(names.empty());
+  for (const auto& t : traces_) {
+    if (ParentPath(t) == profile_dir) EXPECT_TRUE(ReadBytes(M(t)) == originals_[t]) << t;
+  }
+  // Creating a file there brings the folders back into the logdir.
+  WriteBytes(M(profile_dir + "/notes.txt"), "mine");
+  EXPECT_EQ(ReadBytes(L(profile_dir + "/notes.txt")), "mine");
+  EXPECT_TRUE(List(M(profile_dir)).count("notes.txt"));
+}
+
 TEST_F(Mounted, BackgroundMigratorMovesQuietTracesAndNeverTfevents) {
   Mount("--cold-after 0 -o migrate_interval=1s");
   nlohmann::json st;
