@@ -113,13 +113,24 @@ class RocksBackend final : public Backend {
   }
 
   Status Compact() override {
+    // Blob garbage collection only here, over every blob file: chunks are
+    // deleted rarely (restore, gc, unlink), so ordinary compactions need not
+    // relocate blobs.
+    rocksdb::ColumnFamilyHandle* chunks = cf(Space::kChunks);
+    TBFS_RETURN_IF_ERROR(FromRocks(
+        db_->SetOptions(chunks, {{"enable_blob_garbage_collection", "true"},
+                                 {"blob_garbage_collection_age_cutoff", "1.0"}}),
+        "configure store " + dir_));
     rocksdb::CompactRangeOptions options;
     options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    Status result;
     for (auto* h : handles_) {
-      TBFS_RETURN_IF_ERROR(FromRocks(db_->CompactRange(options, h, nullptr, nullptr),
-                                     "compact store " + dir_));
+      result = FromRocks(db_->CompactRange(options, h, nullptr, nullptr), "compact store " + dir_);
+      if (!result.ok()) break;
     }
-    return Status::OK();
+    Status reset = FromRocks(db_->SetOptions(chunks, {{"enable_blob_garbage_collection", "false"}}),
+                             "configure store " + dir_);
+    return result.ok() ? reset : result;
   }
 
  private:
@@ -142,8 +153,7 @@ rocksdb::ColumnFamilyOptions SpaceOptions(Space space) {
     o.blob_file_size = 256 << 20;
     o.blob_compression_type = rocksdb::kNoCompression;
     o.compression = rocksdb::kNoCompression;
-    o.enable_blob_garbage_collection = true;
-    o.blob_garbage_collection_age_cutoff = 0.5;
+    o.enable_blob_garbage_collection = false;  // see Compact()
     o.write_buffer_size = 32 << 20;  // chunk values go to blob files at flush
   }
   return o;

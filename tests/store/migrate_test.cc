@@ -211,6 +211,15 @@ TEST_F(MigrateTest, RestoreBringsEverythingBackAndExportLeavesTheStore) {
   for (const auto& m : cold) EXPECT_TRUE(ReadBytes(JoinPath(out, m.path())) == before_[m.path()].bytes);
   EXPECT_EQ(store_->ComputeTotals()->files, cold.size());
 
+  auto blob_bytes = [&] {
+    uint64_t total = 0;
+    for (const auto& e : std::filesystem::directory_iterator(JoinPath(logdir_, kStoreDirName))) {
+      if (e.path().extension() == ".blob") total += e.file_size();
+    }
+    return total;
+  };
+  uint64_t blobs_before = blob_bytes();
+  ASSERT_GT(blobs_before, 0u);
   // A file that reappeared at its path keeps the cold copy cold.
   WriteBytes(JoinPath(logdir_, cold[0].path()), "new file");
   auto restored = Restore(*store_, logdir_, cold, &pool, nullptr);
@@ -218,6 +227,10 @@ TEST_F(MigrateTest, RestoreBringsEverythingBackAndExportLeavesTheStore) {
   EXPECT_EQ(restored->files, cold.size() - 1);
   ASSERT_EQ(restored->failed.size(), 1u);
   EXPECT_TRUE(store_->Lookup(cold[0].path()).ok());
+  // Restoring gives the space back: blob files are garbage collected down
+  // to what the one file still cold needs.
+  EXPECT_LE(blob_bytes(), cold[0].stored_bytes() + 4096);
+  EXPECT_LT(blob_bytes(), blobs_before);
   auto after = Snapshot(logdir_);
   for (size_t i = 1; i < cold.size(); ++i) {
     EXPECT_TRUE(after[cold[i].path()].bytes == before_[cold[i].path()].bytes);

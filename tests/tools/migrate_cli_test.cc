@@ -98,7 +98,8 @@ TEST_F(MigrateCli, WrongPathsAndGarbageAreOneLineErrors) {
         "migrate " + logdir_ + " --older-than soon", "migrate " + logdir_ + " --class bogus",
         "migrate " + logdir_ + " --config /nonexistent.yaml", "restore " + logdir_ + " ../x --all",
         "export " + logdir_ + " --to " + (dir_ / "out") + " ../../etc",
-        "restore " + logdir_ + " /etc/passwd"}) {
+        "restore " + logdir_ + " /etc/passwd",
+        "export " + logdir_ + " --to " + logdir_ + "/copies"}) {
     auto r = RunCommand(Tbfs(args + " 2>&1 >/dev/null"));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;

@@ -1,5 +1,7 @@
 // tbfs restore: cold files back to ordinary files (dry run unless --apply).
 // tbfs export: cold files copied out under another folder, store unchanged.
+#include <climits>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "base/work_pool.h"
@@ -130,6 +132,18 @@ int RunExport(const CopyArgs& args) {
   }
   std::vector<std::string> rel;
   if (int rc = Normalize("export", args, &rel); rc >= 0) return rc;
+  {
+    // Copies inside the logdir would shadow the cold files they copy.
+    char a[PATH_MAX], b[PATH_MAX];
+    std::string to = args.to;
+    while (!to.empty() && ::realpath(to.c_str(), b) == nullptr) to = ParentPath(to);
+    if (::realpath(args.logdir.c_str(), a) != nullptr && !to.empty() &&
+        (std::string(b) == a || std::string(b).starts_with(std::string(a) + "/"))) {
+      PrintError("export", "--to " + args.to + " is inside the logdir; export elsewhere, or use "
+                           "tbfs restore to bring files back");
+      return kExitError;
+    }
+  }
   auto store = OpenStoreForRead(*loc);
   if (!store.ok()) {
     PrintError("export", store.status().message());
