@@ -39,7 +39,7 @@ echo "== scalars through the mount, against the baseline taken before"
 $tbfs verify "$mnt" --baseline "$demo/baseline.json" | tail -n 1
 
 echo "== a cold trace read back through the mount"
-state=$(python3 -c "import os,sys; print(os.getxattr(sys.argv[1], 'user.tbfs.state').decode())" "$mnt/$trace")
+state=$(getfattr --only-values -n user.tbfs.state "$mnt/$trace")
 readback=$(sha256sum < "$mnt/$trace" | cut -d' ' -f1)
 echo "$trace: $state; sha256 $readback"
 [[ "$readback" == "$original" ]] && echo "identical to the original" || { echo "MISMATCH"; exit 1; }

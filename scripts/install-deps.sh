@@ -4,7 +4,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(
-  build-essential cmake ninja-build ccache pkg-config git
+  build-essential cmake ninja-build ccache pkg-config git attr
   libfuse3-dev fuse3
   librocksdb-dev
   libzstd-dev zstd zlib1g-dev
