@@ -129,10 +129,11 @@ int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
   // Folders (whose listings TensorBoard polls) and tfevents files (which grow
   // in place) must look fresh; the rest may be cached longer.
   const bool fresh = S_ISDIR(st.st_mode) || events::IsEventsFileName(name);
-  out->id = inodes_.RefHot(st, inodes_.HandleAt(dir_fd, name, st), fresh);
+  ino_t shown = 0;
+  out->id = inodes_.RefHot(st, inodes_.HandleAt(dir_fd, name, st), fresh, &shown);
   if (out->id != 0) {
     out->attr = st;
-    out->attr.st_ino = inodes_.ShownIno(out->id);
+    out->attr.st_ino = shown;
     return 0;
   }
   int fd = ::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
@@ -302,10 +303,6 @@ int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
   return 0;
 }
 
-int Filesystem::ParentFd(uint64_t parent, std::shared_ptr<UniqueFd>* fd) {
-  return EnsureBackingDir(parent, fd);
-}
-
 void Filesystem::FixOwner(int dir_fd, const char* name, const Caller& c) {
   if (!config_.as_root_owner_fixup || (c.uid == 0 && c.gid == 0)) return;
   if (::fchownat(dir_fd, name, c.uid, c.gid, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -327,7 +324,7 @@ int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev
                       const Caller& c, EntryOut* out) {
   if (IsHidden(parent, name)) return -EPERM;
   std::shared_ptr<UniqueFd> pfd;
-  if (int r = ParentFd(parent, &pfd); r != 0) return r;
+  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::mknodat(pfd->get(), name, mode, rdev) != 0) return Errno();
   FixOwner(pfd->get(), name, c);
@@ -338,7 +335,7 @@ int Filesystem::Mkdir(uint64_t parent, const char* name, mode_t mode, const Call
                       EntryOut* out) {
   if (IsHidden(parent, name)) return -EPERM;
   std::shared_ptr<UniqueFd> pfd;
-  if (int r = ParentFd(parent, &pfd); r != 0) return r;
+  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::mkdirat(pfd->get(), name, mode) != 0) return Errno();
   FixOwner(pfd->get(), name, c);
@@ -349,7 +346,7 @@ int Filesystem::Symlink(const char* target, uint64_t parent, const char* name, c
                         EntryOut* out) {
   if (IsHidden(parent, name)) return -EPERM;
   std::shared_ptr<UniqueFd> pfd;
-  if (int r = ParentFd(parent, &pfd); r != 0) return r;
+  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::symlinkat(target, pfd->get(), name) != 0) return Errno();
   FixOwner(pfd->get(), name, c);
@@ -364,7 +361,7 @@ int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* 
   InodeView v = inodes_.View(ino);
   if (v.kind != Kind::kHot) return -EPERM;
   std::shared_ptr<UniqueFd> pfd;
-  if (int r = ParentFd(parent, &pfd); r != 0) return r;
+  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::linkat(AT_FDCWD, ProcPath(v.fd->get()).c_str(), pfd->get(), name, AT_SYMLINK_FOLLOW) != 0) {
     return Errno();
@@ -459,7 +456,7 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
 
   if (src_hot) {
     std::shared_ptr<UniqueFd> npfd;
-    if (int r = ParentFd(newparent, &npfd); r != 0) return r;
+    if (int r = EnsureBackingDir(newparent, &npfd); r != 0) return r;
     struct stat dst_st;
     bool dst_hot = ::fstatat(npfd->get(), newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0;
     if (flags & RENAME_EXCHANGE) {
@@ -610,7 +607,7 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
                        EntryOut* entry, std::unique_ptr<FileHandle>* out) {
   if (IsHidden(parent, name)) return -EPERM;
   std::shared_ptr<UniqueFd> pfd;
-  if (int r = ParentFd(parent, &pfd); r != 0) return r;
+  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   std::string prel;
   if (RelPath(parent, &prel) == 0 && store_->GetEntry(JoinPath(prel, name)).ok()) {
     // O_CREAT on an existing (cold) file opens it.

@@ -164,7 +164,6 @@ class Filesystem {
   // Makes sure a backing folder exists for a cold-only folder inode, and
   // returns an fd of it (O_PATH). Converts the inode to hot.
   int EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd);
-  int ParentFd(uint64_t parent, std::shared_ptr<UniqueFd>* fd);
   // Rehydrates a cold file inode into the backing folder (then it is hot).
   int Rehydrate(uint64_t ino);
   void ColdAttr(const storepb::Manifest& m, ino_t shown_ino, struct stat* st);

@@ -173,16 +173,18 @@ uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st, bool volatile_at
 }
 
 uint64_t InodeTable::RefHot(const struct stat& st, const std::string& handle,
-                            bool volatile_attrs) {
+                            bool volatile_attrs, ino_t* shown_ino) {
   std::lock_guard<std::mutex> lock(mu_);
   if (st.st_dev == root_.dev && st.st_ino == root_.ino) {
     root_.nlookup++;
+    *shown_ino = root_.shown_ino;
     return kRootId;
   }
   Inode* found = FindHotLocked(st.st_dev, st.st_ino, handle);
   if (found == nullptr) return 0;
   found->nlookup++;
   found->volatile_attrs |= volatile_attrs;
+  *shown_ino = found->shown_ino;
   return Id(found);
 }
 

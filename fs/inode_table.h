@@ -92,7 +92,9 @@ class InodeTable {
   // and it is the same file (`handle`, from HandleAt, matches: inode numbers
   // of deleted files are reused, and a file handle, unlike an fd, does not
   // pin the inode); returns its id, or 0.
-  uint64_t RefHot(const struct stat& st, const std::string& handle, bool volatile_attrs = false);
+  // *shown_ino receives the st_ino to show for it.
+  uint64_t RefHot(const struct stat& st, const std::string& handle, bool volatile_attrs,
+                  ino_t* shown_ino);
   // The file handle of dir_fd/name (st is its lstat), or "" where the inode
   // is held by an fd (folders, or no file handles here).
   std::string HandleAt(int dir_fd, const char* name, const struct stat& st);

@@ -106,6 +106,7 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
         {"last_error", m.last_error}}},
       {"last_verifier", m.last_verifier},
       {"rehydrations", k.rehydrations.load()},
+      {"cold_reads", k.cold_reads.load()},
       {"cache",
        {{"hits", c.hits},
         {"misses", c.misses},

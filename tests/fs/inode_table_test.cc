@@ -125,9 +125,11 @@ TEST(InodeTableReuse, AReusedInodeNumberIsANewInode) {
   ::close(root);
   if (handle_a.empty()) GTEST_SKIP() << "no file handles on this filesystem: inodes keep fds";
   uint64_t id = table.AddHot(UniqueFd(::open((dir / "a").c_str(), O_PATH | O_CLOEXEC)), a);
-  EXPECT_EQ(table.RefHot(a, handle_a), id);
+  ino_t shown = 0;
+  EXPECT_EQ(table.RefHot(a, handle_a, false, &shown), id);
+  EXPECT_EQ(shown, a.st_ino);
   // Another file with a's (dev, ino), as after a delete and a create.
-  EXPECT_EQ(table.RefHot(a, handle_b), 0u);
+  EXPECT_EQ(table.RefHot(a, handle_b, false, &shown), 0u);
   EXPECT_EQ(table.View(id).kind, Kind::kHot);  // the old one lives on for the kernel
 }
 

@@ -1,7 +1,5 @@
 // tbfs restore: cold files back to ordinary files (dry run unless --apply).
 // tbfs export: cold files copied out under another folder, store unchanged.
-#include <climits>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "base/work_pool.h"
@@ -28,27 +26,41 @@ struct CopyArgs {
   bool json = false;
 };
 
-// Turns the PATH arguments into clean relative paths. Returns an exit code
-// on error, -1 to go on.
-int Normalize(const std::string& cmd, const CopyArgs& args, std::vector<std::string>* rel) {
+// What restore and export share: the store's location, the PATH arguments
+// as clean relative paths, the store opened, and the cold files they name.
+// Returns an exit code, or -1 to go on (files may be empty: nothing cold).
+int Prepare(const std::string& cmd, const CopyArgs& args, bool write, StoreLocation* loc,
+            std::unique_ptr<store::ColdStore>* store, std::vector<storepb::Manifest>* files) {
+  auto located = LocateStore(args.logdir, args.store);
+  if (!located.ok()) {
+    PrintError(cmd, located.status().message());
+    return kExitError;
+  }
+  *loc = *located;
+  std::vector<std::string> rel;
   for (const std::string& p : args.paths) {
     auto n = store::NormalizeUserPath(args.logdir, p);
     if (!n.ok()) {
       PrintError(cmd, n.status().message());
       return kExitError;
     }
-    rel->push_back(*n);
+    rel.push_back(*n);
   }
-  return -1;
-}
-
-// Resolves relative paths into cold files (a missing store holds none).
-// Returns an exit code on error, -1 to go on.
-int Select(const std::string& cmd, const std::vector<std::string>& rel, store::ColdStore* store,
-           std::vector<storepb::Manifest>* files) {
+  if (cmd == "export" && IsInside(args.to, args.logdir)) {
+    // Copies inside the logdir would shadow the cold files they copy.
+    PrintError(cmd, "--to " + args.to + " is inside the logdir; export elsewhere, or use "
+                                        "tbfs restore to bring files back");
+    return kExitError;
+  }
+  auto opened = write ? OpenStoreForWrite(*loc, false, cmd) : OpenStoreForRead(*loc);
+  if (!opened.ok()) {
+    PrintError(cmd, opened.status().message());
+    return kExitError;
+  }
+  *store = std::move(opened).value();
   std::vector<std::string> not_found = rel;
-  if (store != nullptr) {
-    Status st = store::SelectCold(*store, rel, files, &not_found);
+  if (*store) {
+    Status st = store::SelectCold(**store, rel, files, &not_found);
     if (!st.ok()) {
       PrintError(cmd, st.message());
       return kExitError;
@@ -57,6 +69,10 @@ int Select(const std::string& cmd, const std::vector<std::string>& rel, store::C
   for (const auto& p : not_found) {
     PrintError(cmd, "not in the cold store: " + p);
     return kExitError;
+  }
+  if (files->empty()) {
+    fmt::print("nothing is cold in {}\n", args.logdir);
+    return kExitOk;
   }
   return -1;
 }
@@ -79,24 +95,10 @@ int RunRestore(const CopyArgs& args) {
     PrintError("restore", "name the PATHs to restore, or --all");
     return kExitError;
   }
-  auto loc = LocateStore(args.logdir, args.store);
-  if (!loc.ok()) {
-    PrintError("restore", loc.status().message());
-    return kExitError;
-  }
-  std::vector<std::string> rel;
-  if (int rc = Normalize("restore", args, &rel); rc >= 0) return rc;
-  auto store = args.apply ? OpenStoreForWrite(*loc, false, "restore") : OpenStoreForRead(*loc);
-  if (!store.ok()) {
-    PrintError("restore", store.status().message());
-    return kExitError;
-  }
+  StoreLocation loc;
+  std::unique_ptr<store::ColdStore> store;
   std::vector<storepb::Manifest> files;
-  if (int rc = Select("restore", rel, store->get(), &files); rc >= 0) return rc;
-  if (files.empty()) {
-    fmt::print("nothing is cold in {}\n", args.logdir);
-    return kExitOk;
-  }
+  if (int rc = Prepare("restore", args, args.apply, &loc, &store, &files); rc >= 0) return rc;
   uint64_t total = 0;
   for (const auto& m : files) total += m.size();
   if (!args.apply) {
@@ -114,7 +116,7 @@ int RunRestore(const CopyArgs& args) {
   WorkPool pool(0);
   auto run = [&] {
     Progress progress("restore", total);
-    return store::Restore(**store, args.logdir, files, &pool, progress.counter());
+    return store::Restore(*store, args.logdir, files, &pool, progress.counter());
   };
   auto r = run();
   if (!r.ok()) {
@@ -125,43 +127,17 @@ int RunRestore(const CopyArgs& args) {
 }
 
 int RunExport(const CopyArgs& args) {
-  auto loc = LocateStore(args.logdir, args.store);
-  if (!loc.ok()) {
-    PrintError("export", loc.status().message());
-    return kExitError;
-  }
-  std::vector<std::string> rel;
-  if (int rc = Normalize("export", args, &rel); rc >= 0) return rc;
-  {
-    // Copies inside the logdir would shadow the cold files they copy.
-    char a[PATH_MAX], b[PATH_MAX];
-    std::string to = args.to;
-    while (!to.empty() && ::realpath(to.c_str(), b) == nullptr) to = ParentPath(to);
-    if (::realpath(args.logdir.c_str(), a) != nullptr && !to.empty() &&
-        (std::string(b) == a || std::string(b).starts_with(std::string(a) + "/"))) {
-      PrintError("export", "--to " + args.to + " is inside the logdir; export elsewhere, or use "
-                           "tbfs restore to bring files back");
-      return kExitError;
-    }
-  }
-  auto store = OpenStoreForRead(*loc);
-  if (!store.ok()) {
-    PrintError("export", store.status().message());
-    return kExitError;
-  }
+  StoreLocation loc;
+  std::unique_ptr<store::ColdStore> store;
   std::vector<storepb::Manifest> files;
-  if (int rc = Select("export", rel, store->get(), &files); rc >= 0) return rc;
-  if (files.empty()) {
-    fmt::print("nothing is cold in {}\n", args.logdir);
-    return kExitOk;
-  }
+  if (int rc = Prepare("export", args, false, &loc, &store, &files); rc >= 0) return rc;
   uint64_t total = 0;
   for (const auto& m : files) total += m.size();
   WorkPool pool(0);
   double start = NowSeconds();
   auto run = [&] {
     Progress progress("export", total);
-    return store::Export(**store, args.to, files, args.force, &pool, progress.counter());
+    return store::Export(*store, args.to, files, args.force, &pool, progress.counter());
   };
   auto r = run();
   if (!r.ok()) {

@@ -1,6 +1,7 @@
 #include "tools/cli/store_cli.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
@@ -21,6 +22,14 @@ std::string RealPath(const std::string& p) {
 }
 
 }  // namespace
+
+bool IsInside(const std::string& path, const std::string& dir) {
+  std::string existing = path;  // the deepest part that exists
+  while (!existing.empty() && ::access(existing.c_str(), F_OK) != 0) existing = ParentPath(existing);
+  if (existing.empty()) existing = ".";
+  std::string p = RealPath(existing), d = RealPath(dir);
+  return p == d || p.starts_with(d + "/");
+}
 
 Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& store_flag) {
   struct stat st;

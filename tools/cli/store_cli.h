@@ -20,6 +20,10 @@ struct StoreLocation {
 // --store DIR, or LOGDIR/.tbfs. InvalidArgument when LOGDIR is not a folder.
 Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& store_flag);
 
+// True when `path` (which need not exist yet) is `dir` or lies inside it,
+// after resolving symlinks and "..".
+bool IsInside(const std::string& path, const std::string& dir);
+
 // Opens the store read-only. A missing store yields nullptr (nothing cold).
 Result<std::unique_ptr<store::ColdStore>> OpenStoreForRead(const StoreLocation& loc);
 
