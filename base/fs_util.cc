@@ -2,7 +2,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <climits>
 
 #include <algorithm>
 #include <cerrno>
@@ -106,6 +110,67 @@ Status MakeDirs(const std::string& path, mode_t mode) {
     return Status::FromErrno(errno, "mkdir", path);
   }
   return Status::OK();
+}
+
+namespace {
+
+// openat2(2) through syscall(2): glibc 2.36 has no wrapper.
+int OpenAt2(int dir_fd, const char* path, int flags, mode_t mode, uint64_t resolve) {
+  struct open_how how {};
+  how.flags = static_cast<uint64_t>(flags);
+  how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+  how.resolve = resolve;
+  return static_cast<int>(::syscall(SYS_openat2, dir_fd, path, &how, sizeof(how)));
+}
+
+}  // namespace
+
+Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t mode) {
+  const std::string path(rel);
+  if (!IsSafeRelativePath(rel)) return Status::InvalidArgument("not a path beneath a folder: " + path);
+  flags |= O_CLOEXEC | O_NOFOLLOW;
+  if (path.size() < PATH_MAX) {
+    int fd;
+    do {
+      fd = OpenAt2(dir_fd, path.c_str(), flags, mode, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS);
+    } while (fd < 0 && errno == EINTR);
+    if (fd >= 0) return UniqueFd(fd);
+    if (errno != ENOSYS) return Status::FromErrno(errno, "open", path);
+  }
+  // One folder at a time, each opened O_NOFOLLOW beneath the last.
+  UniqueFd dir(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  if (!dir.valid()) return Status::FromErrno(errno, "dup", path);
+  size_t start = 0;
+  for (;;) {
+    size_t slash = path.find('/', start);
+    std::string part = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (slash == std::string::npos) {
+      int fd;
+      do {
+        fd = ::openat(dir.get(), part.c_str(), flags, mode);
+      } while (fd < 0 && errno == EINTR);
+      if (fd < 0) return Status::FromErrno(errno, "open", path);
+      return UniqueFd(fd);
+    }
+    int next = ::openat(dir.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) return Status::FromErrno(errno, "open", path);  // a symlink: ENOTDIR
+    dir.reset(next);
+    start = slash + 1;
+  }
+}
+
+Result<UniqueFd> OpenParentBeneath(int dir_fd, std::string_view rel, std::string* name) {
+  if (!IsSafeRelativePath(rel)) {
+    return Status::InvalidArgument("not a path beneath a folder: " + std::string(rel));
+  }
+  *name = std::string(BaseName(rel));
+  std::string parent = ParentPath(rel);
+  if (parent.empty()) {
+    UniqueFd dup(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+    if (!dup.valid()) return Status::FromErrno(errno, "dup", std::string(rel));
+    return dup;
+  }
+  return OpenBeneath(dir_fd, parent, O_PATH | O_DIRECTORY);
 }
 
 std::string JoinPath(std::string_view a, std::string_view b) {

@@ -57,6 +57,16 @@ Status WriteFileAtomic(const std::string& path, std::string_view data);
 // mkdir -p.
 Status MakeDirs(const std::string& path, mode_t mode = 0755);
 
+// Opens `rel` (a path that passes IsSafeRelativePath) beneath the folder
+// dir_fd without following any symlink, on the way or at the end (a symlink
+// anywhere is ELOOP; with O_PATH | O_NOFOLLOW a final symlink itself is
+// opened). O_CLOEXEC is added. Paths longer than PATH_MAX are walked one
+// folder at a time. Invariant I8: the caller acts on the fd it gets.
+Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t mode = 0);
+// The folder holding `rel` beneath dir_fd (O_PATH | O_DIRECTORY), and the
+// last component in *name; dir_fd itself (duplicated) for a one-component path.
+Result<UniqueFd> OpenParentBeneath(int dir_fd, std::string_view rel, std::string* name);
+
 // "a" + "b" -> "a/b"; either side may be empty.
 std::string JoinPath(std::string_view a, std::string_view b);
 // Parent folder of a relative path ("a/b/c" -> "a/b", "c" -> "").

@@ -26,17 +26,13 @@ namespace {
 
 int Errno() { return -errno; }
 
-// Chunks decompressed ahead of a sequential reader (on the cache's threads).
-constexpr uint64_t kReadaheadChunks = 4;
-
-bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
-
 }  // namespace
 
 std::string ProcPath(int fd) { return fmt::format("/proc/self/fd/{}", fd); }
 
-FileHandle::~FileHandle() {
-  if (fd >= 0) ::close(fd);
+bool IsTransientName(std::string_view name) {
+  return name.starts_with('.') && (name.find(".tbfs-mig-") != std::string_view::npos ||
+                                   name.find(".tbfs-tmp-") != std::string_view::npos);
 }
 
 Filesystem::Filesystem(const FsConfig& config, store::ColdStore* store, UniqueFd root_fd)
@@ -129,20 +125,21 @@ int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
   // Folders (whose listings TensorBoard polls) and tfevents files (which grow
   // in place) must look fresh; the rest may be cached longer.
   const bool fresh = S_ISDIR(st.st_mode) || events::IsEventsFileName(name);
-  ino_t shown = 0;
-  out->id = inodes_.RefHot(st, inodes_.HandleAt(dir_fd, name, st), fresh, &shown);
-  if (out->id != 0) {
-    out->attr = st;
-    out->attr.st_ino = shown;
-    return 0;
+  InodeRef ref = inodes_.RefHot(st, inodes_.HandleAt(dir_fd, name, st), fresh);
+  if (ref.id == 0) {
+    int fd = ::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return Errno();
+    UniqueFd owned(fd);
+    if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+    ref = inodes_.AddHot(std::move(owned), st, fresh);
   }
-  int fd = ::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Errno();
-  UniqueFd owned(fd);
-  if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
-  out->id = inodes_.AddHot(std::move(owned), st, fresh);
-  out->attr = st;
-  out->attr.st_ino = inodes_.ShownIno(out->id);
+  out->id = ref.id;
+  if (ref.manifest) {
+    ColdAttr(*ref.manifest, ref.shown_ino, &out->attr);  // on its way to the store
+  } else {
+    out->attr = st;
+    out->attr.st_ino = ref.shown_ino;
+  }
   return 0;
 }
 
@@ -150,9 +147,7 @@ int Filesystem::LookupCold(const std::string& rel, EntryOut* out) {
   auto entry = store_->GetEntry(rel);
   if (!entry.ok()) return StoreError(entry.status(), "lookup");
   if (entry->kind() == storepb::Entry::DIR) {
-    // A folder only the cold namespace has: a stable number from its path.
-    ino_t shown = static_cast<ino_t>(std::hash<std::string>()(rel) | (uint64_t{1} << 62));
-    out->id = inodes_.AddColdDir(rel, shown);
+    out->id = inodes_.AddColdDir(rel);
     ColdDirAttr(rel, inodes_.ShownIno(out->id), &out->attr);
     return 0;
   }
@@ -165,7 +160,7 @@ int Filesystem::LookupCold(const std::string& rel, EntryOut* out) {
 }
 
 int Filesystem::Lookup(uint64_t parent, const char* name, EntryOut* out) {
-  if (IsHidden(parent, name)) return -ENOENT;
+  if (IsHidden(parent, name) || IsTransientName(name)) return -ENOENT;
   InodeView v = inodes_.View(parent);
   if (v.kind == Kind::kColdFile) return -ENOTDIR;
   if (v.kind == Kind::kHot) {
@@ -180,7 +175,7 @@ int Filesystem::Lookup(uint64_t parent, const char* name, EntryOut* out) {
 void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }
 
 int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
-  if (fh != nullptr && fh->fd >= 0) {
+  if (fh != nullptr && fh->fd >= 0 && inodes_.KindOf(ino) == Kind::kHot) {
     if (::fstat(fh->fd, st) != 0) return Errno();
     st->st_ino = inodes_.ShownIno(ino);
     return 0;
@@ -298,15 +293,24 @@ int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
   UniqueFd owned(raw);
   struct stat st;
   if (::fstat(raw, &st) != 0) return Errno();
-  inodes_.ToHot(ino, std::move(owned), st);
+  inodes_.ColdDirToHot(ino, std::move(owned), st);
   *fd = inodes_.View(ino).fd;
   return 0;
 }
 
-void Filesystem::FixOwner(int dir_fd, const char* name, const Caller& c) {
+void Filesystem::FixOwner(int dir_fd, const char* name, const Caller& c, mode_t mode) {
   if (!config_.as_root_owner_fixup || (c.uid == 0 && c.gid == 0)) return;
-  if (::fchownat(dir_fd, name, c.uid, c.gid, AT_SYMLINK_NOFOLLOW) != 0) {
+  // In a set-group-ID folder the new entry keeps the folder's group.
+  struct stat dir;
+  gid_t gid = ::fstat(dir_fd, &dir) == 0 && (dir.st_mode & S_ISGID) ? static_cast<gid_t>(-1) : c.gid;
+  if (::fchownat(dir_fd, name, c.uid, gid, AT_SYMLINK_NOFOLLOW) != 0) {
     spdlog::warn("chown {} to {}:{}: {}", name, c.uid, c.gid, std::strerror(errno));
+    return;
+  }
+  // chown cleared the set-id bits the caller asked for; give them back.
+  if ((mode & (S_ISUID | S_ISGID)) && !S_ISLNK(mode) &&
+      ::fchmodat(dir_fd, name, mode & 07777, 0) != 0) {
+    spdlog::warn("chmod {} to {:o}: {}", name, mode & 07777, std::strerror(errno));
   }
 }
 
@@ -327,7 +331,7 @@ int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::mknodat(pfd->get(), name, mode, rdev) != 0) return Errno();
-  FixOwner(pfd->get(), name, c);
+  FixOwner(pfd->get(), name, c, mode);
   return HotLookupAt(pfd->get(), name, out);
 }
 
@@ -338,7 +342,7 @@ int Filesystem::Mkdir(uint64_t parent, const char* name, mode_t mode, const Call
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::mkdirat(pfd->get(), name, mode) != 0) return Errno();
-  FixOwner(pfd->get(), name, c);
+  FixOwner(pfd->get(), name, c, S_IFDIR | mode);
   return HotLookupAt(pfd->get(), name, out);
 }
 
@@ -349,7 +353,7 @@ int Filesystem::Symlink(const char* target, uint64_t parent, const char* name, c
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::symlinkat(target, pfd->get(), name) != 0) return Errno();
-  FixOwner(pfd->get(), name, c);
+  FixOwner(pfd->get(), name, c, S_IFLNK | 0777);
   return HotLookupAt(pfd->get(), name, out);
 }
 
@@ -375,17 +379,12 @@ int Filesystem::UnlinkCold(const std::string& rel) {
   if (entry->kind() == storepb::Entry::DIR) return -EISDIR;
   auto m = store_->GetManifest(entry->file_id());
   if (!m.ok()) return StoreError(m.status(), "unlink");
-  store::WriteBatch batch;
   // A file still open keeps its chunks until the last release.
-  bool open = inodes_.MarkUnlinked(m->file_id());
-  if (open) {
-    store_->RemoveFileKeepChunks(&batch, *m);
-  } else {
-    store_->RemoveFile(&batch, *m);
-  }
+  store::WriteBatch batch;
+  store_->Retire(&batch, *m);
   Status st = store_->Commit(batch, true);
   if (!st.ok()) return StoreError(st, "unlink");
-  if (!open) cache_.Drop(m->file_id());
+  ReapRetired(m->file_id());
   return 0;
 }
 
@@ -532,157 +531,6 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
   return 0;
 }
 
-int Filesystem::Rehydrate(uint64_t ino) {
-  std::lock_guard<std::mutex> one(rehydrate_mu_);
-  std::shared_lock<std::shared_mutex> ns(ns_mu_);
-  InodeView v = inodes_.View(ino);
-  if (v.kind != Kind::kColdFile) return v.kind == Kind::kHot ? 0 : -EISDIR;
-  auto m = store_->GetManifest(v.manifest->file_id());  // the current path
-  if (!m.ok()) return StoreError(m.status(), "rehydrate");
-  static WorkPool pool(2);
-  auto result = store::Restore(*store_, config_.logdir, {*m}, &pool, nullptr, /*compact=*/false);
-  if (!result.ok() || result->files != 1) {
-    counters_.eio_rehydrate++;
-    spdlog::error("[EIO:rehydrate] {}: {}", m->path(),
-                  !result.ok() ? result.status().message()
-                               : (result->failed.empty() ? "not restored" : result->failed[0].second));
-    return -EIO;
-  }
-  int raw = ::openat(inodes_.RootFd(), m->path().c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (raw < 0) return Errno();
-  UniqueFd fd(raw);
-  struct stat st;
-  if (::fstat(raw, &st) != 0) return Errno();
-  inodes_.ToHot(ino, std::move(fd), st);
-  cache_.Drop(m->file_id());
-  counters_.rehydrations++;
-  spdlog::info("rehydrated {}", m->path());
-  return 0;
-}
-
-int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) {
-  InodeView v = inodes_.View(ino);
-  if (v.kind == Kind::kColdDir) return -EISDIR;
-  if (v.kind == Kind::kColdFile && !IsWritable(flags)) {
-    auto fh = std::make_unique<FileHandle>();
-    fh->inode = ino;
-    fh->cold = true;
-    fh->manifest = v.manifest;
-    inodes_.OpenHandle(ino, false);
-    *out = std::move(fh);
-    return 0;
-  }
-  if (v.kind == Kind::kColdFile) {
-    if (int r = Rehydrate(ino); r != 0) return r;
-  }
-  const bool writable = IsWritable(flags);
-  // The migrator may be unlinking this very file: a writer waits for it.
-  for (int tries = 0; !inodes_.OpenHandle(ino, writable); ++tries) {
-    if (tries > 6000) return -EAGAIN;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  v = inodes_.View(ino);
-  if (v.kind == Kind::kColdFile) {  // it moved while we waited
-    inodes_.CloseHandle(ino, writable);
-    return Open(ino, flags, out);
-  }
-  int fd = ::open(ProcPath(v.fd->get()).c_str(), (flags & ~O_NOFOLLOW) | O_CLOEXEC);
-  if (fd < 0 && errno == EINVAL && (flags & O_DIRECT)) {
-    fd = ::open(ProcPath(v.fd->get()).c_str(), (flags & ~(O_NOFOLLOW | O_DIRECT)) | O_CLOEXEC);
-  }
-  if (fd < 0) {
-    int err = errno;
-    inodes_.CloseHandle(ino, writable);
-    return -err;
-  }
-  auto fh = std::make_unique<FileHandle>();
-  fh->inode = ino;
-  fh->fd = fd;
-  fh->writable = writable;
-  *out = std::move(fh);
-  return 0;
-}
-
-int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags, const Caller& c,
-                       EntryOut* entry, std::unique_ptr<FileHandle>* out) {
-  if (IsHidden(parent, name)) return -EPERM;
-  std::shared_ptr<UniqueFd> pfd;
-  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
-  std::string prel;
-  if (RelPath(parent, &prel) == 0 && store_->GetEntry(JoinPath(prel, name)).ok()) {
-    // O_CREAT on an existing (cold) file opens it.
-    if (flags & O_EXCL) return -EEXIST;
-    if (int r = LookupCold(JoinPath(prel, name), entry); r != 0) return r;
-    int r = Open(entry->id, flags & ~(O_CREAT | O_EXCL), out);
-    if (r == 0) r = GetAttr(entry->id, &entry->attr);
-    if (r != 0) inodes_.Forget(entry->id, 1);
-    return r;
-  }
-  int fd = ::openat(pfd->get(), name, (flags | O_CREAT) & ~O_NOFOLLOW, mode);
-  if (fd < 0) return Errno();
-  FixOwner(pfd->get(), name, c);
-  if (int r = HotLookupAt(pfd->get(), name, entry); r != 0) {
-    ::close(fd);
-    return r;
-  }
-  bool writable = IsWritable(flags);
-  inodes_.OpenHandle(entry->id, writable);
-  auto fh = std::make_unique<FileHandle>();
-  fh->inode = entry->id;
-  fh->fd = fd;
-  fh->writable = writable;
-  *out = std::move(fh);
-  return 0;
-}
-
-ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
-                             std::vector<ColdSlice>* slices) {
-  slices->clear();
-  const auto& m = fh->manifest;
-  uint64_t file_size = m->size();
-  if (static_cast<uint64_t>(off) >= file_size) return 0;
-  size = static_cast<size_t>(std::min<uint64_t>(size, file_size - static_cast<uint64_t>(off)));
-  const uint64_t cb = m->chunk_bytes();
-  size_t done = 0;
-  uint64_t last_index = 0;
-  while (done < size) {
-    uint64_t pos = static_cast<uint64_t>(off) + done;
-    uint64_t index = pos / cb;
-    auto chunk = cache_.Get(m, index);
-    if (!chunk.ok()) {
-      counters_.eio_cold_chunk++;
-      return -EIO;  // logged with its tag by the cache
-    }
-    size_t within = static_cast<size_t>(pos - index * cb);
-    size_t n = std::min((*chunk)->size - within, size - done);
-    slices->push_back({*chunk, within, n});
-    done += n;
-    last_index = index;
-  }
-  // Sequential readers get the next chunks decompressed ahead of them. The
-  // kernel's readahead sends several reads at once, handled by different
-  // threads in any order: "sequential" means near where the last one ended.
-  uint64_t expected = fh->next_offset.exchange(static_cast<uint64_t>(off) + done);
-  uint64_t distance = expected > static_cast<uint64_t>(off) ? expected - static_cast<uint64_t>(off)
-                                                            : static_cast<uint64_t>(off) - expected;
-  if (distance <= 2 * cb) {
-    for (uint64_t ahead = 1; ahead <= kReadaheadChunks; ++ahead) cache_.Prefetch(m, last_index + ahead);
-  }
-  counters_.cold_reads++;
-  return static_cast<ssize_t>(done);
-}
-
-void Filesystem::Release(std::unique_ptr<FileHandle> fh) {
-  bool last_of_unlinked = inodes_.CloseHandle(fh->inode, fh->writable);
-  if (last_of_unlinked && fh->manifest) {
-    store::WriteBatch batch;
-    store_->RemoveChunks(&batch, fh->manifest->file_id());
-    Status st = store_->Commit(batch, true);
-    if (!st.ok()) spdlog::error("release: drop chunks of {}: {}", fh->manifest->path(), st.message());
-    cache_.Drop(fh->manifest->file_id());
-  }
-}
-
 int Filesystem::OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out) {
   InodeView v = inodes_.View(ino);
   if (v.kind == Kind::kColdFile) return -ENOTDIR;
@@ -704,6 +552,12 @@ int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
   if (v.kind == Kind::kHot) {
     int fd = ::openat(v.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return Errno();
+    struct stat dir_st;
+    if (::fstat(fd, &dir_st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return -err;
+    }
     DIR* dir = ::fdopendir(fd);
     if (dir == nullptr) {
       ::close(fd);
@@ -713,8 +567,10 @@ int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
       std::string_view n = de->d_name;
       if (n == "." || n == "..") continue;
       if (ino == InodeTable::kRootId && n == config_.store_skip) continue;
+      if (IsTransientName(n)) continue;
       hot_names.emplace(n);
-      dh->entries.push_back({std::string(n), static_cast<mode_t>(DTTOIF(de->d_type)), de->d_ino});
+      dh->entries.push_back({std::string(n), static_cast<mode_t>(DTTOIF(de->d_type)),
+                             inodes_.HotDirentIno(dir_st.st_dev, de->d_ino)});
     }
     ::closedir(dir);
   }
@@ -727,7 +583,7 @@ int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
     if (hot_names.count(c.name)) continue;  // hot wins
     bool dir = c.entry.kind() == storepb::Entry::DIR;
     dh->entries.push_back({c.name, static_cast<mode_t>(dir ? S_IFDIR : S_IFREG),
-                           static_cast<ino_t>(dir ? 0 : c.entry.file_id())});
+                           dir ? inodes_.ColdDirIno(JoinPath(rel, c.name)) : ColdIno(c.entry.file_id())});
   }
   if (!config_.store_skip.empty() && config_.store_skip.find('/') != std::string::npos) {
     std::erase_if(dh->entries, [&](const DirEntryOut& e) {
@@ -759,8 +615,9 @@ int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
     }
     return -ENODATA;
   }
-  if (ino == InodeTable::kRootId && std::strcmp(name, kStatusXattr) == 0 && status_provider) {
-    *value = status_provider();
+  if (ino == InodeTable::kRootId && std::strcmp(name, kControlXattr) == 0 &&
+      !config_.control_socket.empty()) {
+    *value = config_.control_socket;
     return 0;
   }
   if (v.kind != Kind::kHot) return -ENODATA;
@@ -801,10 +658,7 @@ int Filesystem::ListXattr(uint64_t ino, std::string* names) {
 
 int Filesystem::SetXattr(uint64_t ino, const char* name, const char* value, size_t size,
                          int flags) {
-  if (std::strcmp(name, kStateXattr) == 0) return -EPERM;
-  if (ino == InodeTable::kRootId && std::strcmp(name, kMigrateNowXattr) == 0) {
-    return migrate_now ? migrate_now() : -ENOTSUP;
-  }
+  if (std::strcmp(name, kStateXattr) == 0 || std::strcmp(name, kControlXattr) == 0) return -EPERM;
   InodeView v = inodes_.View(ino);
   if (v.kind != Kind::kHot) return -ENOTSUP;
   if (::setxattr(ProcPath(v.fd->get()).c_str(), name, value, size, flags) != 0) return Errno();

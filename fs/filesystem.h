@@ -28,6 +28,7 @@
 #include "fs/chunk_cache.h"
 #include "fs/inode_table.h"
 #include "store/cold_store.h"
+#include "store/migrate.h"
 
 namespace tbfs::fs {
 
@@ -41,16 +42,18 @@ inline constexpr char kStateXattr[] = "user.tbfs.state";
 // directly in the logdir shows after at most kStableTtlS.
 inline constexpr double kFreshTtlS = 0.5;
 inline constexpr double kStableTtlS = 10.0;
-// On the mount's root only: JSON status; writing migrate_now runs a
-// migration pass and returns when it is done.
-inline constexpr char kStatusXattr[] = "user.tbfs.status";
-inline constexpr char kMigrateNowXattr[] = "user.tbfs.migrate_now";
+// On the mount's root only: the path of the control socket (fs/control.h),
+// through which `tbfs status` and `tbfs migrate MOUNTPOINT --now` talk to
+// the daemon. Reading it reveals a path, nothing else: the socket lives in
+// the store's private folder and answers root and the mount's owner only.
+inline constexpr char kControlXattr[] = "user.tbfs.control";
 
 struct FsConfig {
   std::string logdir;                   // backing folder (absolute)
   std::string store_skip;               // relative path of the store inside it, or ""
   uint64_t cache_bytes = 256ull << 20;  // cold chunk cache
   bool as_root_owner_fixup = false;     // chown what callers create to them
+  std::string control_socket;           // shown by kControlXattr; "" for none
 };
 
 struct Caller {
@@ -69,13 +72,16 @@ struct DirEntryOut {
   ino_t ino = 0;
 };
 
-// An open file: a real fd for hot files, the manifest for cold ones.
+// An open file: a real fd for hot files, the manifest for cold ones. A cold
+// handle whose file is rehydrated meanwhile reads the backing file from
+// then on (rehydrated_fd), as a reader of the same file on a disk would.
 struct FileHandle {
   uint64_t inode = 0;
-  int fd = -1;
+  int fd = -1;  // hot handles
   bool cold = false;
   bool writable = false;
-  std::shared_ptr<const storepb::Manifest> manifest;
+  std::shared_ptr<const storepb::Manifest> manifest;  // cold handles
+  std::atomic<int> rehydrated_fd{-1};                 // cold handles, once rehydrated
   std::atomic<uint64_t> next_offset{0};  // where a sequential reader goes next
   ~FileHandle();
 };
@@ -92,7 +98,7 @@ struct Counters {
   std::atomic<uint64_t> eio_store{0};
 };
 
-class Filesystem {
+class Filesystem : public store::MoveObserver {
  public:
   Filesystem(const FsConfig& config, store::ColdStore* store, UniqueFd root_fd);
 
@@ -115,9 +121,15 @@ class Filesystem {
   int Rename(uint64_t parent, const char* name, uint64_t newparent, const char* newname,
              unsigned flags);
 
+  // Opens; a writable open of a cold file rehydrates it first, and one of a
+  // file in transition waits for the transition's end (one file's copy).
   int Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out);
   int Create(uint64_t parent, const char* name, mode_t mode, int flags, const Caller& c,
              EntryOut* entry, std::unique_ptr<FileHandle>* out);
+  // The fd a read of this handle is served from: the hot file, or the
+  // backing file of a cold handle whose file was rehydrated since; -1 for
+  // the store (ReadCold).
+  int ReadFd(FileHandle* fh);
   // Cold reads: the pieces of cached chunks that hold up to size bytes at
   // off, in order (no copy); returns the byte count or -errno.
   struct ColdSlice {
@@ -127,6 +139,7 @@ class Filesystem {
   };
   ssize_t ReadCold(FileHandle* fh, size_t size, off_t off, std::vector<ColdSlice>* slices);
   void Release(std::unique_ptr<FileHandle> fh);
+  int FsyncDir(uint64_t ino, bool datasync);
 
   int OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out);
   int FillDir(uint64_t ino, DirHandle* dh);
@@ -141,19 +154,36 @@ class Filesystem {
   double CacheTtl(uint64_t ino) {
     return inodes_.VolatileAttrs(ino) ? kFreshTtlS : kStableTtlS;
   }
-  InodeTable& inodes() { return inodes_; }
-  ChunkCache& cache() { return cache_; }
-  Counters& counters() { return counters_; }
-  store::ColdStore& store() { return *store_; }
+
+  // store::MoveObserver: the migrator's files in transition.
+  bool BeginMove(int fd, const struct stat& st, const storepb::Manifest& m) override;
+  void EndMove(uint64_t file_id, bool moved) override;
+  void PutBack(uint64_t file_id, int fd, const struct stat& st) override;
+  void Retired() override;
+
+  // Deletes the chunks of retired files that no open handle reads (of
+  // file_id only, when not 0).
+  void ReapRetired(uint64_t file_id = 0);
+
+  // For the status report.
+  struct Stats {
+    ChunkCache::Stats cache;
+    uint64_t rehydrations = 0;
+    uint64_t cold_reads = 0;
+    uint64_t eio_cold_chunk = 0;
+    uint64_t eio_rehydrate = 0;
+    uint64_t eio_store = 0;
+    size_t inodes = 0;
+  };
+  Stats stats();
   const FsConfig& config() const { return config_; }
-  // Taken shared by the migrator around each batch, exclusive by renames and
-  // rmdir: namespace moves never interleave with a migration batch.
+  store::ColdStore& store() { return *store_; }
+  // Taken shared by the migrator's short steps (see MigrateOptions), by
+  // rehydrations and by most namespace changes; exclusive by renames and
+  // rmdir. Comes after rehydrate_mu_, before InodeTable's mutex.
   std::shared_mutex& namespace_lock() { return ns_mu_; }
   // Set once the kernel's INIT has been answered.
   std::atomic<bool> initialized{false};
-  // The status and migrate-now hooks of the root's control xattrs.
-  std::function<std::string()> status_provider;
-  std::function<int()> migrate_now;
 
  private:
   // The path of an inode relative to the logdir ("" for the root), or
@@ -171,18 +201,23 @@ class Filesystem {
   bool IsHidden(uint64_t parent, const char* name);
   int StoreError(const Status& st, const char* tag);
   int UnlinkCold(const std::string& rel);
-  void FixOwner(int dir_fd, const char* name, const Caller& c);
+  // Gives what a caller created to the caller, keeping the mode it asked
+  // for (a chown clears set-id bits).
+  void FixOwner(int dir_fd, const char* name, const Caller& c, mode_t mode);
 
   FsConfig config_;
   store::ColdStore* store_;
   InodeTable inodes_;
   ChunkCache cache_;
   Counters counters_;
-  std::shared_mutex ns_mu_;
   std::mutex rehydrate_mu_;  // one rehydration at a time (they are rare)
+  std::shared_mutex ns_mu_;  // see namespace_lock()
 };
 
 // "/proc/self/fd/N": how O_PATH fds are turned back into paths.
 std::string ProcPath(int fd);
+// A name tbfs gives a file for a moment (a file moving aside during its
+// migration, a copy being written back): never shown through the mount.
+bool IsTransientName(std::string_view name);
 
 }  // namespace tbfs::fs

@@ -187,7 +187,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
   FileHandle* h = Fh(fi);
-  if (h->cold) {
+  const int fd = Fs(req).ReadFd(h);
+  if (fd < 0) {
     // Straight from the cached chunks: no copy before the kernel's.
     std::vector<Filesystem::ColdSlice> slices;
     ssize_t n = Fs(req).ReadCold(h, size, off, &slices);
@@ -205,7 +206,7 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file
   // Zero-copy: the kernel splices straight from the backing file.
   struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
   bv.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-  bv.buf[0].fd = h->fd;
+  bv.buf[0].fd = fd;
   bv.buf[0].pos = off;
   fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 }
@@ -321,14 +322,7 @@ void OpReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
 }
 
 void OpFsyncDir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info*) {
-  InodeView v = Fs(req).inodes().View(ino);
-  int err = 0;
-  if (v.kind == Kind::kHot) {
-    int fd = ::openat(v.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || (datasync ? ::fdatasync(fd) : ::fsync(fd)) != 0) err = errno;
-    if (fd >= 0) ::close(fd);
-  }
-  fuse_reply_err(req, err);
+  fuse_reply_err(req, -Fs(req).FsyncDir(ino, datasync != 0));
 }
 
 void OpStatFs(fuse_req_t req, fuse_ino_t) {

@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 
-#include <cassert>
 #include <cstring>
+#include <vector>
+
+#include "fmt/format.h"
 
 namespace tbfs::fs {
 
@@ -24,10 +26,11 @@ std::string HandleOfAny(int fd, int* mount_id) {
 InodeTable::InodeTable(UniqueFd root_fd) {
   struct stat st;
   ::fstat(root_fd.get(), &st);
+  root_dev_ = st.st_dev;
   root_.kind = Kind::kHot;
   root_.dev = st.st_dev;
   root_.ino = st.st_ino;
-  root_.shown_ino = st.st_ino;
+  root_.shown_ino = root_.hot_ino = st.st_ino < kAssignedInoBase ? st.st_ino : kAssignedInoBase;
   root_.fd = std::make_shared<UniqueFd>(std::move(root_fd));
   root_.nlookup = 1;
   // File handles need the filesystem's support and CAP_DAC_READ_SEARCH, and
@@ -44,6 +47,10 @@ InodeTable::InodeTable(UniqueFd root_fd) {
   }
 }
 
+Inode* InodeTable::Get(uint64_t id) {
+  return id == kRootId ? &root_ : reinterpret_cast<Inode*>(static_cast<uintptr_t>(id));
+}
+
 std::string InodeTable::HandleAt(int dir_fd, const char* name, const struct stat& st) {
   if (!use_handles_ || S_ISDIR(st.st_mode)) return "";
   std::string buf(sizeof(struct file_handle) + MAX_HANDLE_SZ, '\0');
@@ -53,6 +60,13 @@ std::string InodeTable::HandleAt(int dir_fd, const char* name, const struct stat
   if (::name_to_handle_at(dir_fd, name, fh, &mount_id, 0) != 0 || mount_id != mount_id_) return "";
   buf.resize(sizeof(struct file_handle) + fh->handle_bytes);
   return buf;
+}
+
+std::string InodeTable::HandleOf(int fd, const struct stat& st) {
+  if (!use_handles_ || S_ISDIR(st.st_mode)) return "";
+  int mount_id = -1;
+  std::string h = HandleOfAny(fd, &mount_id);
+  return mount_id == mount_id_ ? h : "";  // another filesystem mounted inside: keep the fd
 }
 
 Inode* InodeTable::FindHotLocked(dev_t dev, ino_t ino, const std::string& handle) {
@@ -65,28 +79,24 @@ Inode* InodeTable::FindHotLocked(dev_t dev, ino_t ino, const std::string& handle
   return nullptr;
 }
 
-std::string InodeTable::HandleOf(int fd, const struct stat& st) {
-  if (!use_handles_ || S_ISDIR(st.st_mode)) return "";
-  int mount_id = -1;
-  std::string h = HandleOfAny(fd, &mount_id);
-  return mount_id == mount_id_ ? h : "";  // another filesystem mounted inside: keep the fd
+ino_t InodeTable::HotNumberLocked(dev_t dev, ino_t ino) {
+  if (dev == root_dev_ && ino < kAssignedInoBase) return ino;
+  return kAssignedInoBase + next_assigned_++;
 }
 
-uint64_t InodeTable::IdOf(Inode* inode, Inode* root) {
-  return inode == root ? kRootId : reinterpret_cast<uintptr_t>(inode);
-}
-
-Inode* InodeTable::Get(uint64_t id) {
-  return id == kRootId ? &root_ : reinterpret_cast<Inode*>(static_cast<uintptr_t>(id));
+ino_t InodeTable::HotDirentIno(dev_t dev, ino_t ino) {
+  // Entries of other filesystems get their number at lookup; until then a
+  // listing shows one from the mount's range that no file has.
+  return dev == root_dev_ && ino < kAssignedInoBase ? ino : kColdInoBase - 1;
 }
 
 InodeView InodeTable::View(uint64_t id) {
   InodeView v;
   std::shared_ptr<const std::string> handle;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Inode* i = Get(id);
-    v = {i->kind, i->fd, i->manifest, i->cold_path, i->shown_ino, i->unlinked};
+    v = {i->kind, i->fd, i->manifest, i->cold_path, i->shown_ino};
     handle = i->handle;
   }
   if (v.kind == Kind::kHot && !v.fd) {
@@ -98,9 +108,21 @@ InodeView InodeTable::View(uint64_t id) {
   return v;
 }
 
+Kind InodeTable::KindOf(uint64_t id) {
+  MutexLock lock(mu_);
+  return Get(id)->kind;
+}
+
 ino_t InodeTable::ShownIno(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return Get(id)->shown_ino;
+}
+
+bool InodeTable::VolatileAttrs(uint64_t id) {
+  MutexLock lock(mu_);
+  Inode* inode = Get(id);
+  return inode == &root_ || (inode->kind == Kind::kHot && inode->volatile_attrs) ||
+         inode->kind == Kind::kColdDir;
 }
 
 void InodeTable::SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, const struct stat& st) {
@@ -114,6 +136,10 @@ void InodeTable::SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, con
   }
   inode->dev = st.st_dev;
   inode->ino = st.st_ino;
+  inode->hot_ino = inode->shown_ino = HotNumberLocked(st.st_dev, st.st_ino);
+  inode->manifest.reset();
+  inode->cold_path.clear();
+  hot_[{inode->dev, inode->ino}] = inode;
 }
 
 Inode* InodeTable::NewLocked() {
@@ -123,80 +149,67 @@ Inode* InodeTable::NewLocked() {
   return raw;
 }
 
-void InodeTable::IndexLocked(Inode* inode) {
-  switch (inode->kind) {
-    case Kind::kHot: hot_[{inode->dev, inode->ino}] = inode; break;
-    case Kind::kColdFile: cold_files_[inode->manifest->file_id()] = inode; break;
-    case Kind::kColdDir: cold_dirs_[inode->cold_path] = inode; break;
+void InodeTable::UnindexHotLocked(Inode* inode) {
+  auto it = hot_.find({inode->dev, inode->ino});
+  if (it != hot_.end() && it->second == inode) hot_.erase(it);
+}
+
+void InodeTable::UnindexColdLocked(Inode* inode) {
+  if (inode->manifest) {
+    auto it = cold_files_.find(inode->manifest->file_id());
+    if (it != cold_files_.end() && it->second == inode) cold_files_.erase(it);
+  }
+  if (inode->kind == Kind::kColdDir) {
+    auto it = cold_dirs_.find(inode->cold_path);
+    if (it != cold_dirs_.end() && it->second == inode) cold_dirs_.erase(it);
   }
 }
 
-void InodeTable::UnindexLocked(Inode* inode) {
-  switch (inode->kind) {
-    case Kind::kHot: {
-      auto it = hot_.find({inode->dev, inode->ino});
-      if (it != hot_.end() && it->second == inode) hot_.erase(it);
-      break;
-    }
-    case Kind::kColdFile: {
-      auto it = cold_files_.find(inode->manifest->file_id());
-      if (it != cold_files_.end() && it->second == inode) cold_files_.erase(it);
-      break;
-    }
-    case Kind::kColdDir: {
-      auto it = cold_dirs_.find(inode->cold_path);
-      if (it != cold_dirs_.end() && it->second == inode) cold_dirs_.erase(it);
-      break;
-    }
+std::unique_ptr<Inode> InodeTable::ReleaseIfUnusedLocked(Inode* inode) {
+  if (inode == &root_ || inode->nlookup > 0 || inode->open_handles > 0 || inode->pins > 0) {
+    return nullptr;
   }
+  UnindexHotLocked(inode);
+  UnindexColdLocked(inode);
+  auto it = all_.find(inode);
+  if (it == all_.end()) return nullptr;
+  std::unique_ptr<Inode> dead = std::move(it->second);
+  all_.erase(it);
+  return dead;
 }
 
-uint64_t InodeTable::AddHot(UniqueFd fd, const struct stat& st, bool volatile_attrs) {
+InodeRef InodeTable::AddHot(UniqueFd fd, const struct stat& st, bool volatile_attrs) {
   std::string handle = HandleOf(fd.get(), st);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (st.st_dev == root_.dev && st.st_ino == root_.ino) {
     root_.nlookup++;
-    return kRootId;
+    return {kRootId, root_.shown_ino, nullptr};
   }
-  if (Inode* found = FindHotLocked(st.st_dev, st.st_ino, handle)) {
-    found->nlookup++;
-    found->volatile_attrs |= volatile_attrs;
-    return Id(found);
+  Inode* inode = FindHotLocked(st.st_dev, st.st_ino, handle);
+  if (inode == nullptr) {
+    inode = NewLocked();
+    SetHotLocked(inode, std::move(fd), std::move(handle), st);
   }
-  Inode* inode = NewLocked();
-  SetHotLocked(inode, std::move(fd), std::move(handle), st);
-  inode->shown_ino = st.st_ino;
-  inode->volatile_attrs = volatile_attrs;
-  inode->nlookup = 1;
-  IndexLocked(inode);
-  return Id(inode);
+  inode->nlookup++;
+  inode->volatile_attrs |= volatile_attrs;
+  return {Id(inode), inode->shown_ino, inode->kind == Kind::kColdFile ? inode->manifest : nullptr};
 }
 
-uint64_t InodeTable::RefHot(const struct stat& st, const std::string& handle,
-                            bool volatile_attrs, ino_t* shown_ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+InodeRef InodeTable::RefHot(const struct stat& st, const std::string& handle, bool volatile_attrs) {
+  MutexLock lock(mu_);
   if (st.st_dev == root_.dev && st.st_ino == root_.ino) {
     root_.nlookup++;
-    *shown_ino = root_.shown_ino;
-    return kRootId;
+    return {kRootId, root_.shown_ino, nullptr};
   }
   Inode* found = FindHotLocked(st.st_dev, st.st_ino, handle);
-  if (found == nullptr) return 0;
+  if (found == nullptr) return {};
   found->nlookup++;
   found->volatile_attrs |= volatile_attrs;
-  *shown_ino = found->shown_ino;
-  return Id(found);
-}
-
-bool InodeTable::VolatileAttrs(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Inode* inode = Get(id);
-  return inode == &root_ || (inode->kind == Kind::kHot && inode->volatile_attrs) ||
-         inode->kind == Kind::kColdDir;
+  return {Id(found), found->shown_ino, found->kind == Kind::kColdFile ? found->manifest : nullptr};
 }
 
 uint64_t InodeTable::AddColdFile(std::shared_ptr<const storepb::Manifest> m) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = cold_files_.find(m->file_id());
   if (it != cold_files_.end()) {
     it->second->nlookup++;
@@ -205,15 +218,23 @@ uint64_t InodeTable::AddColdFile(std::shared_ptr<const storepb::Manifest> m) {
   }
   Inode* inode = NewLocked();
   inode->kind = Kind::kColdFile;
-  inode->shown_ino = m->ino();
+  inode->shown_ino = ColdIno(m->file_id());
   inode->manifest = std::move(m);
   inode->nlookup = 1;
-  IndexLocked(inode);
+  cold_files_[inode->manifest->file_id()] = inode;
   return Id(inode);
 }
 
-uint64_t InodeTable::AddColdDir(const std::string& rel_path, ino_t shown_ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+ino_t InodeTable::ColdDirIno(const std::string& rel_path) {
+  MutexLock lock(mu_);
+  auto [it, fresh] = cold_dir_inos_.emplace(rel_path, 0);
+  if (fresh) it->second = kAssignedInoBase + next_assigned_++;
+  return it->second;
+}
+
+uint64_t InodeTable::AddColdDir(const std::string& rel_path) {
+  ino_t shown = ColdDirIno(rel_path);
+  MutexLock lock(mu_);
   auto it = cold_dirs_.find(rel_path);
   if (it != cold_dirs_.end()) {
     it->second->nlookup++;
@@ -222,102 +243,179 @@ uint64_t InodeTable::AddColdDir(const std::string& rel_path, ino_t shown_ino) {
   Inode* inode = NewLocked();
   inode->kind = Kind::kColdDir;
   inode->cold_path = rel_path;
-  inode->shown_ino = shown_ino;
+  inode->shown_ino = shown;
   inode->nlookup = 1;
-  IndexLocked(inode);
+  cold_dirs_[rel_path] = inode;
   return Id(inode);
 }
 
 void InodeTable::Forget(uint64_t id, uint64_t n) {
   std::unique_ptr<Inode> dead;  // destroyed after the lock is released
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Inode* inode = Get(id);
-    inode->nlookup = n >= inode->nlookup ? 0 : inode->nlookup - n;
-    if (inode == &root_ || inode->nlookup > 0 || inode->open_handles > 0) return;
-    UnindexLocked(inode);
-    auto it = all_.find(inode);
-    if (it != all_.end()) {
-      dead = std::move(it->second);
-      all_.erase(it);
-    }
-  }
-}
-
-void InodeTable::ToCold(dev_t dev, ino_t ino, std::shared_ptr<const storepb::Manifest> m) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = hot_.find({dev, ino});
-  if (it == hot_.end()) return;
-  Inode* inode = it->second;
-  hot_.erase(it);
-  inode->kind = Kind::kColdFile;
-  inode->fd.reset();
-  inode->handle.reset();
-  inode->manifest = std::move(m);
-  inode->migrating = false;
-  IndexLocked(inode);
-}
-
-void InodeTable::ToHot(uint64_t id, UniqueFd fd, const struct stat& st) {
-  std::string handle = HandleOf(fd.get(), st);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Inode* inode = Get(id);
-  UnindexLocked(inode);
-  SetHotLocked(inode, std::move(fd), std::move(handle), st);
-  inode->manifest.reset();
-  inode->cold_path.clear();
-  IndexLocked(inode);
+  inode->nlookup = n >= inode->nlookup ? 0 : inode->nlookup - n;
+  dead = ReleaseIfUnusedLocked(inode);
 }
 
-void InodeTable::Repoint(dev_t dev, ino_t old_ino, UniqueFd fd, const struct stat& st) {
+InodeTable::Open InodeTable::OpenHandle(uint64_t id, bool writable, const storepb::Manifest* cold) {
+  MutexLock lock(mu_);
+  Inode* inode = Get(id);
+  if (cold != nullptr) {
+    if (inode->kind != Kind::kColdFile || inode->manifest->file_id() != cold->file_id()) {
+      return Open::kRetry;
+    }
+    readers_[cold->file_id()]++;
+  } else {
+    if (inode->kind != Kind::kHot) return Open::kRetry;
+    if (writable && inode->in_transition) return Open::kWait;
+    if (writable) inode->write_handles++;
+  }
+  inode->open_handles++;
+  return Open::kOk;
+}
+
+int InodeTable::CloseHandle(uint64_t id, bool writable, uint64_t cold_file_id) {
+  std::unique_ptr<Inode> dead;
+  int left = 0;
+  {
+    MutexLock lock(mu_);
+    Inode* inode = Get(id);
+    inode->open_handles--;
+    if (writable) inode->write_handles--;
+    if (cold_file_id != 0) {
+      auto it = readers_.find(cold_file_id);
+      if (it != readers_.end() && --it->second > 0) {
+        left = it->second;
+      } else if (it != readers_.end()) {
+        readers_.erase(it);
+      }
+    }
+    dead = ReleaseIfUnusedLocked(inode);
+  }
+  return left;
+}
+
+int InodeTable::Readers(uint64_t file_id) {
+  MutexLock lock(mu_);
+  auto it = readers_.find(file_id);
+  return it == readers_.end() ? 0 : it->second;
+}
+
+void InodeTable::WaitSettled(uint64_t id) {
+  MutexLock lock(mu_);
+  Inode* inode = Get(id);
+  settled_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return !inode->in_transition; });
+}
+
+bool InodeTable::BeginMove(int fd, const struct stat& st, std::shared_ptr<const storepb::Manifest> m) {
+  std::string handle = HandleOf(fd, st);
+  UniqueFd path_fd;
+  if (handle.empty()) {
+    path_fd.reset(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_PATH | O_CLOEXEC));
+    if (!path_fd.valid()) return false;
+  }
+  MutexLock lock(mu_);
+  Inode* inode = FindHotLocked(st.st_dev, st.st_ino, handle);
+  if (inode != nullptr) {
+    if (inode->in_transition || inode->write_handles > 0 || inode->kind != Kind::kHot) return false;
+  } else {
+    // Not known to the kernel yet: an inode the lookups of either side find.
+    inode = NewLocked();
+    SetHotLocked(inode, std::move(path_fd), std::move(handle), st);
+  }
+  inode->kind = Kind::kColdFile;
+  inode->manifest = std::move(m);
+  inode->shown_ino = ColdIno(inode->manifest->file_id());
+  inode->in_transition = true;
+  inode->pins++;
+  cold_files_[inode->manifest->file_id()] = inode;
+  return true;
+}
+
+void InodeTable::EndMove(uint64_t file_id, bool moved) {
+  std::unique_ptr<Inode> dead;
+  {
+    MutexLock lock(mu_);
+    auto it = cold_files_.find(file_id);
+    if (it == cold_files_.end() || !it->second->in_transition) return;
+    Inode* inode = it->second;
+    UnindexHotLocked(inode);
+    if (moved) {
+      inode->fd.reset();
+      inode->handle.reset();
+    } else {
+      cold_files_.erase(it);
+      inode->kind = Kind::kHot;
+      inode->manifest.reset();
+      inode->shown_ino = inode->hot_ino;
+      hot_[{inode->dev, inode->ino}] = inode;
+    }
+    inode->in_transition = false;
+    inode->pins--;
+    dead = ReleaseIfUnusedLocked(inode);
+  }
+  settled_.notify_all();
+}
+
+InodeTable::Rehydrate InodeTable::BeginRehydrate(uint64_t id) {
+  MutexLock lock(mu_);
+  Inode* inode = Get(id);
+  if (inode->kind != Kind::kColdFile) return Rehydrate::kNotCold;
+  if (inode->in_transition) return Rehydrate::kBusy;
+  inode->in_transition = true;
+  inode->pins++;
+  return Rehydrate::kStarted;
+}
+
+void InodeTable::EndRehydrate(uint64_t id, UniqueFd fd, const struct stat& st) {
+  std::string handle = fd.valid() ? HandleOf(fd.get(), st) : "";
+  std::unique_ptr<Inode> dead;
+  {
+    MutexLock lock(mu_);
+    Inode* inode = Get(id);
+    if (fd.valid()) {
+      UnindexColdLocked(inode);
+      SetHotLocked(inode, std::move(fd), std::move(handle), st);
+    }
+    inode->in_transition = false;
+    inode->pins--;
+    dead = ReleaseIfUnusedLocked(inode);
+  }
+  settled_.notify_all();
+}
+
+void InodeTable::PutBackHot(uint64_t file_id, UniqueFd fd, const struct stat& st) {
   std::string handle = HandleOf(fd.get(), st);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = hot_.find({dev, old_ino});
-  if (it == hot_.end()) return;
+  MutexLock lock(mu_);
+  auto it = cold_files_.find(file_id);
+  if (it == cold_files_.end()) return;
   Inode* inode = it->second;
-  hot_.erase(it);
+  cold_files_.erase(it);
   SetHotLocked(inode, std::move(fd), std::move(handle), st);
-  inode->migrating = false;
-  IndexLocked(inode);
+}
+
+void InodeTable::ColdDirToHot(uint64_t id, UniqueFd fd, const struct stat& st) {
+  MutexLock lock(mu_);
+  Inode* inode = Get(id);
+  if (inode->kind != Kind::kColdDir) return;
+  UnindexColdLocked(inode);
+  SetHotLocked(inode, std::move(fd), "", st);
 }
 
 void InodeTable::UpdateManifest(std::shared_ptr<const storepb::Manifest> m) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = cold_files_.find(m->file_id());
   if (it != cold_files_.end()) it->second->manifest = std::move(m);
 }
 
-bool InodeTable::OpenHandle(uint64_t id, bool writable) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Inode* inode = Get(id);
-  if (writable && inode->migrating) return false;
-  inode->open_handles++;
-  if (writable) inode->write_handles++;
-  return true;
-}
-
-bool InodeTable::CloseHandle(uint64_t id, bool writable) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Inode* inode = Get(id);
-  inode->open_handles--;
-  if (writable) inode->write_handles--;
-  return inode->open_handles == 0 && inode->unlinked;
-}
-
-bool InodeTable::MarkUnlinked(uint64_t file_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = cold_files_.find(file_id);
-  if (it == cold_files_.end() || it->second->open_handles == 0) return false;
-  it->second->unlinked = true;
-  return true;
-}
-
 void InodeTable::RenameColdDirs(const std::string& from, const std::string& to) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
+  auto below = [&](const std::string& p) {
+    return p == from || p.compare(0, from.size() + 1, from + "/") == 0;
+  };
   std::vector<Inode*> moved;
   for (auto it = cold_dirs_.begin(); it != cold_dirs_.end();) {
-    const std::string& p = it->first;
-    if (p == from || p.compare(0, from.size() + 1, from + "/") == 0) {
+    if (below(it->first)) {
       moved.push_back(it->second);
       it = cold_dirs_.erase(it);
     } else {
@@ -326,33 +424,22 @@ void InodeTable::RenameColdDirs(const std::string& from, const std::string& to) 
   }
   for (Inode* inode : moved) {
     inode->cold_path = to + inode->cold_path.substr(from.size());
-    IndexLocked(inode);
+    cold_dirs_[inode->cold_path] = inode;
   }
-}
-
-bool InodeTable::BeginUnlink(dev_t dev, ino_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = hot_.find({dev, ino});
-  if (it == hot_.end()) return true;
-  if (it->second->open_handles > 0) return false;
-  it->second->migrating = true;
-  return true;
-}
-
-void InodeTable::EndUnlink(dev_t dev, ino_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = hot_.find({dev, ino});
-  if (it != hot_.end()) it->second->migrating = false;
-}
-
-bool InodeTable::IsOpen(dev_t dev, ino_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = hot_.find({dev, ino});
-  return it != hot_.end() && it->second->open_handles > 0;
+  std::vector<std::pair<std::string, ino_t>> numbers;
+  for (auto it = cold_dir_inos_.begin(); it != cold_dir_inos_.end();) {
+    if (below(it->first)) {
+      numbers.emplace_back(to + it->first.substr(from.size()), it->second);
+      it = cold_dir_inos_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [path, number] : numbers) cold_dir_inos_[path] = number;
 }
 
 size_t InodeTable::size() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return all_.size() + 1;
 }
 

@@ -4,28 +4,50 @@
 // backing (st_dev, st_ino), so hard links share one inode. Folders are held
 // by an O_PATH fd; other files by a kernel file handle (name_to_handle_at),
 // reopened on use, so that a walk over millions of files does not need an
-// fd each (the fd limit is often 20,000 or less). Where file handles are not
-// available (no CAP_DAC_READ_SEARCH, or the backing filesystem lacks them)
-// every inode keeps an O_PATH fd. A cold inode is a file of the cold store (indexed by file id) or a
-// folder that exists only in the cold namespace (indexed by path). An inode
-// can change kind in place (hot -> cold when the migrator moves its file,
-// cold -> hot when it is rehydrated): its node id, and the st_ino it shows,
-// stay the same, so the kernel's caches and open handles never see a
-// different file.
+// fd each (the fd limit is often 20,000 or less). A file handle names one
+// file for good: a reused inode number has another handle, so no lookup
+// keyed by a backing inode number reaches an inode whose file is gone.
+// Where file handles are not available (no CAP_DAC_READ_SEARCH, or the
+// backing filesystem lacks them) every inode keeps an O_PATH fd, which pins
+// its file. A cold inode is a file of the cold store (indexed by file id) or
+// a folder that exists only in the cold namespace (indexed by path).
+//
+// Inode numbers (st_ino) are the mount's own, in three ranges that never
+// overlap (docs/format.md): a hot file of the logdir's filesystem shows its
+// backing number; a cold file shows kColdInoBase + its file id, unique for
+// the store's life; folders only the store has, and files of other
+// filesystems mounted inside the logdir, get numbers the mount hands out.
+// A file's number changes when it turns cold or hot (the kernel's node id
+// does not): two files never share one, at any moment or across remounts.
+//
+// Transitions keep the node id, so the kernel's caches and open handles
+// never see a different file:
+//  - BeginMove / EndMove: the migrator moves a hot file to the store. From
+//    BeginMove on, the inode serves the store's copy; it stays findable by
+//    its backing identity until EndMove, so a lookup that still finds the
+//    backing file reaches it too.
+//  - BeginRehydrate / EndRehydrate: a cold file becomes a backing file.
+//  - PutBackHot: a rolled-back file is a backing file again.
+// While an inode is in transition, writable opens wait (WaitSettled).
 //
 // Lookup counts: every reply that hands an inode to the kernel (lookup,
 // create, mkdir, mknod, symlink, link, readdirplus entries) adds one;
-// forget subtracts what the kernel says; an inode is freed at zero. The root
-// is never freed.
+// forget subtracts what the kernel says. An inode is freed when it has no
+// lookups, no open handles and no transition holding it. The root is never
+// freed. Open cold handles are counted per file id (Readers): a file's
+// chunks stay in the store while someone reads them.
 //
-// Locking: one mutex (mu_) guards the indexes, the lookup counts and every
-// mutable field of every inode. It is never held across a syscall, a store
-// call or a FUSE reply: callers copy what they need (the fd is shared
-// through a shared_ptr, so a conversion cannot close it under a user).
+// Locking: one mutex (mu_) guards the indexes, the counts and every
+// mutable field of every inode. It is the innermost lock of the daemon
+// (Filesystem::rehydrate_mu_ -> Filesystem::ns_mu_ -> InodeTable::mu_), and
+// is never held across a syscall, a store call or a FUSE reply: callers
+// copy what they need (the fd is shared through a shared_ptr, so a
+// conversion cannot close it under a user).
 #pragma once
 
 #include <sys/stat.h>
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,27 +55,35 @@
 #include <unordered_map>
 
 #include "base/fs_util.h"
+#include "base/thread_annotations.h"
 #include "store.pb.h"
 
 namespace tbfs::fs {
+
+// The three ranges of st_ino shown through the mount.
+inline constexpr ino_t kAssignedInoBase = ino_t{1} << 48;  // numbers the mount hands out
+inline constexpr ino_t kColdInoBase = ino_t{3} << 47;      // + cold file id
+inline ino_t ColdIno(uint64_t file_id) { return kColdInoBase + file_id; }
 
 enum class Kind { kHot, kColdFile, kColdDir };
 
 struct Inode {
   Kind kind = Kind::kHot;
-  std::shared_ptr<UniqueFd> fd;                  // kHot: O_PATH (folders)
-  std::shared_ptr<const std::string> handle;     // kHot: file handle (the rest)
-  dev_t dev = 0;                                 // kHot: backing identity
+  // The backing file: of a kHot inode, and of a kColdFile still moving out.
+  std::shared_ptr<UniqueFd> fd;               // O_PATH (folders, or no file handles)
+  std::shared_ptr<const std::string> handle;  // file handle (the rest)
+  dev_t dev = 0;
   ino_t ino = 0;
+  ino_t hot_ino = 0;                                  // st_ino shown while hot
   std::shared_ptr<const storepb::Manifest> manifest;  // kColdFile
-  std::string cold_path;                         // kColdDir
-  ino_t shown_ino = 0;                           // st_ino shown through the mount
+  std::string cold_path;                              // kColdDir
+  ino_t shown_ino = 0;                                // st_ino shown now
   uint64_t nlookup = 0;
-  int open_handles = 0;                          // open file handles
-  int write_handles = 0;                         // ... of them writable
-  bool unlinked = false;                         // kColdFile deleted while open
-  bool migrating = false;                        // kHot being unlinked by the migrator
-  bool volatile_attrs = false;                   // a folder or a tfevents file: short TTL
+  int open_handles = 0;
+  int write_handles = 0;                              // ... of them writable
+  int pins = 0;                                       // transitions holding it
+  bool in_transition = false;                         // writable opens wait
+  bool volatile_attrs = false;                        // a folder or a tfevents file: short TTL
 };
 
 // A consistent copy of an inode's state, for use outside the lock.
@@ -63,7 +93,14 @@ struct InodeView {
   std::shared_ptr<const storepb::Manifest> manifest;
   std::string cold_path;
   ino_t shown_ino;
-  bool unlinked;
+};
+
+// What a lookup found: the node id, the st_ino to show, and, for an inode
+// that serves the store's copy already (moving), its manifest.
+struct InodeRef {
+  uint64_t id = 0;
+  ino_t shown_ino = 0;
+  std::shared_ptr<const storepb::Manifest> manifest;
 };
 
 class InodeTable {
@@ -74,66 +111,65 @@ class InodeTable {
   explicit InodeTable(UniqueFd root_fd);
 
   // Node ids are inode addresses (the root is 1).
-  Inode* Get(uint64_t id);
-  static uint64_t IdOf(Inode* inode, Inode* root);
-  uint64_t Id(Inode* inode) { return IdOf(inode, &root_); }
-
   InodeView View(uint64_t id);
-  // Just the st_ino to show (no fd is opened).
+  Kind KindOf(uint64_t id);
   ino_t ShownIno(uint64_t id);
   int RootFd() const { return root_.fd->get(); }
-
-  // Finds or adds the hot inode for (st.st_dev, st.st_ino) and counts one
-  // lookup. Takes ownership of fd when a new inode is made. volatile_attrs
-  // marks an inode whose attributes the kernel may cache only briefly.
-  uint64_t AddHot(UniqueFd fd, const struct stat& st, bool volatile_attrs = false);
   bool VolatileAttrs(uint64_t id);
-  // Counts one more lookup of the hot inode (dev, ino) if the table has it
-  // and it is the same file (`handle`, from HandleAt, matches: inode numbers
-  // of deleted files are reused, and a file handle, unlike an fd, does not
-  // pin the inode); returns its id, or 0.
-  // *shown_ino receives the st_ino to show for it.
-  uint64_t RefHot(const struct stat& st, const std::string& handle, bool volatile_attrs,
-                  ino_t* shown_ino);
+
+  // --- lookups: each counts one lookup of the inode it returns.
+  // Finds or adds the hot inode of the file open as fd (lstat st). Takes
+  // ownership of fd when a new inode is made. volatile_attrs marks an
+  // inode whose attributes the kernel may cache only briefly.
+  InodeRef AddHot(UniqueFd fd, const struct stat& st, bool volatile_attrs = false);
+  // The known inode of (st.st_dev, st.st_ino) if it is the same file
+  // (`handle`, from HandleAt, matches); id 0 when there is none.
+  InodeRef RefHot(const struct stat& st, const std::string& handle, bool volatile_attrs);
   // The file handle of dir_fd/name (st is its lstat), or "" where the inode
   // is held by an fd (folders, or no file handles here).
   std::string HandleAt(int dir_fd, const char* name, const struct stat& st);
-  // Finds or adds the cold file inode of m and counts one lookup.
+  // Finds or adds the inode of cold file m.
   uint64_t AddColdFile(std::shared_ptr<const storepb::Manifest> m);
-  // Finds or adds the cold-only folder inode of rel_path and counts one lookup.
-  uint64_t AddColdDir(const std::string& rel_path, ino_t shown_ino);
-
-  // Subtracts n lookups; frees the inode at zero.
+  // Finds or adds the inode of the cold-only folder rel_path.
+  uint64_t AddColdDir(const std::string& rel_path);
+  // The st_ino of the cold-only folder rel_path (stable for the mount's life).
+  ino_t ColdDirIno(const std::string& rel_path);
+  // The st_ino a readdir entry of a hot folder on device dev shows.
+  ino_t HotDirentIno(dev_t dev, ino_t ino);
+  // Subtracts n lookups; frees the inode when nothing holds it.
   void Forget(uint64_t id, uint64_t n);
 
-  // Converts in place. ToCold: the hot file (dev, ino) moved to the store.
-  void ToCold(dev_t dev, ino_t ino, std::shared_ptr<const storepb::Manifest> m);
-  // ToHot: a cold file or folder now has a backing entry open as fd.
-  void ToHot(uint64_t id, UniqueFd fd, const struct stat& st);
-  // A hot file put back by a rollback has a new backing inode: the inode that
-  // showed (dev, old_ino) now points at it.
-  void Repoint(dev_t dev, ino_t old_ino, UniqueFd fd, const struct stat& st);
-  // A cold file's manifest changed (renamed); updates whoever holds it.
-  void UpdateManifest(std::shared_ptr<const storepb::Manifest> m);
+  // --- open handles
+  enum class Open { kOk, kRetry, kWait };
+  // Counts an open handle. Hot (cold == nullptr): kRetry when the inode is
+  // not hot any more, kWait when a writable open must wait for a
+  // transition. Cold: a reader of cold's chunks; kRetry when the inode no
+  // longer serves that file.
+  Open OpenHandle(uint64_t id, bool writable, const storepb::Manifest* cold);
+  // Returns the readers cold_file_id has left (0 for hot handles).
+  int CloseHandle(uint64_t id, bool writable, uint64_t cold_file_id);
+  // Open cold handles of a file id.
+  int Readers(uint64_t file_id);
+  // Returns once the inode is in no transition.
+  void WaitSettled(uint64_t id);
 
-  // Open handle accounting; false from OpenHandle when a writable open must
-  // wait because the migrator is unlinking this file.
-  bool OpenHandle(uint64_t id, bool writable);
-  // Returns true when this was the last handle of an unlinked cold file
-  // (whose chunks may now go).
-  bool CloseHandle(uint64_t id, bool writable);
-  // Marks a cold file deleted; true when handles are still open (its chunks
-  // must wait for the last release).
-  bool MarkUnlinked(uint64_t file_id);
+  // --- transitions (see the header comment)
+  // false (nothing changes) when the file is open for writing through the
+  // mount or in another transition.
+  bool BeginMove(int fd, const struct stat& st, std::shared_ptr<const storepb::Manifest> m);
+  void EndMove(uint64_t file_id, bool moved);
+  enum class Rehydrate { kStarted, kNotCold, kBusy };
+  Rehydrate BeginRehydrate(uint64_t id);
+  // Ends it: the inode is the backing file open as fd (O_PATH), or, with
+  // an invalid fd (it failed), stays cold.
+  void EndRehydrate(uint64_t id, UniqueFd fd, const struct stat& st);
+  void PutBackHot(uint64_t file_id, UniqueFd fd, const struct stat& st);
+  // A cold-only folder now exists in the backing folder, open as fd.
+  void ColdDirToHot(uint64_t id, UniqueFd fd, const struct stat& st);
+  // A cold file's manifest changed (renamed, chmod); updates whoever holds it.
+  void UpdateManifest(std::shared_ptr<const storepb::Manifest> m);
   // Cold-only folder inodes at or below `from` move to `to`.
   void RenameColdDirs(const std::string& from, const std::string& to);
-
-  // The migrator's hooks: may (dev, ino) be unlinked now? (no open handle;
-  // marks it so writable opens wait), and the end of that window.
-  bool BeginUnlink(dev_t dev, ino_t ino);
-  void EndUnlink(dev_t dev, ino_t ino);
-  // True when some handle of the backing file (dev, ino) is open.
-  bool IsOpen(dev_t dev, ino_t ino);
 
   size_t size();
 
@@ -147,26 +183,38 @@ class InodeTable {
       return static_cast<size_t>(x ^ (x >> 31));
     }
   };
-  Inode* NewLocked();
+  Inode* Get(uint64_t id);
+  uint64_t Id(Inode* inode) { return inode == &root_ ? kRootId : reinterpret_cast<uintptr_t>(inode); }
+  Inode* NewLocked() TBFS_REQUIRES(mu_);
   // The indexed hot inode of (dev, ino) if it is the file with `handle`; a
   // stale one (a reused inode number) is dropped from the index.
-  Inode* FindHotLocked(dev_t dev, ino_t ino, const std::string& handle);
+  Inode* FindHotLocked(dev_t dev, ino_t ino, const std::string& handle) TBFS_REQUIRES(mu_);
   // The file handle for a hot non-folder entry open as fd ("" to keep the fd).
   std::string HandleOf(int fd, const struct stat& st);
-  void SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, const struct stat& st);
-  void UnindexLocked(Inode* inode);
-  void IndexLocked(Inode* inode);
+  // Makes the inode the hot file (fd or handle) with identity st, indexed.
+  void SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, const struct stat& st)
+      TBFS_REQUIRES(mu_);
+  ino_t HotNumberLocked(dev_t dev, ino_t ino) TBFS_REQUIRES(mu_);
+  void UnindexHotLocked(Inode* inode) TBFS_REQUIRES(mu_);
+  void UnindexColdLocked(Inode* inode) TBFS_REQUIRES(mu_);
+  // The inode, removed from the table, when nothing holds it any more.
+  std::unique_ptr<Inode> ReleaseIfUnusedLocked(Inode* inode) TBFS_REQUIRES(mu_);
 
-  std::mutex mu_;
+  Mutex mu_;
+  std::condition_variable_any settled_;  // an inode's transition ended
   Inode root_;
+  dev_t root_dev_ = 0;
   bool use_handles_ = false;  // set once at construction
   UniqueFd mount_fd_;         // the root, opened O_RDONLY, for open_by_handle_at
   int mount_id_ = -1;
+  uint64_t next_assigned_ TBFS_GUARDED_BY(mu_) = 0;
   // Owners of every inode but the root; the indexes point into them.
-  std::unordered_map<Inode*, std::unique_ptr<Inode>> all_;             // guarded by mu_
-  std::unordered_map<HotKey, Inode*, HotKeyHash> hot_;                 // guarded by mu_
-  std::unordered_map<uint64_t, Inode*> cold_files_;                    // guarded by mu_
-  std::map<std::string, Inode*> cold_dirs_;                            // guarded by mu_
+  std::unordered_map<Inode*, std::unique_ptr<Inode>> all_ TBFS_GUARDED_BY(mu_);
+  std::unordered_map<HotKey, Inode*, HotKeyHash> hot_ TBFS_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Inode*> cold_files_ TBFS_GUARDED_BY(mu_);
+  std::map<std::string, Inode*> cold_dirs_ TBFS_GUARDED_BY(mu_);
+  std::map<std::string, ino_t> cold_dir_inos_ TBFS_GUARDED_BY(mu_);  // for the mount's life
+  std::unordered_map<uint64_t, int> readers_ TBFS_GUARDED_BY(mu_);    // file id -> open cold handles
 };
 
 }  // namespace tbfs::fs

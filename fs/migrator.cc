@@ -44,32 +44,14 @@ int Migrator::RunNow() {
   Status st = Pass();
   if (!st.ok()) {
     spdlog::error("migrator: {}", st.message());
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.last_error = st.message();
     return -EIO;
   }
   return 0;
 }
 
 void Migrator::AfterBatch(const store::BatchResult& batch) {
-  InodeTable& inodes = fs_.inodes();
-  for (const store::FileResult& f : batch.files) {
-    if (f.ino == 0) continue;
-    if (f.outcome == store::Outcome::kMoved) {
-      auto m = fs_.store().Lookup(f.path);
-      if (m.ok()) {
-        inodes.ToCold(f.dev, f.ino, std::make_shared<const storepb::Manifest>(std::move(m).value()));
-        continue;
-      }
-    } else if (f.outcome == store::Outcome::kRolledBack) {
-      int raw = ::openat(inodes.RootFd(), f.path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-      struct stat st;
-      if (raw >= 0 && ::fstat(raw, &st) == 0) {
-        inodes.Repoint(f.dev, f.ino, UniqueFd(raw), st);
-        continue;
-      }
-      if (raw >= 0) ::close(raw);
-    }
-    inodes.EndUnlink(f.dev, f.ino);
-  }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.batches++;
   if (batch.rolled_back) {
@@ -106,12 +88,6 @@ Status Migrator::Pass() {
     stats_.last_error = st.ok() ? "" : st.message();
   }
   if (!st.ok()) return st;
-  // Files open through the mount wait for a later pass.
-  std::erase_if(candidates, [&](const store::Candidate& c) {
-    struct stat s;
-    return ::lstat(JoinPath(fs_.config().logdir, c.path).c_str(), &s) != 0 ||
-           fs_.inodes().IsOpen(s.st_dev, s.st_ino);
-  });
   if (candidates.empty()) return Status::OK();
 
   store::MigrateOptions mopt;
@@ -121,9 +97,7 @@ Status Migrator::Pass() {
   mopt.batch_files = 64;
   mopt.batch_bytes = 512ull << 20;
   mopt.stop = &stop_flag_;
-  mopt.before_unlink = [this](const std::string&, const struct stat& s) {
-    return fs_.inodes().BeginUnlink(s.st_dev, s.st_ino);
-  };
+  mopt.observer = &fs_;  // files stay visible and open handles keep reading as they move
   mopt.after_batch = [this](const store::BatchResult& b) { AfterBatch(b); };
   mopt.batch_lock = &fs_.namespace_lock();
   auto result = store::Migrate(fs_.store(), fs_.config().logdir, candidates, mopt);

@@ -15,6 +15,7 @@
 #include "base/fs_util.h"
 #include "base/units.h"
 #include "fmt/format.h"
+#include "fs/control.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
 #include "fs/migrator.h"
@@ -80,8 +81,8 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
                        Migrator& migrator) {
   auto totals = fs.store().ComputeTotals();
   MigratorStats m = migrator.stats();
-  ChunkCache::Stats c = fs.cache().stats();
-  Counters& k = fs.counters();
+  Filesystem::Stats k = fs.stats();
+  const ChunkCache::Stats& c = k.cache;
   uint64_t lookups = c.hits + c.misses;
   nlohmann::json j = {
       {"logdir", mc.logdir},
@@ -105,8 +106,8 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
         {"last_pass_unix", m.last_pass_unix},
         {"last_error", m.last_error}}},
       {"last_verifier", m.last_verifier},
-      {"rehydrations", k.rehydrations.load()},
-      {"cold_reads", k.cold_reads.load()},
+      {"rehydrations", k.rehydrations},
+      {"cold_reads", k.cold_reads},
       {"cache",
        {{"hits", c.hits},
         {"misses", c.misses},
@@ -114,12 +115,27 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
         {"bytes", c.bytes},
         {"capacity_bytes", fs.config().cache_bytes}}},
       {"eio",
-       {{"cold_chunk", k.eio_cold_chunk.load()},
-        {"rehydrate", k.eio_rehydrate.load()},
-        {"store", k.eio_store.load()}}},
-      {"inodes", fs.inodes().size()},
+       {{"cold_chunk", k.eio_cold_chunk},
+        {"rehydrate", k.eio_rehydrate},
+        {"store", k.eio_store}}},
+      {"inodes", k.inodes},
   };
   return j.dump();
+}
+
+// Answers the control socket's requests (fs/control.h).
+std::string Control(const std::string& request, const MountConfig& mc, const std::string& store_dir,
+                    Filesystem& fs, Migrator& migrator) {
+  if (request == "status") return StatusJson(mc, store_dir, fs, migrator);
+  if (request == "migrate-now") {
+    if (migrator.RunNow() != 0) {
+      return nlohmann::json{{"error", "the migration pass failed: " + migrator.stats().last_error +
+                                          " (the log is tbfs-mount.log in the store)"}}
+          .dump();
+    }
+    return StatusJson(mc, store_dir, fs, migrator);
+  }
+  return nlohmann::json{{"error", "unknown request: " + request}}.dump();
 }
 
 // Every inode the kernel holds is an O_PATH fd here (as in libfuse's
@@ -278,6 +294,7 @@ int RunMount(const MountConfig& mc_in) {
   fc.cache_bytes = mc.cache_bytes;
   fc.as_root_owner_fixup = ::geteuid() == 0;
   if (store_dir.starts_with(mc.logdir + "/")) fc.store_skip = store_dir.substr(mc.logdir.size() + 1);
+  fc.control_socket = JoinPath(store_dir, kControlSocketName);
   auto root = OpenFile(mc.logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return Fail(verdict, root.status().message());
   Filesystem fs(fc, store.get(), std::move(root).value());
@@ -292,8 +309,10 @@ int RunMount(const MountConfig& mc_in) {
   migc.walk.skip_dirs = {store::kStoreDirName};
   if (!fc.store_skip.empty()) migc.walk.skip_dirs.push_back(fc.store_skip);
   Migrator migrator(fs, migc);
-  fs.status_provider = [&] { return StatusJson(mc, store_dir, fs, migrator); };
-  fs.migrate_now = [&] { return migrator.RunNow(); };
+  auto control = ControlServer::Start(store_dir, ::getuid(), [&](const std::string& request) {
+    return Control(request, mc, store_dir, fs, migrator);
+  });
+  if (!control.ok()) return Fail(verdict, "control socket: " + control.status().message());
 
   std::string opts = fmt::format("default_permissions,fsname=tbfs:{},subtype=tbfs", mc.logdir);
   for (const std::string& o : mc.fuse_options) opts += "," + o;
@@ -315,6 +334,10 @@ int RunMount(const MountConfig& mc_in) {
   }
   (void)WriteFileAtomic(JoinPath(store_dir, kMountInfoFile),
                         fmt::format("{} {}\n", mc.mountpoint, ::getpid()));
+  // Modes of what callers create are exactly what they asked: the kernel
+  // applied their umask already. (Everything the daemon writes for itself
+  // from here on has an explicit mode.)
+  ::umask(0);
   migrator.Start();
   spdlog::info("mounted {} on {} (store {})", mc.logdir, mc.mountpoint, store_dir);
   if (verdict.daemon()) {
@@ -345,6 +368,7 @@ int RunMount(const MountConfig& mc_in) {
 
   readahead.join();
   spdlog::info("unmounting {}", mc.mountpoint);
+  control->reset();
   migrator.Stop();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);

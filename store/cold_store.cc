@@ -152,44 +152,99 @@ Status ColdStore::ForEachManifest(const std::function<bool(const storepb::Manife
   return inner;
 }
 
-Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m,
-                          const std::string& logdir) {
+namespace {
+
+// The namespace entry of a folder, from the logdir's folder when it exists.
+storepb::Entry FolderEntry(const std::string& logdir, const std::string& folder, int64_t mtime_ns) {
+  storepb::Entry dir;
+  dir.set_kind(storepb::Entry::DIR);
+  struct stat sb;
+  if (::stat(JoinPath(logdir, folder).c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    dir.set_mode(sb.st_mode);
+    dir.set_uid(sb.st_uid);
+    dir.set_gid(sb.st_gid);
+    dir.set_mtime_ns(ToNs(sb.st_mtim));
+  } else {
+    dir.set_mode(S_IFDIR | 0755);
+    dir.set_mtime_ns(mtime_ns);
+  }
+  return dir;
+}
+
+}  // namespace
+
+Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const std::string& logdir,
+                          bool retire_replaced) {
+  // Whatever is in the namespace at `path` now: nothing, a folder, or an
+  // older file that the one being added replaces.
+  auto replace = [&](const std::string& path, bool folder_ok) -> Status {
+    auto old = GetEntry(path);
+    if (!old.ok()) return old.status();
+    if (old->kind() == storepb::Entry::DIR) {
+      return folder_ok ? Status::OK()
+                       : Status::Aborted(path + " is a folder in the cold store");
+    }
+    if (old->file_id() == m.file_id()) return Status::OK();
+    auto manifest = GetManifest(old->file_id());
+    if (manifest.ok()) {
+      Drop(batch, *manifest, retire_replaced);
+    } else if (manifest.status().IsNotFound()) {
+      RemoveEntry(batch, path);
+    } else {
+      return manifest.status();
+    }
+    return Status::NotFound("replaced");
+  };
+  Status here = replace(m.path(), /*folder_ok=*/false);
+  if (!here.ok() && !here.IsNotFound()) return here;
   batch->Put(Space::kManifests, EncodeId(m.file_id()), m.SerializeAsString());
   storepb::Entry file;
   file.set_kind(storepb::Entry::FILE);
   file.set_file_id(m.file_id());
   batch->Put(Space::kNamespace, EntryKey(m.path()), file.SerializeAsString());
   for (std::string folder = ParentPath(m.path()); !folder.empty(); folder = ParentPath(folder)) {
-    std::string ignored;
-    Status st = backend_->Get(Space::kNamespace, EntryKey(folder), &ignored);
-    if (st.ok()) break;  // its ancestors are there too
+    Status st = replace(folder, /*folder_ok=*/true);
+    if (st.ok()) break;  // a folder entry: its ancestors are there too
     if (!st.IsNotFound()) return st;
-    storepb::Entry dir;
-    dir.set_kind(storepb::Entry::DIR);
-    struct stat sb;
-    if (::stat(JoinPath(logdir, folder).c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-      dir.set_mode(sb.st_mode);
-      dir.set_uid(sb.st_uid);
-      dir.set_gid(sb.st_gid);
-      dir.set_mtime_ns(ToNs(sb.st_mtim));
-    } else {
-      dir.set_mode(S_IFDIR | 0755);
-      dir.set_mtime_ns(m.mtime_ns());
-    }
-    batch->Put(Space::kNamespace, EntryKey(folder), dir.SerializeAsString());
+    batch->Put(Space::kNamespace, EntryKey(folder), FolderEntry(logdir, folder, m.mtime_ns()).SerializeAsString());
   }
   return Status::OK();
 }
 
 void ColdStore::RemoveFile(WriteBatch* batch, const storepb::Manifest& m) {
-  batch->DeleteRange(Space::kChunks, ChunkKey(m.file_id(), 0), ChunkKey(m.file_id() + 1, 0));
+  RemoveChunks(batch, m.file_id());
   batch->Delete(Space::kManifests, EncodeId(m.file_id()));
   batch->Delete(Space::kNamespace, EntryKey(m.path()));
 }
 
-void ColdStore::RemoveFileKeepChunks(WriteBatch* batch, const storepb::Manifest& m) {
+void ColdStore::Retire(WriteBatch* batch, const storepb::Manifest& m) {
   batch->Delete(Space::kManifests, EncodeId(m.file_id()));
   batch->Delete(Space::kNamespace, EntryKey(m.path()));
+  batch->Put(Space::kMeta, RetiredKey(m.file_id()), "");
+}
+
+void ColdStore::DropRetired(WriteBatch* batch, uint64_t file_id) {
+  RemoveChunks(batch, file_id);
+  batch->Delete(Space::kMeta, RetiredKey(file_id));
+}
+
+Status ColdStore::ListRetired(std::vector<uint64_t>* ids) {
+  ids->clear();
+  const std::string prefix = kRetiredPrefix;
+  return backend_->Scan(Space::kMeta, prefix, [&](std::string_view key, std::string_view) {
+    uint64_t id = 0;
+    if (DecodeId(key.substr(prefix.size()), &id)) ids->push_back(id);
+    return true;
+  });
+}
+
+Status ColdStore::DropAllRetired() {
+  std::vector<uint64_t> ids;
+  TBFS_RETURN_IF_ERROR(ListRetired(&ids));
+  if (ids.empty()) return Status::OK();
+  WriteBatch batch;
+  for (uint64_t id : ids) DropRetired(&batch, id);
+  return Commit(batch, true);
 }
 
 void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id) {
@@ -250,17 +305,7 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
     Status g = backend_->Get(Space::kNamespace, EntryKey(folder), &ignored);
     if (g.ok()) break;
     if (!g.IsNotFound()) return g;
-    storepb::Entry dir;
-    dir.set_kind(storepb::Entry::DIR);
-    struct stat sb;
-    dir.set_mode(S_IFDIR | 0755);
-    if (::stat(JoinPath(logdir, folder).c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-      dir.set_mode(sb.st_mode);
-      dir.set_uid(sb.st_uid);
-      dir.set_gid(sb.st_gid);
-      dir.set_mtime_ns(ToNs(sb.st_mtim));
-    }
-    batch->Put(Space::kNamespace, EntryKey(folder), dir.SerializeAsString());
+    batch->Put(Space::kNamespace, EntryKey(folder), FolderEntry(logdir, folder, 0).SerializeAsString());
   }
   return Status::OK();
 }

@@ -66,14 +66,30 @@ class ColdStore {
   uint64_t NewBatchId() { return next_batch_id_.fetch_add(1); }
   // Adds the manifest, its namespace entry, and folder entries for every
   // ancestor not in the namespace yet (mode, owner, mtime taken from
-  // `logdir`'s folders; 0755 root when a folder is gone).
-  Status AddFile(WriteBatch* batch, const storepb::Manifest& m, const std::string& logdir);
+  // `logdir`'s folders; 0755 root when a folder is gone). One version per
+  // path: a cold file already at m.path() (an older version, shadowed by
+  // the hot file being added) or at an ancestor's path leaves the store in
+  // the same batch (retired with `retire_replaced`, removed otherwise).
+  // Aborted when a cold folder has m.path().
+  Status AddFile(WriteBatch* batch, const storepb::Manifest& m, const std::string& logdir,
+                 bool retire_replaced = false);
   // Removes a file's chunks, manifest and namespace entry. Folders stay.
   void RemoveFile(WriteBatch* batch, const storepb::Manifest& m);
-  // Removes a file's manifest and namespace entry but keeps its chunks, for
-  // a file deleted while still open (its chunks go with RemoveChunks later).
-  void RemoveFileKeepChunks(WriteBatch* batch, const storepb::Manifest& m);
-  void RemoveChunks(WriteBatch* batch, uint64_t file_id);
+  // Removes a file's manifest and namespace entry and marks it retired: its
+  // chunks stay for the open handles that still read it, until DropRetired.
+  // A mount removes files this way; recovery drops every retired file's
+  // chunks (no reader outlives a restart).
+  void Retire(WriteBatch* batch, const storepb::Manifest& m);
+  // RemoveFile, or Retire when `retire`.
+  void Drop(WriteBatch* batch, const storepb::Manifest& m, bool retire) {
+    retire ? Retire(batch, m) : RemoveFile(batch, m);
+  }
+  // Deletes a retired file's chunks and its mark.
+  void DropRetired(WriteBatch* batch, uint64_t file_id);
+  // The retired file ids, in order.
+  Status ListRetired(std::vector<uint64_t>* ids);
+  // Drops the chunks of every retired file (synced).
+  Status DropAllRetired();
   // Removes one namespace entry (an empty folder).
   void RemoveEntry(WriteBatch* batch, std::string_view rel_path);
   // Moves the entry at `from` (a file or a folder with everything below it)
@@ -114,6 +130,7 @@ class ColdStore {
   ColdStore(std::string dir, std::unique_ptr<Backend> backend)
       : dir_(std::move(dir)), backend_(std::move(backend)) {}
   Status Init(const OpenOptions& options);
+  void RemoveChunks(WriteBatch* batch, uint64_t file_id);
 
   std::string dir_;
   std::unique_ptr<Backend> backend_;

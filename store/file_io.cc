@@ -86,6 +86,9 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   const size_t wave = WaveChunks(pool);
   std::vector<std::string> raw(wave), value(wave);
   for (uint64_t first = 0; first < chunks; first += wave) {
+    if (options.should_stop && options.should_stop()) {
+      return Status::Aborted(path + " was opened for writing while it was copied");
+    }
     size_t n = static_cast<size_t>(std::min<uint64_t>(wave, chunks - first));
     for (size_t i = 0; i < n; ++i) {
       uint64_t index = first + i;
@@ -121,7 +124,9 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   m.set_hash_low(h.low);
   m.set_hash_high(h.high);
   m.set_stored_bytes(stored);
-  TBFS_RETURN_IF_ERROR(store.AddFile(&batch, m, logdir));
+  std::shared_lock<std::shared_mutex> lock;
+  if (options.commit_lock != nullptr) lock = std::shared_lock(*options.commit_lock);
+  TBFS_RETURN_IF_ERROR(store.AddFile(&batch, m, logdir, options.retire_replaced));
   TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
   return m;
 }

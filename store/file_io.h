@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <functional>
+#include <shared_mutex>
 #include <string>
 
 #include "base/status.h"
@@ -25,13 +27,22 @@ struct IngestOptions {
   std::string file_class;
   WorkPool* pool = nullptr;                   // required
   std::atomic<uint64_t>* progress = nullptr;  // bytes read, optional
+  // Asked between groups of chunks; true abandons the copy (Aborted).
+  std::function<bool()> should_stop;
+  // Held shared while the manifest and namespace entries are committed
+  // (the mount's namespace lock: renames never see half a file).
+  std::shared_mutex* commit_lock = nullptr;
+  // An older cold file at the same path is retired, not removed (a mount's
+  // open handles may still read it). See ColdStore::AddFile.
+  bool retire_replaced = false;
 };
 
 // Copies the file open as `fd`, whose identity was `st` when the copy
 // began, into the store as file_id at rel_path. Chunks are written as they
 // are compressed; the manifest and namespace entries go last, in a synced
 // batch, so a manifest implies every chunk is durable. Aborted when the file
-// is not st.st_size bytes long (it changed under the copy).
+// is not st.st_size bytes long (it changed under the copy) or should_stop
+// said so.
 Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir,
                                      const std::string& rel_path, int fd, const struct stat& st,
                                      uint64_t file_id, const IngestOptions& options);

@@ -24,6 +24,8 @@ bool DecodeChunkKey(std::string_view key, uint64_t* file_id, uint64_t* index) {
   return key.size() == 16 && DecodeId(key, file_id) && DecodeId(key.substr(8), index);
 }
 
+std::string RetiredKey(uint64_t file_id) { return kRetiredPrefix + EncodeId(file_id); }
+
 std::string EntryKey(std::string_view rel_path) {
   size_t slash = rel_path.find_last_of('/');
   std::string key;

@@ -12,6 +12,10 @@ namespace tbfs::store {
 inline constexpr uint32_t kFormatVersion = 1;
 
 inline constexpr char kMetaInfoKey[] = "info";
+// Meta: "retired/" + file id (8 bytes BE) -> "": a file that left the store
+// while open handles of a mount still read it; its chunks stay until the
+// last reader is gone (or the next recovery).
+inline constexpr char kRetiredPrefix[] = "retired/";
 inline constexpr char kLastBaselineKey[] = "last";
 
 // Chunk value: [codec u8][raw_len u32 LE][xxh3_64(raw) u64 LE][payload].
@@ -28,6 +32,8 @@ bool DecodeId(std::string_view key, uint64_t* id);
 // Manifests and journal records: the id. Chunks: file id + chunk index.
 std::string ChunkKey(uint64_t file_id, uint64_t index);
 bool DecodeChunkKey(std::string_view key, uint64_t* file_id, uint64_t* index);
+
+std::string RetiredKey(uint64_t file_id);
 
 // Namespace: parent path ("" at the top) + '\0' + name. The direct children
 // of a folder are exactly the keys with prefix ChildPrefix(folder).

@@ -1,6 +1,7 @@
 #include "base/time_util.h"
 #include "store/maintenance.h"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -29,10 +30,16 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
     }
     if (progress) progress->fetch_add(m.size(), std::memory_order_relaxed);
   }
+  std::vector<uint64_t> retired;
+  TBFS_RETURN_IF_ERROR(store.ListRetired(&retired));
+  result.retired_files = retired.size();
   std::set<uint64_t> chunk_ids;
   TBFS_RETURN_IF_ERROR(store.backend().Scan(Space::kChunks, "", [&](std::string_view k, std::string_view) {
     uint64_t id = 0, index = 0;
-    if (DecodeChunkKey(k, &id, &index) && !ids.count(id)) chunk_ids.insert(id);
+    if (DecodeChunkKey(k, &id, &index) && !ids.count(id) &&
+        !std::binary_search(retired.begin(), retired.end(), id)) {
+      chunk_ids.insert(id);
+    }
     return true;
   }));
   result.orphan_chunk_files = chunk_ids.size();

@@ -16,7 +16,8 @@ struct FsckResult {
   uint64_t files = 0;
   uint64_t bytes = 0;
   std::vector<std::pair<std::string, std::string>> damaged;  // path, what is wrong
-  uint64_t orphan_chunk_files = 0;    // file ids with chunks but no manifest
+  uint64_t orphan_chunk_files = 0;    // file ids with chunks but no manifest (nor retired)
+  uint64_t retired_files = 0;         // files a mount's open handles still read
   uint64_t dangling_entries = 0;      // namespace entries without a manifest
   uint64_t journal_records = 0;       // unfinished batches (recovery pending)
   bool clean() const { return damaged.empty() && dangling_entries == 0; }

@@ -4,9 +4,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "base/failpoint.h"
 #include "base/fs_util.h"
@@ -22,6 +27,10 @@ namespace tbfs::store {
 
 namespace {
 
+// How long the last staged file of a batch waits aside for a writer that
+// found it by name just before it moved (the others wait one file's copy).
+constexpr auto kAsideGrace = std::chrono::milliseconds(20);
+
 bool SameIdentity(const struct stat& st, const storepb::JournalEntry& e) {
   return st.st_ino == e.ino() && static_cast<uint64_t>(st.st_size) == e.size() &&
          ToNs(st.st_mtim) == e.mtime_ns() && ToNs(st.st_ctim) == e.ctime_ns();
@@ -35,11 +44,38 @@ storepb::Manifest Stub(const storepb::JournalEntry& e) {
   return m;
 }
 
-Status DropFromStore(ColdStore& store, const storepb::Manifest& m) {
+Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire = false) {
   WriteBatch batch;
-  store.RemoveFile(&batch, m);
+  store.Drop(&batch, m, retire);
   return store.Commit(batch, true);
 }
+
+// The name a file has while it waits aside, beside its own.
+std::string AsideName(std::string_view name, uint64_t file_id) {
+  return fmt::format(".{}.tbfs-mig-{}", name, file_id);
+}
+
+std::string AsidePathFor(const std::string& path, uint64_t file_id) {
+  return JoinPath(ParentPath(path), AsideName(BaseName(path), file_id));
+}
+
+// A read lease on the file open (read-only) as fd. The kernel refuses it
+// while any process has the file open for writing and breaks it when one
+// opens it for writing or truncates it; the opener then waits (at most
+// /proc/sys/fs/lease-break-time) until the lease is released. The break
+// notice (SIGIO) is ignored: the lease's state is asked instead.
+Status TakeReadLease(int fd) {
+  static std::once_flag once;
+  std::call_once(once, [] { ::signal(SIGIO, SIG_IGN); });
+  if (::fcntl(fd, F_SETLEASE, F_RDLCK) == 0) return Status::OK();
+  if (errno == EAGAIN) return Status::Aborted("open for writing by another process; left in place");
+  return Status::Aborted(fmt::format(
+      "no lease on it ({}): nothing proves that no process writes it; left in place",
+      std::strerror(errno)));
+}
+
+// False once a writer has broken the lease (or the kernel revoked it).
+bool LeaseHeld(int fd) { return ::fcntl(fd, F_GETLEASE) == F_RDLCK; }
 
 // The tfevents files of every run that holds one of the candidates: those
 // whose folder is the candidate's folder or one of its ancestors.
@@ -62,58 +98,108 @@ std::vector<std::string> AffectedEventFiles(const std::vector<std::string>& even
 }
 
 // Writes a moved file back. When something new took its path meanwhile, the
-// old content goes beside it, so neither is lost.
+// old content goes beside it, so neither is lost. *dest receives the path.
 Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manifest& m,
-               WorkPool* pool, std::string* note) {
+               WorkPool* pool, std::string* dest, std::string* note) {
   MaterializeOptions mo;
   mo.pool = pool;
-  std::string dest = JoinPath(logdir, m.path());
-  Status st = MaterializeFile(store, m, dest, mo);
+  *dest = JoinPath(logdir, m.path());
+  Status st = MaterializeFile(store, m, *dest, mo);
   if (st.sys_errno() == EEXIST) {
-    std::string aside = fmt::format("{}.tbfs-recovered-{}", dest, m.file_id());
-    *note = fmt::format("{} was recreated meanwhile; the migrated content is back as {}", dest,
+    std::string aside = fmt::format("{}.tbfs-recovered-{}", *dest, m.file_id());
+    *note = fmt::format("{} was recreated meanwhile; the migrated content is back as {}", *dest,
                         aside);
+    *dest = aside;
     st = MaterializeFile(store, m, aside, mo);
   }
   return st;
 }
 
+// A file copied into the store and renamed aside in its folder, waiting for
+// its unlink while the next file is copied.
+struct Staged {
+  size_t index = 0;
+  storepb::Manifest manifest;
+  UniqueFd dir;   // its folder (O_PATH)
+  UniqueFd file;  // the file, read-only, holding the read lease
+  std::string name, aside;
+};
+
 class BatchRunner {
  public:
-  BatchRunner(ColdStore& store, const std::string& logdir, const MigrateOptions& options,
-              WorkPool& pool)
-      : store_(store), logdir_(logdir), options_(options), pool_(pool) {}
+  BatchRunner(ColdStore& store, const std::string& logdir, int root_fd,
+              const MigrateOptions& options, WorkPool& pool)
+      : store_(store), logdir_(logdir), root_fd_(root_fd), options_(options), pool_(pool) {}
 
   BatchResult Run(const std::vector<Candidate>& batch,
                   const std::vector<std::string>& event_files, events::LogdirDigest* full);
 
  private:
-  // Moves one file; returns its manifest when it was unlinked.
-  std::optional<storepb::Manifest> MoveOne(const storepb::JournalEntry& entry, const Candidate& c,
-                                           FileResult* result);
+  // Copies one file and moves it aside; nothing when it stays in place
+  // (*result says why).
+  std::optional<Staged> Stage(const storepb::JournalEntry& entry, const Candidate& c, size_t index,
+                              FileResult* result);
+  // Unlinks a staged file, or puts it back where a writer showed up.
+  void Finish(Staged staged, FileResult* result, std::vector<storepb::Manifest>* moved);
+  // The file stays hot: its copy leaves the store (by the file id's
+  // current manifest: a rename through the mount may have moved it).
+  void GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, FileResult* result,
+              Outcome outcome, const std::string& reason);
   void Rollback(const std::vector<storepb::Manifest>& moved, BatchResult* result);
+  std::shared_lock<std::shared_mutex> NamespaceLock() {
+    if (options_.batch_lock == nullptr) return {};
+    return std::shared_lock(*options_.batch_lock);
+  }
+  bool retire() const { return options_.observer != nullptr; }
 
   ColdStore& store_;
   const std::string& logdir_;
+  const int root_fd_;
   const MigrateOptions& options_;
   WorkPool& pool_;
 };
 
-std::optional<storepb::Manifest> BatchRunner::MoveOne(const storepb::JournalEntry& entry,
-                                                      const Candidate& c, FileResult* result) {
-  std::string path = JoinPath(logdir_, c.path);
+void BatchRunner::GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, FileResult* result,
+                         Outcome outcome, const std::string& reason) {
+  result->outcome = outcome;
+  result->reason = reason;
+  auto current = store_.GetManifest(file_id);
+  Status st;
+  if (current.ok()) {
+    st = DropFromStore(store_, *current, retire());
+    if (st.ok() && options_.observer != nullptr) options_.observer->Retired();
+  } else if (current.status().IsNotFound() && entry != nullptr) {
+    st = DropFromStore(store_, Stub(*entry));  // chunks of a copy cut short
+  } else {
+    st = current.status();
+  }
+  if (!st.ok()) spdlog::error("migrate: drop the copy of {}: {}", result->path, st.message());
+}
+
+std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, const Candidate& c,
+                                         size_t index, FileResult* result) {
+  const std::string path = JoinPath(logdir_, c.path);
   auto give_up = [&](Outcome outcome, const std::string& reason) {
-    result->outcome = outcome;
-    result->reason = reason;
-    Status st = DropFromStore(store_, Stub(entry));
-    if (!st.ok()) spdlog::error("migrate: drop partial copy of {}: {}", path, st.message());
+    GiveUp(entry.file_id(), &entry, result, outcome, reason);
     return std::nullopt;
   };
-  auto fd = OpenFile(path, O_RDONLY | O_NOFOLLOW);
-  if (!fd.ok()) return give_up(Outcome::kChanged, fd.status().message());
+  Staged s;
+  s.index = index;
+  auto dir = OpenParentBeneath(root_fd_, c.path, &s.name);
+  if (!dir.ok()) return give_up(Outcome::kChanged, dir.status().message());
+  s.dir = std::move(dir).value();
+  // O_NONBLOCK: something swapped in for the file (a FIFO) cannot hang us.
+  s.file.reset(::openat(s.dir.get(), s.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!s.file.valid()) {
+    return give_up(Outcome::kChanged, Status::FromErrno(errno, "open", path).message());
+  }
+  const int fd = s.file.get();
   struct stat st;
-  if (::fstat(fd->get(), &st) != 0) return give_up(Outcome::kFailed, "fstat failed");
-  if (!SameIdentity(st, entry)) return give_up(Outcome::kChanged, "changed before the copy began");
+  if (::fstat(fd, &st) != 0) return give_up(Outcome::kFailed, "fstat failed");
+  if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || !SameIdentity(st, entry)) {
+    return give_up(Outcome::kChanged, "changed before the copy began");
+  }
+  if (Status lease = TakeReadLease(fd); !lease.ok()) return give_up(Outcome::kChanged, lease.message());
 
   IngestOptions io;
   io.chunk_bytes = options_.chunk_bytes;
@@ -121,7 +207,10 @@ std::optional<storepb::Manifest> BatchRunner::MoveOne(const storepb::JournalEntr
   io.file_class = std::string(ClassName(c.cls));
   io.pool = &pool_;
   io.progress = options_.progress;
-  auto manifest = IngestFile(store_, logdir_, c.path, fd->get(), st, entry.file_id(), io);
+  io.should_stop = [fd] { return !LeaseHeld(fd); };
+  io.commit_lock = options_.batch_lock;
+  io.retire_replaced = retire();
+  auto manifest = IngestFile(store_, logdir_, c.path, fd, st, entry.file_id(), io);
   if (!manifest.ok()) {
     bool changed = manifest.status().code() == Code::kAborted;
     return give_up(changed ? Outcome::kChanged : Outcome::kFailed, manifest.status().message());
@@ -132,57 +221,111 @@ std::optional<storepb::Manifest> BatchRunner::MoveOne(const storepb::JournalEntr
   MaybeCrash("migrate.read_back");
   if (options_.after_copy_hook) options_.after_copy_hook(path);
 
-  // I2: unlink only a file that is exactly the one copied.
-  struct stat after, at_path;
-  if (::fstat(fd->get(), &after) != 0 || ::lstat(path.c_str(), &at_path) != 0 ||
-      !SameIdentity(after, entry) || !SameIdentity(at_path, entry)) {
+  auto lock = NamespaceLock();
+  // I2: only the file that was copied, unchanged, and no writer anywhere.
+  if (!LeaseHeld(fd)) return give_up(Outcome::kChanged, "opened for writing while it was copied; left in place");
+  struct stat after, at_name;
+  if (::fstat(fd, &after) != 0 ||
+      ::fstatat(s.dir.get(), s.name.c_str(), &at_name, AT_SYMLINK_NOFOLLOW) != 0 ||
+      !SameIdentity(after, entry) || !SameIdentity(at_name, entry) ||
+      at_name.st_dev != after.st_dev || after.st_nlink != 1) {
     return give_up(Outcome::kChanged, "modified while it was copied; left in place");
   }
-  result->dev = at_path.st_dev;
-  result->ino = at_path.st_ino;
-  if (options_.before_unlink && !options_.before_unlink(c.path, at_path)) {
-    return give_up(Outcome::kChanged, "open through the mount; left in place");
+  result->dev = after.st_dev;
+  result->ino = after.st_ino;
+  if (options_.observer != nullptr && !options_.observer->BeginMove(fd, after, *manifest)) {
+    return give_up(Outcome::kChanged, "open for writing through the mount; left in place");
   }
-  if (::unlink(path.c_str()) != 0) {
-    return give_up(Outcome::kFailed, Status::FromErrno(errno, "unlink", path).message());
+  s.aside = AsideName(s.name, entry.file_id());
+  if (::renameat2(s.dir.get(), s.name.c_str(), s.dir.get(), s.aside.c_str(), RENAME_NOREPLACE) != 0) {
+    Status err = Status::FromErrno(errno, "rename aside", path);
+    if (options_.observer != nullptr) options_.observer->EndMove(entry.file_id(), false);
+    return give_up(Outcome::kChanged, err.message());
+  }
+  MaybeCrash("migrate.aside");
+  s.manifest = std::move(manifest).value();
+  return s;
+}
+
+void BatchRunner::Finish(Staged s, FileResult* result, std::vector<storepb::Manifest>* moved) {
+  auto lock = NamespaceLock();
+  const uint64_t id = s.manifest.file_id();
+  const int dir = s.dir.get();
+  // Back under its own name; beside it when a new file took the name
+  // meanwhile (it is the newer version; the old content is not lost).
+  auto put_back = [&](const std::string& reason) {
+    std::string where = s.name;
+    if (::renameat2(dir, s.aside.c_str(), dir, s.name.c_str(), RENAME_NOREPLACE) != 0) {
+      where = fmt::format("{}.tbfs-recovered-{}", s.name, id);
+      if (::renameat2(dir, s.aside.c_str(), dir, where.c_str(), RENAME_NOREPLACE) != 0) {
+        spdlog::error("migrate: {} stays as {}: {}", result->path, s.aside, std::strerror(errno));
+        where = s.aside;
+      }
+      spdlog::warn("migrate: a new file took the path {} while it moved; the old content is {}",
+                   result->path, where);
+    }
+    if (options_.observer != nullptr) options_.observer->EndMove(id, false);
+    GiveUp(id, nullptr, result, Outcome::kChanged,
+           where == s.name ? reason : reason + "; it is now " + where);
+  };
+  struct stat taken;
+  if (!LeaseHeld(s.file.get())) return put_back("opened for writing as it moved; left in place");
+  if (::fstatat(dir, s.name.c_str(), &taken, AT_SYMLINK_NOFOLLOW) == 0) {
+    return put_back("a new file took its path as it moved");
+  }
+  if (::unlinkat(dir, s.aside.c_str(), 0) != 0) {
+    return put_back(Status::FromErrno(errno, "unlink", result->path).message());
   }
   MaybeCrash("migrate.unlinked");
+  if (options_.observer != nullptr) options_.observer->EndMove(id, true);
   result->outcome = Outcome::kMoved;
-  result->stored_bytes = manifest->stored_bytes();
-  return *manifest;
-}
+  result->stored_bytes = s.manifest.stored_bytes();
+  moved->push_back(std::move(s.manifest));
+}  // the lease goes with the fd
 
 void BatchRunner::Rollback(const std::vector<storepb::Manifest>& moved, BatchResult* result) {
   bool first = true;
-  for (const storepb::Manifest& m : moved) {
-    std::string note;
-    Status st = PutBack(store_, logdir_, m, &pool_, &note);
+  for (const storepb::Manifest& was : moved) {
+    // Its current path: a rename through the mount may have moved it.
+    auto m = store_.GetManifest(was.file_id());
+    if (!m.ok()) {
+      // Deleted through the mount meanwhile: there is nothing to put back.
+      if (!m.status().IsNotFound()) spdlog::error("migrate rollback of {}: {}", was.path(), m.status().message());
+      continue;
+    }
+    std::string dest, note;
+    Status st = PutBack(store_, logdir_, *m, &pool_, &dest, &note);
     if (!note.empty()) spdlog::warn("migrate rollback: {}", note);
     if (!st.ok()) {
       // The store copy stays (and the journal record with it): recovery
       // tries again; nothing is lost.
-      spdlog::error("migrate rollback of {}: {}", m.path(), st.message());
+      spdlog::error("migrate rollback of {}: {}", m->path(), st.message());
       continue;
+    }
+    if (options_.observer != nullptr) {
+      auto fd = OpenBeneath(root_fd_, dest.substr(logdir_.size() + 1), O_PATH);
+      struct stat sb;
+      if (fd.ok() && ::fstat(fd->get(), &sb) == 0) options_.observer->PutBack(m->file_id(), fd->get(), sb);
     }
     if (first) MaybeCrash("migrate.rollback_one");
     first = false;
-    st = DropFromStore(store_, m);
-    if (!st.ok()) spdlog::error("migrate rollback: drop {}: {}", m.path(), st.message());
+    st = DropFromStore(store_, *m, retire());
+    if (!st.ok()) spdlog::error("migrate rollback: drop {}: {}", m->path(), st.message());
     for (FileResult& f : result->files) {
-      if (f.path == m.path()) {
+      if (f.path == was.path()) {
         f.outcome = Outcome::kRolledBack;
         f.reason = "verifier failure: batch rolled back";
       }
     }
   }
+  if (options_.observer != nullptr) options_.observer->Retired();
   result->rolled_back = true;
 }
 
 BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
                              const std::vector<std::string>& event_files,
                              events::LogdirDigest* full) {
-  std::shared_lock<std::shared_mutex> lock;
-  if (options_.batch_lock != nullptr) lock = std::shared_lock(*options_.batch_lock);
+  MaybePause("migrate.batch");
   BatchResult result;
   result.batch_id = store_.NewBatchId();
   for (const Candidate& c : batch) {
@@ -214,11 +357,12 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   record.set_started_ns(NowNs());
   std::vector<bool> present(batch.size(), false);
   for (size_t i = 0; i < batch.size(); ++i) {
-    struct stat st;
     storepb::JournalEntry* e = record.add_entries();
     e->set_path(batch[i].path);
     e->set_file_id(store_.NewFileId());
-    if (::lstat(JoinPath(logdir_, batch[i].path).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    auto fd = OpenBeneath(root_fd_, batch[i].path, O_PATH);
+    struct stat st;
+    if (fd.ok() && ::fstat(fd->get(), &st) == 0 && S_ISREG(st.st_mode)) {
       e->set_ino(st.st_ino);
       e->set_size(static_cast<uint64_t>(st.st_size));
       e->set_mtime_ns(ToNs(st.st_mtim));
@@ -233,28 +377,39 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   }
   MaybeCrash("migrate.journaled");
 
-  // 3. Move the files.
+  // 3. Move the files, each staged aside while the next one is copied.
   std::vector<storepb::Manifest> moved;
   std::set<std::string> folders;
+  std::optional<Staged> staged;
+  auto finish = [&] {
+    size_t i = staged->index;
+    Finish(std::move(*staged), &result.files[i], &moved);
+    staged.reset();
+    if (result.files[i].outcome == Outcome::kMoved) folders.insert(ParentPath(batch[i].path));
+  };
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!present[i]) {
       result.files[i].outcome = Outcome::kChanged;
       result.files[i].reason = "gone before the batch began";
       continue;
     }
-    auto m = MoveOne(record.entries(static_cast<int>(i)), batch[i], &result.files[i]);
-    if (m) {
-      moved.push_back(*m);
-      folders.insert(ParentPath(JoinPath(logdir_, batch[i].path)));
-    }
+    auto next = Stage(record.entries(static_cast<int>(i)), batch[i], i, &result.files[i]);
+    if (staged) finish();
+    staged = std::move(next);
+  }
+  if (staged) {
+    std::this_thread::sleep_for(kAsideGrace);
+    finish();
   }
   for (const std::string& dir : folders) {
-    auto fd = OpenFile(dir, O_RDONLY | O_DIRECTORY);
+    auto fd = dir.empty() ? OpenFile(logdir_, O_RDONLY | O_DIRECTORY)
+                          : OpenBeneath(root_fd_, dir, O_RDONLY | O_DIRECTORY);
     if (fd.ok()) ::fsync(fd->get());
   }
   MaybeCrash("migrate.all_unlinked");
 
   // 4. Verify every run the batch touched.
+  auto lock = NamespaceLock();
   std::vector<events::FileDigest> now;
   result.failures = events::VerifyFiles(logdir_, before, options_.threads, &now);
   for (size_t i = 0; i < affected.size(); ++i) {
@@ -336,8 +491,10 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
   digest_options.threads = options.threads;
   events::LogdirDigest full = events::DigestFiles(logdir, event_files, digest_options);
 
+  auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
+  if (!root.ok()) return root.status();
   WorkPool pool(options.threads);
-  BatchRunner runner(store, logdir, options, pool);
+  BatchRunner runner(store, logdir, root->get(), options, pool);
   MigrateResult result;
   std::vector<Candidate> batch;
   uint64_t batch_bytes = 0;
@@ -380,6 +537,8 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
 
 Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
   RecoveryResult result;
+  // No open handle survives a restart: retired chunks can all go.
+  TBFS_RETURN_IF_ERROR(store.DropAllRetired());
   std::vector<storepb::JournalRecord> records;
   TBFS_RETURN_IF_ERROR(store.ListJournal(&records));
   if (records.empty()) return result;
@@ -392,6 +551,16 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
       ::unlink(TempPathFor(path, e.file_id()).c_str());  // a copy-out cut short
       auto manifest = store.GetManifest(e.file_id());
       if (!manifest.ok() && !manifest.status().IsNotFound()) return manifest.status();
+      // A file left aside goes back under its name (beside it, when a new
+      // file took the name), and is then judged like any other.
+      std::string aside = AsidePathFor(path, e.file_id());
+      if (!restoring && ::renameat2(AT_FDCWD, aside.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0 &&
+          errno == EEXIST) {
+        std::string beside = fmt::format("{}.tbfs-recovered-{}", path, e.file_id());
+        if (::rename(aside.c_str(), beside.c_str()) == 0) {
+          result.notes.push_back(path + " was recreated meanwhile; the migrated content is back as " + beside);
+        }
+      }
       struct stat st;
       bool exists = ::lstat(path.c_str(), &st) == 0;
 
@@ -429,8 +598,8 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
           continue;
         }
       }
-      std::string note;
-      TBFS_RETURN_IF_ERROR(PutBack(store, logdir, *manifest, &pool, &note));
+      std::string dest, note;
+      TBFS_RETURN_IF_ERROR(PutBack(store, logdir, *manifest, &pool, &dest, &note));
       if (!note.empty()) result.notes.push_back(note);
       TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
       result.restored++;

@@ -4,22 +4,31 @@
 // For each batch of candidates:
 //   1. digest the tfevents files of every run the batch touches (baseline);
 //   2. journal the batch (synced): paths, file ids, the files' identities;
-//   3. per file: copy into the store (chunks, then a synced manifest), read
-//      it back and compare hashes, check the file is unchanged (inode,
-//      size, mtime, ctime) and unlink it (I2); a file that changed is left
-//      in place and its copy dropped;
+//   3. per file, each opened beneath the logdir without following symlinks:
+//      take a read lease (fcntl F_SETLEASE: refused while any process has
+//      the file open for writing, broken when one opens it for writing or
+//      truncates it), copy it into the store (chunks, then a synced
+//      manifest), read it back and compare hashes, check that the lease
+//      still holds and the file is unchanged (inode, size, mtime, ctime,
+//      one link), then rename it aside in its folder. It stays there, still
+//      leased, while the next file is copied: a writer that had found it by
+//      its name just before shows up as a broken lease, and the file goes
+//      back to its name, untouched. Otherwise it is unlinked (I2).
 //   4. fsync the folders, re-digest the baseline's files: every record must
 //      still be there and every must-have tag present (I3);
 //   5. commit (delete the journal record), or roll the batch back: every
 //      moved file is written back byte-identical with its mode and times.
+// A file whose lease cannot be taken (a filesystem without leases, such as
+// NFS or FUSE, or a file owned by someone else when not root) stays in
+// place: nothing can then prove that no process writes it.
 // Recover() resolves what a crash left in the journal (I4): an unfinished
 // migration is rolled back, an unfinished restore is finished where its file
 // is in place and undone otherwise.
 //
 // Failpoints (base/failpoint.h) sit at every phase boundary:
 //   migrate.journaled, migrate.copying, migrate.stored, migrate.read_back,
-//   migrate.unlinked, migrate.all_unlinked, migrate.verified,
-//   migrate.rollback_one, migrate.committed
+//   migrate.aside, migrate.unlinked, migrate.all_unlinked, migrate.verified,
+//   migrate.rollback_one, migrate.committed; and the pause point migrate.batch.
 // Not thread-safe: one migration per store at a time (the store has one writer).
 #pragma once
 
@@ -62,6 +71,27 @@ struct CandidateOptions {
 Status FindCandidates(const std::string& logdir, const CandidateOptions& options,
                       std::vector<Candidate>* candidates, std::vector<Skipped>* skipped);
 
+// What a mount needs to hear while its files change place, so that every
+// path stays visible and every open handle keeps reading (invariant I7).
+// Called on the migrating thread, with the namespace lock held shared.
+class MoveObserver {
+ public:
+  virtual ~MoveObserver() = default;
+  // The file open as fd (identity st) is about to leave the backing folder;
+  // its content is in the store as m, which serves it from now on. false
+  // vetoes the move (the file is open for writing through the mount).
+  virtual bool BeginMove(int fd, const struct stat& st, const storepb::Manifest& m) = 0;
+  // The move that BeginMove announced ended: moved, or not (the backing
+  // file is back at its name, or beside it, and is served again).
+  virtual void EndMove(uint64_t file_id, bool moved) = 0;
+  // A rolled-back file is back in the backing folder as the file open as fd
+  // (O_PATH) with identity st.
+  virtual void PutBack(uint64_t file_id, int fd, const struct stat& st) = 0;
+  // Files were retired (ColdStore::Retire): their chunks may go once no
+  // open handle reads them.
+  virtual void Retired() = 0;
+};
+
 struct MigrateOptions {
   std::vector<std::string> must_have;  // tags some run must hold after each batch
   uint32_t chunk_bytes = kDefaultChunkBytes;
@@ -74,14 +104,17 @@ struct MigrateOptions {
   // Tests: called after a file's copy is stored and read back, before the
   // checks that precede its unlink (a writer can be simulated here).
   std::function<void(const std::string& path)> after_copy_hook;
-  // The mount's hooks. before_unlink may veto the unlink of a file (it is
-  // open through the mount); after_batch hears how the batch ended.
-  std::function<bool(const std::string& rel_path, const struct stat& st)> before_unlink;
+  // The mount, which serves files while they move (see MoveObserver); with
+  // one, files leave the store by ColdStore::Retire.
+  class MoveObserver* observer = nullptr;
+  // Hears how each batch ended.
   std::function<void(const struct BatchResult& batch)> after_batch;
   // Stops between batches when it becomes true.
   const std::atomic<bool>* stop = nullptr;
-  // Held shared for each batch (the mount's namespace lock: renames and
-  // folder removals wait for the batch in flight, not for the whole pass).
+  // Held shared around each short step that changes the namespace (a
+  // manifest's commit, a file's move aside and its unlink, the verifier and
+  // a rollback): the mount's namespace lock, so renames never interleave
+  // with them. Never held across a file's copy.
   std::shared_mutex* batch_lock = nullptr;
   WalkOptions walk;                    // to find the tfevents files
 };

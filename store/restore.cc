@@ -64,9 +64,29 @@ Status SelectCold(ColdStore& store, const std::vector<std::string>& paths,
   return Status::OK();
 }
 
+Status RestoreOne(ColdStore& store, const std::string& logdir, const storepb::Manifest& m,
+                  const RestoreOptions& options) {
+  std::string dest = JoinPath(logdir, m.path());
+  struct stat st;
+  if (::lstat(dest.c_str(), &st) == 0) {
+    return Status::FromErrno(EEXIST, "restore (a file exists at this path; left cold)", dest);
+  }
+  MaterializeOptions mo;
+  mo.pool = options.pool;
+  mo.progress = options.progress;
+  TBFS_RETURN_IF_ERROR(MaterializeFile(store, m, dest, mo));
+  MaybeCrash("restore.in_place");
+  if (options.placed) options.placed(m);
+  WriteBatch drop;
+  store.Drop(&drop, m, options.retire);
+  Status s = store.Commit(drop, true);
+  if (!s.ok()) return Status::Aborted("restored, but not dropped from the store: " + s.message());
+  return Status::OK();
+}
+
 Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
-                           const std::vector<storepb::Manifest>& files, WorkPool* pool,
-                           std::atomic<uint64_t>* progress, bool compact) {
+                           const std::vector<storepb::Manifest>& files,
+                           const RestoreOptions& options) {
   CopyResult result;
   if (files.empty()) return result;
   storepb::JournalRecord record;
@@ -79,28 +99,12 @@ Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
     e->set_file_id(m.file_id());
   }
   TBFS_RETURN_IF_ERROR(store.PutJournal(record));
-
-  MaterializeOptions mo;
-  mo.pool = pool;
-  mo.progress = progress;
   for (const storepb::Manifest& m : files) {
-    std::string dest = JoinPath(logdir, m.path());
-    struct stat st;
-    if (::lstat(dest.c_str(), &st) == 0) {
-      result.failed.push_back({m.path(), "a file exists at this path; left cold"});
-      continue;
-    }
-    Status s = MaterializeFile(store, m, dest, mo);
+    Status s = RestoreOne(store, logdir, m, options);
     if (!s.ok()) {
-      result.failed.push_back({m.path(), s.message()});
-      continue;
-    }
-    MaybeCrash("restore.in_place");
-    WriteBatch drop;
-    store.RemoveFile(&drop, m);
-    s = store.Commit(drop, true);
-    if (!s.ok()) {
-      result.failed.push_back({m.path(), "restored, but not dropped from the store: " + s.message()});
+      result.failed.push_back(
+          {m.path(), s.sys_errno() == EEXIST ? "a file exists at this path; left cold" : s.message()});
+      if (result.first_errno == 0) result.first_errno = s.sys_errno();
       continue;
     }
     result.files++;
@@ -108,7 +112,7 @@ Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
   }
   TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
   // Give the space back now rather than at some later compaction.
-  if (compact && result.files > 0) TBFS_RETURN_IF_ERROR(store.backend().Compact());
+  if (options.compact && result.files > 0) TBFS_RETURN_IF_ERROR(store.backend().Compact());
   return result;
 }
 

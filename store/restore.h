@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,16 +33,43 @@ struct CopyResult {
   uint64_t files = 0;
   uint64_t bytes = 0;
   std::vector<std::pair<std::string, std::string>> failed;  // path, reason
+  int first_errno = 0;  // of the first failure, when a syscall failed
+};
+
+struct RestoreOptions {
+  WorkPool* pool = nullptr;                   // required
+  std::atomic<uint64_t>* progress = nullptr;  // bytes written, optional
+  // Give the space back at once (a restore of many files); the mount's
+  // single-file rehydrations leave that to RocksDB.
+  bool compact = true;
+  // Retire the files instead of removing them (ColdStore::Retire): a
+  // mount's open handles may still read their chunks.
+  bool retire = false;
+  // Called when a file is in place, before it leaves the store.
+  std::function<void(const storepb::Manifest& m)> placed;
 };
 
 // Writes each file back to its path in the logdir (mode, owner and times
-// kept, hash checked), then drops it from the store. A path where a file
-// exists now is skipped (reported in failed) and stays cold.
-// `compact` gives the space back at once (a restore of many files); the
-// mount's single-file rehydrations leave that to RocksDB.
+// kept, hash checked), then drops it from the store, under one journal
+// record. A path where a file exists now is skipped (reported in failed)
+// and stays cold.
 Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
-                           const std::vector<storepb::Manifest>& files, WorkPool* pool,
-                           std::atomic<uint64_t>* progress, bool compact = true);
+                           const std::vector<storepb::Manifest>& files,
+                           const RestoreOptions& options);
+inline Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
+                                  const std::vector<storepb::Manifest>& files, WorkPool* pool,
+                                  std::atomic<uint64_t>* progress) {
+  RestoreOptions options;
+  options.pool = pool;
+  options.progress = progress;
+  return Restore(store, logdir, files, options);
+}
+
+// One file of a restore whose journal record the caller wrote: in place,
+// then out of the store. The error keeps the errno of the failed write
+// (ENOSPC, EDQUOT, ...); EEXIST when a file is at the path now.
+Status RestoreOne(ColdStore& store, const std::string& logdir, const storepb::Manifest& m,
+                  const RestoreOptions& options);
 
 // Writes each file under to_dir at its relative path; the store is not
 // changed. Existing files are replaced only with `force`.

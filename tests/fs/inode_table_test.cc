@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "tests/test_util.h"
 
 namespace tbfs::fs {
@@ -19,8 +21,20 @@ struct stat Stat(const std::string& p) {
   return st;
 }
 
+std::shared_ptr<const storepb::Manifest> Manifest(uint64_t id, const std::string& path) {
+  auto m = std::make_shared<storepb::Manifest>();
+  m->set_file_id(id);
+  m->set_path(path);
+  return m;
+}
+
 class InodeTableTest : public ::testing::Test {
  protected:
+  // The handle lookups compare, as Filesystem::HotLookupAt gets it.
+  std::string Handle(const std::string& name) {
+    UniqueFd root = OpenPath(dir_.path());
+    return table_.HandleAt(root.get(), name.c_str(), Stat(dir_ / name));
+  }
   TempDir dir_;
   InodeTable table_{OpenPath(dir_.path())};
 };
@@ -28,8 +42,8 @@ class InodeTableTest : public ::testing::Test {
 TEST_F(InodeTableTest, HardLinksShareOneInodeAndLookupsCount) {
   WriteBytes(dir_ / "a", "x");
   ASSERT_EQ(::link((dir_ / "a").c_str(), (dir_ / "b").c_str()), 0);
-  uint64_t a = table_.AddHot(OpenPath(dir_ / "a"), Stat(dir_ / "a"));
-  uint64_t b = table_.AddHot(OpenPath(dir_ / "b"), Stat(dir_ / "b"));
+  uint64_t a = table_.AddHot(OpenPath(dir_ / "a"), Stat(dir_ / "a")).id;
+  uint64_t b = table_.AddHot(OpenPath(dir_ / "b"), Stat(dir_ / "b")).id;
   EXPECT_EQ(a, b);
   EXPECT_EQ(table_.size(), 2u);  // root + one
   table_.Forget(a, 1);
@@ -39,78 +53,120 @@ TEST_F(InodeTableTest, HardLinksShareOneInodeAndLookupsCount) {
 }
 
 TEST_F(InodeTableTest, RootIsNeverForgotten) {
-  uint64_t root = table_.AddHot(OpenPath(dir_.path()), Stat(dir_.path()));
+  uint64_t root = table_.AddHot(OpenPath(dir_.path()), Stat(dir_.path())).id;
   EXPECT_EQ(root, InodeTable::kRootId);
   table_.Forget(root, 100);
   EXPECT_EQ(table_.View(root).kind, Kind::kHot);
 }
 
-TEST_F(InodeTableTest, MigrationAndRehydrationKeepTheNodeIdAndShownInode) {
+TEST_F(InodeTableTest, AMoveKeepsTheNodeIdAndShowsANumberNoBackingFileHas) {
   WriteBytes(dir_ / "t.json", "trace");
   struct stat st = Stat(dir_ / "t.json");
-  uint64_t id = table_.AddHot(OpenPath(dir_ / "t.json"), st);
-  auto m = std::make_shared<storepb::Manifest>();
-  m->set_file_id(7);
-  m->set_path("t.json");
-  m->set_ino(st.st_ino);
-  table_.ToCold(st.st_dev, st.st_ino, m);
+  uint64_t id = table_.AddHot(OpenPath(dir_ / "t.json"), st).id;
+  EXPECT_EQ(table_.ShownIno(id), st.st_ino);
+  UniqueFd fd(::open((dir_ / "t.json").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(table_.BeginMove(fd.get(), st, Manifest(7, "t.json")));
+  // Served from the store from now on, under a number of the store's range,
+  // and found by either side's lookup.
   InodeView cold = table_.View(id);
   EXPECT_EQ(cold.kind, Kind::kColdFile);
-  EXPECT_EQ(cold.shown_ino, st.st_ino);
-  EXPECT_EQ(table_.AddColdFile(m), id);  // a lookup of the cold file finds it
-
-  WriteBytes(dir_ / "t2.json", "trace");  // rehydrated: a new backing inode
-  struct stat st2 = Stat(dir_ / "t2.json");
-  table_.ToHot(id, OpenPath(dir_ / "t2.json"), st2);
-  InodeView hot = table_.View(id);
-  EXPECT_EQ(hot.kind, Kind::kHot);
-  EXPECT_EQ(hot.shown_ino, st.st_ino);  // what stat shows did not change
-  EXPECT_EQ(table_.AddHot(OpenPath(dir_ / "t2.json"), st2), id);
+  EXPECT_EQ(cold.shown_ino, ColdIno(7));
+  EXPECT_GE(ColdIno(7), kColdInoBase);
+  InodeRef by_backing = table_.RefHot(st, Handle("t.json"), false);
+  EXPECT_EQ(by_backing.id, id);
+  ASSERT_TRUE(by_backing.manifest);
+  EXPECT_EQ(by_backing.manifest->file_id(), 7u);
+  EXPECT_EQ(table_.AddColdFile(Manifest(7, "t.json")), id);
+  table_.EndMove(7, true);
+  EXPECT_EQ(table_.RefHot(st, Handle("t.json"), false).id, 0u);
+  EXPECT_EQ(table_.AddColdFile(Manifest(7, "t.json")), id);
 }
 
-TEST_F(InodeTableTest, WritersWaitWhileTheMigratorUnlinks) {
+TEST_F(InodeTableTest, AMoveThatDidNotHappenGivesTheFileBack) {
+  WriteBytes(dir_ / "t.json", "trace");
+  struct stat st = Stat(dir_ / "t.json");
+  uint64_t id = table_.AddHot(OpenPath(dir_ / "t.json"), st).id;
+  UniqueFd fd(::open((dir_ / "t.json").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(table_.BeginMove(fd.get(), st, Manifest(8, "t.json")));
+  table_.EndMove(8, false);
+  EXPECT_EQ(table_.View(id).kind, Kind::kHot);
+  EXPECT_EQ(table_.ShownIno(id), st.st_ino);
+  EXPECT_EQ(table_.RefHot(st, Handle("t.json"), false).id, id);
+}
+
+TEST_F(InodeTableTest, AMoveOfAFileTheKernelNeverSawIsFoundAndThenFreed) {
+  WriteBytes(dir_ / "u.json", "trace");
+  struct stat st = Stat(dir_ / "u.json");
+  UniqueFd fd(::open((dir_ / "u.json").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(table_.BeginMove(fd.get(), st, Manifest(9, "u.json")));
+  EXPECT_EQ(table_.size(), 2u);
+  InodeRef found = table_.RefHot(st, Handle("u.json"), false);
+  ASSERT_NE(found.id, 0u);
+  table_.EndMove(9, true);
+  EXPECT_EQ(table_.size(), 2u);  // the lookup holds it
+  table_.Forget(found.id, 1);
+  EXPECT_EQ(table_.size(), 1u);
+}
+
+TEST_F(InodeTableTest, WritersAndMovesExcludeEachOther) {
   WriteBytes(dir_ / "t", "x");
   struct stat st = Stat(dir_ / "t");
-  uint64_t id = table_.AddHot(OpenPath(dir_ / "t"), st);
-  ASSERT_TRUE(table_.BeginUnlink(st.st_dev, st.st_ino));
-  EXPECT_FALSE(table_.OpenHandle(id, true));
-  EXPECT_TRUE(table_.OpenHandle(id, false));  // readers see the same bytes
-  table_.EndUnlink(st.st_dev, st.st_ino);
-  EXPECT_TRUE(table_.OpenHandle(id, true));
-  // Open handles veto a migration.
-  EXPECT_TRUE(table_.IsOpen(st.st_dev, st.st_ino));
-  EXPECT_FALSE(table_.BeginUnlink(st.st_dev, st.st_ino));
+  uint64_t id = table_.AddHot(OpenPath(dir_ / "t"), st).id;
+  UniqueFd fd(::open((dir_ / "t").c_str(), O_RDONLY | O_CLOEXEC));
+  // Open for writing through the mount: it does not move.
+  ASSERT_EQ(table_.OpenHandle(id, true, nullptr), InodeTable::Open::kOk);
+  EXPECT_FALSE(table_.BeginMove(fd.get(), st, Manifest(3, "t")));
+  table_.CloseHandle(id, true, 0);
+  // Moving: a writer finds a cold file, whose rehydration waits for the end.
+  ASSERT_TRUE(table_.BeginMove(fd.get(), st, Manifest(3, "t")));
+  EXPECT_EQ(table_.OpenHandle(id, true, nullptr), InodeTable::Open::kRetry);
+  EXPECT_EQ(table_.BeginRehydrate(id), InodeTable::Rehydrate::kBusy);
+  std::thread ender([&] { table_.EndMove(3, true); });
+  table_.WaitSettled(id);
+  ender.join();
+  EXPECT_EQ(table_.BeginRehydrate(id), InodeTable::Rehydrate::kStarted);
 }
 
-TEST_F(InodeTableTest, UnlinkedColdFileWaitsForItsLastHandle) {
-  auto m = std::make_shared<storepb::Manifest>();
-  m->set_file_id(3);
-  m->set_path("x");
+TEST_F(InodeTableTest, RehydrationMakesTheSameNodeTheBackingFile) {
+  uint64_t id = table_.AddColdFile(Manifest(5, "r.json"));
+  EXPECT_EQ(table_.ShownIno(id), ColdIno(5));
+  ASSERT_EQ(table_.BeginRehydrate(id), InodeTable::Rehydrate::kStarted);
+  WriteBytes(dir_ / "r.json", "back");
+  struct stat st = Stat(dir_ / "r.json");
+  table_.EndRehydrate(id, OpenPath(dir_ / "r.json"), st);
+  EXPECT_EQ(table_.View(id).kind, Kind::kHot);
+  EXPECT_EQ(table_.ShownIno(id), st.st_ino);
+  EXPECT_EQ(table_.AddHot(OpenPath(dir_ / "r.json"), st).id, id);
+}
+
+TEST_F(InodeTableTest, ColdHandlesAreCountedAsReadersOfTheirFile) {
+  auto m = Manifest(4, "x");
   uint64_t id = table_.AddColdFile(m);
-  EXPECT_FALSE(table_.MarkUnlinked(3));  // nothing open: delete now
-  ASSERT_TRUE(table_.OpenHandle(id, false));
-  ASSERT_TRUE(table_.OpenHandle(id, false));
-  EXPECT_TRUE(table_.MarkUnlinked(3));
-  EXPECT_FALSE(table_.CloseHandle(id, false));
-  EXPECT_TRUE(table_.CloseHandle(id, false));  // the last one
+  ASSERT_EQ(table_.OpenHandle(id, false, m.get()), InodeTable::Open::kOk);
+  ASSERT_EQ(table_.OpenHandle(id, false, m.get()), InodeTable::Open::kOk);
+  EXPECT_EQ(table_.Readers(4), 2);
+  EXPECT_EQ(table_.CloseHandle(id, false, 4), 1);
+  EXPECT_EQ(table_.CloseHandle(id, false, 4), 0);
+  EXPECT_EQ(table_.Readers(4), 0);
+  // A handle on another file id than the inode serves is refused.
+  EXPECT_EQ(table_.OpenHandle(id, false, Manifest(5, "x").get()), InodeTable::Open::kRetry);
 }
 
-TEST_F(InodeTableTest, ColdFolderRenamesMoveTheirDescendants) {
-  uint64_t a = table_.AddColdDir("a", 11);
-  uint64_t ab = table_.AddColdDir("a/b", 12);
-  uint64_t ax = table_.AddColdDir("ax", 13);
+TEST_F(InodeTableTest, ColdFolderRenamesMoveTheirDescendantsAndNumbers) {
+  uint64_t a = table_.AddColdDir("a");
+  uint64_t ab = table_.AddColdDir("a/b");
+  uint64_t ax = table_.AddColdDir("ax");
+  ino_t ab_ino = table_.ShownIno(ab);
+  EXPECT_GE(ab_ino, kAssignedInoBase);
+  EXPECT_LT(ab_ino, kColdInoBase);
+  EXPECT_NE(table_.ShownIno(a), ab_ino);
   table_.RenameColdDirs("a", "z");
   EXPECT_EQ(table_.View(a).cold_path, "z");
   EXPECT_EQ(table_.View(ab).cold_path, "z/b");
   EXPECT_EQ(table_.View(ax).cold_path, "ax");
-  EXPECT_EQ(table_.AddColdDir("z/b", 99), ab);
+  EXPECT_EQ(table_.AddColdDir("z/b"), ab);
+  EXPECT_EQ(table_.ColdDirIno("z/b"), ab_ino);
 }
-
-}  // namespace
-}  // namespace tbfs::fs
-
-namespace tbfs::fs {
-namespace {
 
 TEST(InodeTableReuse, AReusedInodeNumberIsANewInode) {
   testing::TempDir dir;
@@ -124,12 +180,12 @@ TEST(InodeTableReuse, AReusedInodeNumberIsANewInode) {
   std::string handle_b = table.HandleAt(root, "b", a);
   ::close(root);
   if (handle_a.empty()) GTEST_SKIP() << "no file handles on this filesystem: inodes keep fds";
-  uint64_t id = table.AddHot(UniqueFd(::open((dir / "a").c_str(), O_PATH | O_CLOEXEC)), a);
-  ino_t shown = 0;
-  EXPECT_EQ(table.RefHot(a, handle_a, false, &shown), id);
-  EXPECT_EQ(shown, a.st_ino);
+  uint64_t id = table.AddHot(UniqueFd(::open((dir / "a").c_str(), O_PATH | O_CLOEXEC)), a).id;
+  InodeRef ref = table.RefHot(a, handle_a, false);
+  EXPECT_EQ(ref.id, id);
+  EXPECT_EQ(ref.shown_ino, a.st_ino);
   // Another file with a's (dev, ino), as after a delete and a create.
-  EXPECT_EQ(table.RefHot(a, handle_b, false, &shown), 0u);
+  EXPECT_EQ(table.RefHot(a, handle_b, false).id, 0u);
   EXPECT_EQ(table.View(id).kind, Kind::kHot);  // the old one lives on for the kernel
 }
 

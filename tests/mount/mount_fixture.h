@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,6 +28,14 @@ inline bool IsMounted(const std::string& mountpoint) {
     if (line.find(" " + mountpoint + " ") != std::string::npos) return true;
   }
   return false;
+}
+
+// The user.tbfs.state xattr of a path through the mount ("hot", "cold"), or
+// "error: ..." when it cannot be read.
+inline std::string State(const std::string& path) {
+  char buf[16];
+  ssize_t n = ::getxattr(path.c_str(), "user.tbfs.state", buf, sizeof(buf));
+  return n < 0 ? std::string("error: ") + std::strerror(errno) : std::string(buf, n);
 }
 
 class MountTest : public ::testing::Test {

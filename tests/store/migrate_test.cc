@@ -1,10 +1,15 @@
 #include "store/migrate.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <filesystem>
+#include <future>
 #include <map>
+#include <thread>
 
 #include "events/verifier.h"
 #include "base/failpoint.h"
@@ -118,7 +123,10 @@ TEST_F(MigrateTest, FileModifiedDuringItsMigrationIsLeftInPlace) {
   MigrateOptions o = Options();
   o.after_copy_hook = [&](const std::string& path) {
     if (path == JoinPath(logdir_, victim)) {
-      WriteBytes(path, ReadBytes(path) + "appended by a writer");
+      // An editor's save: a new file renamed over the old one (a writer
+      // that opens the file itself waits for the lease: see below).
+      WriteBytes(path + ".new", ReadBytes(path) + "appended by a writer");
+      ASSERT_EQ(::rename((path + ".new").c_str(), path.c_str()), 0);
     }
   };
   auto result = Migrate(*store_, logdir_, candidates, o);
@@ -131,6 +139,82 @@ TEST_F(MigrateTest, FileModifiedDuringItsMigrationIsLeftInPlace) {
     if (f.path == victim) reported = f.outcome == Outcome::kChanged;
   }
   EXPECT_TRUE(reported);
+}
+
+TEST_F(MigrateTest, AWriterHoldingTheFileOpenKeepsIt) {
+  auto candidates = Candidates();
+  const std::string rel = candidates[0].path, victim = JoinPath(logdir_, rel);
+  auto writer = OpenFile(victim, O_WRONLY | O_APPEND);
+  ASSERT_TRUE(writer.ok());
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_TRUE(WriteAll(writer->get(), "+later", 6, victim).ok());
+  writer->reset();
+  EXPECT_EQ(result->files_moved, candidates.size() - 1);
+  EXPECT_TRUE(ReadBytes(victim) == before_[rel].bytes + "+later");
+  EXPECT_TRUE(store_->Lookup(rel).status().IsNotFound());
+}
+
+// True while some lease of this process is being broken (an open for
+// writing waits for it), from /proc/locks.
+bool LeaseBreaking() { return ReadBytes("/proc/locks").find("BREAKING") != std::string::npos; }
+
+TEST_F(MigrateTest, AWriterOpeningDuringTheCopyKeepsIt) {
+  auto candidates = Candidates();
+  const std::string rel = candidates[0].path, victim = JoinPath(logdir_, rel);
+  std::promise<void> migrated;
+  std::shared_future<void> migrated_f = migrated.get_future().share();
+  std::atomic<bool> opened{false};
+  std::thread writer;
+  MigrateOptions o = Options();
+  o.after_copy_hook = [&](const std::string& path) {
+    if (path != victim || writer.joinable()) return;
+    writer = std::thread([&, migrated_f] {
+      auto fd = OpenFile(victim, O_WRONLY | O_APPEND);  // waits while the file is leased
+      opened = true;
+      if (!fd.ok()) return;
+      migrated_f.wait();
+      (void)WriteAll(fd->get(), "+late", 5, victim);
+    });
+    for (int i = 0; i < 1000 && !opened && !LeaseBreaking(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  auto result = Migrate(*store_, logdir_, candidates, o);
+  migrated.set_value();
+  writer.join();
+  ASSERT_TRUE(result.ok());
+  EXPECT_TRUE(ReadBytes(victim) == before_[rel].bytes + "+late");
+  EXPECT_TRUE(store_->Lookup(rel).status().IsNotFound());
+  EXPECT_EQ(result->files_moved, candidates.size() - 1);
+}
+
+TEST_F(MigrateTest, MigratingAPathThatIsColdAlreadyReplacesItsEntry) {
+  Candidate c = Candidates()[0];
+  ASSERT_TRUE(Migrate(*store_, logdir_, {c}, Options()).ok());
+  const std::string path = JoinPath(logdir_, c.path);
+  ASSERT_FALSE(std::filesystem::exists(path));
+  WriteBytes(path, "newer content");  // written in the logdir over the cold path
+  c.size = 13;
+  auto again = Migrate(*store_, logdir_, {c}, Options());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->files_moved, 1u);
+  int versions = 0;
+  ASSERT_TRUE(store_->ForEachManifest([&](const storepb::Manifest& m) {
+                    versions += m.path() == c.path;
+                    return true;
+                  }).ok());
+  EXPECT_EQ(versions, 1);
+  WorkPool pool(2);
+  auto fsck = Fsck(*store_, &pool, nullptr);
+  ASSERT_TRUE(fsck.ok());
+  EXPECT_TRUE(fsck->clean());
+  EXPECT_EQ(fsck->orphan_chunk_files, 0u);
+  std::vector<storepb::Manifest> all;
+  std::vector<std::string> missing;
+  ASSERT_TRUE(SelectCold(*store_, {}, &all, &missing).ok());
+  ASSERT_TRUE(Restore(*store_, logdir_, all, &pool, nullptr).ok());
+  EXPECT_EQ(ReadBytes(path), "newer content");
 }
 
 TEST_F(MigrateTest, VerifierFailureRollsBackByteIdenticalWithModeAndTimes) {
@@ -317,7 +401,7 @@ INSTANTIATE_TEST_SUITE_P(
     Phases, CrashTest,
     ::testing::Values(CrashCase{"migrate.journaled", false}, CrashCase{"migrate.copying", false},
                       CrashCase{"migrate.stored", false}, CrashCase{"migrate.read_back", false},
-                      CrashCase{"migrate.unlinked", false},
+                      CrashCase{"migrate.aside", false}, CrashCase{"migrate.unlinked", false},
                       CrashCase{"migrate.all_unlinked", false},
                       CrashCase{"migrate.verified", false},
                       CrashCase{"migrate.rollback_one", true},

@@ -45,18 +45,16 @@ struct MigrateArgs {
 // `tbfs migrate MOUNTPOINT --now`: the running mount migrates at once, with
 // its own policy; returns when the pass is done.
 int MigrateThroughMount(const MigrateArgs& args) {
-  std::string before;
-  if (std::string err = ReadMountStatus(args.logdir, &before); !err.empty()) {
-    PrintError("migrate", err + " (--now asks a running mount to migrate)");
-    return kExitError;
-  }
-  if (::setxattr(args.logdir.c_str(), fs::kMigrateNowXattr, "1", 1, 0) != 0) {
-    PrintError("migrate", std::string("the mount could not migrate: ") + std::strerror(errno) +
-                              " (its log is tbfs-mount.log in the store)");
+  if (!IsTbfsMount(args.logdir)) {
+    PrintError("migrate", "not a tbfs mount point: " + args.logdir +
+                              " (--now asks a running mount to migrate)");
     return kExitError;
   }
   std::string after;
-  (void)ReadMountStatus(args.logdir, &after);
+  if (std::string err = AskMount(args.logdir, "migrate-now", &after); !err.empty()) {
+    PrintError("migrate", err);
+    return kExitError;
+  }
   auto j = json::parse(after, nullptr, false);
   if (args.json || j.is_discarded()) {
     fmt::print("{}\n", after);
@@ -154,8 +152,7 @@ void PrintPlan(const std::vector<store::Candidate>& candidates,
 int RunMigrate(MigrateArgs args) {
   if (args.now) return MigrateThroughMount(args);
   {
-    std::string ignored;
-    if (!args.logdir.empty() && ReadMountStatus(args.logdir, &ignored).empty()) {
+    if (!args.logdir.empty() && IsTbfsMount(args.logdir)) {
       PrintError("migrate", args.logdir + " is a tbfs mount point: use --now to have the mount "
                                           "migrate, or give the backing logdir");
       return kExitError;

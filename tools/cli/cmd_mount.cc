@@ -2,10 +2,13 @@
 // tbfs status MOUNTPOINT: what a running mount holds and has done.
 #include <sys/xattr.h>
 
+#include <climits>
+
 #include <nlohmann/json.hpp>
 
 #include "base/units.h"
 #include "fmt/format.h"
+#include "fs/control.h"
 #include "fs/filesystem.h"
 #include "fs/mount.h"
 #include "tools/cli/commands.h"
@@ -51,7 +54,7 @@ int RunMountCmd(MountArgs args) {
 
 int RunStatus(const std::string& mountpoint, bool json) {
   std::string value;
-  auto status = ReadMountStatus(mountpoint, &value);
+  auto status = AskMount(mountpoint, "status", &value);
   if (!status.empty()) {
     PrintError("status", status);
     return kExitError;
@@ -86,11 +89,32 @@ int RunStatus(const std::string& mountpoint, bool json) {
 
 }  // namespace
 
-std::string ReadMountStatus(const std::string& mountpoint, std::string* json) {
-  json->assign(1 << 16, '\0');
-  ssize_t n = ::getxattr(mountpoint.c_str(), fs::kStatusXattr, json->data(), json->size());
-  if (n < 0) return "not a tbfs mount point: " + mountpoint;
-  json->resize(static_cast<size_t>(n));
+bool IsTbfsMount(const std::string& path) {
+  return ::getxattr(path.c_str(), fs::kControlXattr, nullptr, 0) > 0;
+}
+
+std::string AskMount(const std::string& mountpoint, const std::string& request, std::string* json) {
+  std::string socket(PATH_MAX, '\0');
+  ssize_t n = ::getxattr(mountpoint.c_str(), fs::kControlXattr, socket.data(), socket.size());
+  if (n <= 0) return "not a tbfs mount point: " + mountpoint;
+  socket.resize(static_cast<size_t>(n));
+  auto reply = fs::ControlRequest(socket, request);
+  if (!reply.ok()) {
+    if (reply.status().sys_errno() == EACCES) {
+      return "permission denied: only root and the owner of the mount on " + mountpoint + " may ask it";
+    }
+    return "the mount on " + mountpoint + " does not answer: " + reply.status().message();
+  }
+  auto j = nlohmann::json::parse(*reply, nullptr, false);
+  if (j.is_discarded()) return "the mount on " + mountpoint + " answered something that is not JSON";
+  if (j.contains("error")) {
+    std::string error = j["error"].get<std::string>();
+    if (error == "permission denied") {
+      return "permission denied: only root and the owner of the mount on " + mountpoint + " may ask it";
+    }
+    return "the mount on " + mountpoint + ": " + error;
+  }
+  *json = std::move(reply).value();
   return "";
 }
 

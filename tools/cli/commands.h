@@ -23,9 +23,13 @@ void RegisterLs(CLI::App& app, int* exit_code);       // ls and du
 void RegisterFsck(CLI::App& app, int* exit_code);     // fsck and gc
 void RegisterMount(CLI::App& app, int* exit_code);    // mount and status
 
-// The JSON status of the tbfs mount at `mountpoint` into *json; returns ""
-// or a one-line error (not a tbfs mount).
-std::string ReadMountStatus(const std::string& mountpoint, std::string* json);
+// Sends a request ("status", "migrate-now") to the tbfs mount at
+// `mountpoint` over its control socket; the JSON reply goes to *json.
+// Returns "" or a one-line error (not a tbfs mount, permission denied, the
+// daemon's own error).
+std::string AskMount(const std::string& mountpoint, const std::string& request, std::string* json);
+// True when `path` is the mount point of a running tbfs mount.
+bool IsTbfsMount(const std::string& path);
 
 // Prints "tbfs <command>: <message>" on stderr.
 void PrintError(const std::string& command, const std::string& message);

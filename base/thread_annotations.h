@@ -1,0 +1,56 @@
+// Clang's thread-safety annotations, and a mutex that carries them.
+//
+// Shared state says which mutex guards it (TBFS_GUARDED_BY), functions say
+// what they need held (TBFS_REQUIRES) and mutexes say what they are taken
+// after (TBFS_ACQUIRED_AFTER): clang's -Wthread-safety then proves, at
+// build time, that every access holds its lock and that locks are taken in
+// the documented order. GCC ignores the annotations; the ctest test
+// ThreadSafety.ClangAnalysis runs the analysis on every build.
+#pragma once
+
+#include <mutex>
+
+#if defined(__clang__)
+#define TBFS_THREAD_ANNOTATION(x) __attribute__((x))
+#else
+#define TBFS_THREAD_ANNOTATION(x)
+#endif
+
+#define TBFS_CAPABILITY(x) TBFS_THREAD_ANNOTATION(capability(x))
+#define TBFS_SCOPED_CAPABILITY TBFS_THREAD_ANNOTATION(scoped_lockable)
+#define TBFS_GUARDED_BY(x) TBFS_THREAD_ANNOTATION(guarded_by(x))
+#define TBFS_ACQUIRED_AFTER(...) TBFS_THREAD_ANNOTATION(acquired_after(__VA_ARGS__))
+#define TBFS_REQUIRES(...) TBFS_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
+#define TBFS_EXCLUDES(...) TBFS_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
+#define TBFS_ACQUIRE(...) TBFS_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
+#define TBFS_RELEASE(...) TBFS_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define TBFS_NO_THREAD_SAFETY_ANALYSIS TBFS_THREAD_ANNOTATION(no_thread_safety_analysis)
+
+namespace tbfs {
+
+// std::mutex, annotated.
+class TBFS_CAPABILITY("mutex") Mutex {
+ public:
+  void lock() TBFS_ACQUIRE() { mu_.lock(); }
+  void unlock() TBFS_RELEASE() { mu_.unlock(); }
+
+ private:
+  std::mutex mu_;
+};
+
+// Holds a Mutex for its scope. lock()/unlock() let a
+// std::condition_variable_any wait on it.
+class TBFS_SCOPED_CAPABILITY MutexLock {
+ public:
+  explicit MutexLock(Mutex& mu) TBFS_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~MutexLock() TBFS_RELEASE() { mu_.unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+  void lock() TBFS_ACQUIRE() { mu_.lock(); }
+  void unlock() TBFS_RELEASE() { mu_.unlock(); }
+
+ private:
+  Mutex& mu_;
+};
+
+}  // namespace tbfs

@@ -1,0 +1,159 @@
+#include "fs/control.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+namespace tbfs::fs {
+
+namespace {
+
+constexpr size_t kMaxRequestBytes = 4096;
+
+// A sockaddr_un for `name` inside the folder open as dir_fd, through
+// /proc/self/fd: short whatever the folder's path (sun_path holds 108 bytes).
+struct sockaddr_un AddressIn(int dir_fd, const char* name) {
+  struct sockaddr_un addr {};
+  addr.sun_family = AF_UNIX;
+  std::string p = fmt::format("/proc/self/fd/{}/{}", dir_fd, name);
+  std::memcpy(addr.sun_path, p.data(), std::min(p.size(), sizeof(addr.sun_path) - 1));
+  return addr;
+}
+
+// Reads one line (without its newline), at most kMaxRequestBytes.
+bool ReadLine(int fd, std::string* line) {
+  line->clear();
+  char c;
+  while (line->size() < kMaxRequestBytes) {
+    ssize_t n = ::read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return !line->empty();
+    if (c == '\n') return true;
+    line->push_back(c);
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ControlServer>> ControlServer::Start(const std::string& store_dir,
+                                                            uid_t owner, Handler handler) {
+  std::unique_ptr<ControlServer> s(new ControlServer());
+  s->path_ = JoinPath(store_dir, kControlSocketName);
+  s->owner_ = owner;
+  s->handler_ = std::move(handler);
+  auto dir = OpenFile(store_dir, O_PATH | O_DIRECTORY | O_NOFOLLOW);
+  if (!dir.ok()) return dir.status();
+  s->dir_ = std::move(dir).value();
+  s->listen_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s->listen_.valid()) return Status::FromErrno(errno, "socket", s->path_);
+  ::unlinkat(s->dir_.get(), kControlSocketName, 0);  // a stale one, from a daemon that died
+  struct sockaddr_un addr = AddressIn(s->dir_.get(), kControlSocketName);
+  if (::bind(s->listen_.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Status::FromErrno(errno, "bind", s->path_);
+  }
+  // Not yet listening: nobody can have connected before this.
+  if (::fchmodat(s->dir_.get(), kControlSocketName, 0600, 0) != 0) {
+    return Status::FromErrno(errno, "chmod", s->path_);
+  }
+  if (::listen(s->listen_.get(), 16) != 0) return Status::FromErrno(errno, "listen", s->path_);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno(errno, "pipe", s->path_);
+  s->wake_[0].reset(fds[0]);
+  s->wake_[1].reset(fds[1]);
+  s->loop_ = std::thread([raw = s.get()] { raw->Loop(); });
+  return s;
+}
+
+ControlServer::~ControlServer() {
+  if (loop_.joinable()) {
+    (void)!::write(wake_[1].get(), "x", 1);
+    loop_.join();
+  }
+  std::vector<Connection> connections;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    connections.swap(connections_);
+  }
+  for (auto& c : connections) c.thread.join();
+  if (dir_.valid()) ::unlinkat(dir_.get(), kControlSocketName, 0);
+}
+
+void ControlServer::Loop() {
+  for (;;) {
+    struct pollfd p[2] = {{listen_.get(), POLLIN, 0}, {wake_[0].get(), POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("control socket {}: poll: {}", path_, std::strerror(errno));
+      return;
+    }
+    if (p[1].revents) return;
+    if (!(p[0].revents & POLLIN)) continue;
+    int conn = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(connections_, [](Connection& c) {
+      if (!c.done->load()) return false;
+      c.thread.join();
+      return true;
+    });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    connections_.push_back({std::thread([this, conn, done] {
+                              Serve(conn);
+                              *done = true;
+                            }),
+                            done});
+  }
+}
+
+void ControlServer::Serve(int fd) {
+  UniqueFd conn(fd);
+  struct timeval timeout = {5, 0};  // a client that sends nothing does not hold a thread
+  ::setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  std::string request, reply;
+  struct ucred peer {};
+  socklen_t len = sizeof(peer);
+  if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 ||
+      (peer.uid != 0 && peer.uid != owner_)) {
+    reply = R"({"error": "permission denied"})";
+  } else if (!ReadLine(conn.get(), &request)) {
+    reply = R"({"error": "no request"})";
+  } else {
+    reply = handler_(request);
+  }
+  reply.push_back('\n');
+  (void)WriteAll(conn.get(), reply.data(), reply.size(), path_);
+}
+
+Result<std::string> ControlRequest(const std::string& socket_path, const std::string& request) {
+  auto dir = OpenFile(ParentPath(socket_path), O_PATH | O_DIRECTORY);
+  if (!dir.ok()) return dir.status();
+  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return Status::FromErrno(errno, "socket", socket_path);
+  struct sockaddr_un addr = AddressIn(dir->get(), std::string(BaseName(socket_path)).c_str());
+  if (::connect(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Status::FromErrno(errno, "connect", socket_path);
+  }
+  std::string line = request + "\n";
+  TBFS_RETURN_IF_ERROR(WriteAll(sock.get(), line.data(), line.size(), socket_path));
+  std::string reply;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(sock.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno(errno, "read", socket_path);
+    if (n == 0) break;
+    reply.append(buf, static_cast<size_t>(n));
+  }
+  while (!reply.empty() && reply.back() == '\n') reply.pop_back();
+  return reply;
+}
+
+}  // namespace tbfs::fs

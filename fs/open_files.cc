@@ -1,0 +1,314 @@
+// Open files of the mount: opening and creating, reads of cold files,
+// rehydration, and files changing place under open handles (the migrator's
+// MoveObserver hooks, retired chunks).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "base/work_pool.h"
+#include "fs/filesystem.h"
+#include "spdlog/spdlog.h"
+#include "store/format.h"
+#include "store/restore.h"
+
+namespace tbfs::fs {
+
+namespace {
+
+// Chunks decompressed ahead of a sequential reader (on the cache's threads).
+constexpr uint64_t kReadaheadChunks = 4;
+
+bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
+
+// Flags for opening the backing file of a handle. O_DIRECT is the FUSE
+// side's business (the handle bypasses the kernel's cache of the mount):
+// the buffers this daemon writes from are not aligned for it.
+int BackingFlags(int flags) {
+  return (flags & ~(O_NOFOLLOW | O_DIRECT | O_CREAT | O_EXCL)) | O_CLOEXEC;
+}
+
+}  // namespace
+
+FileHandle::~FileHandle() {
+  if (fd >= 0) ::close(fd);
+  if (int r = rehydrated_fd.load(); r >= 0) ::close(r);
+}
+
+int Filesystem::Rehydrate(uint64_t ino) {
+  for (;;) {
+    inodes_.WaitSettled(ino);  // a move in flight ends first
+    std::lock_guard<std::mutex> one(rehydrate_mu_);
+    std::shared_lock<std::shared_mutex> ns(ns_mu_);
+    switch (inodes_.BeginRehydrate(ino)) {
+      case InodeTable::Rehydrate::kBusy: continue;
+      case InodeTable::Rehydrate::kNotCold:
+        return inodes_.KindOf(ino) == Kind::kColdDir ? -EISDIR : 0;
+      case InodeTable::Rehydrate::kStarted: break;
+    }
+    InodeView v = inodes_.View(ino);
+    auto m = store_->GetManifest(v.manifest->file_id());  // its current path
+    if (!m.ok()) {
+      inodes_.EndRehydrate(ino, UniqueFd(), {});
+      return StoreError(m.status(), "rehydrate");
+    }
+    storepb::JournalRecord record;
+    record.set_kind(storepb::JournalRecord::RESTORE);
+    record.set_batch_id(store_->NewBatchId());
+    storepb::JournalEntry* e = record.add_entries();
+    e->set_path(m->path());
+    e->set_file_id(m->file_id());
+    static WorkPool pool(2);
+    store::RestoreOptions options;
+    options.pool = &pool;
+    options.retire = true;  // open cold handles keep reading their chunks
+    bool placed = false;
+    options.placed = [&](const storepb::Manifest& in_place) {
+      // From here on the inode is the backing file: new opens go there.
+      auto fd = OpenBeneath(inodes_.RootFd(), in_place.path(), O_PATH);
+      struct stat st;
+      if (fd.ok() && ::fstat(fd->get(), &st) == 0) {
+        inodes_.EndRehydrate(ino, std::move(fd).value(), st);
+        placed = true;
+      }
+    };
+    Status st = store_->PutJournal(record);
+    if (st.ok()) st = store::RestoreOne(*store_, config_.logdir, *m, options);
+    if (!placed) inodes_.EndRehydrate(ino, UniqueFd(), {});
+    if (placed && !st.ok()) {
+      // In place but still in the store too: the journal record stays, and
+      // recovery drops the store's copy at the next start.
+      spdlog::error("rehydrate {}: {}", m->path(), st.message());
+      st = Status::OK();
+    } else if (Status journal = store_->DeleteJournal(record.batch_id()); !journal.ok()) {
+      spdlog::error("rehydrate {}: {}", m->path(), journal.message());
+    }
+    if (!st.ok()) {
+      int err = st.sys_errno();
+      if (err == EEXIST) {
+        // A file created in the logdir took the path: this one is stale.
+        spdlog::warn("rehydrate {}: {}", m->path(), st.message());
+        return -ESTALE;
+      }
+      if (err == ENOSPC || err == EDQUOT) {
+        spdlog::warn("rehydrate {}: {}", m->path(), st.message());
+        return -err;
+      }
+      counters_.eio_rehydrate++;
+      spdlog::error("[EIO:rehydrate] {}: {}", m->path(), st.message());
+      return -EIO;
+    }
+    counters_.rehydrations++;
+    spdlog::info("rehydrated {}", m->path());
+    ns.unlock();
+    ReapRetired(m->file_id());
+    return 0;
+  }
+}
+
+int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) {
+  const bool writable = IsWritable(flags);
+  for (;;) {
+    InodeView v = inodes_.View(ino);
+    if (v.kind == Kind::kColdDir) return -EISDIR;
+    if (v.kind == Kind::kColdFile && writable) {
+      if (int r = Rehydrate(ino); r != 0) return r;
+      continue;
+    }
+    if (v.kind == Kind::kColdFile) {
+      const uint64_t id = v.manifest->file_id();
+      if (inodes_.OpenHandle(ino, false, v.manifest.get()) != InodeTable::Open::kOk) continue;
+      // Counted as a reader, the chunks stay; unless the file left the
+      // store before (ReapRetired checks readers after the manifest went).
+      auto m = store_->GetManifest(id);
+      if (!m.ok()) {
+        inodes_.CloseHandle(ino, false, id);
+        if (inodes_.KindOf(ino) != Kind::kColdFile) continue;  // rehydrated meanwhile
+        ReapRetired(id);
+        return m.status().IsNotFound() ? -ENOENT : StoreError(m.status(), "open");
+      }
+      auto fh = std::make_unique<FileHandle>();
+      fh->inode = ino;
+      fh->cold = true;
+      fh->manifest = v.manifest;
+      *out = std::move(fh);
+      return 0;
+    }
+    switch (inodes_.OpenHandle(ino, writable, nullptr)) {
+      case InodeTable::Open::kRetry: continue;
+      case InodeTable::Open::kWait: inodes_.WaitSettled(ino); continue;
+      case InodeTable::Open::kOk: break;
+    }
+    int fd = ::open(ProcPath(v.fd->get()).c_str(), BackingFlags(flags));
+    if (fd < 0) {
+      int err = v.fd->valid() ? errno : ENOENT;  // a file handle of a file gone
+      inodes_.CloseHandle(ino, writable, 0);
+      return -err;
+    }
+    auto fh = std::make_unique<FileHandle>();
+    fh->inode = ino;
+    fh->fd = fd;
+    fh->writable = writable;
+    *out = std::move(fh);
+    return 0;
+  }
+}
+
+int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags, const Caller& c,
+                       EntryOut* entry, std::unique_ptr<FileHandle>* out) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::shared_ptr<UniqueFd> pfd;
+  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
+  std::string prel;
+  if (RelPath(parent, &prel) == 0 && store_->GetEntry(JoinPath(prel, name)).ok()) {
+    // O_CREAT on an existing (cold) file opens it.
+    if (flags & O_EXCL) return -EEXIST;
+    if (int r = LookupCold(JoinPath(prel, name), entry); r != 0) return r;
+    int r = Open(entry->id, flags & ~(O_CREAT | O_EXCL), out);
+    if (r == 0) r = GetAttr(entry->id, &entry->attr);
+    if (r != 0) inodes_.Forget(entry->id, 1);
+    return r;
+  }
+  int fd = ::openat(pfd->get(), name, BackingFlags(flags) | O_CREAT | O_NOFOLLOW | (flags & O_EXCL),
+                    mode);
+  if (fd < 0) return -errno;
+  FixOwner(pfd->get(), name, c, mode);
+  if (int r = HotLookupAt(pfd->get(), name, entry); r != 0) {
+    ::close(fd);
+    return r;
+  }
+  bool writable = IsWritable(flags);
+  if (inodes_.OpenHandle(entry->id, writable, nullptr) != InodeTable::Open::kOk) {
+    // Another process's file, already on its way to the store: open that.
+    ::close(fd);
+    int r = Open(entry->id, flags & ~(O_CREAT | O_EXCL), out);
+    if (r != 0) inodes_.Forget(entry->id, 1);
+    return r;
+  }
+  auto fh = std::make_unique<FileHandle>();
+  fh->inode = entry->id;
+  fh->fd = fd;
+  fh->writable = writable;
+  *out = std::move(fh);
+  return 0;
+}
+
+int Filesystem::ReadFd(FileHandle* fh) {
+  if (!fh->cold) return fh->fd;
+  if (int fd = fh->rehydrated_fd.load(std::memory_order_acquire); fd >= 0) return fd;
+  if (inodes_.KindOf(fh->inode) != Kind::kHot) return -1;
+  InodeView v = inodes_.View(fh->inode);
+  if (v.kind != Kind::kHot) return -1;
+  int fd = ::open(ProcPath(v.fd->get()).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;  // gone again: its chunks stay while this handle is open
+  int expected = -1;
+  if (!fh->rehydrated_fd.compare_exchange_strong(expected, fd)) {
+    ::close(fd);  // another reader of this handle was first
+    return expected;
+  }
+  return fd;
+}
+
+ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
+                             std::vector<ColdSlice>* slices) {
+  slices->clear();
+  const auto& m = fh->manifest;
+  uint64_t file_size = m->size();
+  if (static_cast<uint64_t>(off) >= file_size) return 0;
+  size = static_cast<size_t>(std::min<uint64_t>(size, file_size - static_cast<uint64_t>(off)));
+  const uint64_t cb = m->chunk_bytes();
+  size_t done = 0;
+  uint64_t last_index = 0;
+  while (done < size) {
+    uint64_t pos = static_cast<uint64_t>(off) + done;
+    uint64_t index = pos / cb;
+    auto chunk = cache_.Get(m, index);
+    if (!chunk.ok()) {
+      counters_.eio_cold_chunk++;
+      return -EIO;  // logged with its tag by the cache
+    }
+    size_t within = static_cast<size_t>(pos - index * cb);
+    size_t n = std::min((*chunk)->size - within, size - done);
+    slices->push_back({*chunk, within, n});
+    done += n;
+    last_index = index;
+  }
+  // Sequential readers get the next chunks decompressed ahead of them. The
+  // kernel's readahead sends several reads at once, handled by different
+  // threads in any order: "sequential" means near where the last one ended.
+  uint64_t expected = fh->next_offset.exchange(static_cast<uint64_t>(off) + done);
+  uint64_t distance = expected > static_cast<uint64_t>(off) ? expected - static_cast<uint64_t>(off)
+                                                            : static_cast<uint64_t>(off) - expected;
+  if (distance <= 2 * cb) {
+    for (uint64_t ahead = 1; ahead <= kReadaheadChunks; ++ahead) cache_.Prefetch(m, last_index + ahead);
+  }
+  counters_.cold_reads++;
+  return static_cast<ssize_t>(done);
+}
+
+void Filesystem::Release(std::unique_ptr<FileHandle> fh) {
+  const uint64_t cold_id = fh->cold ? fh->manifest->file_id() : 0;
+  int left = inodes_.CloseHandle(fh->inode, fh->writable, cold_id);
+  if (cold_id != 0 && left == 0) ReapRetired(cold_id);
+}
+
+int Filesystem::FsyncDir(uint64_t ino, bool datasync) {
+  InodeView v = inodes_.View(ino);
+  if (v.kind != Kind::kHot) return 0;
+  int fd = ::openat(v.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int r = (datasync ? ::fdatasync(fd) : ::fsync(fd)) != 0 ? -errno : 0;
+  ::close(fd);
+  return r;
+}
+
+void Filesystem::ReapRetired(uint64_t file_id) {
+  std::vector<uint64_t> ids;
+  if (file_id != 0) {
+    std::string ignored;
+    if (!store_->backend().Get(store::Space::kMeta, store::RetiredKey(file_id), &ignored).ok()) return;
+    ids.push_back(file_id);
+  } else if (Status st = store_->ListRetired(&ids); !st.ok()) {
+    spdlog::error("list retired files: {}", st.message());
+    return;
+  }
+  // A reader counted after this check cannot read: its file's manifest
+  // left the store before the file was marked retired, and Open checks it.
+  std::erase_if(ids, [&](uint64_t id) { return inodes_.Readers(id) > 0; });
+  if (ids.empty()) return;
+  store::WriteBatch batch;
+  for (uint64_t id : ids) store_->DropRetired(&batch, id);
+  // Unsynced: a retired file lost by a crash is dropped by recovery.
+  if (Status st = store_->Commit(batch, false); !st.ok()) {
+    spdlog::error("drop retired chunks: {}", st.message());
+    return;
+  }
+  for (uint64_t id : ids) cache_.Drop(id);
+}
+
+bool Filesystem::BeginMove(int fd, const struct stat& st, const storepb::Manifest& m) {
+  return inodes_.BeginMove(fd, st, std::make_shared<const storepb::Manifest>(m));
+}
+
+void Filesystem::EndMove(uint64_t file_id, bool moved) { inodes_.EndMove(file_id, moved); }
+
+void Filesystem::PutBack(uint64_t file_id, int fd, const struct stat& st) {
+  UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (own.valid()) inodes_.PutBackHot(file_id, std::move(own), st);
+}
+
+void Filesystem::Retired() { ReapRetired(); }
+
+Filesystem::Stats Filesystem::stats() {
+  Stats s;
+  s.cache = cache_.stats();
+  s.rehydrations = counters_.rehydrations;
+  s.cold_reads = counters_.cold_reads;
+  s.eio_cold_chunk = counters_.eio_cold_chunk;
+  s.eio_rehydrate = counters_.eio_rehydrate;
+  s.eio_store = counters_.eio_store;
+  s.inodes = inodes_.size();
+  return s;
+}
+
+}  // namespace tbfs::fs

@@ -1,0 +1,405 @@
+// Files in transition, through a real mount: identity (no two files share an
+// inode number), continuity (a file being migrated or rehydrated stays
+// visible and readable), open handles across hot/cold, writers outside the
+// mount, the control channel, and the POSIX details external suites check.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <grp.h>
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "base/fs_util.h"
+#include "fmt/format.h"
+#include "tests/mount/mount_fixture.h"
+
+namespace tbfs::testing {
+namespace {
+
+// Trace-like text (it compresses, as real traces do), different for every name.
+std::string TraceText(const std::string& name, size_t bytes) {
+  std::mt19937_64 rng(std::hash<std::string>()(name));
+  std::string s = "{\"traceEvents\": [\n";
+  while (s.size() < bytes) {
+    s += fmt::format("{{\"ph\": \"X\", \"name\": \"op{}\", \"ts\": {}, \"dur\": {}, \"tid\": {}}},\n",
+                     rng() % 500, rng() % 100000000, rng() % 10000, rng() % 16);
+  }
+  s.resize(bytes);
+  return s;
+}
+
+// Writes `count` traces under `logdir/run` and one tfevents file; returns
+// their contents by relative path.
+std::map<std::string, std::string> WriteTraces(const std::string& logdir, int count, size_t bytes) {
+  std::map<std::string, std::string> traces;
+  for (int i = 0; i < count; ++i) {
+    std::string rel = fmt::format("run/plugins/profile/t{:02}.pt.trace.json", i);
+    traces[rel] = TraceText(rel, bytes);
+    WriteBytes(logdir + "/" + rel, traces[rel]);
+  }
+  WriteBytes(logdir + "/run/events.out.tfevents.1.host", "");
+  return traces;
+}
+
+// Every regular file under the mount by (st_dev, st_ino); fails the test
+// when two paths share one.
+void ExpectUniqueIdentities(const std::string& mnt) {
+  std::map<std::pair<dev_t, ino_t>, std::string> seen;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(mnt)) {
+    struct stat st;
+    ASSERT_EQ(::lstat(e.path().c_str(), &st), 0) << e.path();
+    auto [it, fresh] = seen.emplace(std::make_pair(st.st_dev, st.st_ino), e.path().string());
+    EXPECT_TRUE(fresh) << e.path() << " and " << it->second << " share st_ino " << st.st_ino;
+  }
+}
+
+class Transitions : public MountTest {
+ protected:
+  void MigrateNow() {
+    auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+  void ExpectTracesIntact() {
+    for (const auto& [rel, bytes] : traces_) EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  }
+  std::map<std::string, std::string> traces_;
+};
+
+// The logdir on a fresh, small ext4 filesystem of its own, where a freed
+// inode number is handed to the next file created: number reuse is certain.
+class SmallFsTransitions : public Transitions {
+ protected:
+  void SetUp() override {
+    Transitions::SetUp();
+    if (HasFatalFailure()) return;
+    std::string img = dir_ / "fs.img", fs = dir_ / "fs";
+    std::filesystem::create_directories(fs);
+    auto r = RunCommand("truncate -s 64M " + img + " && mkfs.ext4 -q -F " + img +
+                        " && mount -o loop " + img + " " + fs + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << "this test needs a loop-mounted ext4 (root, a loop device): "
+                              << r.out;
+    loop_ = fs;
+    logdir_ = fs + "/logdir";
+    std::filesystem::create_directories(logdir_);
+  }
+  void TearDown() override {
+    Unmount();
+    if (!loop_.empty()) RunCommand("umount " + loop_ + " 2>/dev/null || umount -l " + loop_);
+  }
+  std::string loop_;
+};
+
+TEST_F(SmallFsTransitions, ReusedInodeNumbersNeverGiveTwoFilesOneIdentity) {
+  traces_ = WriteTraces(logdir_, 20, 256 << 10);
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  for (const auto& [rel, bytes] : traces_) ASSERT_EQ(State(M(rel)), "cold") << rel;
+  // New files take the inode numbers the migrated traces freed.
+  std::map<std::string, std::string> fresh;
+  for (int i = 0; i < 40; ++i) {
+    std::string rel = fmt::format("run/new{:02}.bin", i);  // never a trace
+    fresh[rel] = TraceText(rel, 4096);
+    WriteBytes(M(rel), fresh[rel]);
+  }
+  for (int mount = 0; mount < 2; ++mount) {
+    ExpectUniqueIdentities(mnt_);
+    ExpectTracesIntact();
+    for (const auto& [rel, bytes] : fresh) {
+      EXPECT_EQ(State(M(rel)), "hot") << rel;
+      EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+    }
+    Unmount();
+    Mount("--no-migrate --cold-after 0");  // and the same after a remount
+  }
+}
+
+TEST_F(SmallFsTransitions, FilesCreatedDuringAMigrationKeepTheirOwnBytes) {
+  traces_ = WriteTraces(logdir_, 20, 512 << 10);
+  Mount("--no-migrate --cold-after 0");
+  std::thread migrate([&] { MigrateNow(); });
+  std::map<std::string, std::string> fresh;
+  for (int i = 0; i < 60; ++i) {
+    std::string rel = fmt::format("run/new{:02}.bin", i);  // never a trace
+    fresh[rel] = TraceText(rel, 8192);
+    WriteBytes(M(rel), fresh[rel]);
+  }
+  migrate.join();
+  for (const auto& [rel, bytes] : fresh) {
+    EXPECT_EQ(State(M(rel)), "hot") << rel;
+    EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  }
+  ExpectTracesIntact();
+  ExpectUniqueIdentities(mnt_);
+}
+
+TEST_F(Transitions, AFileBeingMigratedStaysVisibleAndReadable) {
+  traces_ = WriteTraces(logdir_, 24, 1 << 20);
+  Mount("--no-migrate --cold-after 0");
+  std::atomic<bool> done{false};
+  std::atomic<int> rounds{0};
+  std::mutex mu;
+  std::map<std::string, int> errors;  // what failed, by operation and errno
+  auto fail = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    errors[what + ": " + std::strerror(errno)]++;
+  };
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&, t] {
+      while (!done) {
+        for (const auto& [rel, bytes] : traces_) {
+          struct stat st;
+          if (::stat(M(rel).c_str(), &st) != 0) fail("stat");
+          std::string state = State(M(rel));
+          if (state != "hot" && state != "cold") fail("getxattr");
+          auto fd = OpenFile(M(rel), O_RDONLY);
+          if (!fd.ok()) {
+            fail("open");
+            continue;
+          }
+          std::string buf(bytes.size() + 1, '\0');
+          size_t got = 0;
+          if (!PreadFull(fd->get(), buf.data(), buf.size(), 0, &got, rel).ok()) fail("read");
+          if (got != bytes.size() || std::memcmp(buf.data(), bytes.data(), got) != 0) {
+            errno = 0;
+            fail("wrong bytes");
+          }
+        }
+        if (t == 0) rounds++;
+      }
+    });
+  }
+  MigrateNow();
+  done = true;
+  for (auto& r : readers) r.join();
+  for (const auto& [what, n] : errors) ADD_FAILURE() << n << " x " << what;
+  EXPECT_GT(rounds.load(), 0);
+  for (const auto& [rel, bytes] : traces_) EXPECT_EQ(State(M(rel)), "cold") << rel;
+}
+
+TEST_F(Transitions, AColdReaderKeepsReadingWhenTheFileIsRehydrated) {
+  traces_ = WriteTraces(logdir_, 2, 4 << 20);
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  const std::string rel = traces_.begin()->first;
+  const std::string& want = traces_.begin()->second;
+  ASSERT_EQ(State(M(rel)), "cold");
+  auto reader = OpenFile(M(rel), O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  std::string buf(want.size(), '\0');
+  size_t got = 0;
+  ASSERT_TRUE(PreadFull(reader->get(), buf.data(), 1 << 20, 0, &got, rel).ok());
+  ASSERT_EQ(got, 1u << 20);
+  // Another process opens it for writing: it is rehydrated under the reader.
+  auto writer = OpenFile(M(rel), O_RDWR);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  EXPECT_EQ(State(M(rel)), "hot");
+  auto rest = PreadFull(reader->get(), buf.data() + got, want.size() - got, got, &got, rel);
+  ASSERT_TRUE(rest.ok()) << rest.ToString();
+  got += 1 << 20;
+  EXPECT_EQ(got, want.size());
+  EXPECT_TRUE(buf == want);
+  // The reader sees what a reader of the same file on a disk would: the
+  // writer's bytes.
+  ASSERT_EQ(::pwrite(writer->get(), "XYZ", 3, 2 << 20), 3);
+  char three[3];
+  ASSERT_EQ(::pread(reader->get(), three, 3, 2 << 20), 3);
+  EXPECT_EQ(std::string(three, 3), "XYZ");
+}
+
+TEST_F(Transitions, EightReadersRaceARehydration) {
+  traces_ = WriteTraces(logdir_, 1, 8 << 20);
+  Mount("--no-migrate --cold-after 0 --cache 2M");
+  MigrateNow();
+  const std::string rel = traces_.begin()->first;
+  const std::string& want = traces_.begin()->second;
+  std::atomic<bool> go{false}, stop{false};
+  std::atomic<int> reads{0}, bad{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 8; ++t) {
+    readers.emplace_back([&, t] {
+      auto fd = OpenFile(M(rel), O_RDONLY);
+      if (!fd.ok()) {
+        bad++;
+        return;
+      }
+      std::mt19937_64 rng(t);
+      std::string buf(256 << 10, '\0');
+      while (!go) std::this_thread::yield();
+      while (!stop) {
+        uint64_t off = rng() % want.size();
+        size_t got = 0;
+        if (!PreadFull(fd->get(), buf.data(), buf.size(), off, &got, rel).ok() ||
+            got != std::min<uint64_t>(buf.size(), want.size() - off) ||
+            std::memcmp(buf.data(), want.data() + off, got) != 0) {
+          bad++;
+        }
+        reads++;
+      }
+    });
+  }
+  go = true;
+  while (reads < 200) std::this_thread::yield();
+  auto touch = OpenFile(M(rel), O_RDWR);  // rehydrates, changes nothing
+  ASSERT_TRUE(touch.ok());
+  touch->reset();
+  int until = reads + 400;
+  while (reads < until) std::this_thread::yield();
+  stop = true;
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(bad.load(), 0) << "of " << reads.load() << " reads";
+  EXPECT_EQ(State(M(rel)), "hot");
+}
+
+TEST_F(Transitions, AColdReaderKeepsReadingAfterUnlinkAndRename) {
+  traces_ = WriteTraces(logdir_, 2, 3 << 20);
+  Mount("--no-migrate --cold-after 0 --cache 1M");
+  MigrateNow();
+  auto first = traces_.begin(), second = std::next(first);
+  auto a = OpenFile(M(first->first), O_RDONLY);
+  auto b = OpenFile(M(second->first), O_RDONLY);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(::unlink(M(first->first).c_str()), 0);
+  ASSERT_EQ(::rename(M(second->first).c_str(), M("run/renamed.json").c_str()), 0);
+  for (auto [fd, want] : {std::pair{a->get(), &first->second}, std::pair{b->get(), &second->second}}) {
+    std::string buf(want->size(), '\0');
+    size_t got = 0;
+    ASSERT_TRUE(PreadFull(fd, buf.data(), buf.size(), 0, &got, "cold").ok());
+    EXPECT_TRUE(buf == *want);
+  }
+  EXPECT_TRUE(ReadBytes(M("run/renamed.json")) == second->second);
+}
+
+TEST_F(Transitions, AWriterInTheLogdirKeepsItsFile) {
+  traces_ = WriteTraces(logdir_, 3, 256 << 10);
+  const std::string rel = traces_.begin()->first;
+  // A profiler that keeps its trace open and appends now and then, writing
+  // in the logdir directly, not through the mount.
+  auto writer = OpenFile(L(rel), O_WRONLY | O_APPEND);
+  ASSERT_TRUE(writer.ok());
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  ASSERT_TRUE(WriteAll(writer->get(), "+late", 5, rel).ok());
+  writer->reset();
+  EXPECT_EQ(State(M(rel)), "hot");
+  EXPECT_TRUE(ReadBytes(L(rel)) == traces_[rel] + "+late");
+  EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel] + "+late");
+  for (const auto& [other, bytes] : traces_) {
+    if (other != rel) EXPECT_EQ(State(M(other)), "cold") << other;
+  }
+}
+
+TEST_F(Transitions, MigrateNowLeavesTheTreeUsable) {
+  traces_ = WriteTraces(logdir_, 4, 256 << 10);
+  std::string marker = dir_ / "pause";
+  WriteBytes(marker, "");
+  auto r = RunCommand("TBFS_PAUSE=migrate.batch:" + marker + " " +
+                      Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  pid_ = Status()["pid"].get<int>();
+  std::thread migrate([&] { MigrateNow(); });
+  // However the test ends, the pass is let go and waited for.
+  std::shared_ptr<void> release(nullptr, [&](void*) {
+    std::filesystem::remove(marker);
+    migrate.join();
+  });
+  for (int i = 0; i < 3000 && !std::filesystem::exists(marker + ".reached"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(std::filesystem::exists(marker + ".reached")) << "the migration never started";
+  // While the pass is held in the middle of a batch, the tree works.
+  auto during = std::async(std::launch::async, [&] {
+    bool ok = ::mkdir(M("made_during").c_str(), 0755) == 0;
+    ok = ok && std::filesystem::exists(M("made_during"));
+    ok = ok && std::distance(std::filesystem::directory_iterator(mnt_),
+                             std::filesystem::directory_iterator()) >= 2;
+    WriteBytes(M("new_during.txt"), "x");
+    ok = ok && ReadBytes(M("new_during.txt")) == "x";
+    ok = ok && Status()["migrations"]["passes"].get<int>() >= 0;
+    return ok;
+  });
+  bool finished = during.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  release.reset();
+  ASSERT_TRUE(finished) << "the mount's root was frozen by a migration in progress";
+  EXPECT_TRUE(during.get());
+  for (const auto& [rel, bytes] : traces_) EXPECT_EQ(State(M(rel)), "cold") << rel;
+}
+
+TEST_F(Transitions, StatusIsForRootAndTheMountsOwnerOnly) {
+  traces_ = WriteTraces(logdir_, 1, 4096);
+  Mount("--no-migrate -o allow_other");
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  auto as_nobody = RunCommand("setpriv --reuid=65534 --regid=65534 --clear-groups " +
+                              Tbfs("status --json " + mnt_ + " 2>&1"));
+  EXPECT_EQ(as_nobody.exit_code, 2) << as_nobody.out;
+  EXPECT_EQ(as_nobody.out.find(logdir_), std::string::npos) << as_nobody.out;
+  auto migrate = RunCommand("setpriv --reuid=65534 --regid=65534 --clear-groups " +
+                            Tbfs("migrate --now " + mnt_ + " 2>&1"));
+  EXPECT_EQ(migrate.exit_code, 2) << migrate.out;
+  EXPECT_EQ(RunCommand(Tbfs("status " + mnt_ + " >/dev/null")).exit_code, 0);
+}
+
+TEST_F(Transitions, ODirectWritesWork) {
+  traces_ = WriteTraces(logdir_, 1, 4096);
+  Mount();
+  void* raw = nullptr;
+  ASSERT_EQ(::posix_memalign(&raw, 4096, 8192), 0);
+  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
+  for (int i = 0; i < 8192; ++i) buf.get()[i] = static_cast<char>('a' + i % 26);
+  int fd = ::open(M("direct.bin").c_str(), O_CREAT | O_WRONLY | O_DIRECT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  EXPECT_EQ(::write(fd, buf.get(), 8192), 8192) << std::strerror(errno);
+  EXPECT_EQ(::pwrite(fd, buf.get(), 4096, 8192), 4096) << std::strerror(errno);
+  ::close(fd);
+  std::string want(buf.get(), 8192);
+  want.append(buf.get(), 4096);
+  EXPECT_TRUE(ReadBytes(L("direct.bin")) == want);
+  auto dd = RunCommand("dd if=/dev/zero of=" + M("dd.bin") +
+                       " bs=4096 count=4 oflag=direct status=none 2>&1");
+  EXPECT_EQ(dd.exit_code, 0) << dd.out;
+  EXPECT_EQ(std::filesystem::file_size(L("dd.bin")), 16384u);
+}
+
+TEST_F(Transitions, ModesAreExactlyWhatTheCallerAsked) {
+  traces_ = WriteTraces(logdir_, 1, 4096);
+  Mount("--no-migrate -o allow_other");
+  mode_t old = ::umask(0);
+  int fd = ::open(M("m.txt").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) ::close(fd);
+  EXPECT_EQ(::mkdir(M("d").c_str(), 0777), 0);
+  ::umask(old);
+  struct stat st;
+  ASSERT_EQ(::stat(L("m.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0666u);
+  ASSERT_EQ(::stat(L("d").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);
+
+  // Another user creates files with set-id bits: they keep them.
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(L("").c_str(), 0777), 0);
+  for (mode_t mode : {mode_t{04755}, mode_t{02755}, mode_t{0640}}) {
+    std::string name = fmt::format("by_nobody_{:o}", mode);
+    std::string path = M(name);
+    pid_t child = ::fork();
+    if (child == 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(3);
+      ::umask(0);
+      int f = ::open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, mode);
+      _exit(f >= 0 ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << name;
+    ASSERT_EQ(::stat(L(name).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, mode) << name;
+    EXPECT_EQ(st.st_uid, 65534u) << name;
+  }
+}
+
+}  // namespace
+}  // namespace tbfs::testing
