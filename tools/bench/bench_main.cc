@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   tbfs::bench::RegisterVerifyBench(app, &exit_code);
   tbfs::bench::RegisterMigrateBench(app, &exit_code);
   tbfs::bench::RegisterMountBench(app, &exit_code);
+  tbfs::bench::RegisterSoakBench(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

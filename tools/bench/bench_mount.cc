@@ -65,11 +65,15 @@ double Walk(const std::string& root) {
   return cli::NowSeconds() - t0;
 }
 
-std::string Status(const std::string& mnt) {
-  std::string v(1 << 16, '\0');
-  ssize_t n = ::getxattr(mnt.c_str(), "user.tbfs.status", v.data(), v.size());
-  v.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  return v;
+std::string Status(const std::string& tbfs, const std::string& mnt) {
+  std::string out;
+  FILE* p = ::popen(fmt::format("{} status --json {}", tbfs, mnt).c_str(), "r");
+  if (p == nullptr) return "{}";
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
 }
 
 uint64_t PeakRssKb(int pid) {
@@ -117,7 +121,7 @@ int Run(const Args& a) {
   if (std::system(fmt::format("{} mount {} {} --no-migrate --cold-after 0", a.tbfs, logdir, mnt).c_str()) != 0) {
     return 2;
   }
-  int pid = nlohmann::json::parse(Status(mnt))["pid"].get<int>();
+  int pid = nlohmann::json::parse(Status(a.tbfs, mnt))["pid"].get<int>();
   auto paths = [](const std::string& root, const std::vector<std::string>& rels) {
     std::vector<std::string> out;
     for (const auto& r : rels) out.push_back(root + "/" + r);
@@ -160,7 +164,7 @@ int Run(const Args& a) {
   if (std::system(fmt::format("{} mount {} {} --no-migrate", a.tbfs, logdir, mnt).c_str()) != 0) {
     return 2;
   }
-  pid = nlohmann::json::parse(Status(mnt))["pid"].get<int>();
+  pid = nlohmann::json::parse(Status(a.tbfs, mnt))["pid"].get<int>();
   std::vector<double> first_byte;
   for (const auto& t : traces) {
     double t0 = cli::NowSeconds();
@@ -190,7 +194,7 @@ int Run(const Args& a) {
              cmb / cold_read, cmb / zstd_s, zstd_s / cold_read);
 
   // 4. peak RSS, default cache.
-  auto st = nlohmann::json::parse(Status(mnt));
+  auto st = nlohmann::json::parse(Status(a.tbfs, mnt));
   fmt::print("daemon peak RSS: {:.1f} MB while migrating the logdir, {:.1f} MB while reading it "
              "back (cache capacity {:.0f} MB; {:.1f} GB cold)\n",
              static_cast<double>(rss_migrating_kb) / 1024, static_cast<double>(PeakRssKb(pid)) / 1024,
