@@ -15,7 +15,7 @@ ChunkCache::ChunkCache(store::ColdStore* store, uint64_t capacity_bytes, int pre
 
 ChunkCache::~ChunkCache() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   prefetch_cv_.notify_all();
@@ -29,7 +29,7 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
   std::shared_future<Loaded> future;
   bool loader = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = slots_.find(key);
     if (it != slots_.end()) {
       stats_.hits++;
@@ -51,7 +51,7 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
     Status st = store_->ReadChunkInto(*m, index, &codec, raw->data.get());
     if (!st.ok()) spdlog::error("[EIO:cold-chunk] {}", st.message());
     promise.set_value({st, st.ok() ? std::shared_ptr<const Chunk>(raw) : nullptr});
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = slots_.find(key);
     if (it != slots_.end()) {
       if (!st.ok()) {
@@ -83,7 +83,7 @@ void ChunkCache::EvictLocked() {
 }
 
 void ChunkCache::Drop(uint64_t file_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto it = lru_.begin(); it != lru_.end();) {
     auto slot = slots_.find(*it);
     if (it->file_id == file_id && slot->second.bytes > 0) {
@@ -99,7 +99,7 @@ void ChunkCache::Drop(uint64_t file_id) {
 void ChunkCache::Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uint64_t index) {
   if (prefetchers_.empty() || index >= m->chunks()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (slots_.count({m->file_id(), index}) || queue_.size() >= kMaxQueuedPrefetches) return;
     queue_.emplace_back(m, index);
   }
@@ -110,8 +110,8 @@ void ChunkCache::PrefetchLoop() {
   for (;;) {
     std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t> job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      prefetch_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      prefetch_cv_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !queue_.empty(); });
       if (stop_) return;
       job = std::move(queue_.front());
       queue_.pop_front();
@@ -121,7 +121,7 @@ void ChunkCache::PrefetchLoop() {
 }
 
 ChunkCache::Stats ChunkCache::stats() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Stats s = stats_;
   s.bytes = bytes_;
   return s;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "store/cold_store.h"
 
 namespace tbfs::fs {
@@ -76,20 +77,20 @@ class ChunkCache {
     uint64_t bytes = 0;  // 0 while loading
   };
 
-  void EvictLocked();
+  void EvictLocked() TBFS_REQUIRES(mu_);
   void PrefetchLoop();
 
   store::ColdStore* store_;
   const uint64_t capacity_;
-  std::mutex mu_;
-  std::unordered_map<Key, Slot, KeyHash> slots_;  // guarded by mu_
-  std::list<Key> lru_;                            // guarded by mu_; front = newest
-  uint64_t bytes_ = 0;                            // guarded by mu_
-  Stats stats_;                                   // guarded by mu_
+  Mutex mu_;  // a leaf: nothing else is taken while it is held
+  std::unordered_map<Key, Slot, KeyHash> slots_ TBFS_GUARDED_BY(mu_);
+  std::list<Key> lru_ TBFS_GUARDED_BY(mu_);  // front = newest
+  uint64_t bytes_ TBFS_GUARDED_BY(mu_) = 0;
+  Stats stats_ TBFS_GUARDED_BY(mu_);
 
-  std::condition_variable prefetch_cv_;
-  std::deque<std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t>> queue_;  // guarded by mu_
-  bool stop_ = false;                                                                 // guarded by mu_
+  std::condition_variable_any prefetch_cv_;
+  std::deque<std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t>> queue_ TBFS_GUARDED_BY(mu_);
+  bool stop_ TBFS_GUARDED_BY(mu_) = false;
   std::vector<std::thread> prefetchers_;
 };
 

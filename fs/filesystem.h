@@ -210,7 +210,9 @@ class Filesystem : public store::MoveObserver {
   InodeTable inodes_;
   ChunkCache cache_;
   Counters counters_;
-  std::mutex rehydrate_mu_;  // one rehydration at a time (they are rare)
+  // Lock order: rehydrate_mu_ -> ns_mu_ -> InodeTable's mutex; the chunk
+  // cache's mutex is a leaf. None is held across a FUSE reply.
+  Mutex rehydrate_mu_;       // one rehydration at a time (they are rare)
   std::shared_mutex ns_mu_;  // see namespace_lock()
 };
 

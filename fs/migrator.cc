@@ -19,7 +19,7 @@ void Migrator::Start() {
 
 void Migrator::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   stop_flag_ = true;
@@ -30,8 +30,9 @@ void Migrator::Stop() {
 void Migrator::Loop() {
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, std::chrono::seconds(config_.interval_s), [&] { return stopping_; })) {
+      MutexLock lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::seconds(config_.interval_s),
+                       [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stopping_; })) {
         return;
       }
     }
@@ -44,7 +45,7 @@ int Migrator::RunNow() {
   Status st = Pass();
   if (!st.ok()) {
     spdlog::error("migrator: {}", st.message());
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stats_.last_error = st.message();
     return -EIO;
   }
@@ -52,7 +53,7 @@ int Migrator::RunNow() {
 }
 
 void Migrator::AfterBatch(const store::BatchResult& batch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   stats_.batches++;
   if (batch.rolled_back) {
     stats_.rolled_back++;
@@ -64,7 +65,7 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
 }
 
 Status Migrator::Pass() {
-  std::lock_guard<std::mutex> one(pass_mu_);
+  MutexLock one(pass_mu_);
   store::CandidateOptions copt;
   copt.policy = config_.policy;
   copt.older_than_s = config_.cold_after_s;
@@ -80,7 +81,7 @@ Status Migrator::Pass() {
   });
   if (st.ok()) st = store::FindCandidates(fs_.config().logdir, copt, &candidates, &skipped);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stats_.passes++;
     stats_.hot_files = hot_files;
     stats_.hot_bytes = hot_bytes;
@@ -102,7 +103,7 @@ Status Migrator::Pass() {
   mopt.batch_lock = &fs_.namespace_lock();
   auto result = store::Migrate(fs_.store(), fs_.config().logdir, candidates, mopt);
   if (!result.ok()) return result.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   stats_.hot_files -= std::min(stats_.hot_files, result->files_moved);
   stats_.hot_bytes -= std::min(stats_.hot_bytes, result->bytes_moved);
   stats_.files_moved += result->files_moved;
@@ -116,7 +117,7 @@ Status Migrator::Pass() {
 }
 
 MigratorStats Migrator::stats() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 

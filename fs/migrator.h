@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "fs/filesystem.h"
 #include "store/migrate.h"
 
@@ -62,12 +63,14 @@ class Migrator {
 
   Filesystem& fs_;
   MigratorConfig config_;
-  std::mutex pass_mu_;  // one pass at a time
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;      // guarded by mu_
+  // One pass at a time. Taken before the filesystem's locks (the pass
+  // takes Filesystem::namespace_lock() shared, step by step).
+  Mutex pass_mu_;
+  Mutex mu_;  // a leaf, for the fields below
+  std::condition_variable_any cv_;
+  bool stopping_ TBFS_GUARDED_BY(mu_) = false;
   std::atomic<bool> stop_flag_{false};
-  MigratorStats stats_;        // guarded by mu_
+  MigratorStats stats_ TBFS_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -38,7 +38,7 @@ FileHandle::~FileHandle() {
 int Filesystem::Rehydrate(uint64_t ino) {
   for (;;) {
     inodes_.WaitSettled(ino);  // a move in flight ends first
-    std::lock_guard<std::mutex> one(rehydrate_mu_);
+    MutexLock one(rehydrate_mu_);
     std::shared_lock<std::shared_mutex> ns(ns_mu_);
     switch (inodes_.BeginRehydrate(ino)) {
       case InodeTable::Rehydrate::kBusy: continue;

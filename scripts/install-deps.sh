@@ -4,7 +4,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(
-  build-essential cmake ninja-build ccache pkg-config git attr
+  build-essential cmake ninja-build ccache pkg-config git attr clang
   libfuse3-dev fuse3
   librocksdb-dev
   libzstd-dev zstd zlib1g-dev
