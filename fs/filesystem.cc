@@ -74,7 +74,10 @@ int Filesystem::RelPath(uint64_t ino, std::string* rel) {
   ssize_t n = ::readlink(ProcPath(v.fd->get()).c_str(), buf, PATH_MAX);
   if (n < 0) return Errno();
   std::string_view abs(buf, static_cast<size_t>(n));
-  if (abs.ends_with(" (deleted)")) return -ENOENT;
+  struct stat st;
+  if (abs.ends_with(" (deleted)") && (::fstat(v.fd->get(), &st) != 0 || st.st_nlink == 0)) {
+    return -ENOENT;  // removed, not merely named so
+  }
   const std::string& root = config_.logdir;
   if (abs == root) {
     rel->clear();
@@ -175,8 +178,10 @@ int Filesystem::Lookup(uint64_t parent, const char* name, EntryOut* out) {
 void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }
 
 int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
-  if (fh != nullptr && fh->fd >= 0 && inodes_.KindOf(ino) == Kind::kHot) {
-    if (::fstat(fh->fd, st) != 0) return Errno();
+  // A handle's own fd: the only way to a file deleted while open.
+  int hfd = fh != nullptr && inodes_.KindOf(ino) == Kind::kHot ? IoFd(fh) : -1;
+  if (hfd >= 0) {
+    if (::fstat(hfd, st) != 0) return Errno();
     st->st_ino = inodes_.ShownIno(ino);
     return 0;
   }
@@ -227,9 +232,10 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
   v = inodes_.View(ino);
   const int fd = v.fd->get();
   const std::string proc = ProcPath(fd);
-  const bool have_fh = fh != nullptr && fh->fd >= 0;
+  const int hfd = fh != nullptr ? IoFd(fh) : -1;
+  const bool have_fh = hfd >= 0;
   if (to_set & kSetMode) {
-    int r = have_fh ? ::fchmod(fh->fd, attr.st_mode & 07777) : ::chmod(proc.c_str(), attr.st_mode & 07777);
+    int r = have_fh ? ::fchmod(hfd, attr.st_mode & 07777) : ::chmod(proc.c_str(), attr.st_mode & 07777);
     if (r != 0) return Errno();
   }
   if (to_set & (kSetUid | kSetGid)) {
@@ -238,7 +244,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     if (::fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
   }
   if (to_set & kSetSize) {
-    int r = have_fh ? ::ftruncate(fh->fd, attr.st_size) : ::truncate(proc.c_str(), attr.st_size);
+    int r = have_fh && fh->writable ? ::ftruncate(hfd, attr.st_size) : ::truncate(proc.c_str(), attr.st_size);
     if (r != 0) return Errno();
   }
   if (to_set & (kSetAtime | kSetMtime | kSetAtimeNow | kSetMtimeNow)) {
@@ -247,7 +253,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     else if (to_set & kSetAtime) tv[0] = attr.st_atim;
     if (to_set & kSetMtimeNow) tv[1].tv_nsec = UTIME_NOW;
     else if (to_set & kSetMtime) tv[1] = attr.st_mtim;
-    int r = have_fh ? ::futimens(fh->fd, tv) : ::utimensat(AT_FDCWD, proc.c_str(), tv, 0);
+    int r = have_fh ? ::futimens(hfd, tv) : ::utimensat(AT_FDCWD, proc.c_str(), tv, 0);
     if (r != 0) return Errno();
   }
   return GetAttr(ino, out);
@@ -294,6 +300,7 @@ int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
   struct stat st;
   if (::fstat(raw, &st) != 0) return Errno();
   inodes_.ColdDirToHot(ino, std::move(owned), st);
+  Invalidate(ino);  // a backing folder's number now
   *fd = inodes_.View(ino).fd;
   return 0;
 }

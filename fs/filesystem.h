@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -72,16 +73,25 @@ struct DirEntryOut {
   ino_t ino = 0;
 };
 
-// An open file: a real fd for hot files, the manifest for cold ones. A cold
-// handle whose file is rehydrated meanwhile reads the backing file from
-// then on (rehydrated_fd), as a reader of the same file on a disk would.
+// An open file. Reads and writes go to `fd`: the backing file, or -1 for a
+// handle on a cold file, whose reads come from the store's chunks. An
+// inode can start serving another file while a handle is open on it (a
+// cold file rehydrated, a file moved out and back): the handle notices by
+// the inode's generation and follows (IoFd), so it reads what a handle on
+// the same file of a disk would. Moving to the store does not change what
+// a handle reads: a handle that had a backing file keeps it.
 struct FileHandle {
   uint64_t inode = 0;
-  int fd = -1;  // hot handles
-  bool cold = false;
+  bool cold = false;  // opened on a cold file
   bool writable = false;
-  std::shared_ptr<const storepb::Manifest> manifest;  // cold handles
-  std::atomic<int> rehydrated_fd{-1};                 // cold handles, once rehydrated
+  std::shared_ptr<const storepb::Manifest> manifest;  // cold handles: the chunks read
+  const std::atomic<uint64_t>* generation = nullptr;  // the inode's (InodeTable::Generation)
+  std::atomic<uint64_t> seen{0};                      // the generation fd was chosen at
+  std::atomic<int> fd{-1};
+  std::mutex mu;                 // a change of fd
+  dev_t dev = 0;                 // fd's file; guarded by mu
+  ino_t ino = 0;
+  std::vector<int> earlier_fds;  // guarded by mu; closed with the handle (reads may use them)
   std::atomic<uint64_t> next_offset{0};  // where a sequential reader goes next
   ~FileHandle();
 };
@@ -126,10 +136,9 @@ class Filesystem : public store::MoveObserver {
   int Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out);
   int Create(uint64_t parent, const char* name, mode_t mode, int flags, const Caller& c,
              EntryOut* entry, std::unique_ptr<FileHandle>* out);
-  // The fd a read of this handle is served from: the hot file, or the
-  // backing file of a cold handle whose file was rehydrated since; -1 for
-  // the store (ReadCold).
-  int ReadFd(FileHandle* fh);
+  // The fd this handle's reads and writes go to now (see FileHandle); -1
+  // for the store (ReadCold).
+  int IoFd(FileHandle* fh);
   // Cold reads: the pieces of cached chunks that hold up to size bytes at
   // off, in order (no copy); returns the byte count or -errno.
   struct ColdSlice {
@@ -154,6 +163,16 @@ class Filesystem : public store::MoveObserver {
   double CacheTtl(uint64_t ino) {
     return inodes_.VolatileAttrs(ino) ? kFreshTtlS : kStableTtlS;
   }
+
+  // Where the kernel hears that an inode's attributes changed behind its
+  // back (a file turning cold or hot shows another st_ino): the FUSE
+  // session, set once before serving.
+  class KernelCache {
+   public:
+    virtual ~KernelCache() = default;
+    virtual void InvalidateAttrs(uint64_t ino) = 0;
+  };
+  void SetKernelCache(KernelCache* kernel) { kernel_ = kernel; }
 
   // store::MoveObserver: the migrator's files in transition.
   bool BeginMove(int fd, const struct stat& st, const storepb::Manifest& m) override;
@@ -205,7 +224,16 @@ class Filesystem : public store::MoveObserver {
   // for (a chown clears set-id bits).
   void FixOwner(int dir_fd, const char* name, const Caller& c, mode_t mode);
 
+  // Tells the kernel (when there is one) that node `id` changed.
+  void Invalidate(uint64_t id) {
+    if (id != 0 && kernel_ != nullptr) kernel_->InvalidateAttrs(id);
+  }
+  // A new FileHandle on inode `ino` serving the backing file open as fd (or
+  // the store, fd -1).
+  std::unique_ptr<FileHandle> NewHandle(uint64_t ino, int fd, bool writable);
+
   FsConfig config_;
+  KernelCache* kernel_ = nullptr;
   store::ColdStore* store_;
   InodeTable inodes_;
   ChunkCache cache_;

@@ -187,7 +187,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
   FileHandle* h = Fh(fi);
-  const int fd = Fs(req).ReadFd(h);
+  const int fd = Fs(req).IoFd(h);
   if (fd < 0) {
     // Straight from the cached chunks: no copy before the kernel's.
     std::vector<Filesystem::ColdSlice> slices;
@@ -214,13 +214,14 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file
 void OpWriteBuf(fuse_req_t req, fuse_ino_t, struct fuse_bufvec* in, off_t off,
                 struct fuse_file_info* fi) {
   FileHandle* h = Fh(fi);
-  if (h->cold || h->fd < 0) {
+  const int fd = Fs(req).IoFd(h);
+  if (!h->writable || fd < 0) {
     fuse_reply_err(req, EBADF);
     return;
   }
   struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
   out.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-  out.buf[0].fd = h->fd;
+  out.buf[0].fd = fd;
   out.buf[0].pos = off;
   ssize_t n = fuse_buf_copy(&out, in, static_cast<fuse_buf_copy_flags>(0));
   if (n < 0) {
@@ -231,9 +232,9 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t, struct fuse_bufvec* in, off_t off,
 }
 
 void OpFsync(fuse_req_t req, fuse_ino_t, int datasync, struct fuse_file_info* fi) {
-  FileHandle* h = Fh(fi);
+  const int fd = Fs(req).IoFd(Fh(fi));
   int err = 0;
-  if (h->fd >= 0 && (datasync ? ::fdatasync(h->fd) : ::fsync(h->fd)) != 0) err = errno;
+  if (fd >= 0 && (datasync ? ::fdatasync(fd) : ::fsync(fd)) != 0) err = errno;
   fuse_reply_err(req, err);
 }
 
@@ -370,11 +371,11 @@ void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 
 void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,
                  struct fuse_file_info* fi) {
-  FileHandle* h = Fh(fi);
+  const int fd = Fs(req).IoFd(Fh(fi));
   int err = 0;
-  if (h->fd < 0) {
+  if (fd < 0) {
     err = EBADF;
-  } else if (::fallocate(h->fd, mode, offset, length) != 0) {
+  } else if (::fallocate(fd, mode, offset, length) != 0) {
     err = errno;
   }
   fuse_reply_err(req, err);

@@ -139,6 +139,7 @@ void InodeTable::SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, con
   inode->hot_ino = inode->shown_ino = HotNumberLocked(st.st_dev, st.st_ino);
   inode->manifest.reset();
   inode->cold_path.clear();
+  inode->generation.fetch_add(1, std::memory_order_release);
   hot_[{inode->dev, inode->ino}] = inode;
 }
 
@@ -307,17 +308,18 @@ void InodeTable::WaitSettled(uint64_t id) {
   settled_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return !inode->in_transition; });
 }
 
-bool InodeTable::BeginMove(int fd, const struct stat& st, std::shared_ptr<const storepb::Manifest> m) {
+uint64_t InodeTable::BeginMove(int fd, const struct stat& st,
+                               std::shared_ptr<const storepb::Manifest> m) {
   std::string handle = HandleOf(fd, st);
   UniqueFd path_fd;
   if (handle.empty()) {
     path_fd.reset(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_PATH | O_CLOEXEC));
-    if (!path_fd.valid()) return false;
+    if (!path_fd.valid()) return 0;
   }
   MutexLock lock(mu_);
   Inode* inode = FindHotLocked(st.st_dev, st.st_ino, handle);
   if (inode != nullptr) {
-    if (inode->in_transition || inode->write_handles > 0 || inode->kind != Kind::kHot) return false;
+    if (inode->in_transition || inode->write_handles > 0 || inode->kind != Kind::kHot) return 0;
   } else {
     // Not known to the kernel yet: an inode the lookups of either side find.
     inode = NewLocked();
@@ -328,17 +330,20 @@ bool InodeTable::BeginMove(int fd, const struct stat& st, std::shared_ptr<const 
   inode->shown_ino = ColdIno(inode->manifest->file_id());
   inode->in_transition = true;
   inode->pins++;
+  inode->generation.fetch_add(1, std::memory_order_release);
   cold_files_[inode->manifest->file_id()] = inode;
-  return true;
+  return Id(inode);
 }
 
-void InodeTable::EndMove(uint64_t file_id, bool moved) {
+uint64_t InodeTable::EndMove(uint64_t file_id, bool moved) {
   std::unique_ptr<Inode> dead;
+  uint64_t id = 0;
   {
     MutexLock lock(mu_);
     auto it = cold_files_.find(file_id);
-    if (it == cold_files_.end() || !it->second->in_transition) return;
+    if (it == cold_files_.end() || !it->second->in_transition) return 0;
     Inode* inode = it->second;
+    id = Id(inode);
     UnindexHotLocked(inode);
     if (moved) {
       inode->fd.reset();
@@ -352,9 +357,11 @@ void InodeTable::EndMove(uint64_t file_id, bool moved) {
     }
     inode->in_transition = false;
     inode->pins--;
+    inode->generation.fetch_add(1, std::memory_order_release);
     dead = ReleaseIfUnusedLocked(inode);
   }
   settled_.notify_all();
+  return id;
 }
 
 InodeTable::Rehydrate InodeTable::BeginRehydrate(uint64_t id) {
@@ -384,14 +391,15 @@ void InodeTable::EndRehydrate(uint64_t id, UniqueFd fd, const struct stat& st) {
   settled_.notify_all();
 }
 
-void InodeTable::PutBackHot(uint64_t file_id, UniqueFd fd, const struct stat& st) {
+uint64_t InodeTable::PutBackHot(uint64_t file_id, UniqueFd fd, const struct stat& st) {
   std::string handle = HandleOf(fd.get(), st);
   MutexLock lock(mu_);
   auto it = cold_files_.find(file_id);
-  if (it == cold_files_.end()) return;
+  if (it == cold_files_.end()) return 0;
   Inode* inode = it->second;
   cold_files_.erase(it);
   SetHotLocked(inode, std::move(fd), std::move(handle), st);
+  return Id(inode);
 }
 
 void InodeTable::ColdDirToHot(uint64_t id, UniqueFd fd, const struct stat& st) {

@@ -47,6 +47,7 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -84,6 +85,9 @@ struct Inode {
   int pins = 0;                                       // transitions holding it
   bool in_transition = false;                         // writable opens wait
   bool volatile_attrs = false;                        // a folder or a tfevents file: short TTL
+  // Bumped at every change of what the inode serves (Generation). Read
+  // without the lock by open handles.
+  std::atomic<uint64_t> generation{0};
 };
 
 // A consistent copy of an inode's state, for use outside the lock.
@@ -113,6 +117,11 @@ class InodeTable {
   // Node ids are inode addresses (the root is 1).
   InodeView View(uint64_t id);
   Kind KindOf(uint64_t id);
+  // A counter bumped whenever the inode starts serving another file (a
+  // move, a rehydration, a put-back): an open handle compares it with the
+  // value it saw to know when to look again. Valid while the inode lives
+  // (an open handle keeps it alive).
+  const std::atomic<uint64_t>* Generation(uint64_t id) { return &Get(id)->generation; }
   ino_t ShownIno(uint64_t id);
   int RootFd() const { return root_.fd->get(); }
   bool VolatileAttrs(uint64_t id);
@@ -153,17 +162,18 @@ class InodeTable {
   // Returns once the inode is in no transition.
   void WaitSettled(uint64_t id);
 
-  // --- transitions (see the header comment)
-  // false (nothing changes) when the file is open for writing through the
-  // mount or in another transition.
-  bool BeginMove(int fd, const struct stat& st, std::shared_ptr<const storepb::Manifest> m);
-  void EndMove(uint64_t file_id, bool moved);
+  // --- transitions (see the header comment). Each returns the node id
+  // whose attributes changed (0 for none): the caller tells the kernel.
+  // BeginMove returns 0 (nothing changes) when the file is open for
+  // writing through the mount or in another transition.
+  uint64_t BeginMove(int fd, const struct stat& st, std::shared_ptr<const storepb::Manifest> m);
+  uint64_t EndMove(uint64_t file_id, bool moved);
   enum class Rehydrate { kStarted, kNotCold, kBusy };
   Rehydrate BeginRehydrate(uint64_t id);
   // Ends it: the inode is the backing file open as fd (O_PATH), or, with
   // an invalid fd (it failed), stays cold.
   void EndRehydrate(uint64_t id, UniqueFd fd, const struct stat& st);
-  void PutBackHot(uint64_t file_id, UniqueFd fd, const struct stat& st);
+  uint64_t PutBackHot(uint64_t file_id, UniqueFd fd, const struct stat& st);
   // A cold-only folder now exists in the backing folder, open as fd.
   void ColdDirToHot(uint64_t id, UniqueFd fd, const struct stat& st);
   // A cold file's manifest changed (renamed, chmod); updates whoever holds it.

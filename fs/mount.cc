@@ -138,6 +138,20 @@ std::string Control(const std::string& request, const MountConfig& mc, const std
   return nlohmann::json{{"error", "unknown request: " + request}}.dump();
 }
 
+// Tells the kernel of the FUSE session that an inode's attributes changed.
+class SessionCache : public Filesystem::KernelCache {
+ public:
+  void Set(struct fuse_session* se) { se_ = se; }
+  void InvalidateAttrs(uint64_t ino) override {
+    // Attributes only (offset < 0): the content of a file is the same hot
+    // or cold. ENOENT: the kernel does not hold the inode; nothing to do.
+    if (struct fuse_session* se = se_.load()) fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+  }
+
+ private:
+  std::atomic<struct fuse_session*> se_{nullptr};
+};
+
 // Every inode the kernel holds is an O_PATH fd here (as in libfuse's
 // passthrough_hp), so a walk of a large tree needs many: raise the limit as
 // far as this process may.
@@ -323,6 +337,9 @@ int RunMount(const MountConfig& mc_in) {
   struct fuse_session* se = fuse_session_new(&args, TbfsOps(), sizeof(struct fuse_lowlevel_ops), &fs);
   fuse_opt_free_args(&args);
   if (se == nullptr) return Fail(verdict, "bad FUSE options: " + opts);
+  SessionCache kernel_cache;
+  kernel_cache.Set(se);
+  fs.SetKernelCache(&kernel_cache);
   if (fuse_set_signal_handlers(se) != 0) {
     fuse_session_destroy(se);
     return Fail(verdict, "cannot install signal handlers");
@@ -370,6 +387,7 @@ int RunMount(const MountConfig& mc_in) {
   spdlog::info("unmounting {}", mc.mountpoint);
   control->reset();
   migrator.Stop();
+  kernel_cache.Set(nullptr);
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);

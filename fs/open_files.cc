@@ -31,8 +31,24 @@ int BackingFlags(int flags) {
 }  // namespace
 
 FileHandle::~FileHandle() {
-  if (fd >= 0) ::close(fd);
-  if (int r = rehydrated_fd.load(); r >= 0) ::close(r);
+  if (int f = fd.load(); f >= 0) ::close(f);
+  for (int f : earlier_fds) ::close(f);
+}
+
+std::unique_ptr<FileHandle> Filesystem::NewHandle(uint64_t ino, int fd, bool writable) {
+  auto fh = std::make_unique<FileHandle>();
+  fh->inode = ino;
+  fh->writable = writable;
+  fh->generation = inodes_.Generation(ino);
+  // The generation first: a change after this makes IoFd look again.
+  fh->seen = fh->generation->load(std::memory_order_acquire);
+  fh->fd = fd;
+  struct stat st;
+  if (fd >= 0 && ::fstat(fd, &st) == 0) {
+    fh->dev = st.st_dev;
+    fh->ino = st.st_ino;
+  }
+  return fh;
 }
 
 int Filesystem::Rehydrate(uint64_t ino) {
@@ -69,6 +85,7 @@ int Filesystem::Rehydrate(uint64_t ino) {
       struct stat st;
       if (fd.ok() && ::fstat(fd->get(), &st) == 0) {
         inodes_.EndRehydrate(ino, std::move(fd).value(), st);
+        Invalidate(ino);
         placed = true;
       }
     };
@@ -127,8 +144,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
         ReapRetired(id);
         return m.status().IsNotFound() ? -ENOENT : StoreError(m.status(), "open");
       }
-      auto fh = std::make_unique<FileHandle>();
-      fh->inode = ino;
+      auto fh = NewHandle(ino, -1, false);
       fh->cold = true;
       fh->manifest = v.manifest;
       *out = std::move(fh);
@@ -145,11 +161,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
       inodes_.CloseHandle(ino, writable, 0);
       return -err;
     }
-    auto fh = std::make_unique<FileHandle>();
-    fh->inode = ino;
-    fh->fd = fd;
-    fh->writable = writable;
-    *out = std::move(fh);
+    *out = NewHandle(ino, fd, writable);
     return 0;
   }
 }
@@ -185,28 +197,34 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
     if (r != 0) inodes_.Forget(entry->id, 1);
     return r;
   }
-  auto fh = std::make_unique<FileHandle>();
-  fh->inode = entry->id;
-  fh->fd = fd;
-  fh->writable = writable;
-  *out = std::move(fh);
+  *out = NewHandle(entry->id, fd, writable);
   return 0;
 }
 
-int Filesystem::ReadFd(FileHandle* fh) {
-  if (!fh->cold) return fh->fd;
-  if (int fd = fh->rehydrated_fd.load(std::memory_order_acquire); fd >= 0) return fd;
-  if (inodes_.KindOf(fh->inode) != Kind::kHot) return -1;
+int Filesystem::IoFd(FileHandle* fh) {
+  uint64_t now = fh->generation->load(std::memory_order_acquire);
+  if (now == fh->seen.load(std::memory_order_acquire)) return fh->fd.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lock(fh->mu);
+  now = fh->generation->load(std::memory_order_acquire);
+  int current = fh->fd.load(std::memory_order_acquire);
+  if (now == fh->seen.load(std::memory_order_acquire)) return current;
   InodeView v = inodes_.View(fh->inode);
-  if (v.kind != Kind::kHot) return -1;
-  int fd = ::open(ProcPath(v.fd->get()).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;  // gone again: its chunks stay while this handle is open
-  int expected = -1;
-  if (!fh->rehydrated_fd.compare_exchange_strong(expected, fd)) {
-    ::close(fd);  // another reader of this handle was first
-    return expected;
+  struct stat st;
+  // A cold inode changes nothing: a handle with a backing file holds what
+  // moved to the store. A hot one may be another file than the handle's.
+  if (v.kind == Kind::kHot && ::fstat(v.fd->get(), &st) == 0 &&
+      (current < 0 || st.st_dev != fh->dev || st.st_ino != fh->ino)) {
+    int fd = ::open(ProcPath(v.fd->get()).c_str(), (fh->writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    if (fd >= 0) {
+      if (current >= 0) fh->earlier_fds.push_back(current);
+      fh->fd.store(fd, std::memory_order_release);
+      fh->dev = st.st_dev;
+      fh->ino = st.st_ino;
+      current = fd;
+    }  // else: gone again; a cold handle's chunks stay while it is open
   }
-  return fd;
+  fh->seen.store(now, std::memory_order_release);
+  return current;
 }
 
 ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
@@ -287,14 +305,16 @@ void Filesystem::ReapRetired(uint64_t file_id) {
 }
 
 bool Filesystem::BeginMove(int fd, const struct stat& st, const storepb::Manifest& m) {
-  return inodes_.BeginMove(fd, st, std::make_shared<const storepb::Manifest>(m));
+  uint64_t id = inodes_.BeginMove(fd, st, std::make_shared<const storepb::Manifest>(m));
+  Invalidate(id);  // it shows a number of the store's range now
+  return id != 0;
 }
 
-void Filesystem::EndMove(uint64_t file_id, bool moved) { inodes_.EndMove(file_id, moved); }
+void Filesystem::EndMove(uint64_t file_id, bool moved) { Invalidate(inodes_.EndMove(file_id, moved)); }
 
 void Filesystem::PutBack(uint64_t file_id, int fd, const struct stat& st) {
   UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-  if (own.valid()) inodes_.PutBackHot(file_id, std::move(own), st);
+  if (own.valid()) Invalidate(inodes_.PutBackHot(file_id, std::move(own), st));
 }
 
 void Filesystem::Retired() { ReapRetired(); }

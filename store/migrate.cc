@@ -141,6 +141,9 @@ class BatchRunner {
                               FileResult* result);
   // Unlinks a staged file, or puts it back where a writer showed up.
   void Finish(Staged staged, FileResult* result, std::vector<storepb::Manifest>* moved);
+  // The folder of `rel` beneath the logdir, made where missing; *name gets
+  // the last component.
+  Result<UniqueFd> FolderFor(const std::string& rel, std::string* name);
   // The file stays hot: its copy leaves the store (by the file id's
   // current manifest: a rename through the mount may have moved it).
   void GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, FileResult* result,
@@ -247,40 +250,96 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   return s;
 }
 
+Result<UniqueFd> BatchRunner::FolderFor(const std::string& rel, std::string* name) {
+  // Folders missing in the logdir (a rename through the mount into a folder
+  // only the store has) are made as the store remembers them.
+  *name = std::string(BaseName(rel));
+  UniqueFd dir(::fcntl(root_fd_, F_DUPFD_CLOEXEC, 0));
+  std::string parent = ParentPath(rel), sofar;
+  size_t start = 0;
+  while (!parent.empty() && start <= parent.size()) {
+    size_t slash = parent.find('/', start);
+    if (slash == std::string::npos) slash = parent.size();
+    std::string part = parent.substr(start, slash - start);
+    sofar = JoinPath(sofar, part);
+    start = slash + 1;
+    auto entry = store_.GetEntry(sofar);
+    mode_t mode = entry.ok() ? entry->mode() & 07777 : 0755;
+    if (::mkdirat(dir.get(), part.c_str(), mode) == 0 && entry.ok()) {
+      (void)::fchownat(dir.get(), part.c_str(), entry->uid(), entry->gid(), AT_SYMLINK_NOFOLLOW);
+    }
+    int next = ::openat(dir.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) return Status::FromErrno(errno, "open", sofar);
+    dir.reset(next);
+  }
+  return dir;
+}
+
 void BatchRunner::Finish(Staged s, FileResult* result, std::vector<storepb::Manifest>* moved) {
+  MaybePause("migrate.staged");
   auto lock = NamespaceLock();
   const uint64_t id = s.manifest.file_id();
   const int dir = s.dir.get();
-  // Back under its own name; beside it when a new file took the name
-  // meanwhile (it is the newer version; the old content is not lost).
-  auto put_back = [&](const std::string& reason) {
-    std::string where = s.name;
-    if (::renameat2(dir, s.aside.c_str(), dir, s.name.c_str(), RENAME_NOREPLACE) != 0) {
-      where = fmt::format("{}.tbfs-recovered-{}", s.name, id);
-      if (::renameat2(dir, s.aside.c_str(), dir, where.c_str(), RENAME_NOREPLACE) != 0) {
-        spdlog::error("migrate: {} stays as {}: {}", result->path, s.aside, std::strerror(errno));
-        where = s.aside;
-      }
-      spdlog::warn("migrate: a new file took the path {} while it moved; the old content is {}",
-                   result->path, where);
+  // While it waited aside the mount served the store's copy, and what was
+  // done to it through the mount (a rename, a chmod, a delete) was done to
+  // that copy: it is the truth now.
+  auto now = store_.GetManifest(id);
+  if (!now.ok()) {
+    if (!now.status().IsNotFound()) spdlog::error("migrate: {}: {}", result->path, now.status().message());
+    // Deleted through the mount: so is the file (a writer waiting for it
+    // gets it deleted, as it would on a disk).
+    if (::unlinkat(dir, s.aside.c_str(), 0) != 0) {
+      spdlog::error("migrate: {} stays as {}: {}", result->path, s.aside, std::strerror(errno));
     }
-    if (options_.observer != nullptr) options_.observer->EndMove(id, false);
-    GiveUp(id, nullptr, result, Outcome::kChanged,
-           where == s.name ? reason : reason + "; it is now " + where);
-  };
+    if (options_.observer != nullptr) options_.observer->EndMove(id, true);
+    result->outcome = Outcome::kChanged;
+    result->reason = "deleted through the mount as it moved";
+    return;
+  }
+  std::string name;
+  auto target = now->path() == s.manifest.path() ? Result<UniqueFd>(UniqueFd(::fcntl(dir, F_DUPFD_CLOEXEC, 0)))
+                                                 : FolderFor(now->path(), &name);
+  if (now->path() == s.manifest.path()) name = s.name;
   struct stat taken;
-  if (!LeaseHeld(s.file.get())) return put_back("opened for writing as it moved; left in place");
-  if (::fstatat(dir, s.name.c_str(), &taken, AT_SYMLINK_NOFOLLOW) == 0) {
-    return put_back("a new file took its path as it moved");
+  const bool free = target.ok() && ::fstatat(target->get(), name.c_str(), &taken, AT_SYMLINK_NOFOLLOW) != 0;
+  if (LeaseHeld(s.file.get()) && free) {
+    if (::unlinkat(dir, s.aside.c_str(), 0) == 0) {
+      MaybeCrash("migrate.unlinked");
+      if (options_.observer != nullptr) options_.observer->EndMove(id, true);
+      result->outcome = Outcome::kMoved;
+      result->stored_bytes = s.manifest.stored_bytes();
+      moved->push_back(std::move(s.manifest));
+      return;
+    }
+    spdlog::warn("migrate: unlink {}: {}", result->path, std::strerror(errno));
   }
-  if (::unlinkat(dir, s.aside.c_str(), 0) != 0) {
-    return put_back(Status::FromErrno(errno, "unlink", result->path).message());
+  // Back into the logdir: a writer is waiting for it, or a new file took
+  // its path (then it goes beside that one, under another name).
+  const std::string reason = !LeaseHeld(s.file.get()) ? "opened for writing as it moved; left in place"
+                                                       : "a new file took its path as it moved";
+  const int fd = s.file.get();
+  if ((now->mode() & 07777) != (s.manifest.mode() & 07777)) (void)::fchmod(fd, now->mode() & 07777);
+  if (now->uid() != s.manifest.uid() || now->gid() != s.manifest.gid()) {
+    (void)::fchown(fd, now->uid(), now->gid());
   }
-  MaybeCrash("migrate.unlinked");
-  if (options_.observer != nullptr) options_.observer->EndMove(id, true);
-  result->outcome = Outcome::kMoved;
-  result->stored_bytes = s.manifest.stored_bytes();
-  moved->push_back(std::move(s.manifest));
+  if (now->mtime_ns() != s.manifest.mtime_ns() || now->atime_ns() != s.manifest.atime_ns()) {
+    struct timespec times[2] = {FromNs(now->atime_ns()), FromNs(now->mtime_ns())};
+    (void)::futimens(fd, times);
+  }
+  std::string where = now->path();
+  int to = target.ok() ? target->get() : dir;
+  if (!target.ok() || ::renameat2(dir, s.aside.c_str(), to, name.c_str(), RENAME_NOREPLACE) != 0) {
+    std::string beside = fmt::format("{}.tbfs-recovered-{}", target.ok() ? name : s.name, id);
+    where = JoinPath(ParentPath(target.ok() ? now->path() : s.manifest.path()), beside);
+    if (::renameat2(dir, s.aside.c_str(), to, beside.c_str(), RENAME_NOREPLACE) != 0) {
+      spdlog::error("migrate: {} stays as {}: {}", result->path, s.aside, std::strerror(errno));
+      where = s.aside;
+    }
+    spdlog::warn("migrate: {} was taken as it moved; the file is {}", now->path(), where);
+  }
+  if (options_.observer != nullptr) options_.observer->EndMove(id, false);
+  GiveUp(id, nullptr, result, Outcome::kChanged,
+         where == now->path() ? reason : reason + "; it is now " + where);
 }  // the lease goes with the fd
 
 void BatchRunner::Rollback(const std::vector<storepb::Manifest>& moved, BatchResult* result) {
@@ -471,6 +530,7 @@ Status FindCandidates(const std::string& logdir, const CandidateOptions& options
       return skip("a tbfs temporary file");
     }
     if (!S_ISREG(e.st.st_mode)) return skip("not a regular file");
+    if (!IsUtf8(e.rel)) return skip("its path is not UTF-8, which the store cannot name yet");
     if (e.st.st_nlink > 1) return skip(fmt::format("has {} hard links", e.st.st_nlink));
     if (static_cast<uint64_t>(e.st.st_size) < options.min_size_bytes) {
       return skip("smaller than --min-size");

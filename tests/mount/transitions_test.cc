@@ -15,6 +15,7 @@
 
 #include "base/fs_util.h"
 #include "fmt/format.h"
+#include "fs/inode_table.h"
 #include "tests/mount/mount_fixture.h"
 
 namespace tbfs::testing {
@@ -399,6 +400,157 @@ TEST_F(Transitions, ModesAreExactlyWhatTheCallerAsked) {
     EXPECT_EQ(st.st_mode & 07777, mode) << name;
     EXPECT_EQ(st.st_uid, 65534u) << name;
   }
+}
+
+}  // namespace
+}  // namespace tbfs::testing
+
+namespace tbfs::testing {
+namespace {
+
+// Mounts with the migration held at `point` while a marker file exists
+// (base/failpoint.h); the returned guard lets it go and waits for the pass.
+class PausedTransitions : public Transitions {
+ protected:
+  void MountPausedAt(const std::string& point) {
+    marker_ = dir_ / "pause";
+    WriteBytes(marker_, "");
+    auto r = RunCommand("TBFS_PAUSE=" + point + ":" + marker_ + " " +
+                        Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 -o allow_other 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    pid_ = Status()["pid"].get<int>();
+    migrate_ = std::thread([this] { MigrateNow(); });
+    for (int i = 0; i < 3000 && !std::filesystem::exists(marker_ + ".reached"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(std::filesystem::exists(marker_ + ".reached")) << point << " never reached";
+  }
+  void Release() {
+    std::filesystem::remove(marker_);
+    if (migrate_.joinable()) migrate_.join();
+  }
+  void TearDown() override {
+    Release();
+    Transitions::TearDown();
+  }
+  // The name the file `rel` has while it waits aside in its folder.
+  std::string AsideOf(const std::string& rel) {
+    std::string dir = ParentPath(rel), base = std::string(BaseName(rel));
+    for (const auto& e : std::filesystem::directory_iterator(L(dir))) {
+      std::string n = e.path().filename();
+      if (n.starts_with("." + base + ".tbfs-mig-")) return JoinPath(dir, n);
+    }
+    return "";
+  }
+  std::string marker_;
+  std::thread migrate_;
+};
+
+TEST_F(PausedTransitions, ChangesMadeWhileAFileWaitsAsideSurviveAWriterComing) {
+  traces_ = WriteTraces(logdir_, 1, 256 << 10);
+  const std::string rel = traces_.begin()->first, renamed = "run/renamed.pt.trace.json";
+  MountPausedAt("migrate.staged");
+  std::string aside = AsideOf(rel);
+  ASSERT_FALSE(aside.empty());
+  EXPECT_EQ(State(M(rel)), "cold");  // served from the store meanwhile
+  // Through the mount: a rename and a chmod, done to the store's copy.
+  ASSERT_EQ(::rename(M(rel).c_str(), M(renamed).c_str()), 0);
+  ASSERT_EQ(::chmod(M(renamed).c_str(), 0640), 0);
+  // A writer that had found the file before it moved opens it now.
+  std::thread writer([&] {
+    auto fd = OpenFile(L(aside), O_WRONLY | O_APPEND);  // waits for the lease
+    if (fd.ok()) (void)WriteAll(fd->get(), "+W", 2, aside);
+  });
+  for (int i = 0; i < 500 && ReadBytes("/proc/locks").find("BREAKING") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  Release();
+  writer.join();
+  EXPECT_FALSE(std::filesystem::exists(M(rel)));
+  EXPECT_EQ(State(M(renamed)), "hot");
+  EXPECT_TRUE(ReadBytes(M(renamed)) == traces_[rel] + "+W");
+  struct stat st;
+  ASSERT_EQ(::stat(L(renamed).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  ExpectUniqueIdentities(mnt_);
+}
+
+TEST_F(PausedTransitions, AFileDeletedWhileItWaitsAsideStaysDeleted) {
+  traces_ = WriteTraces(logdir_, 1, 64 << 10);
+  const std::string rel = traces_.begin()->first;
+  MountPausedAt("migrate.staged");
+  ASSERT_EQ(::unlink(M(rel).c_str()), 0);
+  Release();
+  EXPECT_FALSE(std::filesystem::exists(M(rel)));
+  EXPECT_FALSE(std::filesystem::exists(L(rel)));
+  EXPECT_TRUE(AsideOf(rel).empty());
+  auto ls = RunCommand(Tbfs("fsck " + logdir_ + " 2>&1"));
+  EXPECT_EQ(ls.exit_code, 0) << ls.out;
+}
+
+TEST_F(Transitions, AHandleOpenedHotFollowsItsFileOutAndBack) {
+  traces_ = WriteTraces(logdir_, 1, 1 << 20);
+  const std::string rel = traces_.begin()->first;
+  Mount("--no-migrate --cold-after 0");
+  auto reader = OpenFile(M(rel), O_RDONLY);  // opened hot
+  ASSERT_TRUE(reader.ok());
+  MigrateNow();
+  ASSERT_EQ(State(M(rel)), "cold");
+  {
+    auto writer = OpenFile(M(rel), O_RDWR);  // back in the logdir
+    ASSERT_TRUE(writer.ok());
+    ASSERT_EQ(::pwrite(writer->get(), "XXXX", 4, 0), 4);
+    ASSERT_EQ(::pwrite(writer->get(), "APPENDED", 8, static_cast<off_t>(traces_[rel].size())), 8);
+  }
+  std::string want = "XXXX" + traces_[rel].substr(4) + "APPENDED";
+  std::string got(want.size() + 16, '\0');
+  size_t n = 0;
+  ASSERT_TRUE(PreadFull(reader->get(), got.data(), got.size(), 0, &n, rel).ok());
+  got.resize(n);
+  EXPECT_TRUE(got == want) << got.size() << " bytes read, " << want.size() << " expected";
+  EXPECT_TRUE(ReadBytes(M(rel)) == want);  // and a new reader too
+  struct stat st;
+  ASSERT_EQ(::stat(M(rel).c_str(), &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), want.size());
+}
+
+TEST_F(SmallFsTransitions, AFileTurningColdShowsItsNewNumberAtOnce) {
+  traces_ = WriteTraces(logdir_, 4, 64 << 10);
+  const std::string rel = traces_.begin()->first;
+  // The store elsewhere: only new files in the logdir can take freed numbers.
+  Mount("--no-migrate --cold-after 0 --store " + (dir_ / "store"));
+  struct stat before;
+  ASSERT_EQ(::stat(M(rel).c_str(), &before), 0);  // cached by the kernel, hot
+  MigrateNow();
+  for (int i = 0; i < 8; ++i) WriteBytes(L(fmt::format("run/plugins/profile/new{}.txt", i)), "n");
+  struct stat after;
+  ASSERT_EQ(::stat(M(rel).c_str(), &after), 0);
+  EXPECT_NE(after.st_ino, before.st_ino);
+  EXPECT_GE(after.st_ino, fs::kColdInoBase);
+  ExpectUniqueIdentities(mnt_);
+}
+
+TEST_F(Transitions, AFolderNamedLikeADeletedOneIsAnOrdinaryFolder) {
+  const std::string rel = "run/plugins/profile/x (deleted)/t.pt.trace.json";
+  WriteBytes(L(rel), TraceText(rel, 100000));
+  WriteBytes(L("run/events.out.tfevents.1.host"), "");
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  EXPECT_EQ(State(M(rel)), "cold");
+  EXPECT_TRUE(ReadBytes(M(rel)) == TraceText(rel, 100000));
+  EXPECT_EQ(::mkdir(M(rel).c_str(), 0755), -1);  // the name is taken
+  EXPECT_EQ(errno, EEXIST);
+}
+
+TEST_F(Transitions, ANameThatIsNotUtf8StaysHotAndReadable) {
+  const std::string rel = "run/plugins/profile/bad-\xff.pt.trace.json";
+  WriteBytes(L(rel), TraceText("bad", 50000));
+  WriteBytes(L("run/events.out.tfevents.1.host"), "");
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  EXPECT_EQ(State(M(rel)), "hot");
+  EXPECT_TRUE(ReadBytes(M(rel)) == TraceText("bad", 50000));
+  EXPECT_EQ(RunCommand(Tbfs("status " + mnt_ + " >/dev/null")).exit_code, 0);
 }
 
 }  // namespace

@@ -155,6 +155,14 @@ class Tally {
     }
     wrong_bytes_ += std::max(want.size(), got.size()) - at;
   }
+  void Compared() {
+    std::lock_guard<std::mutex> lock(mu_);
+    compared_++;
+  }
+  uint64_t compared() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return compared_;
+  }
   uint64_t wrong_bytes() {
     std::lock_guard<std::mutex> lock(mu_);
     return wrong_bytes_;
@@ -175,7 +183,7 @@ class Tally {
  private:
   std::mutex mu_;
   std::map<std::string, uint64_t> ops_, errors_;
-  uint64_t wrong_bytes_ = 0, wrong_files_ = 0;
+  uint64_t wrong_bytes_ = 0, wrong_files_ = 0, compared_ = 0;
 };
 
 std::string StateOf(const std::string& path) {
@@ -239,6 +247,7 @@ class Soak {
     Status st = ReadFileToString(path, &got);
     if (!st.ok()) return tally.Error(op, rel, st.sys_errno() ? st.sys_errno() : EIO);
     std::string want = model.Bytes(rel);
+    tally.Compared();
     if (got != want) tally.Wrong(rel, want, got, StateOf(path));
   }
 
@@ -362,6 +371,7 @@ class Soak {
     }
     ::close(fd);
     got.resize(total);
+    tally.Compared();
     if (got != want) tally.Wrong(rel, want, got, StateOf(M(rel)));
     tally.Op("held reads");
     model.Give(rel);
@@ -547,6 +557,7 @@ int Run(const Args& a) {
                       {"operations", tally.ops()},
                       {"wrong_bytes", tally.wrong_bytes()},
                       {"wrong_files", tally.wrong_files()},
+                      {"files_compared", tally.compared()},
                       {"unexpected_errors", errors},
                       {"errors", tally.errors()},
                       {"daemon_peak_rss_bytes", rss_kb * 1024},
@@ -568,7 +579,8 @@ int Run(const Args& a) {
                  m["rolled_back"].get<uint64_t>(), m["files_moved"].get<uint64_t>(),
                  status["rehydrations"].get<uint64_t>());
     }
-    fmt::print("wrong bytes: {} (in {} reads)\n", tally.wrong_bytes(), tally.wrong_files());
+    fmt::print("wrong bytes: {} ({} of {} whole-file reads differed)\n", tally.wrong_bytes(),
+               tally.wrong_files(), tally.compared());
     fmt::print("unexpected errors: {}\n", errors);
     for (const auto& [what, n] : tally.errors()) fmt::print("  {:<40} {}\n", what, n);
     fmt::print("daemon peak RSS: {:.1f} MB\n", static_cast<double>(rss_kb) / 1024);
