@@ -156,10 +156,16 @@ int Filesystem::LookupCold(const std::string& rel, EntryOut* out) {
   }
   auto m = store_->GetManifest(entry->file_id());
   if (!m.ok()) return StoreError(m.status(), "lookup-manifest");
-  auto shared = std::make_shared<const storepb::Manifest>(std::move(m).value());
-  out->id = inodes_.AddColdFile(shared);
-  ColdAttr(*shared, inodes_.ShownIno(out->id), &out->attr);
-  return 0;
+  InodeRef ref = inodes_.AddColdFile(std::make_shared<const storepb::Manifest>(std::move(m).value()));
+  out->id = ref.id;
+  if (ref.manifest) {
+    ColdAttr(*ref.manifest, ref.shown_ino, &out->attr);
+    return 0;
+  }
+  // Back in the logdir since the store was asked: the inode serves it there.
+  int r = GetAttr(ref.id, &out->attr);
+  if (r != 0) inodes_.Forget(ref.id, 1);
+  return r;
 }
 
 int Filesystem::Lookup(uint64_t parent, const char* name, EntryOut* out) {

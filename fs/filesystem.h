@@ -229,8 +229,8 @@ class Filesystem : public store::MoveObserver {
     if (id != 0 && kernel_ != nullptr) kernel_->InvalidateAttrs(id);
   }
   // A new FileHandle on inode `ino` serving the backing file open as fd (or
-  // the store, fd -1).
-  std::unique_ptr<FileHandle> NewHandle(uint64_t ino, int fd, bool writable);
+  // the store, fd -1), chosen when the inode's generation was `generation`.
+  std::unique_ptr<FileHandle> NewHandle(uint64_t ino, uint64_t generation, int fd, bool writable);
 
   FsConfig config_;
   KernelCache* kernel_ = nullptr;

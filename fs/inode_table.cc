@@ -155,10 +155,20 @@ void InodeTable::UnindexHotLocked(Inode* inode) {
   if (it != hot_.end() && it->second == inode) hot_.erase(it);
 }
 
-void InodeTable::UnindexColdLocked(Inode* inode) {
-  if (inode->manifest) {
-    auto it = cold_files_.find(inode->manifest->file_id());
+void InodeTable::IndexColdLocked(Inode* inode, uint64_t file_id) {
+  if (inode->file_id != 0 && inode->file_id != file_id) {
+    auto it = cold_files_.find(inode->file_id);
     if (it != cold_files_.end() && it->second == inode) cold_files_.erase(it);
+  }
+  cold_files_[file_id] = inode;
+  inode->file_id = file_id;
+}
+
+void InodeTable::UnindexColdLocked(Inode* inode) {
+  if (inode->file_id != 0) {
+    auto it = cold_files_.find(inode->file_id);
+    if (it != cold_files_.end() && it->second == inode) cold_files_.erase(it);
+    inode->file_id = 0;
   }
   if (inode->kind == Kind::kColdDir) {
     auto it = cold_dirs_.find(inode->cold_path);
@@ -209,21 +219,22 @@ InodeRef InodeTable::RefHot(const struct stat& st, const std::string& handle, bo
   return {Id(found), found->shown_ino, found->kind == Kind::kColdFile ? found->manifest : nullptr};
 }
 
-uint64_t InodeTable::AddColdFile(std::shared_ptr<const storepb::Manifest> m) {
+InodeRef InodeTable::AddColdFile(std::shared_ptr<const storepb::Manifest> m) {
   MutexLock lock(mu_);
   auto it = cold_files_.find(m->file_id());
+  Inode* inode;
   if (it != cold_files_.end()) {
-    it->second->nlookup++;
-    it->second->manifest = std::move(m);
-    return Id(it->second);
+    inode = it->second;
+    if (inode->kind == Kind::kColdFile) inode->manifest = std::move(m);
+  } else {
+    inode = NewLocked();
+    inode->kind = Kind::kColdFile;
+    inode->shown_ino = ColdIno(m->file_id());
+    inode->manifest = std::move(m);
+    IndexColdLocked(inode, inode->manifest->file_id());
   }
-  Inode* inode = NewLocked();
-  inode->kind = Kind::kColdFile;
-  inode->shown_ino = ColdIno(m->file_id());
-  inode->manifest = std::move(m);
-  inode->nlookup = 1;
-  cold_files_[inode->manifest->file_id()] = inode;
-  return Id(inode);
+  inode->nlookup++;
+  return {Id(inode), inode->shown_ino, inode->kind == Kind::kColdFile ? inode->manifest : nullptr};
 }
 
 ino_t InodeTable::ColdDirIno(const std::string& rel_path) {
@@ -331,7 +342,7 @@ uint64_t InodeTable::BeginMove(int fd, const struct stat& st,
   inode->in_transition = true;
   inode->pins++;
   inode->generation.fetch_add(1, std::memory_order_release);
-  cold_files_[inode->manifest->file_id()] = inode;
+  IndexColdLocked(inode, inode->manifest->file_id());
   return Id(inode);
 }
 
@@ -349,7 +360,7 @@ uint64_t InodeTable::EndMove(uint64_t file_id, bool moved) {
       inode->fd.reset();
       inode->handle.reset();
     } else {
-      cold_files_.erase(it);
+      UnindexColdLocked(inode);
       inode->kind = Kind::kHot;
       inode->manifest.reset();
       inode->shown_ino = inode->hot_ino;
@@ -374,15 +385,41 @@ InodeTable::Rehydrate InodeTable::BeginRehydrate(uint64_t id) {
   return Rehydrate::kStarted;
 }
 
-void InodeTable::EndRehydrate(uint64_t id, UniqueFd fd, const struct stat& st) {
-  std::string handle = fd.valid() ? HandleOf(fd.get(), st) : "";
+void InodeTable::RehydrateTarget(uint64_t id, int fd, const struct stat& st) {
+  std::string handle = HandleOf(fd, st);
+  UniqueFd path_fd;
+  if (handle.empty()) path_fd.reset(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_PATH | O_CLOEXEC));
+  MutexLock lock(mu_);
+  Inode* inode = Get(id);
+  if (!inode->in_transition || inode->kind != Kind::kColdFile) return;
+  UnindexHotLocked(inode);
+  if (handle.empty()) {
+    inode->fd = std::make_shared<UniqueFd>(std::move(path_fd));
+    inode->handle.reset();
+  } else {
+    inode->fd.reset();
+    inode->handle = std::make_shared<const std::string>(std::move(handle));
+  }
+  inode->dev = st.st_dev;
+  inode->ino = st.st_ino;
+  hot_[{inode->dev, inode->ino}] = inode;
+}
+
+void InodeTable::EndRehydrate(uint64_t id, bool placed) {
   std::unique_ptr<Inode> dead;
   {
     MutexLock lock(mu_);
     Inode* inode = Get(id);
-    if (fd.valid()) {
-      UnindexColdLocked(inode);
-      SetHotLocked(inode, std::move(fd), std::move(handle), st);
+    if (placed && (inode->fd || inode->handle)) {
+      // Its file id still finds it (see the header comment).
+      inode->kind = Kind::kHot;
+      inode->manifest.reset();
+      inode->hot_ino = inode->shown_ino = HotNumberLocked(inode->dev, inode->ino);
+      inode->generation.fetch_add(1, std::memory_order_release);
+    } else {
+      UnindexHotLocked(inode);
+      inode->fd.reset();
+      inode->handle.reset();
     }
     inode->in_transition = false;
     inode->pins--;
@@ -395,10 +432,10 @@ uint64_t InodeTable::PutBackHot(uint64_t file_id, UniqueFd fd, const struct stat
   std::string handle = HandleOf(fd.get(), st);
   MutexLock lock(mu_);
   auto it = cold_files_.find(file_id);
-  if (it == cold_files_.end()) return 0;
+  if (it == cold_files_.end() || it->second->kind == Kind::kColdDir) return 0;
   Inode* inode = it->second;
-  cold_files_.erase(it);
-  SetHotLocked(inode, std::move(fd), std::move(handle), st);
+  UnindexHotLocked(inode);
+  SetHotLocked(inode, std::move(fd), std::move(handle), st);  // its file id still finds it
   return Id(inode);
 }
 
@@ -413,7 +450,7 @@ void InodeTable::ColdDirToHot(uint64_t id, UniqueFd fd, const struct stat& st) {
 void InodeTable::UpdateManifest(std::shared_ptr<const storepb::Manifest> m) {
   MutexLock lock(mu_);
   auto it = cold_files_.find(m->file_id());
-  if (it != cold_files_.end()) it->second->manifest = std::move(m);
+  if (it != cold_files_.end() && it->second->kind == Kind::kColdFile) it->second->manifest = std::move(m);
 }
 
 void InodeTable::RenameColdDirs(const std::string& from, const std::string& to) {

@@ -26,8 +26,13 @@
 //    BeginMove on, the inode serves the store's copy; it stays findable by
 //    its backing identity until EndMove, so a lookup that still finds the
 //    backing file reaches it too.
-//  - BeginRehydrate / EndRehydrate: a cold file becomes a backing file.
+//  - BeginRehydrate / RehydrateTarget / EndRehydrate: a cold file becomes a
+//    backing file. The new backing file finds the inode from before it has
+//    its name, so no lookup ever makes a second inode for it.
 //  - PutBackHot: a rolled-back file is a backing file again.
+// A cold file id keeps finding its inode after it turned hot: a lookup that
+// still found the store's entry (committed away just after) gets the inode
+// that serves the file now.
 // While an inode is in transition, writable opens wait (WaitSettled).
 //
 // Lookup counts: every reply that hands an inode to the kernel (lookup,
@@ -77,6 +82,7 @@ struct Inode {
   ino_t ino = 0;
   ino_t hot_ino = 0;                                  // st_ino shown while hot
   std::shared_ptr<const storepb::Manifest> manifest;  // kColdFile
+  uint64_t file_id = 0;  // the cold file id that finds it (kept when it turns hot)
   std::string cold_path;                              // kColdDir
   ino_t shown_ino = 0;                                // st_ino shown now
   uint64_t nlookup = 0;
@@ -137,8 +143,9 @@ class InodeTable {
   // The file handle of dir_fd/name (st is its lstat), or "" where the inode
   // is held by an fd (folders, or no file handles here).
   std::string HandleAt(int dir_fd, const char* name, const struct stat& st);
-  // Finds or adds the inode of cold file m.
-  uint64_t AddColdFile(std::shared_ptr<const storepb::Manifest> m);
+  // Finds or adds the inode of cold file m; `manifest` is empty in the
+  // result when that inode serves the file from the logdir by now.
+  InodeRef AddColdFile(std::shared_ptr<const storepb::Manifest> m);
   // Finds or adds the inode of the cold-only folder rel_path.
   uint64_t AddColdDir(const std::string& rel_path);
   // The st_ino of the cold-only folder rel_path (stable for the mount's life).
@@ -170,9 +177,13 @@ class InodeTable {
   uint64_t EndMove(uint64_t file_id, bool moved);
   enum class Rehydrate { kStarted, kNotCold, kBusy };
   Rehydrate BeginRehydrate(uint64_t id);
-  // Ends it: the inode is the backing file open as fd (O_PATH), or, with
-  // an invalid fd (it failed), stays cold.
-  void EndRehydrate(uint64_t id, UniqueFd fd, const struct stat& st);
+  // The backing file being written for it (open as fd, identity st), before
+  // it takes the file's name: lookups that find it find this inode, still
+  // serving the store's copy.
+  void RehydrateTarget(uint64_t id, int fd, const struct stat& st);
+  // Ends it: the inode is that backing file (placed), or stays cold.
+  void EndRehydrate(uint64_t id, bool placed);
+  // A file id's inode is the backing file open as fd (again, if it was).
   uint64_t PutBackHot(uint64_t file_id, UniqueFd fd, const struct stat& st);
   // A cold-only folder now exists in the backing folder, open as fd.
   void ColdDirToHot(uint64_t id, UniqueFd fd, const struct stat& st);
@@ -206,6 +217,7 @@ class InodeTable {
       TBFS_REQUIRES(mu_);
   ino_t HotNumberLocked(dev_t dev, ino_t ino) TBFS_REQUIRES(mu_);
   void UnindexHotLocked(Inode* inode) TBFS_REQUIRES(mu_);
+  void IndexColdLocked(Inode* inode, uint64_t file_id) TBFS_REQUIRES(mu_);
   void UnindexColdLocked(Inode* inode) TBFS_REQUIRES(mu_);
   // The inode, removed from the table, when nothing holds it any more.
   std::unique_ptr<Inode> ReleaseIfUnusedLocked(Inode* inode) TBFS_REQUIRES(mu_);

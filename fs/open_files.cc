@@ -35,13 +35,13 @@ FileHandle::~FileHandle() {
   for (int f : earlier_fds) ::close(f);
 }
 
-std::unique_ptr<FileHandle> Filesystem::NewHandle(uint64_t ino, int fd, bool writable) {
+std::unique_ptr<FileHandle> Filesystem::NewHandle(uint64_t ino, uint64_t generation, int fd,
+                                                  bool writable) {
   auto fh = std::make_unique<FileHandle>();
   fh->inode = ino;
   fh->writable = writable;
   fh->generation = inodes_.Generation(ino);
-  // The generation first: a change after this makes IoFd look again.
-  fh->seen = fh->generation->load(std::memory_order_acquire);
+  fh->seen = generation;
   fh->fd = fd;
   struct stat st;
   if (fd >= 0 && ::fstat(fd, &st) == 0) {
@@ -65,7 +65,7 @@ int Filesystem::Rehydrate(uint64_t ino) {
     InodeView v = inodes_.View(ino);
     auto m = store_->GetManifest(v.manifest->file_id());  // its current path
     if (!m.ok()) {
-      inodes_.EndRehydrate(ino, UniqueFd(), {});
+      inodes_.EndRehydrate(ino, false);
       return StoreError(m.status(), "rehydrate");
     }
     storepb::JournalRecord record;
@@ -78,20 +78,20 @@ int Filesystem::Rehydrate(uint64_t ino) {
     store::RestoreOptions options;
     options.pool = &pool;
     options.retire = true;  // open cold handles keep reading their chunks
-    bool placed = false;
-    options.placed = [&](const storepb::Manifest& in_place) {
-      // From here on the inode is the backing file: new opens go there.
-      auto fd = OpenBeneath(inodes_.RootFd(), in_place.path(), O_PATH);
+    options.placing = [&](const storepb::Manifest&, int fd) {
       struct stat st;
-      if (fd.ok() && ::fstat(fd->get(), &st) == 0) {
-        inodes_.EndRehydrate(ino, std::move(fd).value(), st);
-        Invalidate(ino);
-        placed = true;
-      }
+      if (::fstat(fd, &st) == 0) inodes_.RehydrateTarget(ino, fd, st);
+    };
+    bool placed = false;
+    options.placed = [&](const storepb::Manifest&) {
+      // From here on the inode is the backing file: new opens go there.
+      inodes_.EndRehydrate(ino, true);
+      Invalidate(ino);
+      placed = true;
     };
     Status st = store_->PutJournal(record);
     if (st.ok()) st = store::RestoreOne(*store_, config_.logdir, *m, options);
-    if (!placed) inodes_.EndRehydrate(ino, UniqueFd(), {});
+    if (!placed) inodes_.EndRehydrate(ino, false);
     if (placed && !st.ok()) {
       // In place but still in the store too: the journal record stays, and
       // recovery drops the store's copy at the next start.
@@ -126,6 +126,9 @@ int Filesystem::Rehydrate(uint64_t ino) {
 int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) {
   const bool writable = IsWritable(flags);
   for (;;) {
+    // Read before the view: if the inode serves another file by the time
+    // the handle exists, its first use notices (IoFd).
+    const uint64_t generation = inodes_.Generation(ino)->load(std::memory_order_acquire);
     InodeView v = inodes_.View(ino);
     if (v.kind == Kind::kColdDir) return -EISDIR;
     if (v.kind == Kind::kColdFile && writable) {
@@ -144,7 +147,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
         ReapRetired(id);
         return m.status().IsNotFound() ? -ENOENT : StoreError(m.status(), "open");
       }
-      auto fh = NewHandle(ino, -1, false);
+      auto fh = NewHandle(ino, generation, -1, false);
       fh->cold = true;
       fh->manifest = v.manifest;
       *out = std::move(fh);
@@ -161,7 +164,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
       inodes_.CloseHandle(ino, writable, 0);
       return -err;
     }
-    *out = NewHandle(ino, fd, writable);
+    *out = NewHandle(ino, generation, fd, writable);
     return 0;
   }
 }
@@ -197,7 +200,9 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
     if (r != 0) inodes_.Forget(entry->id, 1);
     return r;
   }
-  *out = NewHandle(entry->id, fd, writable);
+  // The file the handle writes to is the one just created: whatever the
+  // inode serves (a lookup raced with a move) is checked at first use.
+  *out = NewHandle(entry->id, 0, fd, writable);
   return 0;
 }
 

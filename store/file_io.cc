@@ -220,6 +220,7 @@ Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::
                               {m.mtime_ns() / 1'000'000'000, m.mtime_ns() % 1'000'000'000}};
   if (::futimens(fd->get(), times) != 0) return fail(Status::FromErrno(errno, "utimens", tmp));
   if (options.sync && ::fsync(fd->get()) != 0) return fail(Status::FromErrno(errno, "fsync", tmp));
+  if (options.before_rename) options.before_rename(fd->get());
   fd->reset();
 
   unsigned flags = options.replace ? 0 : RENAME_NOREPLACE;

@@ -57,6 +57,9 @@ struct MaterializeOptions {
   bool sync = true;            // fsync the file and its folder (export does not need it)
   WorkPool* pool = nullptr;    // required
   std::atomic<uint64_t>* progress = nullptr;
+  // Called with the finished temporary file (content, mode and times in
+  // place, synced) just before it takes its name.
+  std::function<void(int fd)> before_rename;
 };
 
 // Writes m's content to dest_path: into a temporary file beside it

@@ -99,10 +99,18 @@ std::vector<std::string> AffectedEventFiles(const std::vector<std::string>& even
 
 // Writes a moved file back. When something new took its path meanwhile, the
 // old content goes beside it, so neither is lost. *dest receives the path.
+// The observer hears of the new file before it has a name (no lookup can
+// find it unannounced).
 Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manifest& m,
-               WorkPool* pool, std::string* dest, std::string* note) {
+               WorkPool* pool, MoveObserver* observer, std::string* dest, std::string* note) {
   MaterializeOptions mo;
   mo.pool = pool;
+  if (observer != nullptr) {
+    mo.before_rename = [&](int fd) {
+      struct stat sb;
+      if (::fstat(fd, &sb) == 0) observer->PutBack(m.file_id(), fd, sb);
+    };
+  }
   *dest = JoinPath(logdir, m.path());
   Status st = MaterializeFile(store, m, *dest, mo);
   if (st.sys_errno() == EEXIST) {
@@ -353,18 +361,13 @@ void BatchRunner::Rollback(const std::vector<storepb::Manifest>& moved, BatchRes
       continue;
     }
     std::string dest, note;
-    Status st = PutBack(store_, logdir_, *m, &pool_, &dest, &note);
+    Status st = PutBack(store_, logdir_, *m, &pool_, options_.observer, &dest, &note);
     if (!note.empty()) spdlog::warn("migrate rollback: {}", note);
     if (!st.ok()) {
       // The store copy stays (and the journal record with it): recovery
       // tries again; nothing is lost.
       spdlog::error("migrate rollback of {}: {}", m->path(), st.message());
       continue;
-    }
-    if (options_.observer != nullptr) {
-      auto fd = OpenBeneath(root_fd_, dest.substr(logdir_.size() + 1), O_PATH);
-      struct stat sb;
-      if (fd.ok() && ::fstat(fd->get(), &sb) == 0) options_.observer->PutBack(m->file_id(), fd->get(), sb);
     }
     if (first) MaybeCrash("migrate.rollback_one");
     first = false;
@@ -659,7 +662,7 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
         }
       }
       std::string dest, note;
-      TBFS_RETURN_IF_ERROR(PutBack(store, logdir, *manifest, &pool, &dest, &note));
+      TBFS_RETURN_IF_ERROR(PutBack(store, logdir, *manifest, &pool, nullptr, &dest, &note));
       if (!note.empty()) result.notes.push_back(note);
       TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
       result.restored++;

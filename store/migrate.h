@@ -84,8 +84,9 @@ class MoveObserver {
   // The move that BeginMove announced ended: moved, or not (the backing
   // file is back at its name, or beside it, and is served again).
   virtual void EndMove(uint64_t file_id, bool moved) = 0;
-  // A rolled-back file is back in the backing folder as the file open as fd
-  // (O_PATH) with identity st.
+  // A rolled-back file is coming back into the backing folder as the file
+  // open as fd, with identity st (told before it takes its name; told
+  // again should it end up under another one).
   virtual void PutBack(uint64_t file_id, int fd, const struct stat& st) = 0;
   // Files were retired (ColdStore::Retire): their chunks may go once no
   // open handle reads them.

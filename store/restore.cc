@@ -74,8 +74,10 @@ Status RestoreOne(ColdStore& store, const std::string& logdir, const storepb::Ma
   MaterializeOptions mo;
   mo.pool = options.pool;
   mo.progress = options.progress;
+  if (options.placing) mo.before_rename = [&](int fd) { options.placing(m, fd); };
   TBFS_RETURN_IF_ERROR(MaterializeFile(store, m, dest, mo));
   MaybeCrash("restore.in_place");
+  MaybePause("restore.in_place");
   if (options.placed) options.placed(m);
   WriteBatch drop;
   store.Drop(&drop, m, options.retire);

@@ -45,7 +45,10 @@ struct RestoreOptions {
   // Retire the files instead of removing them (ColdStore::Retire): a
   // mount's open handles may still read their chunks.
   bool retire = false;
-  // Called when a file is in place, before it leaves the store.
+  // Called with the file's new backing file (open as fd) just before it
+  // takes its name; then, once it has, `placed`; both before the file
+  // leaves the store.
+  std::function<void(const storepb::Manifest& m, int fd)> placing;
   std::function<void(const storepb::Manifest& m)> placed;
 };
 

@@ -76,10 +76,10 @@ TEST_F(InodeTableTest, AMoveKeepsTheNodeIdAndShowsANumberNoBackingFileHas) {
   EXPECT_EQ(by_backing.id, id);
   ASSERT_TRUE(by_backing.manifest);
   EXPECT_EQ(by_backing.manifest->file_id(), 7u);
-  EXPECT_EQ(table_.AddColdFile(Manifest(7, "t.json")), id);
+  EXPECT_EQ(table_.AddColdFile(Manifest(7, "t.json")).id, id);
   table_.EndMove(7, true);
   EXPECT_EQ(table_.RefHot(st, Handle("t.json"), false).id, 0u);
-  EXPECT_EQ(table_.AddColdFile(Manifest(7, "t.json")), id);
+  EXPECT_EQ(table_.AddColdFile(Manifest(7, "t.json")).id, id);
 }
 
 TEST_F(InodeTableTest, AMoveThatDidNotHappenGivesTheFileBack) {
@@ -128,20 +128,43 @@ TEST_F(InodeTableTest, WritersAndMovesExcludeEachOther) {
 }
 
 TEST_F(InodeTableTest, RehydrationMakesTheSameNodeTheBackingFile) {
-  uint64_t id = table_.AddColdFile(Manifest(5, "r.json"));
+  uint64_t id = table_.AddColdFile(Manifest(5, "r.json")).id;
   EXPECT_EQ(table_.ShownIno(id), ColdIno(5));
   ASSERT_EQ(table_.BeginRehydrate(id), InodeTable::Rehydrate::kStarted);
   WriteBytes(dir_ / "r.json", "back");
   struct stat st = Stat(dir_ / "r.json");
-  table_.EndRehydrate(id, OpenPath(dir_ / "r.json"), st);
+  UniqueFd fd(::open((dir_ / "r.json").c_str(), O_RDONLY | O_CLOEXEC));
+  table_.RehydrateTarget(id, fd.get(), st);
+  // Before it is done, a lookup that finds the new file finds this inode,
+  // still serving the store's copy.
+  InodeRef early = table_.RefHot(st, Handle("r.json"), false);
+  EXPECT_EQ(early.id, id);
+  EXPECT_TRUE(early.manifest);
+  table_.EndRehydrate(id, true);
   EXPECT_EQ(table_.View(id).kind, Kind::kHot);
   EXPECT_EQ(table_.ShownIno(id), st.st_ino);
   EXPECT_EQ(table_.AddHot(OpenPath(dir_ / "r.json"), st).id, id);
+  // A lookup that still found the store's entry gets the same inode.
+  InodeRef late = table_.AddColdFile(Manifest(5, "r.json"));
+  EXPECT_EQ(late.id, id);
+  EXPECT_FALSE(late.manifest);
+}
+
+TEST_F(InodeTableTest, AFailedRehydrationLeavesTheFileCold) {
+  uint64_t id = table_.AddColdFile(Manifest(6, "f.json")).id;
+  ASSERT_EQ(table_.BeginRehydrate(id), InodeTable::Rehydrate::kStarted);
+  WriteBytes(dir_ / "f.json", "x");
+  struct stat st = Stat(dir_ / "f.json");
+  UniqueFd fd(::open((dir_ / "f.json").c_str(), O_RDONLY | O_CLOEXEC));
+  table_.RehydrateTarget(id, fd.get(), st);
+  table_.EndRehydrate(id, false);
+  EXPECT_EQ(table_.View(id).kind, Kind::kColdFile);
+  EXPECT_EQ(table_.RefHot(st, Handle("f.json"), false).id, 0u);
 }
 
 TEST_F(InodeTableTest, ColdHandlesAreCountedAsReadersOfTheirFile) {
   auto m = Manifest(4, "x");
-  uint64_t id = table_.AddColdFile(m);
+  uint64_t id = table_.AddColdFile(m).id;
   ASSERT_EQ(table_.OpenHandle(id, false, m.get()), InodeTable::Open::kOk);
   ASSERT_EQ(table_.OpenHandle(id, false, m.get()), InodeTable::Open::kOk);
   EXPECT_EQ(table_.Readers(4), 2);

@@ -488,6 +488,44 @@ TEST_F(PausedTransitions, AFileDeletedWhileItWaitsAsideStaysDeleted) {
   EXPECT_EQ(ls.exit_code, 0) << ls.out;
 }
 
+TEST_F(PausedTransitions, ALookupDuringARehydrationFindsTheSameInode) {
+  traces_ = WriteTraces(logdir_, 2, 256 << 10);
+  const std::string rel = traces_.begin()->first;
+  // Migrate first (no pause there), then hold the rehydration of `rel` the
+  // moment its file is back in the logdir under its name.
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  Unmount();
+  marker_ = dir_ / "pause";
+  WriteBytes(marker_, "");
+  auto r = RunCommand("TBFS_PAUSE=restore.in_place:" + marker_ + " " +
+                      Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  pid_ = Status()["pid"].get<int>();
+  std::atomic<bool> appended{false};
+  std::thread writer([&] {
+    auto fd = OpenFile(M(rel), O_RDWR);  // rehydrates; held at the pause point
+    if (!fd.ok()) return;
+    appended = ::pwrite(fd->get(), "TAIL", 4, static_cast<off_t>(traces_[rel].size())) == 4;
+  });
+  for (int i = 0; i < 3000 && !std::filesystem::exists(marker_ + ".reached"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(std::filesystem::exists(marker_ + ".reached"));
+  // A listing with attributes (readdirplus) and a stat, while the file is
+  // back under its name but the rehydration is not finished.
+  for (const auto& e : std::filesystem::directory_iterator(M(ParentPath(rel)))) (void)e.file_size();
+  struct stat during;
+  ASSERT_EQ(::stat(M(rel).c_str(), &during), 0);
+  Release();
+  writer.join();
+  ASSERT_TRUE(appended);
+  EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel] + "TAIL");
+  struct stat after;
+  ASSERT_EQ(::stat(M(rel).c_str(), &after), 0);
+  EXPECT_EQ(static_cast<size_t>(after.st_size), traces_[rel].size() + 4);
+}
+
 TEST_F(Transitions, AHandleOpenedHotFollowsItsFileOutAndBack) {
   traces_ = WriteTraces(logdir_, 1, 1 << 20);
   const std::string rel = traces_.begin()->first;

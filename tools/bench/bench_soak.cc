@@ -144,14 +144,18 @@ class Tally {
     std::string key = fmt::format("{}: {}", op, std::strerror(err));
     if (errors_[key]++ < 3) fmt::print(stderr, "soak: unexpected error: {} on {}\n", key, path);
   }
-  void Wrong(const std::string& path, const std::string& want, const std::string& got,
-             const std::string& state) {
+  // `backing`: the file as the logdir has it (empty when it is cold).
+  void Wrong(const std::string& path, const std::string& op, const std::string& want,
+             const std::string& got, const std::string& state, const std::string& backing) {
     size_t at = 0;
     while (at < want.size() && at < got.size() && want[at] == got[at]) ++at;
     std::lock_guard<std::mutex> lock(mu_);
     if (wrong_files_++ < 10) {
-      fmt::print(stderr, "soak: WRONG BYTES in {} ({}): {} bytes expected, {} read, first difference at {}\n",
-                 path, state, want.size(), got.size(), at);
+      fmt::print(stderr,
+                 "soak: WRONG BYTES in {} ({}, {}): {} bytes expected, {} read, first difference "
+                 "at {}; the logdir's copy is {}\n",
+                 path, op, state, want.size(), got.size(), at,
+                 state != "hot" ? "not there (cold)" : backing == want ? "right" : "wrong too");
     }
     wrong_bytes_ += std::max(want.size(), got.size()) - at;
   }
@@ -248,11 +252,16 @@ class Soak {
     if (!st.ok()) return tally.Error(op, rel, st.sys_errno() ? st.sys_errno() : EIO);
     std::string want = model.Bytes(rel);
     tally.Compared();
-    if (got != want) tally.Wrong(rel, want, got, StateOf(path));
+    if (got != want) tally.Wrong(rel, op, want, got, StateOf(path), Backing(rel));
   }
 
  private:
   std::string M(const std::string& rel) const { return mnt_ + "/" + rel; }
+  std::string Backing(const std::string& rel) const {
+    std::string bytes;
+    (void)ReadFileToString(logdir_ + "/" + rel, &bytes);
+    return bytes;
+  }
 
   void Sleep(std::mt19937_64& rng, int max_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % static_cast<uint64_t>(max_ms)));
@@ -372,7 +381,7 @@ class Soak {
     ::close(fd);
     got.resize(total);
     tally.Compared();
-    if (got != want) tally.Wrong(rel, want, got, StateOf(M(rel)));
+    if (got != want) tally.Wrong(rel, "read held", want, got, StateOf(M(rel)), Backing(rel));
     tally.Op("held reads");
     model.Give(rel);
   }
@@ -435,7 +444,7 @@ class Soak {
     for (stdfs::recursive_directory_iterator it(mnt_, ec), end; !ec && it != end; it.increment(ec)) {
       std::error_code tec;
       if (!it->is_regular_file(tec)) continue;
-      std::string rel = stdfs::relative(it->path(), mnt_).string();
+      std::string rel = it->path().string().substr(mnt_.size() + 1);  // it may be gone already
       if (!model.TakeExact(rel)) continue;  // held by another worker, or not ours yet
       std::string state = StateOf(it->path());
       if (state != "hot" && state != "cold") tally.Error("getxattr state", rel, errno ? errno : EIO);
