@@ -75,10 +75,10 @@ Status ReadFileToString(const std::string& path, std::string* out) {
   return Status::OK();
 }
 
-Status WriteFileAtomic(const std::string& path, std::string_view data) {
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
-    auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
     if (!fd.ok()) return fd.status();
     Status st = WriteAll(fd->get(), data.data(), data.size(), tmp);
     if (st.ok() && ::fsync(fd->get()) != 0) st = Status::FromErrno(errno, "fsync", tmp);
@@ -173,6 +173,45 @@ Result<UniqueFd> OpenParentBeneath(int dir_fd, std::string_view rel, std::string
   return OpenBeneath(dir_fd, parent, O_PATH | O_DIRECTORY);
 }
 
+Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int flags, mode_t mode) {
+  auto dir = OpenFile(root, O_PATH | O_DIRECTORY);
+  if (!dir.ok()) return dir.status();
+  auto fd = OpenBeneath(dir->get(), rel, flags, mode);
+  if (!fd.ok() && fd.status().code() != Code::kInvalidArgument) {
+    // Name the whole path, as callers expect of an open that failed.
+    return Status::FromErrno(fd.status().sys_errno(), "open", JoinPath(root, rel));
+  }
+  return fd;
+}
+
+Result<UniqueFd> MakeDirsBeneath(
+    int dir_fd, std::string_view rel, mode_t mode,
+    const std::function<void(const std::string&, int, const char*)>& made) {
+  UniqueFd dir(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return Status::FromErrno(errno, "open", ".");
+  std::string sofar;
+  size_t start = 0;
+  while (start < rel.size()) {
+    size_t slash = rel.find('/', start);
+    if (slash == std::string_view::npos) slash = rel.size();
+    std::string part(rel.substr(start, slash - start));
+    start = slash + 1;
+    if (part.empty() || part == "." || part == "..") {
+      return Status::InvalidArgument("not a path beneath a folder: " + std::string(rel));
+    }
+    sofar = JoinPath(sofar, part);
+    if (::mkdirat(dir.get(), part.c_str(), mode) == 0) {
+      if (made) made(sofar, dir.get(), part.c_str());
+    } else if (errno != EEXIST) {
+      return Status::FromErrno(errno, "mkdir", sofar);
+    }
+    int next = ::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) return Status::FromErrno(errno, "open", sofar);  // a symlink: ELOOP or ENOTDIR
+    dir.reset(next);
+  }
+  return dir;
+}
+
 std::string JoinPath(std::string_view a, std::string_view b) {
   if (a.empty()) return std::string(b);
   if (b.empty()) return std::string(a);
@@ -242,40 +281,51 @@ std::string_view BaseName(std::string_view path) {
 
 namespace {
 
-Status WalkDir(const std::string& root, const std::string& rel, const WalkOptions& options,
+// Walks the folder open as dir (O_RDONLY | O_DIRECTORY), whose path is rel.
+Status WalkDir(UniqueFd dir, const std::string& rel, const WalkOptions& options,
                const std::function<void(const WalkEntry&)>& visit) {
-  std::string dir_path = JoinPath(root, rel);
-  DIR* dir = ::opendir(dir_path.c_str());
-  if (dir == nullptr) return Status::FromErrno(errno, "opendir", dir_path);
+  const std::string where = rel.empty() ? "." : rel;
+  int listing = ::dup(dir.get());
+  DIR* d = listing < 0 ? nullptr : ::fdopendir(listing);
+  if (d == nullptr) {
+    if (listing >= 0) ::close(listing);
+    return Status::FromErrno(errno, "opendir", where);
+  }
   std::vector<std::string> names;
   errno = 0;
-  while (struct dirent* de = ::readdir(dir)) {
+  while (struct dirent* de = ::readdir(d)) {
     std::string_view name = de->d_name;
     if (name == "." || name == "..") continue;
     names.emplace_back(name);
   }
   int err = errno;
-  ::closedir(dir);
-  if (err != 0) return Status::FromErrno(err, "readdir", dir_path);
+  ::closedir(d);
+  if (err != 0) return Status::FromErrno(err, "readdir", where);
   std::sort(names.begin(), names.end());
 
   for (const std::string& name : names) {
     WalkEntry entry;
     entry.rel = JoinPath(rel, name);
-    std::string full = JoinPath(root, entry.rel);
-    if (::lstat(full.c_str(), &entry.st) != 0) {
+    entry.dir_fd = dir.get();
+    entry.name = name.c_str();
+    if (::fstatat(dir.get(), name.c_str(), &entry.st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;  // removed while we walked
-      return Status::FromErrno(errno, "lstat", full);
+      return Status::FromErrno(errno, "lstat", entry.rel);
     }
-    if (S_ISDIR(entry.st.st_mode)) {
-      if (std::find(options.skip_dirs.begin(), options.skip_dirs.end(), entry.rel) !=
-          options.skip_dirs.end()) {
-        continue;
-      }
-      TBFS_RETURN_IF_ERROR(WalkDir(root, entry.rel, options, visit));
-    } else {
+    if (!S_ISDIR(entry.st.st_mode)) {
       visit(entry);
+      continue;
     }
+    if (std::find(options.skip_dirs.begin(), options.skip_dirs.end(), entry.rel) !=
+        options.skip_dirs.end()) {
+      continue;
+    }
+    UniqueFd sub(::openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    Status st = sub.valid() ? WalkDir(std::move(sub), entry.rel, options, visit)
+                            : Status::FromErrno(errno, "open", entry.rel);
+    if (st.ok() || st.IsNotFound()) continue;  // (removed while we walked)
+    if (options.warnings == nullptr) return st;
+    options.warnings->push_back(st.message() + " (skipped)");
   }
   return Status::OK();
 }
@@ -287,7 +337,9 @@ Status WalkTree(const std::string& root, const WalkOptions& options,
   struct stat st;
   if (::stat(root.c_str(), &st) != 0) return Status::FromErrno(errno, "stat", root);
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("not a directory: " + root);
-  return WalkDir(root, "", options, visit);
+  auto dir = OpenFile(root, O_RDONLY | O_DIRECTORY);
+  if (!dir.ok()) return dir.status();
+  return WalkDir(std::move(dir).value(), "", options, visit);
 }
 
 }  // namespace tbfs

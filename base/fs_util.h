@@ -52,8 +52,8 @@ Status PreadFull(int fd, void* data, size_t n, uint64_t offset, size_t* got,
                  const std::string& path);
 // Reads a whole (small) file into *out.
 Status ReadFileToString(const std::string& path, std::string* out);
-// Writes data to path through a temporary file, fsync and rename.
-Status WriteFileAtomic(const std::string& path, std::string_view data);
+// Writes data to path (mode `mode`) through a temporary file, fsync and rename.
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode = 0644);
 // mkdir -p.
 Status MakeDirs(const std::string& path, mode_t mode = 0755);
 
@@ -66,6 +66,16 @@ Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t
 // The folder holding `rel` beneath dir_fd (O_PATH | O_DIRECTORY), and the
 // last component in *name; dir_fd itself (duplicated) for a one-component path.
 Result<UniqueFd> OpenParentBeneath(int dir_fd, std::string_view rel, std::string* name);
+// OpenBeneath from the folder `root` (a path the administrator gave, such
+// as the logdir, which may itself be reached through symlinks).
+Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int flags, mode_t mode = 0);
+// The folder `rel` beneath dir_fd, made (mkdirat, `mode`) where missing, one
+// component at a time without following symlinks; opened O_RDONLY |
+// O_DIRECTORY (it can be fsynced). made(rel_so_far, fd_of_parent, name) is
+// called for every folder it creates ("" rel: dir_fd itself, duplicated).
+Result<UniqueFd> MakeDirsBeneath(
+    int dir_fd, std::string_view rel, mode_t mode,
+    const std::function<void(const std::string& rel, int parent_fd, const char* name)>& made = {});
 
 // "a" + "b" -> "a/b"; either side may be empty.
 std::string JoinPath(std::string_view a, std::string_view b);
@@ -80,19 +90,24 @@ bool IsUtf8(std::string_view s);
 std::string_view BaseName(std::string_view path);
 
 struct WalkEntry {
-  std::string rel;   // path relative to the walk root, '/'-separated
+  std::string rel;   // path relative to the walk root, '/'-separated (any length)
   struct stat st;    // lstat of the entry
+  int dir_fd = -1;   // its folder, open during the visit only
+  const char* name = nullptr;  // its name in dir_fd
 };
 
 struct WalkOptions {
   // Relative paths (from the root) of folders not to enter, such as the
   // store folder ".tbfs". Compared exactly.
   std::vector<std::string> skip_dirs;
+  // Where a folder cannot be read, the walk notes it here (one line naming
+  // it) and goes on; without it, the walk stops with that error.
+  std::vector<std::string>* warnings = nullptr;
 };
 
 // Visits every non-directory entry below root (files, symlinks, ...) in
-// sorted path order, without following symlinks. An unreadable folder stops
-// the walk with its error; a missing root is NotFound.
+// sorted path order. Folders are entered by fd, never through a symlink,
+// so paths of any length are walked. A missing root is NotFound.
 Status WalkTree(const std::string& root, const WalkOptions& options,
                 const std::function<void(const WalkEntry&)>& visit);
 

@@ -1,5 +1,6 @@
 #include "events/baseline.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cinttypes>
@@ -197,10 +198,12 @@ std::vector<Failure> CheckBaseline(const std::string& logdir,
       std::string path = JoinPath(logdir, before.path);
       std::string run = RunOf(before.path);
       struct stat st;
-      if (::stat(path.c_str(), &st) != 0) {
+      auto fd = OpenUnder(logdir, before.path, O_PATH);
+      if (!fd.ok() || ::fstat(fd->get(), &st) != 0) {
         per_file[i].push_back({run, "", before.path, 0,
-                               errno == ENOENT ? "file is gone"
-                                               : Status::FromErrno(errno, "stat", path).message()});
+                               !fd.ok() && fd.status().IsNotFound() ? "file is gone"
+                               : !fd.ok() ? fd.status().message()
+                                          : Status::FromErrno(errno, "stat", path).message()});
         continue;
       }
       if (static_cast<uint64_t>(st.st_size) < before.offset_bytes) {
@@ -211,7 +214,7 @@ std::vector<Failure> CheckBaseline(const std::string& logdir,
         continue;
       }
       FileDigest now;
-      Status s = DigestFile(path, before.path, &now, before.offset_bytes);
+      Status s = DigestFile(logdir, before.path, &now, before.offset_bytes);
       if (!s.ok()) {
         per_file[i].push_back({run, "", before.path, now.offset_bytes, s.message()});
         continue;

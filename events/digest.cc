@@ -1,5 +1,7 @@
 #include "events/digest.h"
 
+#include <fcntl.h>
+
 #include <xxhash.h>
 
 #include <bit>
@@ -64,12 +66,14 @@ void AddValue(const EventView& event, const ValueView& value, TagDigest* tag) {
 
 }  // namespace
 
-Status DigestFile(const std::string& abs_path, const std::string& rel_path, FileDigest* out,
+Status DigestFile(const std::string& root, const std::string& rel_path, FileDigest* out,
                   uint64_t limit_offset, std::atomic<uint64_t>* bytes_done) {
   *out = FileDigest();
   out->path = rel_path;
-  auto reader = RecordReader::Open(abs_path, 0, limit_offset);
-  if (!reader.ok()) return reader.status();
+  const std::string abs_path = JoinPath(root, rel_path);
+  auto fd = OpenUnder(root, rel_path, O_RDONLY);
+  if (!fd.ok()) return fd.status();
+  std::unique_ptr<RecordReader> reader = RecordReader::Open(std::move(fd).value(), abs_path, 0, limit_offset);
 
   uint64_t next_checkpoint = kCheckpointBytes;
   EventView event;
@@ -77,7 +81,7 @@ Status DigestFile(const std::string& abs_path, const std::string& rel_path, File
   uint64_t unreported = 0;
   Status status;
 
-  while ((*reader)->Next(&record)) {
+  while (reader->Next(&record)) {
     status = ParseEvent(record.data, &event);
     if (!status.ok()) {
       status = Status::Corruption(abs_path + ": " + status.message() + " at offset " +
@@ -97,7 +101,7 @@ Status DigestFile(const std::string& abs_path, const std::string& rel_path, File
       if (i == 0) it->second.record_bytes += record.framed.size();
     }
     if (out->offset_bytes >= next_checkpoint) {
-      out->checkpoints.push_back({out->offset_bytes, (*reader)->ContentHash()});
+      out->checkpoints.push_back({out->offset_bytes, reader->ContentHash()});
       next_checkpoint = out->offset_bytes + kCheckpointBytes;
     }
     unreported += record.framed.size();
@@ -107,9 +111,9 @@ Status DigestFile(const std::string& abs_path, const std::string& rel_path, File
     }
   }
   if (bytes_done != nullptr) bytes_done->fetch_add(unreported, std::memory_order_relaxed);
-  if (status.ok()) status = (*reader)->status();
-  out->partial_tail = status.ok() && (*reader)->partial_tail();
-  out->content_hash = (*reader)->ContentHash();
+  if (status.ok()) status = reader->status();
+  out->partial_tail = status.ok() && reader->partial_tail();
+  out->content_hash = reader->ContentHash();
   return status;
 }
 

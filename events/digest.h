@@ -71,11 +71,13 @@ inline constexpr char kPluginHistograms[] = "histograms";
 inline constexpr char kPluginImages[] = "images";
 inline constexpr char kPluginAudio[] = "audio";
 
-// Reads the records of `abs_path` up to `limit_offset` into *out (whose
-// path is set to rel_path). Returns OK at a clean end or a partial tail;
-// Corruption or IOError otherwise, with *out covering the records before
-// the error. `bytes_done`, when given, is advanced as bytes are digested.
-Status DigestFile(const std::string& abs_path, const std::string& rel_path, FileDigest* out,
+// Reads the records of the file rel_path beneath the folder `root` (opened
+// without following symlinks, base/fs_util.h OpenUnder) up to
+// `limit_offset` into *out. Returns OK at a clean end or a partial tail;
+// NotFound for a missing file; Corruption or IOError otherwise, with *out
+// covering the records before the error. `bytes_done`, when given, is
+// advanced as bytes are digested.
+Status DigestFile(const std::string& root, const std::string& rel_path, FileDigest* out,
                   uint64_t limit_offset = kNoLimit,
                   std::atomic<uint64_t>* bytes_done = nullptr);
 

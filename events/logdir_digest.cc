@@ -37,8 +37,7 @@ LogdirDigest DigestFiles(const std::string& logdir, const std::vector<std::strin
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next.fetch_add(1); i < paths.size(); i = next.fetch_add(1)) {
-      statuses[i] = DigestFile(JoinPath(logdir, paths[i]), paths[i], &digest.files[i], kNoLimit,
-                               options.bytes_done);
+      statuses[i] = DigestFile(logdir, paths[i], &digest.files[i], kNoLimit, options.bytes_done);
     }
   };
   unsigned threads = options.threads > 0 ? static_cast<unsigned>(options.threads)

@@ -64,9 +64,14 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Open(const std::string& path
                                                          uint64_t limit_offset) {
   auto fd = OpenFile(path, O_RDONLY);
   if (!fd.ok()) return fd.status();
-  ::posix_fadvise(fd->get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  return Open(std::move(fd).value(), path, start_offset, limit_offset);
+}
+
+std::unique_ptr<RecordReader> RecordReader::Open(UniqueFd fd, const std::string& path,
+                                                 uint64_t start_offset, uint64_t limit_offset) {
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   return std::unique_ptr<RecordReader>(
-      new RecordReader(std::move(fd).value(), path, start_offset, limit_offset));
+      new RecordReader(std::move(fd), path, start_offset, limit_offset));
 }
 
 struct RecordReader::HashState {

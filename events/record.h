@@ -68,6 +68,10 @@ class RecordReader {
   static Result<std::unique_ptr<RecordReader>> Open(const std::string& path,
                                                     uint64_t start_offset = 0,
                                                     uint64_t limit_offset = kNoLimit);
+  // The same over a file open already (read-only); `path` names it in errors.
+  static std::unique_ptr<RecordReader> Open(UniqueFd fd, const std::string& path,
+                                            uint64_t start_offset = 0,
+                                            uint64_t limit_offset = kNoLimit);
 
   // Reads the next complete record. Returns false at the end; then status()
   // is OK for a clean end or a partial tail (see partial_tail()), and

@@ -10,7 +10,7 @@ std::vector<Failure> VerifyFiles(const std::string& logdir, const std::vector<Fi
   std::vector<FileDigest> grown;  // files to check again on their baseline prefix
   std::vector<Failure> failures;
   for (size_t i = 0; i < before.size(); ++i) {
-    Status st = DigestFile(JoinPath(logdir, before[i].path), before[i].path, &(*now)[i]);
+    Status st = DigestFile(logdir, before[i].path, &(*now)[i]);
     if (st.IsNotFound() || (*now)[i].offset_bytes != before[i].offset_bytes || !st.ok()) {
       grown.push_back(before[i]);  // CheckBaseline names what went wrong
       continue;

@@ -17,6 +17,7 @@
 #include "fmt/format.h"
 #include "fs/setattr_bits.h"
 #include "spdlog/spdlog.h"
+#include "store/classify.h"
 #include "store/format.h"
 #include "store/restore.h"
 
@@ -49,6 +50,8 @@ int Filesystem::StoreError(const Status& st, const char* tag) {
 }
 
 bool Filesystem::IsHidden(uint64_t parent, const char* name) {
+  // LOGDIR/.tbfs is tbfs's own (the logdir's lock; the store by default).
+  if (parent == InodeTable::kRootId && std::strcmp(name, store::kStoreDirName) == 0) return true;
   if (config_.store_skip.empty()) return false;
   if (parent == InodeTable::kRootId) return config_.store_skip == name;
   if (config_.store_skip.find('/') == std::string::npos) return false;
@@ -282,29 +285,22 @@ int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
     return 0;
   }
   if (v.kind != Kind::kColdDir) return -ENOTDIR;
-  // Recreate the folder chain the cold namespace remembers.
-  std::string partial;
-  size_t start = 0;
+  // Recreate the folder chain the cold namespace remembers, beneath the
+  // logdir without following a symlink a user may have put on the way.
   const std::string& rel = v.cold_path;
-  while (start <= rel.size()) {
-    size_t slash = rel.find('/', start);
-    if (slash == std::string::npos) slash = rel.size();
-    partial = rel.substr(0, slash);
-    mode_t mode = 0755;
-    auto entry = store_->GetEntry(partial);
-    if (entry.ok()) mode = entry->mode() & 07777;
-    if (::mkdirat(inodes_.RootFd(), partial.c_str(), mode) == 0) {
-      if (entry.ok()) ::fchownat(inodes_.RootFd(), partial.c_str(), entry->uid(), entry->gid(), AT_SYMLINK_NOFOLLOW);
-    } else if (errno != EEXIST) {
-      return Errno();
-    }
-    start = slash + 1;
-  }
-  int raw = ::openat(inodes_.RootFd(), rel.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (raw < 0) return Errno();
-  UniqueFd owned(raw);
+  auto made = MakeDirsBeneath(inodes_.RootFd(), rel, 0755,
+                              [&](const std::string& folder, int parent, const char* name) {
+                                auto entry = store_->GetEntry(folder);
+                                if (!entry.ok()) return;
+                                ::fchmodat(parent, name, entry->mode() & 07777, 0);
+                                ::fchownat(parent, name, entry->uid(), entry->gid(), AT_SYMLINK_NOFOLLOW);
+                              });
+  if (!made.ok()) return -(made.status().sys_errno() ? made.status().sys_errno() : EIO);
+  auto opened = OpenBeneath(inodes_.RootFd(), rel, O_PATH | O_DIRECTORY);
+  if (!opened.ok()) return -(opened.status().sys_errno() ? opened.status().sys_errno() : EIO);
+  UniqueFd owned = std::move(opened).value();
   struct stat st;
-  if (::fstat(raw, &st) != 0) return Errno();
+  if (::fstat(owned.get(), &st) != 0) return Errno();
   inodes_.ColdDirToHot(ino, std::move(owned), st);
   Invalidate(ino);  // a backing folder's number now
   *fd = inodes_.View(ino).fd;
@@ -579,7 +575,7 @@ int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
     while (struct dirent* de = ::readdir(dir)) {
       std::string_view n = de->d_name;
       if (n == "." || n == "..") continue;
-      if (ino == InodeTable::kRootId && n == config_.store_skip) continue;
+      if (ino == InodeTable::kRootId && (n == config_.store_skip || n == store::kStoreDirName)) continue;
       if (IsTransientName(n)) continue;
       hot_names.emplace(n);
       dh->entries.push_back({std::string(n), static_cast<mode_t>(DTTOIF(de->d_type)),

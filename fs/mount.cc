@@ -1,5 +1,6 @@
 #include "fs/mount.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <malloc.h>
@@ -32,6 +33,34 @@ namespace {
 std::string RealPath(const std::string& p) {
   char buf[PATH_MAX];
   return ::realpath(p.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+// The absolute path `p` will have: its deepest existing part resolved.
+std::string ResolveExisting(const std::string& p) {
+  std::string head = p, tail;
+  while (!head.empty() && head != "/" && RealPath(head).empty()) {
+    size_t slash = head.find_last_of('/');
+    std::string last = slash == std::string::npos ? head : head.substr(slash + 1);
+    tail = tail.empty() ? last : last + "/" + tail;
+    head = slash == std::string::npos ? "." : slash == 0 ? "/" : head.substr(0, slash);
+  }
+  std::string real = RealPath(head.empty() ? "." : head);
+  return tail.empty() ? real : JoinPath(real, tail);
+}
+
+bool IsEmptyDir(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) return false;
+  bool empty = true;
+  while (struct dirent* de = ::readdir(d)) {
+    std::string_view n = de->d_name;
+    if (n != "." && n != "..") {
+      empty = false;
+      break;
+    }
+  }
+  ::closedir(d);
+  return empty;
 }
 
 // Reports the verdict of a daemon child to its waiting parent.
@@ -237,6 +266,8 @@ std::string ParseMountOptions(const std::string& opts, MountConfig* config) {
       config->config_file = value;
     } else if (key == "foreground") {
       config->foreground = true;
+    } else if (key == "nonempty") {
+      config->nonempty = true;  // libfuse 3 mounts over anything; we ask first
     } else if (key == "nofail" || key == "_netdev" || key == "auto" || key == "noauto" ||
                key == "user" || key == "users" || key == "defaults") {
       // fstab-only words, not for libfuse.
@@ -262,6 +293,25 @@ int RunMount(const MountConfig& mc_in) {
   if (mc.mountpoint == mc.logdir || mc.mountpoint.starts_with(mc.logdir + "/")) {
     return Fail(verdict, "MOUNTPOINT must not be LOGDIR or lie inside it");
   }
+  // The daemon must reach the logdir and its store without going through
+  // its own mount (it would wait for itself forever).
+  auto covers = [&](const std::string& path) {
+    return path == mc.mountpoint || path.starts_with(mc.mountpoint == "/" ? "/" : mc.mountpoint + "/");
+  };
+  if (covers(mc.logdir)) {
+    return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain LOGDIR " + mc.logdir);
+  }
+  {
+    std::string store_abs = mc.store_dir.empty() ? JoinPath(mc.logdir, store::kStoreDirName)
+                                                 : ResolveExisting(mc.store_dir);
+    if (covers(store_abs)) {
+      return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain the store " + store_abs);
+    }
+  }
+  if (!mc.nonempty && !IsEmptyDir(mc.mountpoint)) {
+    return Fail(verdict, "MOUNTPOINT " + mc.mountpoint +
+                             " is not empty; its files would be hidden (-o nonempty to mount anyway)");
+  }
   store::MigrateConfig policy;
   if (!mc.config_file.empty()) {
     auto loaded = store::LoadMigrateConfig(mc.config_file);
@@ -286,12 +336,15 @@ int RunMount(const MountConfig& mc_in) {
   // Store first, recovery before the first request.
   store::OpenOptions so;
   so.create_if_missing = true;
+  so.logdir = mc.logdir;
+  so.holder = fmt::format("the tbfs mount on {} (pid {})", mc.mountpoint, ::getpid());
   auto opened = store::ColdStore::Open(store_dir, so);
   if (!opened.ok()) return Fail(verdict, opened.status().message());
   std::unique_ptr<store::ColdStore> store = std::move(opened).value();
   store_dir = RealPath(store_dir);
   if (!mc.foreground) {
     auto logger = spdlog::basic_logger_mt("tbfs-mount", JoinPath(store_dir, "tbfs-mount.log"));
+    ::chmod(JoinPath(store_dir, "tbfs-mount.log").c_str(), 0600);  // the store is private
     spdlog::set_default_logger(logger);
     spdlog::set_level(spdlog::level::info);
     spdlog::flush_every(std::chrono::seconds(2));
@@ -350,7 +403,7 @@ int RunMount(const MountConfig& mc_in) {
     return Fail(verdict, "cannot mount on " + mc.mountpoint + " (see above; is /dev/fuse usable?)");
   }
   (void)WriteFileAtomic(JoinPath(store_dir, kMountInfoFile),
-                        fmt::format("{} {}\n", mc.mountpoint, ::getpid()));
+                        fmt::format("{} {}\n", mc.mountpoint, ::getpid()), 0600);
   // Modes of what callers create are exactly what they asked: the kernel
   // applied their umask already. (Everything the daemon writes for itself
   // from here on has an explicit mode.)

@@ -23,13 +23,14 @@ struct MountConfig {
   uint64_t cache_bytes = 256ull << 20;
   bool migrate = true;            // background migration
   bool foreground = false;
+  bool nonempty = false;          // allow a mount point that is not empty
   std::string config_file;        // YAML policy (store/config.h)
   std::vector<std::string> fuse_options;  // passed to libfuse as -o
 };
 
 // Parses a mount -o string: our keys (store=, cold_after=, cache=,
-// no_migrate, config=, migrate_interval=) go into *config, the rest into
-// config->fuse_options. Returns "" or a one-line error.
+// no_migrate, config=, migrate_interval=, nonempty) go into *config, the
+// rest into config->fuse_options. Returns "" or a one-line error.
 std::string ParseMountOptions(const std::string& opts, MountConfig* config);
 
 // Runs the mount; returns the process exit status (0 clean unmount, 2 error).

@@ -107,7 +107,9 @@ int Filesystem::Rehydrate(uint64_t ino) {
         spdlog::warn("rehydrate {}: {}", m->path(), st.message());
         return -ESTALE;
       }
-      if (err == ENOSPC || err == EDQUOT) {
+      if (err != 0 && err != EIO) {
+        // Its own error: no space (ENOSPC, EDQUOT), or a folder on its path
+        // that is a symlink now (ELOOP, ENOTDIR), never followed.
         spdlog::warn("rehydrate {}: {}", m->path(), st.message());
         return -err;
       }

@@ -38,7 +38,7 @@ bool SameFilesystem(const std::string& a, const std::string& b) {
 Status WriteBackup(const std::string& logdir, const std::vector<std::string>& rel_paths,
                    const std::string& dir, std::string* archive_path,
                    std::atomic<uint64_t>* progress) {
-  TBFS_RETURN_IF_ERROR(MakeDirs(dir));
+  TBFS_RETURN_IF_ERROR(MakeDirs(dir, 0700));
   time_t now = ::time(nullptr);
   struct tm tm;
   gmtime_r(&now, &tm);
@@ -48,10 +48,14 @@ Status WriteBackup(const std::string& logdir, const std::vector<std::string>& re
                   ::getpid());
   std::string tmp = final_path + ".partial";
 
+  // 0600: the backup holds files whose modes kept others out.
+  auto out = OpenFile(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+  if (!out.ok()) return out.status();
   std::unique_ptr<struct archive, ArchiveCloser> a(archive_write_new());
   if (archive_write_add_filter_zstd(a.get()) != ARCHIVE_OK ||
       archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
-      archive_write_open_filename(a.get(), tmp.c_str()) != ARCHIVE_OK) {
+      archive_write_open_fd(a.get(), out->get()) != ARCHIVE_OK) {
+    ::unlink(tmp.c_str());
     return ArchiveError(a.get(), "create backup " + tmp);
   }
   auto fail = [&](Status st) {
@@ -62,7 +66,7 @@ Status WriteBackup(const std::string& logdir, const std::vector<std::string>& re
   std::string buf(1 << 20, '\0');
   for (const std::string& rel : rel_paths) {
     std::string path = JoinPath(logdir, rel);
-    auto fd = OpenFile(path, O_RDONLY | O_NOFOLLOW);
+    auto fd = OpenUnder(logdir, rel, O_RDONLY | O_NONBLOCK);
     if (!fd.ok()) return fail(fd.status());
     struct stat st;
     if (::fstat(fd->get(), &st) != 0) return fail(Status::FromErrno(errno, "fstat", path));
@@ -92,12 +96,9 @@ Status WriteBackup(const std::string& logdir, const std::vector<std::string>& re
     ::unlink(tmp.c_str());
     return ArchiveError(a.get(), "finish backup " + tmp);
   }
-  {
-    auto fd = OpenFile(tmp, O_RDONLY);
-    if (!fd.ok() || ::fsync(fd->get()) != 0) {
-      ::unlink(tmp.c_str());
-      return Status::FromErrno(errno, "fsync", tmp);
-    }
+  if (::fsync(out->get()) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::FromErrno(errno, "fsync", tmp);
   }
   if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
     Status st = Status::FromErrno(errno, "rename", final_path);

@@ -1,6 +1,7 @@
 #include "base/time_util.h"
 #include "store/cold_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include "base/fs_util.h"
 #include "fmt/format.h"
 #include "store/format.h"
+#include "store/store_dir.h"
 
 namespace tbfs::store {
 
@@ -43,10 +45,21 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
   BackendOptions bo;
   bo.create_if_missing = options.create_if_missing;
   bo.read_only = options.read_only;
+  UniqueFd lock;
+  if (!options.read_only && !options.logdir.empty()) {
+    auto taken = LockLogdir(options.logdir, options.holder);
+    if (!taken.ok()) return taken.status();
+    lock = std::move(taken).value();
+  }
   if (options.create_if_missing) TBFS_RETURN_IF_ERROR(MakeDirs(dir, 0700));
+  if (!options.read_only) {
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) TBFS_RETURN_IF_ERROR(MakeStorePrivate(dir));
+  }
   auto backend = OpenRocksBackend(dir, bo);
   if (!backend.ok()) return backend.status();
   std::unique_ptr<ColdStore> store(new ColdStore(dir, std::move(backend).value()));
+  store->logdir_lock_ = std::move(lock);
   TBFS_RETURN_IF_ERROR(store->Init(options));
   return store;
 }
@@ -159,7 +172,8 @@ storepb::Entry FolderEntry(const std::string& logdir, const std::string& folder,
   storepb::Entry dir;
   dir.set_kind(storepb::Entry::DIR);
   struct stat sb;
-  if (::stat(JoinPath(logdir, folder).c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+  auto fd = OpenUnder(logdir, folder, O_PATH | O_DIRECTORY);
+  if (fd.ok() && ::fstat(fd->get(), &sb) == 0 && S_ISDIR(sb.st_mode)) {
     dir.set_mode(sb.st_mode);
     dir.set_uid(sb.st_uid);
     dir.set_gid(sb.st_gid);

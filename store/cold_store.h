@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/fs_util.h"
 #include "base/status.h"
 #include "store/backend.h"
 #include "store/chunk.h"
@@ -30,6 +31,12 @@ inline constexpr int kDefaultZstdLevel = 9;
 struct OpenOptions {
   bool create_if_missing = false;
   bool read_only = false;
+  // Writers: the logdir whose lock the store holds while it is open (see
+  // store/store_dir.h; one tbfs writer per logdir, whatever its store), and
+  // how the lock names this process to whoever is refused. Writers also
+  // make the store's folder private. Default: no lock (tests, tools).
+  std::string logdir;
+  std::string holder;
   uint32_t chunk_bytes = kDefaultChunkBytes;  // recorded at creation
   int level = kDefaultZstdLevel;              // recorded at creation
 };
@@ -42,7 +49,8 @@ struct ChildEntry {
 class ColdStore {
  public:
   // NotFound when there is no store and !create_if_missing; NotSupported
-  // for an unknown format version; Busy when another process holds it.
+  // for an unknown format version; Busy when another process holds it, or
+  // holds options.logdir.
   static Result<std::unique_ptr<ColdStore>> Open(const std::string& dir,
                                                  const OpenOptions& options);
 
@@ -132,6 +140,7 @@ class ColdStore {
   Status Init(const OpenOptions& options);
   void RemoveChunks(WriteBatch* batch, uint64_t file_id);
 
+  UniqueFd logdir_lock_;  // held while open (OpenOptions::logdir)
   std::string dir_;
   std::unique_ptr<Backend> backend_;
   storepb::StoreInfo info_;

@@ -1,5 +1,6 @@
 #include "store/config.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <set>
@@ -13,11 +14,15 @@ namespace {
 Status CheckKeys(const YAML::Node& node, const std::set<std::string>& allowed,
                  const std::string& where) {
   if (!node.IsMap()) return Status::InvalidArgument(where + " must be a mapping");
+  std::set<std::string> seen;
   for (const auto& kv : node) {
     std::string key = kv.first.as<std::string>();
+    std::string line = "line " + std::to_string(kv.first.Mark().line + 1);
     if (!allowed.count(key)) {
-      return Status::InvalidArgument("unknown key '" + key + "' in " + where +
-                                     " (line " + std::to_string(kv.first.Mark().line + 1) + ")");
+      return Status::InvalidArgument("unknown key '" + key + "' in " + where + " (" + line + ")");
+    }
+    if (!seen.insert(key).second) {
+      return Status::InvalidArgument(where + ": " + line + ": '" + key + "' is given twice");
     }
   }
   return Status::OK();
@@ -65,6 +70,9 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
       TBFS_RETURN_IF_ERROR(CheckKeys(v, {"must_have_tags"}, origin + ": validate"));
       config.must_have_tags = StringList(v["must_have_tags"]);
     }
+  } catch (const YAML::DeepRecursion& e) {
+    return Status::InvalidArgument(origin + ": line " + std::to_string(e.mark.line + 1) +
+                                   ": nested too deep (" + std::to_string(e.depth()) + " levels)");
   } catch (const YAML::Exception& e) {
     std::string msg = e.msg;
     return Status::InvalidArgument(origin + ": line " + std::to_string(e.mark.line + 1) + ": " +

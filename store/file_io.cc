@@ -43,13 +43,6 @@ std::vector<std::unique_ptr<ChunkCodec>> Codecs(const WorkPool& pool) {
 
 size_t WaveChunks(const WorkPool& pool) { return static_cast<size_t>(pool.size()) * 2; }
 
-Status FsyncDir(const std::string& dir) {
-  auto fd = OpenFile(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
-  if (!fd.ok()) return fd.status();
-  if (::fsync(fd->get()) != 0) return Status::FromErrno(errno, "fsync", dir);
-  return Status::OK();
-}
-
 }  // namespace
 
 Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir,
@@ -155,15 +148,13 @@ Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* 
   return Status::OK();
 }
 
-Status HashFile(const std::string& path, uint64_t* size, Hash128* out) {
-  auto fd = OpenFile(path, O_RDONLY);
-  if (!fd.ok()) return fd.status();
+Status HashFd(int fd, const std::string& path, uint64_t* size, Hash128* out) {
   std::string buf(1 << 20, '\0');
   Xxh128 hash;
   *size = 0;
   for (;;) {
     size_t got = 0;
-    TBFS_RETURN_IF_ERROR(PreadFull(fd->get(), buf.data(), buf.size(), *size, &got, path));
+    TBFS_RETURN_IF_ERROR(PreadFull(fd, buf.data(), buf.size(), *size, &got, path));
     if (got == 0) break;
     hash.Update(std::string_view(buf.data(), got));
     *size += got;
@@ -172,22 +163,36 @@ Status HashFile(const std::string& path, uint64_t* size, Hash128* out) {
   return Status::OK();
 }
 
-std::string TempPathFor(const std::string& dest_path, uint64_t file_id) {
-  std::string dir = ParentPath(dest_path);
-  std::string name = fmt::format(".{}.tbfs-tmp-{}", BaseName(dest_path), file_id);
-  return dir.empty() ? name : dir + "/" + name;
+std::string TempNameFor(std::string_view name, uint64_t file_id) {
+  return fmt::format(".{}.tbfs-tmp-{}", name, file_id);
 }
 
-Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& dest,
-                       const MaterializeOptions& options) {
-  std::string dir = ParentPath(dest);
-  TBFS_RETURN_IF_ERROR(MakeDirs(dir));
-  std::string tmp = TempPathFor(dest, m.file_id());
-  ::unlink(tmp.c_str());  // left over by a crash
-  auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (!fd.ok()) return fd.status();
+Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& root,
+                       const std::string& rel, const MaterializeOptions& options) {
+  const std::string dest = JoinPath(root, rel);  // for messages
+  auto root_fd = OpenFile(root, O_PATH | O_DIRECTORY);
+  if (!root_fd.ok()) return root_fd.status();
+  // Folders missing on the way, made beneath root without following links.
+  auto made = [&](const std::string& folder, int parent, const char* name) {
+    if (!options.folders_as_stored) return;
+    auto entry = store.GetEntry(folder);
+    if (!entry.ok()) return;
+    (void)::fchmodat(parent, name, entry->mode() & 07777, 0);
+    if (options.keep_owner) (void)::fchownat(parent, name, entry->uid(), entry->gid(), AT_SYMLINK_NOFOLLOW);
+  };
+  auto dir = MakeDirsBeneath(root_fd->get(), ParentPath(rel), 0755, made);
+  if (!dir.ok()) {
+    if (dir.status().sys_errno() == 0) return dir.status();
+    return Status::FromErrno(dir.status().sys_errno(), "make the folders of", dest);
+  }
+  const std::string name(BaseName(rel));
+  const std::string tmp = TempNameFor(name, m.file_id());
+  const int dfd = dir->get();
+  ::unlinkat(dfd, tmp.c_str(), 0);  // left over by a crash
+  UniqueFd fd(::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Status::FromErrno(errno, "create", JoinPath(ParentPath(dest), tmp));
   auto fail = [&](Status st) {
-    ::unlink(tmp.c_str());
+    ::unlinkat(dfd, tmp.c_str(), 0);
     return st;
   };
 
@@ -204,7 +209,7 @@ Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::
     for (size_t i = 0; i < n; ++i) {
       if (!status[i].ok()) return fail(status[i]);
       hash.Update(raw[i]);
-      Status st = WriteAll(fd->get(), raw[i].data(), raw[i].size(), tmp);
+      Status st = WriteAll(fd.get(), raw[i].data(), raw[i].size(), dest);
       if (!st.ok()) return fail(st);
       if (options.progress) options.progress->fetch_add(raw[i].size(), std::memory_order_relaxed);
     }
@@ -212,22 +217,22 @@ Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::
   if (!(hash.Digest() == ManifestHash(m))) {
     return fail(Status::Corruption(m.path() + ": content hash differs from the manifest"));
   }
-  if (options.keep_owner && ::fchown(fd->get(), m.uid(), m.gid()) != 0 && errno != EPERM) {
-    return fail(Status::FromErrno(errno, "chown", tmp));
+  if (options.keep_owner && ::fchown(fd.get(), m.uid(), m.gid()) != 0 && errno != EPERM) {
+    return fail(Status::FromErrno(errno, "chown", dest));
   }
-  if (::fchmod(fd->get(), m.mode() & 07777) != 0) return fail(Status::FromErrno(errno, "chmod", tmp));
-  struct timespec times[2] = {{m.atime_ns() / 1'000'000'000, m.atime_ns() % 1'000'000'000},
-                              {m.mtime_ns() / 1'000'000'000, m.mtime_ns() % 1'000'000'000}};
-  if (::futimens(fd->get(), times) != 0) return fail(Status::FromErrno(errno, "utimens", tmp));
-  if (options.sync && ::fsync(fd->get()) != 0) return fail(Status::FromErrno(errno, "fsync", tmp));
-  if (options.before_rename) options.before_rename(fd->get());
-  fd->reset();
+  if (::fchmod(fd.get(), m.mode() & 07777) != 0) return fail(Status::FromErrno(errno, "chmod", dest));
+  struct timespec times[2] = {FromNs(m.atime_ns()), FromNs(m.mtime_ns())};
+  if (::futimens(fd.get(), times) != 0) return fail(Status::FromErrno(errno, "utimens", dest));
+  if (options.sync && ::fsync(fd.get()) != 0) return fail(Status::FromErrno(errno, "fsync", dest));
+  if (options.before_rename) options.before_rename(fd.get());
+  fd.reset();
 
   unsigned flags = options.replace ? 0 : RENAME_NOREPLACE;
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dest.c_str(), flags) != 0) {
+  if (::renameat2(dfd, tmp.c_str(), dfd, name.c_str(), flags) != 0) {
     return fail(Status::FromErrno(errno, "rename into place", dest));
   }
-  return options.sync ? FsyncDir(dir) : Status::OK();
+  if (options.sync && ::fsync(dfd) != 0) return Status::FromErrno(errno, "fsync", ParentPath(dest));
+  return Status::OK();
 }
 
 }  // namespace tbfs::store

@@ -55,6 +55,9 @@ struct MaterializeOptions {
   bool keep_owner = true;      // chown to the manifest's uid/gid (EPERM ignored when not root)
   bool replace = false;        // replace an existing file at the destination
   bool sync = true;            // fsync the file and its folder (export does not need it)
+  // Folders missing on the way are made as the store's namespace remembers
+  // them (mode, owner); otherwise 0755, owned by whoever runs tbfs.
+  bool folders_as_stored = false;
   WorkPool* pool = nullptr;    // required
   std::atomic<uint64_t>* progress = nullptr;
   // Called with the finished temporary file (content, mode and times in
@@ -62,18 +65,20 @@ struct MaterializeOptions {
   std::function<void(int fd)> before_rename;
 };
 
-// Writes m's content to dest_path: into a temporary file beside it
-// (TempPathFor), fsynced, with the manifest's mode and times, then renamed
+// Writes m's content to `rel` beneath the folder `root`, never following a
+// symlink (a folder swapped for one fails the write with ELOOP or ENOTDIR;
+// nothing is written elsewhere): into a temporary file beside it
+// (TempNameFor), fsynced, with the manifest's mode and times, then renamed
 // into place (refusing to replace an existing file unless asked) and the
 // folder fsynced. The content hash is checked on the way; on any error the
-// temporary file is removed and nothing is left at dest_path.
-Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& dest_path,
-                       const MaterializeOptions& options);
+// temporary file is removed and nothing is left at the destination.
+Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& root,
+                       const std::string& rel, const MaterializeOptions& options);
 
-// XXH3-128 and size of a file's content, as a manifest records them.
-Status HashFile(const std::string& path, uint64_t* size, Hash128* hash);
+// XXH3-128 and size of the content of the file open as fd.
+Status HashFd(int fd, const std::string& path, uint64_t* size, Hash128* hash);
 
-// The temporary name MaterializeFile uses for a destination.
-std::string TempPathFor(const std::string& dest_path, uint64_t file_id);
+// The temporary name MaterializeFile uses for a destination named `name`.
+std::string TempNameFor(std::string_view name, uint64_t file_id);
 
 }  // namespace tbfs::store

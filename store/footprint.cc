@@ -35,7 +35,9 @@ Result<Footprint> ScanLogdir(const std::string& logdir, const Policy& policy,
   Footprint fp;
   std::vector<FileEntry> files;
   std::vector<std::string> event_files;
-  Status st = WalkTree(logdir, options.walk, [&](const WalkEntry& e) {
+  WalkOptions walk = options.walk;
+  walk.warnings = &fp.warnings;  // an unreadable folder is named; the rest is counted
+  Status st = WalkTree(logdir, walk, [&](const WalkEntry& e) {
     if (!S_ISREG(e.st.st_mode)) return;
     FileEntry entry{e.rel, static_cast<uint64_t>(e.st.st_size), policy.Classify(e.rel)};
     ClassTotal& total = fp.classes[static_cast<int>(entry.cls)];

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,31 +22,41 @@ std::vector<std::string_view> Split(std::string_view s) {
   return parts;
 }
 
-bool MatchFrom(const std::vector<std::string_view>& pat, size_t pi,
-               const std::vector<std::string_view>& path, size_t si) {
-  while (pi < pat.size()) {
-    if (pat[pi] == "**") {
-      // Collapse runs of "**", then try every split point.
-      while (pi + 1 < pat.size() && pat[pi + 1] == "**") ++pi;
-      for (size_t k = si; k <= path.size(); ++k) {
-        if (MatchFrom(pat, pi + 1, path, k)) return true;
-      }
-      return false;
-    }
-    if (si >= path.size()) return false;
-    std::string p(pat[pi]);
-    std::string s(path[si]);
-    if (::fnmatch(p.c_str(), s.c_str(), 0) != 0) return false;
-    ++pi;
-    ++si;
+// Whether pat[pi..] matches path[si..], each (pi, si) decided once: time
+// O(pattern segments x path segments), whatever the number of "**".
+class Matcher {
+ public:
+  Matcher(const std::vector<std::string_view>& pat, const std::vector<std::string_view>& path)
+      : pat_(pat), path_(path), memo_((pat.size() + 1) * (path.size() + 1), -1) {}
+
+  bool Match(size_t pi, size_t si) {
+    int8_t& m = memo_[pi * (path_.size() + 1) + si];
+    if (m < 0) m = Decide(pi, si) ? 1 : 0;
+    return m == 1;
   }
-  return si == path.size();
-}
+
+ private:
+  bool Decide(size_t pi, size_t si) {
+    if (pi == pat_.size()) return si == path_.size();
+    if (pat_[pi] == "**") {
+      // Nothing more of the path, or one more segment, for the "**".
+      return Match(pi + 1, si) || (si < path_.size() && Match(pi, si + 1));
+    }
+    if (si >= path_.size()) return false;
+    std::string p(pat_[pi]), s(path_[si]);
+    return ::fnmatch(p.c_str(), s.c_str(), 0) == 0 && Match(pi + 1, si + 1);
+  }
+
+  const std::vector<std::string_view>& pat_;
+  const std::vector<std::string_view>& path_;
+  std::vector<int8_t> memo_;
+};
 
 }  // namespace
 
 bool GlobMatch(std::string_view pattern, std::string_view path) {
-  return MatchFrom(Split(pattern), 0, Split(path), 0);
+  std::vector<std::string_view> pat = Split(pattern), parts = Split(path);
+  return Matcher(pat, parts).Match(0, 0);
 }
 
 bool HasGlobChars(std::string_view s) {

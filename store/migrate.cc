@@ -55,10 +55,6 @@ std::string AsideName(std::string_view name, uint64_t file_id) {
   return fmt::format(".{}.tbfs-mig-{}", name, file_id);
 }
 
-std::string AsidePathFor(const std::string& path, uint64_t file_id) {
-  return JoinPath(ParentPath(path), AsideName(BaseName(path), file_id));
-}
-
 // A read lease on the file open (read-only) as fd. The kernel refuses it
 // while any process has the file open for writing and breaks it when one
 // opens it for writing or truncates it; the opener then waits (at most
@@ -105,20 +101,21 @@ Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manif
                WorkPool* pool, MoveObserver* observer, std::string* dest, std::string* note) {
   MaterializeOptions mo;
   mo.pool = pool;
+  mo.folders_as_stored = true;
   if (observer != nullptr) {
     mo.before_rename = [&](int fd) {
       struct stat sb;
       if (::fstat(fd, &sb) == 0) observer->PutBack(m.file_id(), fd, sb);
     };
   }
-  *dest = JoinPath(logdir, m.path());
-  Status st = MaterializeFile(store, m, *dest, mo);
+  *dest = m.path();
+  Status st = MaterializeFile(store, m, logdir, *dest, mo);
   if (st.sys_errno() == EEXIST) {
-    std::string aside = fmt::format("{}.tbfs-recovered-{}", *dest, m.file_id());
-    *note = fmt::format("{} was recreated meanwhile; the migrated content is back as {}", *dest,
-                        aside);
+    std::string aside = fmt::format("{}.tbfs-recovered-{}", m.path(), m.file_id());
+    *note = fmt::format("{} was recreated meanwhile; the migrated content is back as {}",
+                        JoinPath(logdir, m.path()), JoinPath(logdir, aside));
     *dest = aside;
-    st = MaterializeFile(store, m, aside, mo);
+    st = MaterializeFile(store, m, logdir, aside, mo);
   }
   return st;
 }
@@ -401,7 +398,7 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   std::vector<std::string> affected = AffectedEventFiles(event_files, batch);
   std::vector<events::FileDigest> before(affected.size());
   for (size_t i = 0; i < affected.size(); ++i) {
-    Status st = events::DigestFile(JoinPath(logdir_, affected[i]), affected[i], &before[i]);
+    Status st = events::DigestFile(logdir_, affected[i], &before[i]);
     if (!st.ok()) {
       for (FileResult& f : result.files) f.reason = "cannot take the verifier baseline: " + st.message();
       return result;
@@ -520,7 +517,11 @@ Status FindCandidates(const std::string& logdir, const CandidateOptions& options
   candidates->clear();
   skipped->clear();
   const int64_t now_s = NowNs() / 1'000'000'000;
-  return WalkTree(logdir, options.walk, [&](const WalkEntry& e) {
+  // A folder that cannot be read is named among the skipped; the rest goes on.
+  std::vector<std::string> warnings;
+  WalkOptions walk = options.walk;
+  walk.warnings = &warnings;
+  Status st = WalkTree(logdir, walk, [&](const WalkEntry& e) {
     FileClass cls = options.policy.Classify(e.rel);
     if (!IsTraceClass(cls)) return;
     if (!options.classes.empty() &&
@@ -542,6 +543,8 @@ Status FindCandidates(const std::string& logdir, const CandidateOptions& options
     if (age < options.older_than_s) return skip(fmt::format("modified {}s ago", age));
     candidates->push_back({e.rel, cls, static_cast<uint64_t>(e.st.st_size)});
   });
+  for (std::string& w : warnings) skipped->push_back({"", std::move(w)});
+  return st;
 }
 
 Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
@@ -605,27 +608,39 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
   std::vector<storepb::JournalRecord> records;
   TBFS_RETURN_IF_ERROR(store.ListJournal(&records));
   if (records.empty()) return result;
+  auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
+  if (!root.ok()) return root.status();
   WorkPool pool(0);
   for (const storepb::JournalRecord& record : records) {
     result.batches++;
     const bool restoring = record.kind() == storepb::JournalRecord::RESTORE;
+    bool keep_record = false;
     for (const storepb::JournalEntry& e : record.entries()) {
-      std::string path = JoinPath(logdir, e.path());
-      ::unlink(TempPathFor(path, e.file_id()).c_str());  // a copy-out cut short
+      const std::string path = JoinPath(logdir, e.path());  // for notes
       auto manifest = store.GetManifest(e.file_id());
       if (!manifest.ok() && !manifest.status().IsNotFound()) return manifest.status();
-      // A file left aside goes back under its name (beside it, when a new
-      // file took the name), and is then judged like any other.
-      std::string aside = AsidePathFor(path, e.file_id());
-      if (!restoring && ::renameat2(AT_FDCWD, aside.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0 &&
-          errno == EEXIST) {
-        std::string beside = fmt::format("{}.tbfs-recovered-{}", path, e.file_id());
-        if (::rename(aside.c_str(), beside.c_str()) == 0) {
-          result.notes.push_back(path + " was recreated meanwhile; the migrated content is back as " + beside);
-        }
-      }
+      // Everything beneath the logdir, through its folder's fd: a folder
+      // swapped for a symlink is not followed (then the file counts as gone).
+      std::string name;
+      auto dir = OpenParentBeneath(root->get(), e.path(), &name);
       struct stat st;
-      bool exists = ::lstat(path.c_str(), &st) == 0;
+      bool exists = false;
+      if (dir.ok()) {
+        const int dfd = dir->get();
+        ::unlinkat(dfd, TempNameFor(name, e.file_id()).c_str(), 0);  // a copy-out cut short
+        // A file left aside goes back under its name (beside it, when a new
+        // file took the name), and is then judged like any other.
+        const std::string aside = AsideName(name, e.file_id());
+        if (!restoring && ::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) != 0 &&
+            errno == EEXIST) {
+          std::string beside = fmt::format("{}.tbfs-recovered-{}", name, e.file_id());
+          if (::renameat2(dfd, aside.c_str(), dfd, beside.c_str(), RENAME_NOREPLACE) == 0) {
+            result.notes.push_back(path + " was recreated meanwhile; the migrated content is back as " +
+                                   JoinPath(ParentPath(path), beside));
+          }
+        }
+        exists = ::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+      }
 
       if (restoring) {
         // Finished where the file is in place, undone (still cold) otherwise.
@@ -651,10 +666,11 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
       if (exists && static_cast<uint64_t>(st.st_size) == manifest->size() && S_ISREG(st.st_mode)) {
         // Possibly our own put-back, cut short before the store copy was
         // dropped: the copy may go if the content is the same.
+        UniqueFd fd(::openat(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
         uint64_t size = 0;
         Hash128 hash;
-        bool same = HashFile(path, &size, &hash).ok() && size == manifest->size() &&
-                    hash == ManifestHash(*manifest);
+        bool same = fd.valid() && HashFd(fd.get(), path, &size, &hash).ok() &&
+                    size == manifest->size() && hash == ManifestHash(*manifest);
         if (same) {
           TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
           result.dropped++;
@@ -662,12 +678,21 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
         }
       }
       std::string dest, note;
-      TBFS_RETURN_IF_ERROR(PutBack(store, logdir, *manifest, &pool, nullptr, &dest, &note));
+      Status put = PutBack(store, logdir, *manifest, &pool, nullptr, &dest, &note);
+      if (!put.ok() && put.sys_errno() != 0 && put.sys_errno() != ENOSPC && put.sys_errno() != EDQUOT &&
+          put.sys_errno() != EIO) {
+        // Its folder cannot be reached beneath the logdir (a symlink now):
+        // it stays cold, visible through a mount, and is tried again later.
+        result.notes.push_back(path + " stays in the store: " + put.message());
+        keep_record = true;
+        continue;
+      }
+      TBFS_RETURN_IF_ERROR(put);
       if (!note.empty()) result.notes.push_back(note);
       TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
       result.restored++;
     }
-    TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
+    if (!keep_record) TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
   }
   return result;
 }

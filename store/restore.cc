@@ -1,6 +1,7 @@
 #include "base/time_util.h"
 #include "store/restore.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -66,16 +67,17 @@ Status SelectCold(ColdStore& store, const std::vector<std::string>& paths,
 
 Status RestoreOne(ColdStore& store, const std::string& logdir, const storepb::Manifest& m,
                   const RestoreOptions& options) {
-  std::string dest = JoinPath(logdir, m.path());
-  struct stat st;
-  if (::lstat(dest.c_str(), &st) == 0) {
-    return Status::FromErrno(EEXIST, "restore (a file exists at this path; left cold)", dest);
+  auto existing = OpenUnder(logdir, m.path(), O_PATH);
+  if (existing.ok()) {
+    return Status::FromErrno(EEXIST, "restore (a file exists at this path; left cold)",
+                             JoinPath(logdir, m.path()));
   }
   MaterializeOptions mo;
   mo.pool = options.pool;
   mo.progress = options.progress;
+  mo.folders_as_stored = true;
   if (options.placing) mo.before_rename = [&](int fd) { options.placing(m, fd); };
-  TBFS_RETURN_IF_ERROR(MaterializeFile(store, m, dest, mo));
+  TBFS_RETURN_IF_ERROR(MaterializeFile(store, m, logdir, m.path(), mo));
   MaybeCrash("restore.in_place");
   MaybePause("restore.in_place");
   if (options.placed) options.placed(m);
@@ -122,6 +124,7 @@ Result<CopyResult> Export(ColdStore& store, const std::string& to_dir,
                           const std::vector<storepb::Manifest>& files, bool force, WorkPool* pool,
                           std::atomic<uint64_t>* progress) {
   CopyResult result;
+  TBFS_RETURN_IF_ERROR(MakeDirs(to_dir));
   MaterializeOptions mo;
   mo.pool = pool;
   mo.progress = progress;
@@ -133,7 +136,7 @@ Result<CopyResult> Export(ColdStore& store, const std::string& to_dir,
       result.failed.push_back({m.path(), "path would escape the export folder"});
       continue;
     }
-    Status s = MaterializeFile(store, m, JoinPath(to_dir, m.path()), mo);
+    Status s = MaterializeFile(store, m, to_dir, m.path(), mo);
     if (!s.ok()) {
       result.failed.push_back(
           {m.path(), s.sys_errno() == EEXIST ? "exists in the export folder (use --force)"

@@ -2,6 +2,8 @@
 // Chunk values (already zstd) live in integrated BlobDB blob files with
 // RocksDB's own compression off; the small records use RocksDB's defaults.
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/utilities/options_util.h>
 #include <sys/stat.h>
@@ -9,6 +11,7 @@
 #include <array>
 
 #include "store/backend.h"
+#include "store/store_dir.h"
 
 namespace tbfs::store {
 
@@ -141,6 +144,60 @@ class RocksBackend final : public Backend {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
 };
 
+// RocksDB's files, made 0600 as they are created, whatever the process's
+// umask (the mount runs with umask 0 so that what users create has exactly
+// the mode they asked for).
+class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
+ public:
+  explicit PrivateFileSystem(const std::shared_ptr<rocksdb::FileSystem>& target)
+      : rocksdb::FileSystemWrapper(target) {}
+  static const char* kClassName() { return "TbfsPrivateFileSystem"; }
+  const char* Name() const override { return kClassName(); }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* dbg) override {
+    return Private(f, target()->NewWritableFile(f, o, r, dbg));
+  }
+  rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                       rocksdb::IODebugContext* dbg) override {
+    return Private(f, target()->ReopenWritableFile(f, o, r, dbg));
+  }
+  rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
+                                      const rocksdb::FileOptions& o,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                      rocksdb::IODebugContext* dbg) override {
+    return Private(f, target()->ReuseWritableFile(f, old, o, r, dbg));
+  }
+  rocksdb::IOStatus NewRandomRWFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSRandomRWFile>* r,
+                                    rocksdb::IODebugContext* dbg) override {
+    return Private(f, target()->NewRandomRWFile(f, o, r, dbg));
+  }
+  rocksdb::IOStatus LockFile(const std::string& f, const rocksdb::IOOptions& o,
+                             rocksdb::FileLock** l, rocksdb::IODebugContext* dbg) override {
+    return Private(f, target()->LockFile(f, o, l, dbg));
+  }
+  rocksdb::IOStatus NewLogger(const std::string& f, const rocksdb::IOOptions& o,
+                              std::shared_ptr<rocksdb::Logger>* r,
+                              rocksdb::IODebugContext* dbg) override {
+    return Private(f, target()->NewLogger(f, o, r, dbg));
+  }
+
+ private:
+  static rocksdb::IOStatus Private(const std::string& f, rocksdb::IOStatus s) {
+    if (s.ok()) ::chmod(f.c_str(), 0600);
+    return s;
+  }
+};
+
+rocksdb::Env* PrivateEnv() {
+  static const std::unique_ptr<rocksdb::Env> env =
+      rocksdb::NewCompositeEnv(std::make_shared<PrivateFileSystem>(rocksdb::FileSystem::Default()));
+  return env.get();
+}
+
 rocksdb::ColumnFamilyOptions SpaceOptions(Space space) {
   rocksdb::ColumnFamilyOptions o;
   // The small records need little memtable; the mount's RSS counts it.
@@ -173,12 +230,14 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
     std::vector<std::string> children;
     rocksdb::Env::Default()->GetChildren(dir, &children);
     for (const auto& c : children) {
-      if (c != "." && c != "..") {
+      if (c != "." && c != ".." && c != kLogdirLockName) {
         return Status::InvalidArgument(dir + " exists and is not a tbfs store; refusing to use it");
       }
     }
   }
   rocksdb::DBOptions db_options;
+  // The store's files are 0600, its folder 0700 (MakeStorePrivate).
+  db_options.env = PrivateEnv();
   db_options.create_if_missing = options.create_if_missing;
   db_options.create_missing_column_families = options.create_if_missing;
   db_options.max_background_jobs = 2;

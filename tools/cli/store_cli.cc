@@ -58,9 +58,15 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation&
                                                             const std::string& command) {
   store::OpenOptions options;
   options.create_if_missing = create;
+  options.logdir = loc.logdir;
+  options.holder = fmt::format("tbfs {} (pid {})", command, ::getpid());
   auto s = store::ColdStore::Open(loc.dir, options);
   if (!s.ok()) {
     if (s.status().IsNotFound() && !create) return std::unique_ptr<store::ColdStore>();
+    if (s.status().code() == Code::kBusy && s.status().message().find("tbfs mount on ") != std::string::npos) {
+      return Status::Busy(s.status().message() + ": run the command on the mount point (tbfs " +
+                          "migrate MOUNTPOINT --now), or unmount it first");
+    }
     if (s.status().code() == Code::kBusy) {
       std::string holder;
       if (ReadFileToString(JoinPath(loc.dir, fs::kMountInfoFile), &holder).ok() && !holder.empty()) {

@@ -1,0 +1,74 @@
+#include "store/store_dir.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+#include "store/classify.h"
+
+namespace tbfs::store {
+
+Result<UniqueFd> LockLogdir(const std::string& logdir, const std::string& holder) {
+  auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
+  if (!root.ok()) return root.status();
+  if (::mkdirat(root->get(), kStoreDirName, 0700) != 0 && errno != EEXIST) {
+    return Status::FromErrno(errno, "mkdir", JoinPath(logdir, kStoreDirName));
+  }
+  const std::string path = JoinPath(JoinPath(logdir, kStoreDirName), kLogdirLockName);
+  UniqueFd dir(::openat(root->get(), kStoreDirName, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir.valid()) return Status::FromErrno(errno, "open", JoinPath(logdir, kStoreDirName));
+  UniqueFd fd(::openat(dir.get(), kLogdirLockName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Status::FromErrno(errno, "open", path);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return Status::FromErrno(errno, "lock", path);
+    std::string who(256, '\0');
+    ssize_t n = ::pread(fd.get(), who.data(), who.size(), 0);
+    who.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    return Status::Busy(fmt::format("{} is in use by {}", logdir,
+                                    who.empty() ? "another tbfs process" : who));
+  }
+  if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), holder.data(), holder.size(), 0) < 0) {
+    spdlog::warn("{}: cannot record the holder: {}", path, std::strerror(errno));
+  }
+  return fd;
+}
+
+Status MakeStorePrivate(const std::string& dir) {
+  auto fd = OpenFile(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  if (!fd.ok()) return fd.status();
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(errno, "stat", dir);
+  if (st.st_uid != ::geteuid()) {
+    return Status::InvalidArgument(fmt::format(
+        "the store folder {} belongs to uid {}, not to this user ({}): refusing to use it", dir,
+        st.st_uid, ::geteuid()));
+  }
+  int fixed = 0;
+  if ((st.st_mode & 07777) != 0700) {
+    if (::fchmod(fd->get(), 0700) != 0) return Status::FromErrno(errno, "chmod", dir);
+    fixed++;
+  }
+  int listing = ::dup(fd->get());
+  DIR* d = listing < 0 ? nullptr : ::fdopendir(listing);
+  if (d == nullptr) {
+    if (listing >= 0) ::close(listing);
+    return Status::FromErrno(errno, "opendir", dir);
+  }
+  while (struct dirent* de = ::readdir(d)) {
+    struct stat f;
+    if (::fstatat(fd->get(), de->d_name, &f, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(f.st_mode)) continue;
+    if ((f.st_mode & 077) == 0) continue;
+    if (::fchmodat(fd->get(), de->d_name, f.st_mode & 0700, 0) == 0) fixed++;
+  }
+  ::closedir(d);
+  if (fixed > 0) {
+    spdlog::warn("store {}: made private (folder 0700, files 0600); {} mode(s) changed", dir, fixed);
+  }
+  return Status::OK();
+}
+
+}  // namespace tbfs::store

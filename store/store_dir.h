@@ -1,0 +1,30 @@
+// The folders tbfs keeps for itself: the store's folder, private to the
+// user who runs tbfs, and the logdir's lock, which makes tbfs the only
+// writer of a logdir whatever store each writer names.
+//
+// LOGDIR/.tbfs is tbfs's folder in every logdir (mode 0700): it holds the
+// lock file `logdir.lock` and, by default, the store. A walk of the logdir
+// never enters it and the mount never shows it.
+#pragma once
+
+#include <string>
+
+#include "base/fs_util.h"
+#include "base/status.h"
+
+namespace tbfs::store {
+
+inline constexpr char kLogdirLockName[] = "logdir.lock";
+
+// Takes the logdir's lock (flock on LOGDIR/.tbfs/logdir.lock, made 0600
+// where missing) for as long as the returned fd stays open, and records
+// `holder` in it ("the tbfs mount on /mnt/x (pid 12)"). Busy, naming the
+// holder, when another process has it.
+Result<UniqueFd> LockLogdir(const std::string& logdir, const std::string& holder);
+
+// Makes the store folder private: owned by this user (InvalidArgument
+// otherwise: someone else could change it back), mode 0700, every file in it
+// 0600. Says so once (a warning) when it had to change a mode.
+Status MakeStorePrivate(const std::string& dir);
+
+}  // namespace tbfs::store
