@@ -715,7 +715,7 @@ Result<double> EstimateRatio(const std::string& logdir, const std::vector<Candid
     uint64_t represented = 0;
     for (size_t i = lo; i < hi; ++i) represented += candidates[i].size;
     std::string path = JoinPath(logdir, c.path);
-    auto fd = OpenFile(path, O_RDONLY);
+    auto fd = OpenUnder(logdir, c.path, O_RDONLY | O_NONBLOCK);
     if (!fd.ok()) continue;
     uint64_t raw_bytes = 0, stored_bytes = 0;
     for (uint64_t offset : {uint64_t{0}, c.size / 2 / chunk_bytes * chunk_bytes}) {
