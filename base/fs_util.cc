@@ -1,5 +1,7 @@
 #include "base/fs_util.h"
 
+#include "fmt/format.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -184,9 +186,8 @@ Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int fl
   return fd;
 }
 
-Result<UniqueFd> MakeDirsBeneath(
-    int dir_fd, std::string_view rel, mode_t mode,
-    const std::function<void(const std::string&, int, const char*)>& made) {
+Result<UniqueFd> MakeDirsBeneath(int dir_fd, std::string_view rel, mode_t mode,
+                                 const std::function<void(const std::string&, int)>& made) {
   UniqueFd dir(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir.valid()) return Status::FromErrno(errno, "open", ".");
   std::string sofar;
@@ -200,14 +201,12 @@ Result<UniqueFd> MakeDirsBeneath(
       return Status::InvalidArgument("not a path beneath a folder: " + std::string(rel));
     }
     sofar = JoinPath(sofar, part);
-    if (::mkdirat(dir.get(), part.c_str(), mode) == 0) {
-      if (made) made(sofar, dir.get(), part.c_str());
-    } else if (errno != EEXIST) {
-      return Status::FromErrno(errno, "mkdir", sofar);
-    }
+    bool created = ::mkdirat(dir.get(), part.c_str(), mode) == 0;
+    if (!created && errno != EEXIST) return Status::FromErrno(errno, "mkdir", sofar);
     int next = ::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next < 0) return Status::FromErrno(errno, "open", sofar);  // a symlink: ELOOP or ENOTDIR
     dir.reset(next);
+    if (created && made) made(sofar, dir.get());
   }
   return dir;
 }
@@ -281,34 +280,57 @@ std::string_view BaseName(std::string_view path) {
 
 namespace {
 
-// Walks the folder open as dir (O_RDONLY | O_DIRECTORY), whose path is rel.
-Status WalkDir(UniqueFd dir, const std::string& rel, const WalkOptions& options,
-               const std::function<void(const WalkEntry&)>& visit) {
+// Folders deeper than this are not entered (a warning names them): a walk
+// holds one fd per level, and nobody's logdir is that deep but on purpose.
+constexpr size_t kMaxWalkDepth = 1000;
+
+// One folder being walked: its fd, its sorted names, the next one to visit.
+struct WalkFrame {
+  UniqueFd dir;
+  std::string rel;
+  std::vector<std::string> names;
+  size_t next = 0;
+};
+
+Status ListFolder(int dir_fd, const std::string& rel, std::vector<std::string>* names) {
   const std::string where = rel.empty() ? "." : rel;
-  int listing = ::dup(dir.get());
+  int listing = ::dup(dir_fd);
   DIR* d = listing < 0 ? nullptr : ::fdopendir(listing);
   if (d == nullptr) {
     if (listing >= 0) ::close(listing);
     return Status::FromErrno(errno, "opendir", where);
   }
-  std::vector<std::string> names;
   errno = 0;
   while (struct dirent* de = ::readdir(d)) {
     std::string_view name = de->d_name;
     if (name == "." || name == "..") continue;
-    names.emplace_back(name);
+    names->emplace_back(name);
   }
   int err = errno;
   ::closedir(d);
   if (err != 0) return Status::FromErrno(err, "readdir", where);
-  std::sort(names.begin(), names.end());
+  std::sort(names->begin(), names->end());
+  return Status::OK();
+}
 
-  for (const std::string& name : names) {
+// Depth first, with an explicit stack (a deep tree cannot overflow ours).
+Status WalkFrom(UniqueFd root, const WalkOptions& options,
+                const std::function<void(const WalkEntry&)>& visit) {
+  std::vector<WalkFrame> stack;
+  stack.push_back({std::move(root), "", {}, 0});
+  TBFS_RETURN_IF_ERROR(ListFolder(stack.back().dir.get(), "", &stack.back().names));
+  while (!stack.empty()) {
+    WalkFrame& top = stack.back();
+    if (top.next == top.names.size()) {
+      stack.pop_back();
+      continue;
+    }
+    const std::string& name = top.names[top.next++];
     WalkEntry entry;
-    entry.rel = JoinPath(rel, name);
-    entry.dir_fd = dir.get();
+    entry.rel = JoinPath(top.rel, name);
+    entry.dir_fd = top.dir.get();
     entry.name = name.c_str();
-    if (::fstatat(dir.get(), name.c_str(), &entry.st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (::fstatat(top.dir.get(), name.c_str(), &entry.st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;  // removed while we walked
       return Status::FromErrno(errno, "lstat", entry.rel);
     }
@@ -320,10 +342,21 @@ Status WalkDir(UniqueFd dir, const std::string& rel, const WalkOptions& options,
         options.skip_dirs.end()) {
       continue;
     }
-    UniqueFd sub(::openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    Status st = sub.valid() ? WalkDir(std::move(sub), entry.rel, options, visit)
-                            : Status::FromErrno(errno, "open", entry.rel);
-    if (st.ok() || st.IsNotFound()) continue;  // (removed while we walked)
+    WalkFrame sub;
+    sub.rel = entry.rel;
+    Status st;
+    if (stack.size() > kMaxWalkDepth) {
+      st = Status::InvalidArgument(fmt::format("{}: nested more than {} folders deep", entry.rel, kMaxWalkDepth));
+    } else {
+      sub.dir.reset(::openat(top.dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      st = sub.dir.valid() ? ListFolder(sub.dir.get(), sub.rel, &sub.names)
+                           : Status::FromErrno(errno, "open", entry.rel);
+    }
+    if (st.ok()) {
+      stack.push_back(std::move(sub));  // (top is not used after this)
+      continue;
+    }
+    if (st.IsNotFound()) continue;  // removed while we walked
     if (options.warnings == nullptr) return st;
     options.warnings->push_back(st.message() + " (skipped)");
   }
@@ -339,7 +372,7 @@ Status WalkTree(const std::string& root, const WalkOptions& options,
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("not a directory: " + root);
   auto dir = OpenFile(root, O_RDONLY | O_DIRECTORY);
   if (!dir.ok()) return dir.status();
-  return WalkDir(std::move(dir).value(), "", options, visit);
+  return WalkFrom(std::move(dir).value(), options, visit);
 }
 
 }  // namespace tbfs

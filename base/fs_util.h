@@ -71,11 +71,12 @@ Result<UniqueFd> OpenParentBeneath(int dir_fd, std::string_view rel, std::string
 Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int flags, mode_t mode = 0);
 // The folder `rel` beneath dir_fd, made (mkdirat, `mode`) where missing, one
 // component at a time without following symlinks; opened O_RDONLY |
-// O_DIRECTORY (it can be fsynced). made(rel_so_far, fd_of_parent, name) is
-// called for every folder it creates ("" rel: dir_fd itself, duplicated).
-Result<UniqueFd> MakeDirsBeneath(
-    int dir_fd, std::string_view rel, mode_t mode,
-    const std::function<void(const std::string& rel, int parent_fd, const char* name)>& made = {});
+// O_DIRECTORY (it can be fsynced). made(rel_so_far, fd) is called for every
+// folder it creates, with that folder open (O_RDONLY, not through a
+// symlink): give it its owner and mode through that fd, never by name
+// ("" rel: dir_fd itself, duplicated).
+Result<UniqueFd> MakeDirsBeneath(int dir_fd, std::string_view rel, mode_t mode,
+                                 const std::function<void(const std::string& rel, int fd)>& made = {});
 
 // "a" + "b" -> "a/b"; either side may be empty.
 std::string JoinPath(std::string_view a, std::string_view b);

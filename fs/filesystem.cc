@@ -289,11 +289,11 @@ int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
   // logdir without following a symlink a user may have put on the way.
   const std::string& rel = v.cold_path;
   auto made = MakeDirsBeneath(inodes_.RootFd(), rel, 0755,
-                              [&](const std::string& folder, int parent, const char* name) {
+                              [&](const std::string& folder, int fd) {
                                 auto entry = store_->GetEntry(folder);
                                 if (!entry.ok()) return;
-                                ::fchmodat(parent, name, entry->mode() & 07777, 0);
-                                ::fchownat(parent, name, entry->uid(), entry->gid(), AT_SYMLINK_NOFOLLOW);
+                                (void)::fchown(fd, entry->uid(), entry->gid());
+                                (void)::fchmod(fd, entry->mode() & 07777);
                               });
   if (!made.ok()) return -(made.status().sys_errno() ? made.status().sys_errno() : EIO);
   auto opened = OpenBeneath(inodes_.RootFd(), rel, O_PATH | O_DIRECTORY);
@@ -307,18 +307,35 @@ int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
   return 0;
 }
 
-void Filesystem::FixOwner(int dir_fd, const char* name, const Caller& c, mode_t mode) {
+void Filesystem::FixOwner(int dir_fd, const char* name, int fd, const Caller& c, mode_t mode) {
   if (!config_.as_root_owner_fixup || (c.uid == 0 && c.gid == 0)) return;
+  // Everything through an fd of the object just made, never by name: the
+  // caller may have swapped the name for a symlink meanwhile.
+  UniqueFd path_fd;
+  if (fd < 0) {
+    path_fd.reset(::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    fd = path_fd.get();
+  }
+  struct stat st;
+  if (fd < 0 || ::fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != (mode & S_IFMT)) {
+    spdlog::warn("chown {} to {}:{}: it changed as it was made; left alone", name, c.uid, c.gid);
+    return;
+  }
   // In a set-group-ID folder the new entry keeps the folder's group.
   struct stat dir;
   gid_t gid = ::fstat(dir_fd, &dir) == 0 && (dir.st_mode & S_ISGID) ? static_cast<gid_t>(-1) : c.gid;
-  if (::fchownat(dir_fd, name, c.uid, gid, AT_SYMLINK_NOFOLLOW) != 0) {
+  if (::fchownat(fd, "", c.uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
     spdlog::warn("chown {} to {}:{}: {}", name, c.uid, c.gid, std::strerror(errno));
     return;
   }
-  // chown cleared the set-id bits the caller asked for; give them back.
-  if ((mode & (S_ISUID | S_ISGID)) && !S_ISLNK(mode) &&
-      ::fchmodat(dir_fd, name, mode & 07777, 0) != 0) {
+  // chown cleared the set-id bits the caller asked for; give them back, on
+  // the same file (a regular file or a folder, as checked above).
+  if (!(mode & (S_ISUID | S_ISGID)) || !(S_ISREG(mode) || S_ISDIR(mode))) return;
+  UniqueFd real;
+  if (path_fd.valid()) {
+    real.reset(::open(ProcPath(fd).c_str(), (S_ISDIR(mode) ? O_RDONLY | O_DIRECTORY : O_RDONLY | O_NONBLOCK) | O_CLOEXEC));
+  }
+  if (::fchmod(real.valid() ? real.get() : fd, mode & 07777) != 0) {
     spdlog::warn("chmod {} to {:o}: {}", name, mode & 07777, std::strerror(errno));
   }
 }
@@ -340,7 +357,7 @@ int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::mknodat(pfd->get(), name, mode, rdev) != 0) return Errno();
-  FixOwner(pfd->get(), name, c, mode);
+  FixOwner(pfd->get(), name, -1, c, mode);
   return HotLookupAt(pfd->get(), name, out);
 }
 
@@ -351,7 +368,7 @@ int Filesystem::Mkdir(uint64_t parent, const char* name, mode_t mode, const Call
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::mkdirat(pfd->get(), name, mode) != 0) return Errno();
-  FixOwner(pfd->get(), name, c, S_IFDIR | mode);
+  FixOwner(pfd->get(), name, -1, c, S_IFDIR | mode);
   return HotLookupAt(pfd->get(), name, out);
 }
 
@@ -362,7 +379,7 @@ int Filesystem::Symlink(const char* target, uint64_t parent, const char* name, c
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::symlinkat(target, pfd->get(), name) != 0) return Errno();
-  FixOwner(pfd->get(), name, c, S_IFLNK | 0777);
+  FixOwner(pfd->get(), name, -1, c, S_IFLNK | 0777);
   return HotLookupAt(pfd->get(), name, out);
 }
 

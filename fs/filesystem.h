@@ -222,7 +222,9 @@ class Filesystem : public store::MoveObserver {
   int UnlinkCold(const std::string& rel);
   // Gives what a caller created to the caller, keeping the mode it asked
   // for (a chown clears set-id bits).
-  void FixOwner(int dir_fd, const char* name, const Caller& c, mode_t mode);
+  // The object is open as fd, or (fd < 0) is opened O_PATH by name and must
+  // be of mode's type.
+  void FixOwner(int dir_fd, const char* name, int fd, const Caller& c, mode_t mode);
 
   // Tells the kernel (when there is one) that node `id` changed.
   void Invalidate(uint64_t id) {

@@ -73,12 +73,16 @@ Status Migrator::Pass() {
   std::vector<store::Candidate> candidates;
   std::vector<store::Skipped> skipped;
   uint64_t hot_files = 0, hot_bytes = 0;
-  Status st = WalkTree(fs_.config().logdir, config_.walk, [&](const WalkEntry& e) {
+  std::vector<std::string> unwalked;  // named in the log; the rest goes on
+  WalkOptions walk = config_.walk;
+  walk.warnings = &unwalked;
+  Status st = WalkTree(fs_.config().logdir, walk, [&](const WalkEntry& e) {
     if (S_ISREG(e.st.st_mode)) {
       hot_files++;
       hot_bytes += static_cast<uint64_t>(e.st.st_size);
     }
   });
+  for (const std::string& w : unwalked) spdlog::warn("migrator: {}", w);
   if (st.ok()) st = store::FindCandidates(fs_.config().logdir, copt, &candidates, &skipped);
   {
     MutexLock lock(mu_);

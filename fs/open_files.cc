@@ -189,7 +189,7 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
   int fd = ::openat(pfd->get(), name, BackingFlags(flags) | O_CREAT | O_NOFOLLOW | (flags & O_EXCL),
                     mode);
   if (fd < 0) return -errno;
-  FixOwner(pfd->get(), name, c, mode);
+  FixOwner(pfd->get(), name, fd, c, S_IFREG | mode);
   if (int r = HotLookupAt(pfd->get(), name, entry); r != 0) {
     ::close(fd);
     return r;

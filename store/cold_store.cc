@@ -54,7 +54,11 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
   if (options.create_if_missing) TBFS_RETURN_IF_ERROR(MakeDirs(dir, 0700));
   if (!options.read_only) {
     struct stat st;
-    if (::stat(dir.c_str(), &st) == 0) TBFS_RETURN_IF_ERROR(MakeStorePrivate(dir));
+    if (::stat(dir.c_str(), &st) == 0) {
+      // Only a store, or an empty folder that becomes one, is touched.
+      TBFS_RETURN_IF_ERROR(CheckStoreFolder(dir));
+      TBFS_RETURN_IF_ERROR(MakeStorePrivate(dir));
+    }
   }
   auto backend = OpenRocksBackend(dir, bo);
   if (!backend.ok()) return backend.status();

@@ -173,12 +173,12 @@ Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::
   auto root_fd = OpenFile(root, O_PATH | O_DIRECTORY);
   if (!root_fd.ok()) return root_fd.status();
   // Folders missing on the way, made beneath root without following links.
-  auto made = [&](const std::string& folder, int parent, const char* name) {
+  auto made = [&](const std::string& folder, int fd) {
     if (!options.folders_as_stored) return;
     auto entry = store.GetEntry(folder);
     if (!entry.ok()) return;
-    (void)::fchmodat(parent, name, entry->mode() & 07777, 0);
-    if (options.keep_owner) (void)::fchownat(parent, name, entry->uid(), entry->gid(), AT_SYMLINK_NOFOLLOW);
+    if (options.keep_owner) (void)::fchown(fd, entry->uid(), entry->gid());
+    (void)::fchmod(fd, entry->mode() & 07777);  // after the chown, which clears set-id bits
   };
   auto dir = MakeDirsBeneath(root_fd->get(), ParentPath(rel), 0755, made);
   if (!dir.ok()) {

@@ -552,7 +552,12 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
                               const MigrateOptions& options) {
   std::vector<std::string> event_files;
   uint64_t event_bytes = 0;
-  TBFS_RETURN_IF_ERROR(events::ListEventFiles(logdir, options.walk, &event_files, &event_bytes));
+  // A folder the walk cannot enter has no candidate either (FindCandidates
+  // skipped it too): its tfevents files are not the batches' business.
+  std::vector<std::string> walk_warnings;
+  WalkOptions walk = options.walk;
+  walk.warnings = &walk_warnings;
+  TBFS_RETURN_IF_ERROR(events::ListEventFiles(logdir, walk, &event_files, &event_bytes));
   events::DigestOptions digest_options;
   digest_options.threads = options.threads;
   events::LogdirDigest full = events::DigestFiles(logdir, event_files, digest_options);

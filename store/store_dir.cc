@@ -37,6 +37,21 @@ Result<UniqueFd> LockLogdir(const std::string& logdir, const std::string& holder
   return fd;
 }
 
+Status CheckStoreFolder(const std::string& dir) {
+  struct stat st;
+  if (::stat(JoinPath(dir, "CURRENT").c_str(), &st) == 0) return Status::OK();
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return Status::FromErrno(errno, "opendir", dir);
+  bool empty = true;
+  while (struct dirent* de = ::readdir(d)) {
+    std::string_view n = de->d_name;
+    if (n != "." && n != ".." && n != kLogdirLockName) empty = false;
+  }
+  ::closedir(d);
+  if (empty) return Status::OK();
+  return Status::InvalidArgument(dir + " exists and is not a tbfs store; refusing to use it");
+}
+
 Status MakeStorePrivate(const std::string& dir) {
   auto fd = OpenFile(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
   if (!fd.ok()) return fd.status();
@@ -62,7 +77,8 @@ Status MakeStorePrivate(const std::string& dir) {
     struct stat f;
     if (::fstatat(fd->get(), de->d_name, &f, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(f.st_mode)) continue;
     if ((f.st_mode & 077) == 0) continue;
-    if (::fchmodat(fd->get(), de->d_name, f.st_mode & 0700, 0) == 0) fixed++;
+    UniqueFd file(::openat(fd->get(), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (file.valid() && ::fchmod(file.get(), f.st_mode & 0700) == 0) fixed++;
   }
   ::closedir(d);
   if (fixed > 0) {

@@ -22,6 +22,10 @@ inline constexpr char kLogdirLockName[] = "logdir.lock";
 // holder, when another process has it.
 Result<UniqueFd> LockLogdir(const std::string& logdir, const std::string& holder);
 
+// OK for a store folder, or an empty one (but for the logdir's lock);
+// InvalidArgument for any other folder: tbfs will not write into it.
+Status CheckStoreFolder(const std::string& dir);
+
 // Makes the store folder private: owned by this user (InvalidArgument
 // otherwise: someone else could change it back), mode 0700, every file in it
 // 0600. Says so once (a warning) when it had to change a mode.

@@ -1,7 +1,13 @@
 // Nothing escapes the logdir through the mount (issue 8): rehydration under
 // a symlinked folder, mount points that would trap the store, a second tbfs
 // on the same logdir.
+#include <grp.h>
+#include <linux/fs.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <thread>
 
 #include <filesystem>
 
@@ -88,6 +94,99 @@ TEST_F(Confined, ASecondTbfsOnTheLogdirIsRefusedWhateverItsStore) {
   EXPECT_NE(offline.out.find(mnt_), std::string::npos) << offline.out;
   // Readers may still look.
   EXPECT_EQ(RunCommand(Tbfs("scan " + logdir_ + " >/dev/null")).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace tbfs::testing
+
+namespace tbfs::testing {
+namespace {
+
+// A user swaps names in their folder for symlinks to `victim` as fast as
+// they can, while tbfs creates things there; the victim must never change.
+class SwapRace : public Confined {
+ protected:
+  void SetUp() override {
+    Confined::SetUp();
+    victim_ = outside_ + "/secret";
+    WriteBytes(victim_, "root's");
+    ASSERT_EQ(::chmod(victim_.c_str(), 0600), 0);
+    ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  }
+  // Exchanges `name` with a symlink to the victim in LOGDIR/dir, until stop.
+  std::thread Swapper(const std::string& dir, std::atomic<bool>* stop, std::atomic<int>* round) {
+    return std::thread([this, dir, stop, round] {
+      UniqueFd d(::open(L(dir).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      int seen = -1;
+      std::string a, b;
+      while (!*stop) {
+        if (*round != seen) {
+          seen = *round;
+          a = fmt::format("n{}", seen);
+          b = fmt::format("l{}", seen);
+          ::symlinkat(victim_.c_str(), d.get(), b.c_str());
+        }
+        ::renameat2(d.get(), a.c_str(), d.get(), b.c_str(), RENAME_EXCHANGE);
+      }
+    });
+  }
+  void ExpectVictimUntouched() {
+    struct stat st;
+    ASSERT_EQ(::stat(victim_.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    EXPECT_EQ(st.st_uid, 0u);
+    EXPECT_EQ(ReadBytes(victim_), "root's");
+  }
+  std::string victim_;
+};
+
+TEST_F(SwapRace, CreatingWithSetIdBitsNeverChangesAFileSwappedIn) {
+  Mount("--no-migrate -o allow_other");
+  std::atomic<bool> stop{false};
+  std::atomic<int> round{0};
+  std::thread swapper = Swapper("u", &stop, &round);
+  for (int i = 0; i < 300; ++i) {
+    round = i;
+    std::string path = M(fmt::format("u/n{}", i));
+    pid_t child = ::fork();
+    if (child == 0) {  // the user, through the mount
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(3);
+      ::umask(0);
+      int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 06777);
+      if (fd >= 0) ::close(fd);
+      int dfd = ::mkdir((path + "d").c_str(), 06777);
+      _exit(dfd == 0 ? 0 : 1);
+    }
+    int status;
+    ::waitpid(child, &status, 0);
+  }
+  stop = true;
+  swapper.join();
+  ExpectVictimUntouched();
+}
+
+TEST_F(SwapRace, RecreatingAFolderOnlyTheStoreHasNeverChangesAFileSwappedIn) {
+  // Folders that exist only in the store (their traces migrated, the
+  // folders then removed), remembered with the modes their owner chose.
+  for (int i = 0; i < 150; ++i) {
+    std::string d = fmt::format("u/n{}", i);
+    WriteBytes(L(d + "/t.pt.trace.json"), "trace");
+    ASSERT_EQ(::chmod(L(d).c_str(), 06777), 0);
+  }
+  ASSERT_EQ(RunCommand("chown -R 65534 " + L("u")).exit_code, 0);
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null 2>&1")).exit_code, 0);
+  for (int i = 0; i < 150; ++i) ASSERT_EQ(::rmdir(L(fmt::format("u/n{}", i)).c_str()), 0);
+  Mount("--no-migrate -o allow_other");
+  std::atomic<bool> stop{false};
+  std::atomic<int> round{0};
+  std::thread swapper = Swapper("u", &stop, &round);
+  for (int i = 0; i < 150; ++i) {
+    round = i;
+    WriteBytes(M(fmt::format("u/n{}/new.txt", i)), "x");  // recreates u/nI in the logdir
+  }
+  stop = true;
+  swapper.join();
+  ExpectVictimUntouched();
 }
 
 }  // namespace

@@ -141,6 +141,38 @@ TEST_F(Escapes, APathLongerThanPathMaxBlocksNothing) {
   EXPECT_EQ(j["files_moved"].get<int>(), 4) << r.out;  // the deep one too
 }
 
+TEST_F(Escapes, AFolderTooDeepToWalkIsSkippedNotFatal) {
+  // Deeper than a walk enters (and than a recursive walk's stack allows).
+  UniqueFd dir(::open(L("u").c_str(), O_PATH | O_DIRECTORY));
+  for (int level = 0; level < 3000; ++level) {
+    ASSERT_EQ(::mkdirat(dir.get(), "d", 0755), 0);
+    dir.reset(::openat(dir.get(), "d", O_PATH | O_DIRECTORY));
+    ASSERT_TRUE(dir.valid());
+  }
+  UniqueFd leaf(::openat(dir.get(), "t.pt.trace.json", O_WRONLY | O_CREAT, 0644));
+  ASSERT_TRUE(leaf.valid());
+  for (const std::string& cmd : {"scan " + logdir_, "migrate " + logdir_ + " --older-than 0"}) {
+    auto r = RunCommand(Tbfs(cmd + " 2>&1"));
+    EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.out.substr(0, 500);
+    EXPECT_NE(r.out.find("deep"), std::string::npos) << cmd << ": " << r.out.substr(0, 500);
+  }
+  EXPECT_EQ(Migrate(), 0);
+  EXPECT_FALSE(std::filesystem::exists(L("u/plugins/profile/t0.pt.trace.json")));  // the rest moved
+}
+
+TEST_F(Escapes, AStoreFolderThatIsNotAStoreIsLeftAlone) {
+  WriteBytes(dir_ / "notastore/data.txt", "someone's");
+  ::chmod((dir_ / "notastore/data.txt").c_str(), 0644);
+  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + (dir_ / "notastore") +
+                           " --backup " + (dir_ / "backups") + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ / "notastore/data.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "backups"));
+  EXPECT_TRUE(std::filesystem::exists(L("u/plugins/profile/t0.pt.trace.json")));
+}
+
 TEST_F(Escapes, TheStoreAndBackupsArePrivate) {
   std::filesystem::create_directories(L(".tbfs"));
   ::chmod(L(".tbfs").c_str(), 0755);  // made beforehand, readable by all

@@ -175,6 +175,8 @@ int RunMigrate(MigrateArgs args) {
   // The scalars must be intact (and the must-haves there) before anything moves.
   events::VerifyOptions vopt;
   vopt.walk = loc->walk;
+  std::vector<std::string> unwalked;  // also among the candidates' skipped
+  vopt.walk.warnings = &unwalked;
   vopt.must_have = args.must_have;
   auto before = events::VerifyLogdir(args.logdir, vopt);
   if (!before.ok()) {
@@ -227,6 +229,13 @@ int RunMigrate(MigrateArgs args) {
     return kExitOk;
   }
 
+  // The store first (and the logdir's lock): a wrong --store, or another
+  // tbfs at work, is refused before anything is written.
+  auto store = OpenStoreForWrite(*loc, true, "migrate");
+  if (!store.ok()) {
+    PrintError("migrate", store.status().message());
+    return kExitError;
+  }
   uint64_t total = 0;
   for (const auto& c : candidates) total += c.size;
   std::string archive;
@@ -245,11 +254,6 @@ int RunMigrate(MigrateArgs args) {
       PrintError("migrate", "backup failed, nothing moved: " + st.message());
       return kExitError;
     }
-  }
-  auto store = OpenStoreForWrite(*loc, true, "migrate");
-  if (!store.ok()) {
-    PrintError("migrate", store.status().message());
-    return kExitError;
   }
   store::MigrateOptions mopt;
   mopt.must_have = args.must_have;

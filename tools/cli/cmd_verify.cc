@@ -106,6 +106,9 @@ int RunVerify(const VerifyArgs& args) {
 
   events::VerifyOptions options;
   options.walk.skip_dirs = {store::kStoreDirName};
+  // A folder that cannot be walked is named; the rest is verified.
+  std::vector<std::string> walk_warnings;
+  options.walk.warnings = &walk_warnings;
   options.must_have = args.must_have;
   options.baseline = args.baseline.empty() ? nullptr : &baseline;
   options.threads = args.threads;
@@ -117,6 +120,7 @@ int RunVerify(const VerifyArgs& args) {
   };
   Result<events::VerifyReport> report = verify();
   double secs = NowSeconds() - start;
+  for (const std::string& w : walk_warnings) PrintError("verify", "warning: not verified: " + w);
   if (!report.ok()) {
     PrintError("verify", report.status().message());
     return kExitError;

@@ -3,11 +3,19 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 
 #include "tools/cli/commands.h"
 
 int main(int argc, char** argv) {
+  // A walk holds an fd per folder level: allow what the hard limit allows.
+  struct rlimit files;
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
   auto logger = spdlog::stderr_color_mt("tbfs");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::warn);

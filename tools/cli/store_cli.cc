@@ -64,8 +64,8 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation&
   if (!s.ok()) {
     if (s.status().IsNotFound() && !create) return std::unique_ptr<store::ColdStore>();
     if (s.status().code() == Code::kBusy && s.status().message().find("tbfs mount on ") != std::string::npos) {
-      return Status::Busy(s.status().message() + ": run the command on the mount point (tbfs " +
-                          "migrate MOUNTPOINT --now), or unmount it first");
+      return Status::Busy(s.status().message() + ": unmount it first" +
+                          (command == "migrate" ? " (or have the mount migrate: tbfs migrate MOUNTPOINT --now)" : ""));
     }
     if (s.status().code() == Code::kBusy) {
       std::string holder;
