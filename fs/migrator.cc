@@ -108,6 +108,11 @@ Status Migrator::Pass() {
   auto result = store::Migrate(fs_.store(), fs_.config().logdir, candidates, mopt);
   if (!result.ok()) return result.status();
   MutexLock lock(mu_);
+  if (result->store_full) {
+    stats_.stopped_store_full++;
+    stats_.last_error = "the store is full: " + result->store_full_reason;
+    spdlog::warn("migrator: {}; hot files stay hot until there is room", result->store_full_reason);
+  }
   stats_.hot_files -= std::min(stats_.hot_files, result->files_moved);
   stats_.hot_bytes -= std::min(stats_.hot_bytes, result->bytes_moved);
   stats_.files_moved += result->files_moved;

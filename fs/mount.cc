@@ -130,6 +130,7 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
        {{"passes", m.passes},
         {"batches", m.batches},
         {"rolled_back", m.rolled_back},
+        {"stopped_store_full", m.stopped_store_full},
         {"files_moved", m.files_moved},
         {"bytes_moved", m.bytes_moved},
         {"last_pass_unix", m.last_pass_unix},
@@ -348,6 +349,7 @@ int RunMount(const MountConfig& mc_in) {
     spdlog::set_default_logger(logger);
     spdlog::set_level(spdlog::level::info);
     spdlog::flush_every(std::chrono::seconds(2));
+    spdlog::flush_on(spdlog::level::warn);  // a warning or an error is on disk at once
   }
   auto recovered = store::Recover(*store, mc.logdir);
   if (!recovered.ok()) return Fail(verdict, "recovery: " + recovered.status().message());

@@ -73,6 +73,9 @@ class Backend {
   virtual ~Backend() = default;
 
   // Applies the batch atomically; with sync, durably (WAL synced) on return.
+  // After a failed write (no space, an I/O error) the engine takes no more
+  // writes until it has recovered: Commit tries that first, and fails with
+  // the first error (ENOSPC for no space) while it cannot. Reads go on.
   virtual Status Commit(const WriteBatch& batch, bool sync) = 0;
   // NotFound when the key is absent.
   virtual Status Get(Space space, std::string_view key, std::string* value) = 0;
@@ -85,6 +88,11 @@ class Backend {
   virtual Status LastKey(Space space, std::string* key) = 0;
   // Bytes the engine uses on disk (live and obsolete files).
   virtual uint64_t DiskBytes() = 0;
+  // Bytes free for it on its filesystem, and that filesystem's size.
+  virtual Status FreeBytes(uint64_t* free, uint64_t* size) = 0;
+  // Bytes written but not yet in the engine's files (its write-ahead log):
+  // moving them there takes as much room again.
+  virtual uint64_t UnflushedBytes() = 0;
   // Reclaims space of deleted data where the engine can (compaction).
   virtual Status Compact() = 0;
   // Moves what is only in the write-ahead log into the store's files, so

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -94,6 +95,18 @@ Status ColdStore::Init(const OpenOptions& options) {
                            NextAfterLast(*backend_, Space::kChunks));
   next_batch_id_ = NextAfterLast(*backend_, Space::kJournal);
   return Status::OK();
+}
+
+Status ColdStore::CheckRoom(uint64_t bytes) {
+  uint64_t free = 0, size = 0;
+  TBFS_RETURN_IF_ERROR(backend_->FreeBytes(&free, &size));
+  const uint64_t margin = std::clamp<uint64_t>(size / 20, 2u << 20, 64u << 20);
+  // The bytes go to the log first, then to the engine's files once more,
+  // with all the log holds already: room for both.
+  const uint64_t need = 2 * bytes + backend_->UnflushedBytes();
+  if (free >= need + margin) return Status::OK();
+  return Status::FromErrno(ENOSPC, "store", fmt::format("{} has no room for {} more bytes ({} free, {} kept free)",
+                                                        dir_, bytes, free, margin));
 }
 
 Result<storepb::Manifest> ColdStore::GetManifest(uint64_t file_id) {

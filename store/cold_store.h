@@ -108,6 +108,12 @@ class ColdStore {
   // True when the folder has at least one cold entry below it.
   Result<bool> HasChildren(std::string_view folder);
   Status Commit(const WriteBatch& batch, bool sync) { return backend_->Commit(batch, sync); }
+  // OK when the store's filesystem has room for `bytes` more, twice (the
+  // log, then the engine's files), plus what the log holds unflushed, plus a
+  // margin (5% of its size, at least 2 MiB, at most 64 MiB) that keeps the
+  // engine's own writes (flushes, opening it again) clear of a full disk.
+  // IOError with ENOSPC otherwise; nothing is written either way.
+  Status CheckRoom(uint64_t bytes);
 
   // --- content
   // Chunk `index` of the file, decoded and checked (I5). Corruption names the

@@ -103,6 +103,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
     // The first wave of a multi-wave file is committed on its own too, so a
     // crash test can stop the copy halfway with chunks already written.
     if (batch.bytes() >= kBatchBytes || (first == 0 && chunks > wave)) {
+      TBFS_RETURN_IF_ERROR(store.CheckRoom(batch.bytes()));
       TBFS_RETURN_IF_ERROR(store.Commit(batch, false));
       batch.Clear();
       MaybeCrash("migrate.copying");
@@ -117,6 +118,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   m.set_hash_low(h.low);
   m.set_hash_high(h.high);
   m.set_stored_bytes(stored);
+  TBFS_RETURN_IF_ERROR(store.CheckRoom(batch.bytes()));
   std::shared_lock<std::shared_mutex> lock;
   if (options.commit_lock != nullptr) lock = std::shared_lock(*options.commit_lock);
   TBFS_RETURN_IF_ERROR(store.AddFile(&batch, m, logdir, options.retire_replaced));

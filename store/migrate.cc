@@ -160,6 +160,12 @@ class BatchRunner {
   }
   bool retire() const { return options_.observer != nullptr; }
 
+ public:
+  // Why the store could take no more (empty while it could).
+  std::string store_full_;
+
+ private:
+
   ColdStore& store_;
   const std::string& logdir_;
   const int root_fd_;
@@ -220,6 +226,11 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   io.retire_replaced = retire();
   auto manifest = IngestFile(store_, logdir_, c.path, fd, st, entry.file_id(), io);
   if (!manifest.ok()) {
+    const int err = manifest.status().sys_errno();
+    if (err == ENOSPC || err == EDQUOT) {
+      store_full_ = manifest.status().message();
+      return give_up(Outcome::kChanged, "the store has no room; left in place");
+    }
     bool changed = manifest.status().code() == Code::kAborted;
     return give_up(changed ? Outcome::kChanged : Outcome::kFailed, manifest.status().message());
   }
@@ -447,9 +458,9 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     if (result.files[i].outcome == Outcome::kMoved) folders.insert(ParentPath(batch[i].path));
   };
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (!present[i]) {
+    if (!present[i] || !store_full_.empty()) {
       result.files[i].outcome = Outcome::kChanged;
-      result.files[i].reason = "gone before the batch began";
+      result.files[i].reason = present[i] ? "the store has no room; left in place" : "gone before the batch began";
       continue;
     }
     auto next = Stage(record.entries(static_cast<int>(i)), batch[i], i, &result.files[i]);
@@ -499,6 +510,7 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   st = store_.Commit(commit, true);
   if (!st.ok()) spdlog::error("migrate: commit batch {}: {}", result.batch_id, st.message());
   MaybeCrash("migrate.committed");
+  result.store_full = !store_full_.empty();
   if (options_.after_batch) options_.after_batch(result);
   return result;
 }
@@ -570,8 +582,20 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
   std::vector<Candidate> batch;
   uint64_t batch_bytes = 0;
   auto flush = [&] {
-    if (batch.empty()) return;
+    if (batch.empty() || result.store_full) return;
+    // Not even the margin free: no batch starts.
+    if (Status room = store.CheckRoom(0); !room.ok()) {
+      result.store_full = true;
+      result.store_full_reason = room.message();
+      batch.clear();
+      batch_bytes = 0;
+      return;
+    }
     BatchResult b = runner.Run(batch, event_files, &full);
+    if (b.store_full) {
+      result.store_full = true;
+      result.store_full_reason = runner.store_full_;
+    }
     for (const FileResult& f : b.files) {
       if (f.outcome == Outcome::kMoved) {
         result.files_moved++;

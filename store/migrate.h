@@ -138,6 +138,7 @@ struct BatchResult {
   std::vector<std::string> runs_verified;
   std::vector<events::Failure> failures;  // verifier findings (the batch rolled back)
   bool rolled_back = false;
+  bool store_full = false;  // the store ran out of room: the rest stayed in place
 };
 
 struct MigrateResult {
@@ -145,6 +146,11 @@ struct MigrateResult {
   uint64_t files_moved = 0;
   uint64_t bytes_moved = 0;
   uint64_t stored_bytes = 0;
+  // The store had no room (ColdStore::CheckRoom, or a write failed with
+  // ENOSPC): the migration stopped there; what moved before is cold, the
+  // rest is in place. `store_full_reason` says how full.
+  bool store_full = false;
+  std::string store_full_reason;
   bool ok() const;  // every batch committed
 };
 

@@ -7,9 +7,15 @@
 #include <rocksdb/options.h>
 #include <rocksdb/utilities/options_util.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <mutex>
 
 #include <array>
+#include <cstdarg>
+#include <cstdio>
 
+#include "spdlog/spdlog.h"
 #include "store/backend.h"
 #include "store/store_dir.h"
 
@@ -32,6 +38,9 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
     return Status::Busy(what + ": the store is in use by another tbfs process (" + s.ToString() +
                         ")");
   }
+  if (s.IsNoSpace() || s.ToString().find("No space left") != std::string::npos) {
+    return Status::FromErrno(ENOSPC, what, "no space left for the store");
+  }
   return Status::FromErrno(EIO, what, s.ToString());
 }
 
@@ -49,6 +58,17 @@ class RocksBackend final : public Backend {
   }
 
   Status Commit(const WriteBatch& batch, bool sync) override {
+    {
+      // A write that failed leaves RocksDB's log writer broken: another write
+      // into it aborts the process (an assertion of the engine). Only a
+      // successful Resume() (after space came back) clears that.
+      std::lock_guard<std::mutex> lock(failed_mu_);
+      if (!failed_.ok()) {
+        Status resumed = FromRocks(db_->Resume(), "resume writes to store " + dir_);
+        if (!resumed.ok()) return failed_;
+        failed_ = Status::OK();
+      }
+    }
     rocksdb::WriteBatch wb;
     for (const auto& r : batch.ranges()) {
       wb.DeleteRange(cf(r.space), ToSlice(r.key), ToSlice(r.value));
@@ -62,7 +82,29 @@ class RocksBackend final : public Backend {
     }
     rocksdb::WriteOptions wo;
     wo.sync = sync;
-    return FromRocks(db_->Write(wo, &wb), "write to store " + dir_);
+    Status st = FromRocks(db_->Write(wo, &wb), "write to store " + dir_);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(failed_mu_);
+      if (failed_.ok()) failed_ = st;
+    }
+    return st;
+  }
+
+  uint64_t UnflushedBytes() override {
+    uint64_t total = 0;
+    for (auto* h : handles_) {
+      uint64_t v = 0;
+      if (db_->GetIntProperty(h, "rocksdb.cur-size-all-mem-tables", &v)) total += v;
+    }
+    return total;
+  }
+
+  Status FreeBytes(uint64_t* free, uint64_t* size) override {
+    struct statvfs vfs;
+    if (::statvfs(dir_.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs", dir_);
+    *free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    *size = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+    return Status::OK();
   }
 
   Status Get(Space space, std::string_view key, std::string* value) override {
@@ -110,12 +152,14 @@ class RocksBackend final : public Backend {
   }
 
   Status Flush() override {
+    if (Status failed = Failed(); !failed.ok()) return failed;
     rocksdb::FlushOptions options;
     options.wait = true;
     return FromRocks(db_->Flush(options, handles_), "flush store " + dir_);
   }
 
   Status Compact() override {
+    if (Status failed = Failed(); !failed.ok()) return failed;
     // Blob garbage collection only here, over every blob file: chunks are
     // deleted rarely (restore, gc, unlink), so ordinary compactions need not
     // relocate blobs.
@@ -138,10 +182,16 @@ class RocksBackend final : public Backend {
 
  private:
   rocksdb::ColumnFamilyHandle* cf(Space s) { return handles_[static_cast<int>(s)]; }
+  Status Failed() {
+    std::lock_guard<std::mutex> lock(failed_mu_);
+    return failed_;
+  }
 
   std::string dir_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  std::mutex failed_mu_;
+  Status failed_;  // guarded by failed_mu_: the first failed write, until resumed
 };
 
 // RocksDB's files, made 0600 as they are created, whatever the process's
@@ -189,6 +239,19 @@ class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
   static rocksdb::IOStatus Private(const std::string& f, rocksdb::IOStatus s) {
     if (s.ok()) ::chmod(f.c_str(), 0600);
     return s;
+  }
+};
+
+// RocksDB's own log, into tbfs's (warnings and errors only). RocksDB's LOG
+// file is not used: on a full disk a write to it aborts the process.
+class EngineLog final : public rocksdb::Logger {
+ public:
+  EngineLog() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[1024];
+    std::vsnprintf(line, sizeof(line), format, ap);
+    spdlog::warn("store engine: {}", line);
   }
 };
 
@@ -243,6 +306,7 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
   db_options.max_background_jobs = 2;
   db_options.keep_log_file_num = 4;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  db_options.info_log = std::make_shared<EngineLog>();
 
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (int i = 0; i < kNumSpaces; ++i) {

@@ -280,7 +280,8 @@ int RunMigrate(MigrateArgs args) {
               {"bytes_moved", result->bytes_moved}, {"stored_bytes", result->stored_bytes},
               {"ratio", Ratio(result->bytes_moved, result->stored_bytes)},
               {"seconds", secs},               {"backup", archive},
-              {"ok", result->ok()}};
+              {"ok", result->ok()},            {"store_full", result->store_full}};
+    if (result->store_full) j["store_full_reason"] = result->store_full_reason;
     for (const auto& b : result->batches) {
       json jb = {{"batch", b.batch_id}, {"rolled_back", b.rolled_back},
                  {"runs_verified", b.runs_verified}};
@@ -310,6 +311,11 @@ int RunMigrate(MigrateArgs args) {
                result->files_moved, HumanBytes(result->bytes_moved),
                HumanBytes(result->stored_bytes), Ratio(result->bytes_moved, result->stored_bytes),
                secs, static_cast<double>(result->bytes_moved) / 1e6 / std::max(secs, 1e-9));
+  }
+  if (result->store_full) {
+    PrintError("migrate", "stopped: " + result->store_full_reason +
+                              "; what moved is cold, the rest stays in place (free space, or --store elsewhere)");
+    return kExitError;
   }
   return result->ok() ? kExitOk : kExitFinding;
 }

@@ -1,0 +1,138 @@
+// Full disks (issue 9): a store filesystem that fills up stops a migration
+// cleanly and never takes the process (or the mount) down; a full logdir
+// filesystem makes a rehydration fail with ENOSPC, as a write would.
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <random>
+
+#include "base/fs_util.h"
+#include "fmt/format.h"
+#include "store/backend.h"
+#include "tests/mount/mount_fixture.h"
+
+namespace tbfs::testing {
+namespace {
+
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t x = rng();
+    std::memcpy(s.data() + i, &x, std::min<size_t>(8, n - i));
+  }
+  return s;
+}
+
+// A small tmpfs at dir_/small, unmounted in teardown.
+class NoRoom : public MountTest {
+ protected:
+  void SmallFs(const std::string& size) {
+    small_ = dir_ / "small";
+    std::filesystem::create_directories(small_);
+    ASSERT_EQ(::mount("tmpfs", small_.c_str(), "tmpfs", 0, ("size=" + size).c_str()), 0)
+        << "this test needs to mount a tmpfs (root): " << std::strerror(errno);
+  }
+  void TearDown() override {
+    Unmount();
+    if (!small_.empty()) ::umount2(small_.c_str(), MNT_DETACH);
+  }
+  // Incompressible traces, so that they fill a store.
+  void WriteTraces(const std::string& logdir, int count, size_t bytes) {
+    WriteBytes(logdir + "/r/events.out.tfevents.1.host", "");
+    for (int i = 0; i < count; ++i) {
+      std::string rel = fmt::format("r/plugins/profile/t{}.pt.trace.json", i);
+      traces_[rel] = RandomBytes(bytes, static_cast<uint64_t>(i));
+      WriteBytes(logdir + "/" + rel, traces_[rel]);
+    }
+  }
+  // Every trace is in exactly one place, with its bytes.
+  void ExpectEveryTraceOnce(const std::string& logdir, const std::string& store) {
+    auto ls = RunCommand(Tbfs("ls " + logdir + " --store " + store + " 2>&1"));
+    for (const auto& [rel, bytes] : traces_) {
+      bool hot = std::filesystem::exists(logdir + "/" + rel);
+      bool cold = ls.out.find(rel) != std::string::npos;
+      EXPECT_NE(hot, cold) << rel << (hot ? " in both places" : " lost");
+      if (hot) EXPECT_TRUE(ReadBytes(logdir + "/" + rel) == bytes) << rel;
+    }
+  }
+  std::string small_;
+  std::map<std::string, std::string> traces_;
+};
+
+TEST_F(NoRoom, AFullStoreStopsTheMigrationCleanly) {
+  SmallFs("12m");
+  WriteTraces(logdir_, 10, 3 << 20);  // 30 MB that will not compress
+  const std::string store = small_ + "/store";
+  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + store + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;  // an error, not an abort (134)
+  EXPECT_NE(r.out.find("no room"), std::string::npos) << r.out;
+  ExpectEveryTraceOnce(logdir_, store);
+  // The store works on: it checks clean, and gives back what it holds.
+  auto fsck = RunCommand(Tbfs("fsck --store " + store + " 2>&1"));
+  EXPECT_EQ(fsck.exit_code, 0) << fsck.out;
+  auto restore = RunCommand(Tbfs("restore " + logdir_ + " --all --apply --store " + store + " 2>&1"));
+  EXPECT_EQ(restore.exit_code, 0) << restore.out;
+  for (const auto& [rel, bytes] : traces_) EXPECT_TRUE(ReadBytes(L(rel)) == bytes) << rel;
+}
+
+TEST_F(NoRoom, TheMountKeepsServingWhenTheStoreIsFull) {
+  SmallFs("12m");
+  WriteTraces(logdir_, 10, 3 << 20);
+  Mount("--no-migrate --cold-after 0 --store " + small_ + "/store");
+  auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  auto st = Status();
+  ASSERT_TRUE(st.contains("migrations")) << "the daemon died";
+  EXPECT_GE(st["migrations"]["stopped_store_full"].get<int>(), 1) << st.dump();
+  for (const auto& [rel, bytes] : traces_) EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  EXPECT_EQ(ReadBytes(M("r/events.out.tfevents.1.host")), "");
+  WriteBytes(M("r/new.txt"), "still writable");
+  EXPECT_EQ(ReadBytes(L("r/new.txt")), "still writable");
+}
+
+TEST_F(NoRoom, ARehydrationOnAFullLogdirIsENOSPC) {
+  SmallFs("24m");
+  logdir_ = small_ + "/logdir";
+  WriteTraces(logdir_, 2, 6 << 20);
+  Mount("--no-migrate --cold-after 0 --store " + (dir_ / "store"));
+  ASSERT_EQ(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null")).exit_code, 0);
+  const std::string rel = traces_.begin()->first;
+  ASSERT_EQ(State(M(rel)), "cold");
+  // Fill the logdir's filesystem.
+  RunCommand("dd if=/dev/zero of=" + logdir_ + "/filler bs=1M 2>/dev/null");
+  int fd = ::open(M(rel).c_str(), O_RDWR | O_CLOEXEC);
+  int err = errno;
+  if (fd >= 0) ::close(fd);
+  EXPECT_LT(fd, 0);
+  EXPECT_EQ(err, ENOSPC) << std::strerror(err);
+  EXPECT_EQ(State(M(rel)), "cold");
+  EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel]);
+  EXPECT_EQ(Status()["eio"]["rehydrate"].get<int>(), 0);
+}
+
+TEST_F(NoRoom, AWriteThatFailsForSpaceLeavesTheStoreUsable) {
+  SmallFs("4m");
+  auto backend = store::OpenRocksBackend(small_ + "/db", {.create_if_missing = true});
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  std::string value = RandomBytes(512 << 10, 1);
+  tbfs::Status first;
+  for (int i = 0; i < 40 && first.ok(); ++i) {
+    store::WriteBatch b;
+    b.Put(store::Space::kChunks, fmt::format("k{}", i), value);
+    first = (*backend)->Commit(b, true);
+  }
+  ASSERT_FALSE(first.ok()) << "the filesystem never filled";
+  EXPECT_EQ(first.sys_errno(), ENOSPC) << first.ToString();
+  // Another write is an error too (RocksDB would abort on it), reads go on.
+  store::WriteBatch again;
+  again.Put(store::Space::kMeta, "x", "y");
+  EXPECT_FALSE((*backend)->Commit(again, true).ok());
+  std::string got;
+  EXPECT_TRUE((*backend)->Get(store::Space::kChunks, "k0", &got).ok());
+  EXPECT_TRUE(got == value);
+}
+
+}  // namespace
+}  // namespace tbfs::testing
