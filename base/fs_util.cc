@@ -238,41 +238,6 @@ bool IsSafeRelativePath(std::string_view rel) {
   return true;
 }
 
-bool IsUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t n;  // continuation bytes
-    uint32_t cp;
-    if ((c >> 5) == 0x6) {
-      n = 1;
-      cp = c & 0x1f;
-    } else if ((c >> 4) == 0xe) {
-      n = 2;
-      cp = c & 0x0f;
-    } else if ((c >> 3) == 0x1e) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (s.size() - i <= n) return false;
-    for (size_t k = 1; k <= n; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc >> 6) != 0x2) return false;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += n + 1;
-  }
-  return true;
-}
-
 std::string_view BaseName(std::string_view path) {
   size_t slash = path.find_last_of('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);

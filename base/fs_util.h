@@ -85,8 +85,6 @@ std::string ParentPath(std::string_view rel);
 // True for a non-empty relative path with no "", "." or ".." component
 // and no leading '/': a path that cannot escape the folder it is joined to.
 bool IsSafeRelativePath(std::string_view rel);
-// True when the bytes are well-formed UTF-8.
-bool IsUtf8(std::string_view s);
 // Last component ("a/b/c" -> "c").
 std::string_view BaseName(std::string_view path);
 

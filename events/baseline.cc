@@ -81,7 +81,7 @@ std::string BaselineToJson(const std::vector<FileDigest>& files) {
     }
     jfiles.push_back(std::move(jf));
   }
-  return doc.dump(1) + "\n";
+  return doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 Result<std::vector<FileDigest>> BaselineFromJson(std::string_view text) {

@@ -106,6 +106,11 @@ int Fail(Verdict& verdict, const std::string& msg) {
   return 2;
 }
 
+// One-line JSON; names are bytes, so what is not UTF-8 prints as U+FFFD.
+std::string Compact(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string StatusJson(const MountConfig& mc, const std::string& store_dir, Filesystem& fs,
                        Migrator& migrator) {
   auto totals = fs.store().ComputeTotals();
@@ -150,7 +155,7 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
         {"store", k.eio_store}}},
       {"inodes", k.inodes},
   };
-  return j.dump();
+  return Compact(j);
 }
 
 // Answers the control socket's requests (fs/control.h).
@@ -159,13 +164,12 @@ std::string Control(const std::string& request, const MountConfig& mc, const std
   if (request == "status") return StatusJson(mc, store_dir, fs, migrator);
   if (request == "migrate-now") {
     if (migrator.RunNow() != 0) {
-      return nlohmann::json{{"error", "the migration pass failed: " + migrator.stats().last_error +
-                                          " (the log is tbfs-mount.log in the store)"}}
-          .dump();
+      return Compact({{"error", "the migration pass failed: " + migrator.stats().last_error +
+                                    " (the log is tbfs-mount.log in the store)"}});
     }
     return StatusJson(mc, store_dir, fs, migrator);
   }
-  return nlohmann::json{{"error", "unknown request: " + request}}.dump();
+  return Compact({{"error", "unknown request: " + request}});
 }
 
 // Tells the kernel of the FUSE session that an inode's attributes changed.

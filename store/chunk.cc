@@ -15,12 +15,12 @@ ChunkCodec::~ChunkCodec() {
   ZSTD_freeDCtx(dctx_);
 }
 
-void ChunkCodec::Encode(std::string_view raw, int level, std::string* value) {
+void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::string* value) {
   size_t bound = ZSTD_compressBound(raw.size());
   value->resize(kChunkHeaderBytes + bound);
   char* out = value->data();
   uint32_t len = static_cast<uint32_t>(raw.size());
-  uint64_t hash = XXH3_64bits(raw.data(), raw.size());
+  uint64_t hash = XXH3_64bits_withSeed(raw.data(), raw.size(), ChunkSeed(pos.file_id, pos.index, len));
   std::memcpy(out + 1, &len, 4);
   std::memcpy(out + 5, &hash, 8);
   size_t z = ZSTD_compressCCtx(cctx_, out + kChunkHeaderBytes, bound, raw.data(), raw.size(),
@@ -35,7 +35,8 @@ void ChunkCodec::Encode(std::string_view raw, int level, std::string* value) {
   }
 }
 
-Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected) {
+Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected, ChunkPos pos,
+                              bool format1) {
   if (value.size() < kChunkHeaderBytes) return Status::Corruption("chunk shorter than its header");
   uint8_t codec = static_cast<uint8_t>(value[0]);
   uint32_t len;
@@ -46,11 +47,13 @@ Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected
     return Status::Corruption("chunk holds " + std::to_string(len) + " bytes, manifest says " +
                               std::to_string(expected));
   }
+  const bool v1 = codec == kChunkRawV1 || codec == kChunkZstdV1;
+  if (v1 && !format1) return Status::Corruption("chunk of format 1 in a format 2 store");
   std::string_view payload = value.substr(kChunkHeaderBytes);
-  if (codec == kChunkRaw) {
+  if (codec == kChunkRaw || codec == kChunkRawV1) {
     if (payload.size() != len) return Status::Corruption("raw chunk has the wrong length");
     std::memcpy(out, payload.data(), len);
-  } else if (codec == kChunkZstd) {
+  } else if (codec == kChunkZstd || codec == kChunkZstdV1) {
     size_t n = ZSTD_decompressDCtx(dctx_, out, len, payload.data(), payload.size());
     if (ZSTD_isError(n)) {
       return Status::Corruption(std::string("chunk does not decompress: ") + ZSTD_getErrorName(n));
@@ -59,13 +62,32 @@ Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected
   } else {
     return Status::Corruption("chunk has unknown codec " + std::to_string(codec));
   }
-  if (XXH3_64bits(out, len) != hash) return Status::Corruption("chunk checksum mismatch");
+  uint64_t want = v1 ? XXH3_64bits(out, len)
+                     : XXH3_64bits_withSeed(out, len, ChunkSeed(pos.file_id, pos.index, len));
+  if (want != hash) {
+    return Status::Corruption(v1 ? "chunk checksum mismatch"
+                                 : "chunk checksum mismatch (damaged, or not this file's chunk at this index)");
+  }
   return Status::OK();
 }
 
-Status ChunkCodec::Decode(std::string_view value, size_t expected, std::string* raw) {
+Status ChunkCodec::Decode(std::string_view value, size_t expected, ChunkPos pos, std::string* raw,
+                          bool format1) {
   raw->resize(expected);
-  return DecodeInto(value, raw->data(), expected);
+  return DecodeInto(value, raw->data(), expected, pos, format1);
+}
+
+Status ChunkCodec::Rebind(std::string_view value, size_t expected, ChunkPos pos, std::string* out) {
+  std::string raw;
+  TBFS_RETURN_IF_ERROR(Decode(value, expected, pos, &raw, /*format1=*/true));
+  out->assign(value);
+  uint8_t codec = static_cast<uint8_t>(value[0]);
+  if (codec != kChunkRawV1 && codec != kChunkZstdV1) return Status::OK();
+  (*out)[0] = static_cast<char>(codec == kChunkRawV1 ? kChunkRaw : kChunkZstd);
+  uint32_t len = static_cast<uint32_t>(expected);
+  uint64_t hash = XXH3_64bits_withSeed(raw.data(), raw.size(), ChunkSeed(pos.file_id, pos.index, len));
+  std::memcpy(out->data() + 5, &hash, 8);
+  return Status::OK();
 }
 
 }  // namespace tbfs::store

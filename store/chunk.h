@@ -1,6 +1,8 @@
 // Chunk values: one independent zstd frame (or the raw bytes when zstd
-// does not help) behind a header with the uncompressed length and its
-// XXH3-64. Decoding checks both on every read (invariant I5): a mismatch is
+// does not help) behind a header with the uncompressed length and a
+// checksum of the raw bytes bound to where the chunk belongs (its file id
+// and index: store/format.h). Decoding checks both on every read (invariant
+// I5): a mismatch, or a chunk read at another file's or index's key, is
 // Corruption, and no wrong byte is ever returned.
 //
 // A ChunkCodec holds zstd contexts: not thread-safe, one per thread.
@@ -8,12 +10,19 @@
 
 #include <zstd.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "base/status.h"
 
 namespace tbfs::store {
+
+// Where a chunk belongs.
+struct ChunkPos {
+  uint64_t file_id = 0;
+  uint64_t index = 0;
+};
 
 class ChunkCodec {
  public:
@@ -22,14 +31,22 @@ class ChunkCodec {
   ChunkCodec(const ChunkCodec&) = delete;
   ChunkCodec& operator=(const ChunkCodec&) = delete;
 
-  // Encodes raw bytes at zstd `level` into *value (replacing it). Stores the
-  // bytes raw when compression saves less than 1/64 of them.
-  void Encode(std::string_view raw, int level, std::string* value);
+  // Encodes raw bytes at zstd `level` into *value (replacing it), bound to
+  // `pos`. Stores the bytes raw when compression saves less than 1/64.
+  void Encode(std::string_view raw, int level, ChunkPos pos, std::string* value);
   // Decodes a chunk value into *raw (replacing it). `expected_raw_bytes` is
-  // what the manifest says the chunk holds. Corruption on any mismatch.
-  Status Decode(std::string_view value, size_t expected_raw_bytes, std::string* raw);
+  // what the manifest says the chunk holds, `pos` where it was read from.
+  // Corruption on any mismatch. `format1` accepts format-1 chunks (not
+  // bound to a position) besides.
+  Status Decode(std::string_view value, size_t expected_raw_bytes, ChunkPos pos, std::string* raw,
+                bool format1 = false);
   // Same, into a caller buffer of exactly expected_raw_bytes.
-  Status DecodeInto(std::string_view value, char* out, size_t expected_raw_bytes);
+  Status DecodeInto(std::string_view value, char* out, size_t expected_raw_bytes, ChunkPos pos,
+                    bool format1 = false);
+  // A format-1 value rewritten as a format-2 one bound to pos (the payload
+  // is kept; the checksum is checked first). Corruption when it does not
+  // verify; an already bound value is returned as it is.
+  Status Rebind(std::string_view value, size_t expected_raw_bytes, ChunkPos pos, std::string* out);
 
  private:
   ZSTD_CCtx* cctx_;

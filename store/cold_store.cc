@@ -10,6 +10,7 @@
 
 #include "base/fs_util.h"
 #include "fmt/format.h"
+#include "spdlog/spdlog.h"
 #include "store/format.h"
 #include "store/store_dir.h"
 
@@ -85,15 +86,58 @@ Status ColdStore::Init(const OpenOptions& options) {
   } else {
     TBFS_RETURN_IF_ERROR(st);
     TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &info_, "store info"));
-    if (info_.format_version() != kFormatVersion) {
+    if (info_.format_version() != kFormatVersion && info_.format_version() != kFormatVersionV1) {
       return Status::NotSupported(fmt::format(
-          "store {} has format version {}; this tbfs reads version {} only", dir_,
-          info_.format_version(), kFormatVersion));
+          "store {} has format version {}; this tbfs reads versions {} and {} only", dir_,
+          info_.format_version(), kFormatVersionV1, kFormatVersion));
+    }
+    if (info_.format_version() == kFormatVersionV1 && !options.read_only) {
+      TBFS_RETURN_IF_ERROR(UpgradeFromV1());
     }
   }
   next_file_id_ = std::max(NextAfterLast(*backend_, Space::kManifests),
                            NextAfterLast(*backend_, Space::kChunks));
   next_batch_id_ = NextAfterLast(*backend_, Space::kJournal);
+  return Status::OK();
+}
+
+Status ColdStore::UpgradeFromV1() {
+  // Format 2 binds every chunk's checksum to its file id and index, and
+  // names are bytes (the same records on the wire). Chunks are rebound in
+  // place, file by file (a crash leaves a mix that format 1 reading accepts
+  // and the next open finishes); the version changes last.
+  std::vector<storepb::Manifest> files;
+  TBFS_RETURN_IF_ERROR(ForEachManifest([&](const storepb::Manifest& m) {
+    files.push_back(m);
+    return true;
+  }));
+  ChunkCodec codec;
+  WriteBatch batch;
+  std::string value, bound;
+  uint64_t rebound = 0;
+  for (const storepb::Manifest& m : files) {
+    for (uint64_t index = 0; index < m.chunks(); ++index) {
+      Status st = backend_->Get(Space::kChunks, ChunkKey(m.file_id(), index), &value);
+      if (st.IsNotFound()) continue;  // fsck names the file
+      TBFS_RETURN_IF_ERROR(st);
+      if (!codec.Rebind(value, ChunkLength(m, index), {m.file_id(), index}, &bound).ok()) {
+        continue;  // a damaged chunk stays as it is: its reads fail, fsck names it
+      }
+      if (bound == value) continue;
+      batch.Put(Space::kChunks, ChunkKey(m.file_id(), index), bound);
+      rebound++;
+      if (batch.bytes() > (16u << 20)) {
+        TBFS_RETURN_IF_ERROR(CheckRoom(batch.bytes()));
+        TBFS_RETURN_IF_ERROR(backend_->Commit(batch, false));
+        batch.Clear();
+      }
+    }
+  }
+  info_.set_format_version(kFormatVersion);
+  batch.Put(Space::kMeta, kMetaInfoKey, info_.SerializeAsString());
+  TBFS_RETURN_IF_ERROR(CheckRoom(batch.bytes()));
+  TBFS_RETURN_IF_ERROR(backend_->Commit(batch, true));
+  spdlog::warn("store {}: upgraded from format 1 to 2 ({} chunks bound to their place)", dir_, rebound);
   return Status::OK();
 }
 
@@ -349,7 +393,8 @@ Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, Chun
     return Status::Corruption(fmt::format("{}: chunk {} is missing from the store", m.path(), index));
   }
   TBFS_RETURN_IF_ERROR(st);
-  st = codec->DecodeInto(value, out, ChunkLength(m, index));
+  st = codec->DecodeInto(value, out, ChunkLength(m, index), {m.file_id(), index},
+                         info_.format_version() == kFormatVersionV1);
   if (!st.ok()) return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
   return Status::OK();
 }

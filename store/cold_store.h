@@ -144,6 +144,7 @@ class ColdStore {
   ColdStore(std::string dir, std::unique_ptr<Backend> backend)
       : dir_(std::move(dir)), backend_(std::move(backend)) {}
   Status Init(const OpenOptions& options);
+  Status UpgradeFromV1();
   void RemoveChunks(WriteBatch* batch, uint64_t file_id);
 
   UniqueFd logdir_lock_;  // held while open (OpenOptions::logdir)

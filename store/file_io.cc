@@ -94,7 +94,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
       if (options.progress) options.progress->fetch_add(len, std::memory_order_relaxed);
     }
     pool.ParallelFor(n, [&](size_t i, int worker) {
-      codecs[worker]->Encode(raw[i], options.level, &value[i]);
+      codecs[worker]->Encode(raw[i], options.level, {file_id, first + i}, &value[i]);
     });
     for (size_t i = 0; i < n; ++i) {
       batch.Put(Space::kChunks, ChunkKey(file_id, first + i), value[i]);

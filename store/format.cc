@@ -1,5 +1,7 @@
 #include "store/format.h"
 
+#include <xxhash.h>
+
 namespace tbfs::store {
 
 std::string EncodeId(uint64_t id) {
@@ -14,6 +16,12 @@ bool DecodeId(std::string_view key, uint64_t* id) {
   for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(key[i]);
   *id = v;
   return true;
+}
+
+uint64_t ChunkSeed(uint64_t file_id, uint64_t index, uint32_t raw_len) {
+  std::string key = EncodeId(file_id) + EncodeId(index);
+  for (int i = 0; i < 4; ++i) key.push_back(static_cast<char>(raw_len >> (8 * i)));
+  return XXH3_64bits(key.data(), key.size());
 }
 
 std::string ChunkKey(uint64_t file_id, uint64_t index) {

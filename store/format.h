@@ -8,8 +8,10 @@
 
 namespace tbfs::store {
 
-// Bumped on any incompatible change; a store of another version is refused.
-inline constexpr uint32_t kFormatVersion = 1;
+// Bumped on any incompatible change; a store of another version is refused,
+// but for version 1, which a writer upgrades in place (ColdStore::Open).
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kFormatVersionV1 = 1;
 
 inline constexpr char kMetaInfoKey[] = "info";
 // Meta: "retired/" + file id (8 bytes BE) -> "": a file that left the store
@@ -18,10 +20,17 @@ inline constexpr char kMetaInfoKey[] = "info";
 inline constexpr char kRetiredPrefix[] = "retired/";
 inline constexpr char kLastBaselineKey[] = "last";
 
-// Chunk value: [codec u8][raw_len u32 LE][xxh3_64(raw) u64 LE][payload].
+// Chunk value: [codec u8][raw_len u32 LE][checksum u64 LE][payload]. The
+// checksum is XXH3-64 of the raw bytes seeded with ChunkSeed(file id, chunk
+// index, raw_len): a chunk read at another key (another file, another
+// index) or of another length fails it. Format 1 chunks (codecs 0 and 1)
+// had an unseeded XXH3-64; they are read in a format-1 store only.
 inline constexpr size_t kChunkHeaderBytes = 13;
-inline constexpr uint8_t kChunkRaw = 0;   // payload is the raw bytes
-inline constexpr uint8_t kChunkZstd = 1;  // payload is one zstd frame
+inline constexpr uint8_t kChunkRawV1 = 0;   // payload is the raw bytes (format 1)
+inline constexpr uint8_t kChunkZstdV1 = 1;  // payload is one zstd frame (format 1)
+inline constexpr uint8_t kChunkRaw = 2;     // payload is the raw bytes
+inline constexpr uint8_t kChunkZstd = 3;    // payload is one zstd frame
+uint64_t ChunkSeed(uint64_t file_id, uint64_t index, uint32_t raw_len);
 
 inline constexpr uint32_t kCodecZstd = 1;  // Manifest.codec
 

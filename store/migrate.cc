@@ -546,7 +546,6 @@ Status FindCandidates(const std::string& logdir, const CandidateOptions& options
       return skip("a tbfs temporary file");
     }
     if (!S_ISREG(e.st.st_mode)) return skip("not a regular file");
-    if (!IsUtf8(e.rel)) return skip("its path is not UTF-8, which the store cannot name yet");
     if (e.st.st_nlink > 1) return skip(fmt::format("has {} hard links", e.st.st_nlink));
     if (static_cast<uint64_t>(e.st.st_size) < options.min_size_bytes) {
       return skip("smaller than --min-size");
@@ -752,7 +751,7 @@ Result<double> EstimateRatio(const std::string& logdir, const std::vector<Candid
       size_t got = 0;
       TBFS_RETURN_IF_ERROR(PreadFull(fd->get(), raw.data(), raw.size(), offset, &got, path));
       if (got == 0) continue;
-      codec.Encode(std::string_view(raw.data(), got), level, &value);
+      codec.Encode(std::string_view(raw.data(), got), level, {0, 0}, &value);
       raw_bytes += got;
       stored_bytes += value.size();
     }

@@ -580,15 +580,24 @@ TEST_F(Transitions, AFolderNamedLikeADeletedOneIsAnOrdinaryFolder) {
   EXPECT_EQ(errno, EEXIST);
 }
 
-TEST_F(Transitions, ANameThatIsNotUtf8StaysHotAndReadable) {
-  const std::string rel = "run/plugins/profile/bad-\xff.pt.trace.json";
+TEST_F(Transitions, ANameThatIsNotUtf8MigratesAndComesBack) {
+  const std::string rel = "run/plugins/profile/bad-\xff\xfe.pt.trace.json";
   WriteBytes(L(rel), TraceText("bad", 50000));
   WriteBytes(L("run/events.out.tfevents.1.host"), "");
   Mount("--no-migrate --cold-after 0");
   MigrateNow();
-  EXPECT_EQ(State(M(rel)), "hot");
+  EXPECT_EQ(State(M(rel)), "cold");
   EXPECT_TRUE(ReadBytes(M(rel)) == TraceText("bad", 50000));
-  EXPECT_EQ(RunCommand(Tbfs("status " + mnt_ + " >/dev/null")).exit_code, 0);
+  EXPECT_EQ(RunCommand(Tbfs("status --json " + mnt_ + " >/dev/null")).exit_code, 0);
+  Unmount();
+  for (const std::string& cmd : {"ls " + logdir_, "ls --json " + logdir_, "du " + logdir_,
+                                 "fsck " + logdir_, "export " + logdir_ + " --to " + (dir_ / "out")}) {
+    auto r = RunCommand(Tbfs(cmd + " 2>&1"));
+    EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.out;
+  }
+  EXPECT_TRUE(ReadBytes(dir_ / ("out/" + rel)) == TraceText("bad", 50000));
+  ASSERT_EQ(RunCommand(Tbfs("restore " + logdir_ + " --all --apply 2>&1")).exit_code, 0);
+  EXPECT_TRUE(ReadBytes(L(rel)) == TraceText("bad", 50000));
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <xxhash.h>
+
+#include <cstring>
 
 #include "base/fs_util.h"
 #include "base/work_pool.h"
@@ -164,7 +167,7 @@ TEST_F(StoreTest, CorruptChunkIsAnErrorAndFsckNamesTheFile) {
 
 TEST_F(StoreTest, UnknownFormatVersionIsRefused) {
   storepb::StoreInfo info = store_->info();
-  info.set_format_version(kFormatVersion + 41);
+  info.set_format_version(42);
   WriteBatch b;
   b.Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
   ASSERT_TRUE(store_->Commit(b, true).ok());
@@ -202,14 +205,129 @@ TEST(Chunk, RawFallbackAndChecksums) {
   uint32_t x = 1;
   for (char& c : random) c = static_cast<char>((x = x * 1103515245 + 12345) >> 16);
   std::string value, out;
-  codec.Encode(random, 3, &value);
+  codec.Encode(random, 3, {7, 2}, &value);
   EXPECT_EQ(static_cast<uint8_t>(value[0]), kChunkRaw);
-  ASSERT_TRUE(codec.Decode(value, random.size(), &out).ok());
+  ASSERT_TRUE(codec.Decode(value, random.size(), {7, 2}, &out).ok());
   EXPECT_EQ(out, random);
-  EXPECT_TRUE(codec.Decode(value, random.size() + 1, &out).IsCorruption());
+  EXPECT_TRUE(codec.Decode(value, random.size() + 1, {7, 2}, &out).IsCorruption());
+  // The same bytes read as another file's chunk, or another index: refused.
+  EXPECT_TRUE(codec.Decode(value, random.size(), {8, 2}, &out).IsCorruption());
+  EXPECT_TRUE(codec.Decode(value, random.size(), {7, 3}, &out).IsCorruption());
   value.back() ^= 1;
-  EXPECT_TRUE(codec.Decode(value, random.size(), &out).IsCorruption());
-  EXPECT_TRUE(codec.Decode("xy", 2, &out).IsCorruption());
+  EXPECT_TRUE(codec.Decode(value, random.size(), {7, 2}, &out).IsCorruption());
+  EXPECT_TRUE(codec.Decode("xy", 2, {7, 2}, &out).IsCorruption());
+}
+
+TEST_F(StoreTest, AChunkReadFromTheWrongKeyIsAnErrorNeverData) {
+  std::string bytes = Content(4 * kChunk, 5);
+  storepb::Manifest m = Ingest("run/t.pt.trace.json", bytes);
+  // Chunk 2's value at chunk 3's key, as a damaged key in an SST file would.
+  std::string value;
+  ASSERT_TRUE(store_->backend().Get(Space::kChunks, ChunkKey(m.file_id(), 2), &value).ok());
+  WriteBatch b;
+  b.Put(Space::kChunks, ChunkKey(m.file_id(), 3), value);
+  ASSERT_TRUE(store_->Commit(b, true).ok());
+  ChunkCodec codec;
+  std::string raw;
+  EXPECT_TRUE(store_->ReadChunk(m, 3, &codec, &raw).IsCorruption());
+  auto fsck = Fsck(*store_, &pool_, nullptr);
+  ASSERT_TRUE(fsck.ok());
+  ASSERT_EQ(fsck->damaged.size(), 1u);
+  EXPECT_EQ(fsck->damaged[0].first, "run/t.pt.trace.json");
+}
+
+TEST_F(StoreTest, NamesAreBytes) {
+  const std::string rel = "run/bad-\xff\xfe.pt.trace.json";
+  storepb::Manifest m = Ingest(rel, Content(3000, 1));
+  auto found = store_->Lookup(rel);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(found->path(), rel);
+  int seen = 0;
+  ASSERT_TRUE(store_->ForEachManifest([&](const storepb::Manifest& x) {
+                    seen += x.path() == rel;
+                    return true;
+                  }).ok());
+  EXPECT_EQ(seen, 1);
+}
+
+// A format-1 store, written record by record as tbfs 0.1 wrote it: its
+// chunk checksums are not bound to their place.
+void WriteFormat1Store(const std::string& dir, const std::string& rel, const std::string& bytes) {
+  auto backend = OpenRocksBackend(dir, {.create_if_missing = true});
+  ASSERT_TRUE(backend.ok());
+  storepb::StoreInfo info;
+  info.set_format_version(1);
+  info.set_store_id("0000000000000001");
+  info.set_chunk_bytes(kChunk);
+  info.set_level(3);
+  storepb::Manifest m;
+  m.set_file_id(1);
+  m.set_path(rel);
+  m.set_size(bytes.size());
+  m.set_mode(S_IFREG | 0644);
+  m.set_chunk_bytes(kChunk);
+  m.set_codec(kCodecZstd);
+  m.set_chunks(ChunkCount(bytes.size(), kChunk));
+  Hash128 h;
+  {
+    XXH128_hash_t x = XXH3_128bits(bytes.data(), bytes.size());
+    h = {x.low64, x.high64};
+  }
+  m.set_hash_low(h.low);
+  m.set_hash_high(h.high);
+  WriteBatch b;
+  b.Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
+  for (uint64_t i = 0; i < m.chunks(); ++i) {
+    std::string raw = bytes.substr(i * kChunk, kChunk);
+    std::string value(kChunkHeaderBytes, '\0');
+    value[0] = static_cast<char>(kChunkRawV1);
+    uint32_t len = static_cast<uint32_t>(raw.size());
+    uint64_t hash = XXH3_64bits(raw.data(), raw.size());
+    std::memcpy(value.data() + 1, &len, 4);
+    std::memcpy(value.data() + 5, &hash, 8);
+    b.Put(Space::kChunks, ChunkKey(1, i), value + raw);
+    m.set_stored_bytes(m.stored_bytes() + value.size() + raw.size());
+  }
+  b.Put(Space::kManifests, EncodeId(1), m.SerializeAsString());
+  storepb::Entry e;
+  e.set_kind(storepb::Entry::FILE);
+  e.set_file_id(1);
+  b.Put(Space::kNamespace, EntryKey(rel), e.SerializeAsString());
+  storepb::Entry d;
+  d.set_kind(storepb::Entry::DIR);
+  d.set_mode(S_IFDIR | 0755);
+  b.Put(Space::kNamespace, EntryKey(ParentPath(rel)), d.SerializeAsString());
+  ASSERT_TRUE((*backend)->Commit(b, true).ok());
+}
+
+TEST(Upgrade, AFormat1StoreIsReadAndUpgradedInPlace) {
+  TempDir dir;
+  const std::string rel = "run/t.pt.trace.json", bytes = Content(3 * kChunk + 100, 9);
+  WriteFormat1Store(dir / "store", rel, bytes);
+  WorkPool pool(2);
+  {
+    OpenOptions ro;
+    ro.read_only = true;
+    auto s = ColdStore::Open(dir / "store", ro);  // readers read it as it is
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*s)->info().format_version(), 1u);
+    auto m = (*s)->Lookup(rel);
+    ASSERT_TRUE(m.ok());
+    EXPECT_TRUE(VerifyStoredFile(**s, *m, &pool).ok());
+  }
+  auto s = ColdStore::Open(dir / "store", {});  // a writer upgrades it
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->info().format_version(), kFormatVersion);
+  auto m = (*s)->Lookup(rel);
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(VerifyStoredFile(**s, *m, &pool).ok());
+  std::string value;
+  ASSERT_TRUE((*s)->backend().Get(Space::kChunks, ChunkKey(1, 0), &value).ok());
+  EXPECT_EQ(static_cast<uint8_t>(value[0]), kChunkRaw);  // bound to its place now
+  MaterializeOptions mo;
+  mo.pool = &pool;
+  ASSERT_TRUE(MaterializeFile(**s, *m, dir.path(), "out.json", mo).ok());
+  EXPECT_TRUE(ReadBytes(dir / "out.json") == bytes);
 }
 
 TEST(Format, EntryKeysMakeChildrenAPrefix) {

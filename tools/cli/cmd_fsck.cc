@@ -70,7 +70,7 @@ int RunFsck(const FsckArgs& args) {
               {"dangling_entries", r->dangling_entries}, {"journal_records", r->journal_records},
               {"damaged", json::array()}};
     for (const auto& [p, why] : r->damaged) j["damaged"].push_back({{"path", p}, {"reason", why}});
-    fmt::print("{}\n", j.dump(2));
+    PrintJson(j);
   } else {
     for (const auto& [p, why] : r->damaged) fmt::print("DAMAGED: {}: {}\n", p, why);
     if (r->orphan_chunk_files) fmt::print("note: chunks of {} unknown file ids\n", r->orphan_chunk_files);
@@ -124,7 +124,7 @@ int RunGc(const FsckArgs& args) {
     json j = {{"dry_run", !args.apply}, {"files", old.size()}, {"bytes", bytes},
               {"stored_bytes", stored}};
     for (const auto& m : old) j["paths"].push_back(m.path());
-    fmt::print("{}\n", j.dump(2));
+    PrintJson(j);
   } else {
     for (const auto& m : old) fmt::print("  {:>10}  {}\n", HumanBytes(m.size()), m.path());
     fmt::print("{} {} cold files older than {} ({} logical, {} stored){}\n",

@@ -34,7 +34,7 @@ int RunGen(const GenArgs& args) {
                      {"event_files", report.event_files}, {"event_bytes", report.event_bytes},
                      {"trace_files", report.trace_files}, {"trace_bytes", report.trace_bytes},
                      {"seconds", secs}};
-    fmt::print("{}\n", j.dump(2));
+    PrintJson(j);
   } else {
     fmt::print("wrote {}: {} files; {} tfevents files ({}), {} traces ({}) in {:.1f}s\n",
                args.outdir, report.files, report.event_files, HumanBytes(report.event_bytes),

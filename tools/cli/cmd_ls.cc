@@ -75,7 +75,7 @@ int RunLs(const LsArgs& args) {
                    {"class", m.file_class()}, {"mtime_ns", m.mtime_ns()},
                    {"mode", m.mode() & 07777}, {"file_id", m.file_id()}});
     }
-    fmt::print("{}\n", j.dump(2));
+    PrintJson(j);
     return kExitOk;
   }
   for (const auto& m : files) {
@@ -126,7 +126,7 @@ int RunDu(const LsArgs& args) {
     for (const auto& [cls, s] : by_class) {
       j["classes"][cls] = {{"files", s.files}, {"bytes", s.bytes}, {"stored_bytes", s.stored}};
     }
-    fmt::print("{}\n", j.dump(2));
+    PrintJson(j);
     return kExitOk;
   }
   fmt::print("{:<16} {:>8} {:>12} {:>12} {:>8}\n", "class", "files", "logical", "stored", "ratio");

@@ -135,7 +135,7 @@ void PrintPlan(const std::vector<store::Candidate>& candidates,
           {{"path", c.path}, {"class", std::string(store::ClassName(c.cls))}, {"bytes", c.size}});
     }
     for (const auto& s : skipped) j["skipped"].push_back({{"path", s.path}, {"reason", s.reason}});
-    fmt::print("{}\n", j.dump(2));
+    PrintJson(j);
     return;
   }
   for (const auto& c : candidates) {
@@ -211,7 +211,7 @@ int RunMigrate(MigrateArgs args) {
   }
   if (candidates.empty()) {
     if (args.json) {
-      fmt::print("{}\n", json{{"logdir", args.logdir}, {"files", 0}, {"dry_run", !apply}}.dump(2));
+      PrintJson(json{{"logdir", args.logdir}, {"files", 0}, {"dry_run", !apply}});
     } else {
       for (const auto& s : skipped) fmt::print("  skipped: {} ({})\n", s.path, s.reason);
       fmt::print("nothing to migrate in {}\n", args.logdir);
@@ -293,7 +293,7 @@ int RunMigrate(MigrateArgs args) {
       }
       j["batches"].push_back(jb);
     }
-    fmt::print("{}\n", j.dump(2));
+    PrintJson(j);
   } else {
     for (const auto& b : result->batches) {
       for (const auto& f : b.files) {

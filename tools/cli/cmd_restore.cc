@@ -81,7 +81,7 @@ int Report(const std::string& verb, const CopyArgs& args, const store::CopyResul
   if (args.json) {
     json j = {{"files", r.files}, {"bytes", r.bytes}, {"failed", json::array()}};
     for (const auto& [p, why] : r.failed) j["failed"].push_back({{"path", p}, {"reason", why}});
-    fmt::print("{}\n", j.dump(2));
+    PrintJson(j);
   } else {
     for (const auto& [p, why] : r.failed) fmt::print("  {}: {}\n", p, why);
     fmt::print("{} {} files, {}{}\n", verb, r.files, HumanBytes(r.bytes),
@@ -105,7 +105,7 @@ int RunRestore(const CopyArgs& args) {
     if (args.json) {
       json j = {{"dry_run", true}, {"files", files.size()}, {"bytes", total}};
       for (const auto& m : files) j["paths"].push_back(m.path());
-      fmt::print("{}\n", j.dump(2));
+      PrintJson(j);
     } else {
       for (const auto& m : files) fmt::print("  {:>10}  {}\n", HumanBytes(m.size()), m.path());
       fmt::print("would restore {} files, {}\ndry run: nothing changed. Run again with --apply.\n",

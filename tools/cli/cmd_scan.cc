@@ -95,7 +95,7 @@ int RunScan(const ScanArgs& args) {
   }
   for (const std::string& w : fp->warnings) PrintError("scan", "warning: " + w);
   if (args.json) {
-    fmt::print("{}\n", ToJson(args.logdir, *fp).dump(2));
+    PrintJson(ToJson(args.logdir, *fp));
   } else {
     PrintHuman(args.logdir, *fp);
   }

@@ -137,7 +137,7 @@ int RunVerify(const VerifyArgs& args) {
     }
   }
   if (args.json) {
-    fmt::print("{}\n", ToJson(args, *report, secs).dump(2));
+    PrintJson(ToJson(args, *report, secs));
   } else {
     PrintHuman(args, *report, secs);
   }

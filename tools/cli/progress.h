@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 namespace tbfs::cli {
 
 class Progress {
@@ -37,6 +39,10 @@ class Progress {
   bool stop_ = false;  // guarded by mu_
   std::thread thread_;
 };
+
+// Prints `j` indented to stdout; bytes that are not UTF-8 (file names are
+// bytes) print as U+FFFD rather than aborting the dump.
+void PrintJson(const nlohmann::json& j);
 
 // "1.5 GiB", "312 KiB", "17 B".
 std::string HumanBytes(uint64_t bytes);
