@@ -224,7 +224,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     else if (to_set & kSetMtime) m->set_mtime_ns(ToNs(attr.st_mtim));
     m->set_ctime_ns(now);
     store::WriteBatch batch;
-    batch.Put(store::Space::kManifests, store::EncodeId(m->file_id()), m->SerializeAsString());
+    store_->UpdateManifest(&batch, *m);
     Status st = store_->Commit(batch, true);
     if (!st.ok()) return StoreError(st, "setattr");
     auto shared = std::make_shared<const storepb::Manifest>(std::move(m).value());

@@ -290,8 +290,7 @@ int Filesystem::FsyncDir(uint64_t ino, bool datasync) {
 void Filesystem::ReapRetired(uint64_t file_id) {
   std::vector<uint64_t> ids;
   if (file_id != 0) {
-    std::string ignored;
-    if (!store_->backend().Get(store::Space::kMeta, store::RetiredKey(file_id), &ignored).ok()) return;
+    if (!store_->IsRetired(file_id)) return;
     ids.push_back(file_id);
   } else if (Status st = store_->ListRetired(&ids); !st.ok()) {
     spdlog::error("list retired files: {}", st.message());

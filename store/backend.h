@@ -102,7 +102,13 @@ class Backend {
 
 struct BackendOptions {
   bool create_if_missing = false;  // default: a missing store is NotFound
+  // Read-only opens do not check every table file up front: a damaged one
+  // fails the reads that need it (Corruption), not the open.
   bool read_only = false;
+  // Salvage only, on a scratch copy of a store that does not open: recover
+  // to the newest state the engine's files still describe, leaving out
+  // table files it cannot read. Writes to the folder.
+  bool best_efforts = false;
 };
 
 // Opens (or creates) the RocksDB store in `dir`. Busy when another process

@@ -62,11 +62,18 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
       TBFS_RETURN_IF_ERROR(MakeStorePrivate(dir));
     }
   }
+  // Damage gets the way out with it: fsck names what is damaged, salvage
+  // writes out every file that verifies.
+  auto damaged = [&](const Status& st) {
+    if (st.code() != Code::kCorruption) return st;
+    return Status::Corruption(st.message() + " (the store is damaged: tbfs fsck names what, and "
+                                             "tbfs salvage writes out every intact file)");
+  };
   auto backend = OpenRocksBackend(dir, bo);
-  if (!backend.ok()) return backend.status();
+  if (!backend.ok()) return damaged(backend.status());
   std::unique_ptr<ColdStore> store(new ColdStore(dir, std::move(backend).value()));
   store->logdir_lock_ = std::move(lock);
-  TBFS_RETURN_IF_ERROR(store->Init(options));
+  if (Status st = store->Init(options); !st.ok()) return damaged(st);
   return store;
 }
 
@@ -102,8 +109,9 @@ Status ColdStore::Init(const OpenOptions& options) {
 }
 
 Status ColdStore::UpgradeFromV1() {
-  // Format 2 binds every chunk's checksum to its file id and index, and
-  // names are bytes (the same records on the wire). Chunks are rebound in
+  // Format 2 binds every chunk's checksum to its file id and index, keeps a
+  // second copy of every manifest with the chunks, and names are bytes (the
+  // same records on the wire). Chunks are rebound in
   // place, file by file (a crash leaves a mix that format 1 reading accepts
   // and the next open finishes); the version changes last.
   std::vector<storepb::Manifest> files;
@@ -116,6 +124,7 @@ Status ColdStore::UpgradeFromV1() {
   std::string value, bound;
   uint64_t rebound = 0;
   for (const storepb::Manifest& m : files) {
+    PutManifest(&batch, m);  // format 2 keeps a second copy with the chunks
     for (uint64_t index = 0; index < m.chunks(); ++index) {
       Status st = backend_->Get(Space::kChunks, ChunkKey(m.file_id(), index), &value);
       if (st.IsNotFound()) continue;  // fsck names the file
@@ -226,6 +235,46 @@ Status ColdStore::ForEachManifest(const std::function<bool(const storepb::Manife
   return inner;
 }
 
+Status ColdStore::ForEachManifestCopy(const std::function<bool(const storepb::Manifest&)>& fn) {
+  return backend_->Scan(Space::kChunks, "", [&](std::string_view key, std::string_view value) {
+    uint64_t id = 0, index = 0;
+    std::string bytes;
+    storepb::Manifest m;
+    if (!DecodeChunkKey(key, &id, &index) || index != kManifestCopyIndex) return true;
+    if (!ParseManifestCopy(id, value, &bytes) || !m.ParseFromString(bytes) || m.file_id() != id ||
+        !IsSafeRelativePath(m.path())) {
+      return true;  // fsck finds the file damaged through its first copy
+    }
+    return fn(m);
+  });
+}
+
+Status ColdStore::ForEachChunkKey(const std::function<bool(uint64_t, uint64_t)>& fn) {
+  return backend_->Scan(Space::kChunks, "", [&](std::string_view key, std::string_view) {
+    uint64_t id = 0, index = 0;
+    if (!DecodeChunkKey(key, &id, &index) || index == kManifestCopyIndex) return true;
+    return fn(id, index);
+  });
+}
+
+Status ColdStore::ForEachEntry(const std::function<bool(const std::string&, const storepb::Entry&)>& fn) {
+  Status inner;
+  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kNamespace, "", [&](std::string_view key, std::string_view value) {
+    storepb::Entry e;
+    if (!e.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      inner = Status::Corruption("namespace entry does not parse: " + PathOfEntryKey(key));
+      return false;
+    }
+    return fn(PathOfEntryKey(key), e);
+  }));
+  return inner;
+}
+
+bool ColdStore::IsRetired(uint64_t file_id) {
+  std::string ignored;
+  return backend_->Get(Space::kMeta, RetiredKey(file_id), &ignored).ok();
+}
+
 namespace {
 
 // The namespace entry of a folder, from the logdir's folder when it exists.
@@ -272,7 +321,7 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const s
   };
   Status here = replace(m.path(), /*folder_ok=*/false);
   if (!here.ok() && !here.IsNotFound()) return here;
-  batch->Put(Space::kManifests, EncodeId(m.file_id()), m.SerializeAsString());
+  PutManifest(batch, m);
   storepb::Entry file;
   file.set_kind(storepb::Entry::FILE);
   file.set_file_id(m.file_id());
@@ -292,8 +341,18 @@ void ColdStore::RemoveFile(WriteBatch* batch, const storepb::Manifest& m) {
   batch->Delete(Space::kNamespace, EntryKey(m.path()));
 }
 
+void ColdStore::PutManifest(WriteBatch* batch, const storepb::Manifest& m) {
+  const std::string bytes = m.SerializeAsString();
+  batch->Put(Space::kManifests, EncodeId(m.file_id()), bytes);
+  batch->Put(Space::kChunks, ChunkKey(m.file_id(), kManifestCopyIndex),
+             ManifestCopyValue(m.file_id(), bytes));
+}
+
 void ColdStore::Retire(WriteBatch* batch, const storepb::Manifest& m) {
   batch->Delete(Space::kManifests, EncodeId(m.file_id()));
+  // Its chunks stay for the readers; the copy goes, so that nothing (salvage
+  // reading the blob files) takes the file for one still in the store.
+  batch->Delete(Space::kChunks, ChunkKey(m.file_id(), kManifestCopyIndex));
   batch->Delete(Space::kNamespace, EntryKey(m.path()));
   batch->Put(Space::kMeta, RetiredKey(m.file_id()), "");
 }
@@ -371,7 +430,7 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
       auto manifest = GetManifest(e.file_id());
       if (!manifest.ok()) return manifest.status();
       manifest->set_path(m.new_path);
-      batch->Put(Space::kManifests, EncodeId(e.file_id()), manifest->SerializeAsString());
+      PutManifest(batch, *manifest);
     }
   }
   // Folder entries for the new ancestors.

@@ -56,7 +56,6 @@ class ColdStore {
 
   const std::string& dir() const { return dir_; }
   const storepb::StoreInfo& info() const { return info_; }
-  Backend& backend() { return *backend_; }
 
   // --- reading the namespace and manifests
   Result<storepb::Manifest> GetManifest(uint64_t file_id);
@@ -68,6 +67,17 @@ class ColdStore {
   Status ListChildren(std::string_view folder, std::vector<ChildEntry>* out);
   // Every manifest, in file id order, until fn returns false.
   Status ForEachManifest(const std::function<bool(const storepb::Manifest&)>& fn);
+  // The same from the manifests' second copies, kept with the chunks (for
+  // fsck when the manifests space is damaged). Copies that do not verify
+  // are skipped. Reads every chunk value: slow.
+  Status ForEachManifestCopy(const std::function<bool(const storepb::Manifest&)>& fn);
+  // Every chunk key (file id, index; manifest copies left out), in order.
+  Status ForEachChunkKey(const std::function<bool(uint64_t file_id, uint64_t index)>& fn);
+  // Every namespace entry with its path, in key order; entries that do not
+  // parse are Corruption.
+  Status ForEachEntry(const std::function<bool(const std::string& path, const storepb::Entry&)>& fn);
+  // Whether a retired file's mark is still there.
+  bool IsRetired(uint64_t file_id);
 
   // --- writing (through batches the caller commits)
   uint64_t NewFileId() { return next_file_id_.fetch_add(1); }
@@ -81,6 +91,9 @@ class ColdStore {
   // Aborted when a cold folder has m.path().
   Status AddFile(WriteBatch* batch, const storepb::Manifest& m, const std::string& logdir,
                  bool retire_replaced = false);
+  // Writes a cold file's changed manifest (its attributes: mode, owner,
+  // times), both copies.
+  void UpdateManifest(WriteBatch* batch, const storepb::Manifest& m) { PutManifest(batch, m); }
   // Removes a file's chunks, manifest and namespace entry. Folders stay.
   void RemoveFile(WriteBatch* batch, const storepb::Manifest& m);
   // Removes a file's manifest and namespace entry and marks it retired: its
@@ -127,6 +140,15 @@ class ColdStore {
   Status ReadRange(const storepb::Manifest& m, uint64_t offset, size_t length, char* out,
                    size_t* got, ChunkCodec* codec);
 
+  // --- the engine
+  // Moves what is only in the engine's log into its files (after a
+  // migration the log holds a second copy of every chunk).
+  Status Flush() { return backend_->Flush(); }
+  // Returns the space of deleted data (compaction, blob garbage collection).
+  Status Compact() { return backend_->Compact(); }
+  // Bytes the store's files take on disk.
+  uint64_t DiskBytes() { return backend_->DiskBytes(); }
+
   // --- journal (invariant I4)
   Status PutJournal(const storepb::JournalRecord& record);  // synced
   Status DeleteJournal(uint64_t batch_id);                  // synced
@@ -141,11 +163,15 @@ class ColdStore {
   Result<Totals> ComputeTotals();
 
  private:
+  friend struct StoreInternals;  // tests: damage records through the engine
+  Backend& backend() { return *backend_; }
   ColdStore(std::string dir, std::unique_ptr<Backend> backend)
       : dir_(std::move(dir)), backend_(std::move(backend)) {}
   Status Init(const OpenOptions& options);
   Status UpgradeFromV1();
   void RemoveChunks(WriteBatch* batch, uint64_t file_id);
+  // The manifest and its copy in the chunks space (store/format.h).
+  void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
 
   UniqueFd logdir_lock_;  // held while open (OpenOptions::logdir)
   std::string dir_;

@@ -127,6 +127,12 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
 }
 
 Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* pool) {
+  return VerifyFrom(m, [&](uint64_t index, ChunkCodec* codec, std::string* raw) {
+    return store.ReadChunk(m, index, codec, raw);
+  }, pool);
+}
+
+Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool* pool) {
   auto codecs = Codecs(*pool);
   const size_t wave = WaveChunks(*pool);
   std::vector<std::string> raw(wave);
@@ -136,7 +142,7 @@ Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* 
   for (uint64_t first = 0; first < m.chunks(); first += wave) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(wave, m.chunks() - first));
     pool->ParallelFor(n, [&](size_t i, int worker) {
-      status[i] = store.ReadChunk(m, first + i, codecs[worker].get(), &raw[i]);
+      status[i] = read(first + i, codecs[worker].get(), &raw[i]);
     });
     for (size_t i = 0; i < n; ++i) {
       TBFS_RETURN_IF_ERROR(status[i]);
@@ -171,9 +177,6 @@ std::string TempNameFor(std::string_view name, uint64_t file_id) {
 
 Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& root,
                        const std::string& rel, const MaterializeOptions& options) {
-  const std::string dest = JoinPath(root, rel);  // for messages
-  auto root_fd = OpenFile(root, O_PATH | O_DIRECTORY);
-  if (!root_fd.ok()) return root_fd.status();
   // Folders missing on the way, made beneath root without following links.
   auto made = [&](const std::string& folder, int fd) {
     if (!options.folders_as_stored) return;
@@ -182,6 +185,19 @@ Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::
     if (options.keep_owner) (void)::fchown(fd, entry->uid(), entry->gid());
     (void)::fchmod(fd, entry->mode() & 07777);  // after the chown, which clears set-id bits
   };
+  auto read = [&](uint64_t index, ChunkCodec* codec, std::string* raw) {
+    return store.ReadChunk(m, index, codec, raw);
+  };
+  return MaterializeFrom(m, read, made, root, rel, options);
+}
+
+Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
+                       const std::function<void(const std::string& rel, int fd)>& made,
+                       const std::string& root, const std::string& rel,
+                       const MaterializeOptions& options) {
+  const std::string dest = JoinPath(root, rel);  // for messages
+  auto root_fd = OpenFile(root, O_PATH | O_DIRECTORY);
+  if (!root_fd.ok()) return root_fd.status();
   auto dir = MakeDirsBeneath(root_fd->get(), ParentPath(rel), 0755, made);
   if (!dir.ok()) {
     if (dir.status().sys_errno() == 0) return dir.status();
@@ -206,7 +222,7 @@ Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::
   for (uint64_t first = 0; first < m.chunks(); first += wave) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(wave, m.chunks() - first));
     options.pool->ParallelFor(n, [&](size_t i, int worker) {
-      status[i] = store.ReadChunk(m, first + i, codecs[worker].get(), &raw[i]);
+      status[i] = read(first + i, codecs[worker].get(), &raw[i]);
     });
     for (size_t i = 0; i < n; ++i) {
       if (!status[i].ok()) return fail(status[i]);

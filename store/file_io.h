@@ -47,9 +47,16 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
                                      const std::string& rel_path, int fd, const struct stat& st,
                                      uint64_t file_id, const IngestOptions& options);
 
+// Where a file's chunks come from: chunk `index` decoded and checked into
+// *raw. Called from a WorkPool's workers (each with its own codec): must be
+// thread-safe.
+using ChunkSource = std::function<Status(uint64_t index, ChunkCodec* codec, std::string* raw)>;
+
 // Reads every chunk of m back (checksums checked) and compares the
 // whole-file XXH3-128 with the manifest's. Corruption on any difference.
 Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* pool);
+// The same with the chunks from `read`.
+Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool* pool);
 
 struct MaterializeOptions {
   bool keep_owner = true;      // chown to the manifest's uid/gid (EPERM ignored when not root)
@@ -74,6 +81,14 @@ struct MaterializeOptions {
 // temporary file is removed and nothing is left at the destination.
 Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& root,
                        const std::string& rel, const MaterializeOptions& options);
+
+// MaterializeFile with the chunks from `read` and `made` called for every
+// folder made on the way (MakeDirsBeneath); options.folders_as_stored is
+// `made`'s business.
+Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
+                       const std::function<void(const std::string& rel, int fd)>& made,
+                       const std::string& root, const std::string& rel,
+                       const MaterializeOptions& options);
 
 // XXH3-128 and size of the content of the file open as fd.
 Status HashFd(int fd, const std::string& path, uint64_t* size, Hash128* hash);

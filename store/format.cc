@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <cstring>
+
 namespace tbfs::store {
 
 std::string EncodeId(uint64_t id) {
@@ -33,6 +35,38 @@ bool DecodeChunkKey(std::string_view key, uint64_t* file_id, uint64_t* index) {
 }
 
 std::string RetiredKey(uint64_t file_id) { return kRetiredPrefix + EncodeId(file_id); }
+
+namespace {
+
+uint64_t CopyChecksum(uint64_t file_id, std::string_view manifest) {
+  const uint32_t len = static_cast<uint32_t>(manifest.size());
+  return XXH3_64bits_withSeed(manifest.data(), manifest.size(), ChunkSeed(file_id, kManifestCopyIndex, len));
+}
+
+}  // namespace
+
+std::string ManifestCopyValue(uint64_t file_id, std::string_view manifest) {
+  std::string value(kChunkHeaderBytes, '\0');
+  value[0] = static_cast<char>(kManifestCopy);
+  const uint32_t len = static_cast<uint32_t>(manifest.size());
+  const uint64_t sum = CopyChecksum(file_id, manifest);
+  std::memcpy(value.data() + 1, &len, 4);
+  std::memcpy(value.data() + 5, &sum, 8);
+  value.append(manifest);
+  return value;
+}
+
+bool ParseManifestCopy(uint64_t file_id, std::string_view value, std::string* manifest) {
+  if (value.size() < kChunkHeaderBytes || static_cast<uint8_t>(value[0]) != kManifestCopy) return false;
+  uint32_t len;
+  uint64_t sum;
+  std::memcpy(&len, value.data() + 1, 4);
+  std::memcpy(&sum, value.data() + 5, 8);
+  std::string_view bytes = value.substr(kChunkHeaderBytes);
+  if (bytes.size() != len || CopyChecksum(file_id, bytes) != sum) return false;
+  manifest->assign(bytes);
+  return true;
+}
 
 std::string EntryKey(std::string_view rel_path) {
   size_t slash = rel_path.find_last_of('/');

@@ -44,6 +44,20 @@ bool DecodeChunkKey(std::string_view key, uint64_t* file_id, uint64_t* index);
 
 std::string RetiredKey(uint64_t file_id);
 
+// Every manifest has a second copy in the chunks space, under the file's
+// chunk index kManifestCopyIndex: it lands in the same blob files as the
+// file's chunks, so losing the manifests space (one damaged table file)
+// loses no file, and the blob files alone describe every file (salvage).
+// Value: [kManifestCopy u8][length u32 LE][checksum u64 LE][Manifest], the
+// checksum seeded like a chunk's (ChunkSeed(file id, kManifestCopyIndex,
+// length)).
+inline constexpr uint64_t kManifestCopyIndex = ~uint64_t{0};
+inline constexpr uint8_t kManifestCopy = 4;
+std::string ManifestCopyValue(uint64_t file_id, std::string_view manifest);
+// The manifest bytes of a copy found at file_id's copy key; false when the
+// value is not a whole, intact copy for that file.
+bool ParseManifestCopy(uint64_t file_id, std::string_view value, std::string* manifest);
+
 // Namespace: parent path ("" at the top) + '\0' + name. The direct children
 // of a folder are exactly the keys with prefix ChildPrefix(folder).
 std::string EntryKey(std::string_view rel_path);

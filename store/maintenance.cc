@@ -14,11 +14,17 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
   FsckResult result;
   std::vector<storepb::Manifest> manifests;
   std::set<uint64_t> ids;
-  TBFS_RETURN_IF_ERROR(store.ForEachManifest([&](const storepb::Manifest& m) {
-    manifests.push_back(m);
-    ids.insert(m.file_id());
+  auto collect = [&](const storepb::Manifest& m) {
+    if (ids.insert(m.file_id()).second) manifests.push_back(m);
     return true;
-  }));
+  };
+  if (Status st = store.ForEachManifest(collect); !st.ok()) {
+    result.problems.push_back("manifests: " + st.message());
+    result.manifests_from_copies = true;
+    if (Status copies = store.ForEachManifestCopy(collect); !copies.ok()) {
+      result.problems.push_back("manifest copies: " + copies.message());
+    }
+  }
   for (const storepb::Manifest& m : manifests) {
     result.files++;
     result.bytes += m.size();
@@ -26,33 +32,29 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
     if (!st.ok()) result.damaged.push_back({m.path(), st.message()});
     auto entry = store.GetEntry(m.path());
     if (!entry.ok() || entry->file_id() != m.file_id()) {
-      result.damaged.push_back({m.path(), "no namespace entry points to this file"});
+      result.damaged.push_back({m.path(), entry.ok() || entry.status().IsNotFound()
+                                              ? "no namespace entry points to this file"
+                                              : "its namespace entry: " + entry.status().message()});
     }
     if (progress) progress->fetch_add(m.size(), std::memory_order_relaxed);
   }
   std::vector<uint64_t> retired;
-  TBFS_RETURN_IF_ERROR(store.ListRetired(&retired));
+  if (Status st = store.ListRetired(&retired); !st.ok()) result.problems.push_back("retired files: " + st.message());
   result.retired_files = retired.size();
   std::set<uint64_t> chunk_ids;
-  TBFS_RETURN_IF_ERROR(store.backend().Scan(Space::kChunks, "", [&](std::string_view k, std::string_view) {
-    uint64_t id = 0, index = 0;
-    if (DecodeChunkKey(k, &id, &index) && !ids.count(id) &&
-        !std::binary_search(retired.begin(), retired.end(), id)) {
-      chunk_ids.insert(id);
-    }
+  Status chunks = store.ForEachChunkKey([&](uint64_t id, uint64_t) {
+    if (!ids.count(id) && !std::binary_search(retired.begin(), retired.end(), id)) chunk_ids.insert(id);
     return true;
-  }));
+  });
+  if (!chunks.ok()) result.problems.push_back("chunks: " + chunks.message());
   result.orphan_chunk_files = chunk_ids.size();
-  TBFS_RETURN_IF_ERROR(store.backend().Scan(Space::kNamespace, "", [&](std::string_view, std::string_view v) {
-    storepb::Entry e;
-    if (e.ParseFromArray(v.data(), static_cast<int>(v.size())) &&
-        e.kind() == storepb::Entry::FILE && !ids.count(e.file_id())) {
-      result.dangling_entries++;
-    }
+  Status names = store.ForEachEntry([&](const std::string&, const storepb::Entry& e) {
+    if (e.kind() == storepb::Entry::FILE && !ids.count(e.file_id())) result.dangling_entries++;
     return true;
-  }));
+  });
+  if (!names.ok()) result.problems.push_back("namespace: " + names.message());
   std::vector<storepb::JournalRecord> journal;
-  TBFS_RETURN_IF_ERROR(store.ListJournal(&journal));
+  if (Status st = store.ListJournal(&journal); !st.ok()) result.problems.push_back("journal: " + st.message());
   result.journal_records = journal.size();
   return result;
 }
@@ -76,7 +78,7 @@ Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files)
     }
   }
   TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
-  return store.backend().Compact();
+  return store.Compact();
 }
 
 }  // namespace tbfs::store

@@ -20,11 +20,18 @@ struct FsckResult {
   uint64_t retired_files = 0;         // files a mount's open handles still read
   uint64_t dangling_entries = 0;      // namespace entries without a manifest
   uint64_t journal_records = 0;       // unfinished batches (recovery pending)
-  bool clean() const { return damaged.empty() && dangling_entries == 0; }
+  // Parts of the store that could not be read (a damaged table file): one
+  // line each. Fsck reads past them and checks what it can reach.
+  std::vector<std::string> problems;
+  bool manifests_from_copies = false;  // the manifests space was unreadable
+  bool clean() const { return damaged.empty() && dangling_entries == 0 && problems.empty(); }
 };
 
 // Reads every chunk of every cold file, checks checksums and whole-file
-// hashes, and cross-checks manifests, namespace and chunks. Read-only.
+// hashes, and cross-checks manifests, namespace and chunks. Read-only. An
+// unreadable part of the store is a problem in the result, not an error:
+// fsck goes on with the rest (and takes the files from the manifests'
+// second copies when the manifests space is unreadable).
 Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>* progress);
 
 // Cold files whose modification time is more than older_than_s ago.

@@ -623,7 +623,7 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
   }
   if (options.stop == nullptr || !options.stop->load()) flush();
   if (result.files_moved > 0) {
-    Status st = store.backend().Flush();  // the WAL would hold a second copy
+    Status st = store.Flush();  // the WAL would hold a second copy
     if (!st.ok()) spdlog::warn("migrate: {}", st.message());
   }
   return result;

@@ -117,7 +117,10 @@ class RocksBackend final : public Backend {
 
   Status Scan(Space space, std::string_view prefix,
               const std::function<bool(std::string_view, std::string_view)>& fn) override {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf(space)));
+    rocksdb::ReadOptions ro;
+    // As in Get: a chunk value's own checksum is checked where it is read.
+    if (space == Space::kChunks) ro.verify_checksums = false;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf(space)));
     for (it->Seek(ToSlice(prefix)); it->Valid(); it->Next()) {
       rocksdb::Slice k = it->key();
       if (!k.starts_with(ToSlice(prefix))) break;
@@ -244,15 +247,21 @@ class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
 
 // RocksDB's own log, into tbfs's (warnings and errors only). RocksDB's LOG
 // file is not used: on a full disk a write to it aborts the process.
+// A reader (fsck, salvage, ls) reports damage itself, one line per problem:
+// the engine's own account of it goes to the debug level there.
 class EngineLog final : public rocksdb::Logger {
  public:
-  EngineLog() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  explicit EngineLog(spdlog::level::level_enum level)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL), level_(level) {}
   using rocksdb::Logger::Logv;
   void Logv(const char* format, va_list ap) override {
     char line[1024];
     std::vsnprintf(line, sizeof(line), format, ap);
-    spdlog::warn("store engine: {}", line);
+    spdlog::log(level_, "store engine: {}", line);
   }
+
+ private:
+  spdlog::level::level_enum level_;
 };
 
 rocksdb::Env* PrivateEnv() {
@@ -306,7 +315,12 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
   db_options.max_background_jobs = 2;
   db_options.keep_log_file_num = 4;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  db_options.info_log = std::make_shared<EngineLog>();
+  db_options.info_log = std::make_shared<EngineLog>(
+      options.read_only || options.best_efforts ? spdlog::level::debug : spdlog::level::warn);
+  // A writer checks every table file as it opens; a reader lets a damaged
+  // one fail only the reads that need it.
+  db_options.paranoid_checks = !options.read_only;
+  db_options.best_efforts_recovery = options.best_efforts;
 
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (int i = 0; i < kNumSpaces; ++i) {

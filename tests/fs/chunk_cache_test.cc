@@ -73,7 +73,7 @@ TEST_F(ChunkCacheTest, ConcurrentMissesDecompressOnce) {
 
 TEST_F(ChunkCacheTest, DamagedChunkIsAnErrorEveryTimeAndNotCached) {
   std::string value;
-  ASSERT_TRUE(store_->backend().Get(store::Space::kChunks, store::ChunkKey(1, 4), &value).ok());
+  ASSERT_TRUE(tbfs::store::StoreInternals::Of(*store_).Get(store::Space::kChunks, store::ChunkKey(1, 4), &value).ok());
   value[value.size() - 3] ^= 0x40;
   store::WriteBatch b;
   b.Put(store::Space::kChunks, store::ChunkKey(1, 4), value);

@@ -144,7 +144,7 @@ TEST_F(StoreTest, CorruptChunkIsAnErrorAndFsckNamesTheFile) {
   Ingest("run/good.pt.trace.json", Content(kChunk, 9));
   // Flip one payload byte of chunk 2, as bit rot would.
   std::string value;
-  ASSERT_TRUE(store_->backend().Get(Space::kChunks, ChunkKey(m.file_id(), 2), &value).ok());
+  ASSERT_TRUE(tbfs::store::StoreInternals::Of(*store_).Get(Space::kChunks, ChunkKey(m.file_id(), 2), &value).ok());
   value[value.size() / 2] ^= 0x01;
   WriteBatch b;
   b.Put(Space::kChunks, ChunkKey(m.file_id(), 2), value);
@@ -223,7 +223,7 @@ TEST_F(StoreTest, AChunkReadFromTheWrongKeyIsAnErrorNeverData) {
   storepb::Manifest m = Ingest("run/t.pt.trace.json", bytes);
   // Chunk 2's value at chunk 3's key, as a damaged key in an SST file would.
   std::string value;
-  ASSERT_TRUE(store_->backend().Get(Space::kChunks, ChunkKey(m.file_id(), 2), &value).ok());
+  ASSERT_TRUE(tbfs::store::StoreInternals::Of(*store_).Get(Space::kChunks, ChunkKey(m.file_id(), 2), &value).ok());
   WriteBatch b;
   b.Put(Space::kChunks, ChunkKey(m.file_id(), 3), value);
   ASSERT_TRUE(store_->Commit(b, true).ok());
@@ -322,8 +322,15 @@ TEST(Upgrade, AFormat1StoreIsReadAndUpgradedInPlace) {
   ASSERT_TRUE(m.ok());
   EXPECT_TRUE(VerifyStoredFile(**s, *m, &pool).ok());
   std::string value;
-  ASSERT_TRUE((*s)->backend().Get(Space::kChunks, ChunkKey(1, 0), &value).ok());
+  ASSERT_TRUE(tbfs::store::StoreInternals::Of(**s).Get(Space::kChunks, ChunkKey(1, 0), &value).ok());
   EXPECT_EQ(static_cast<uint8_t>(value[0]), kChunkRaw);  // bound to its place now
+  int copies = 0;  // and its manifest has its second copy with the chunks
+  ASSERT_TRUE((*s)->ForEachManifestCopy([&](const storepb::Manifest& c) {
+    copies++;
+    EXPECT_EQ(c.SerializeAsString(), m->SerializeAsString());
+    return true;
+  }).ok());
+  EXPECT_EQ(copies, 1);
   MaterializeOptions mo;
   mo.pool = &pool;
   ASSERT_TRUE(MaterializeFile(**s, *m, dir.path(), "out.json", mo).ok());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <map>
 
 #include "base/fs_util.h"
@@ -137,6 +138,52 @@ TEST_F(MigrateCli, GcIsADryRunUnlessApplied) {
   ASSERT_EQ(RunCommand(Tbfs("gc " + logdir_ + " --older-than 0 --apply >/dev/null")).exit_code, 0);
   EXPECT_TRUE(nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out).empty());
   EXPECT_EQ(RunCommand(Tbfs("gc " + logdir_ + " --older-than 3x 2>/dev/null")).exit_code, 2);
+}
+
+
+// Finding 5 as a user meets it: a damaged store is checked to the end and
+// every intact file comes back out with `tbfs salvage`.
+TEST_F(MigrateCli, FsckNamesDamageAndSalvageWritesEveryIntactFile) {
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code, 0);
+  const std::string store = logdir_ + "/.tbfs";
+  std::string blob;
+  for (const auto& e : std::filesystem::directory_iterator(store)) {
+    if (e.path().extension() == ".blob") blob = e.path();
+  }
+  ASSERT_FALSE(blob.empty());
+  // The engine's CURRENT file damaged: the store does not open at all.
+  std::string current = ReadBytes(store + "/CURRENT");
+  WriteBytes(store + "/CURRENT", "MANIFEST-99\n");
+  CommandResult fsck = RunCommand(Tbfs("fsck " + logdir_));
+  EXPECT_EQ(fsck.exit_code, 1) << fsck.out;
+  EXPECT_NE(fsck.out.find("does not open"), std::string::npos) << fsck.out;
+  EXPECT_NE(fsck.out.find("tbfs salvage"), std::string::npos) << fsck.out;
+  CommandResult salvage = RunCommand(Tbfs("salvage " + logdir_ + " --to " + (dir_ / "out")));
+  EXPECT_EQ(salvage.exit_code, 0) << salvage.out;
+  for (const auto& [path, bytes] : before_) {
+    if (Tree(logdir_).count(path)) continue;  // still hot
+    EXPECT_EQ(ReadBytes(dir_ / ("out/" + path)), bytes) << path;
+  }
+  WriteBytes(store + "/CURRENT", current);
+  // One byte of a chunk: fsck reads on, names that one file, exits 1.
+  std::string bytes = ReadBytes(blob);
+  bytes[bytes.size() / 2] ^= 0x01;
+  WriteBytes(blob, bytes);
+  fsck = RunCommand(Tbfs("fsck --json " + logdir_));
+  EXPECT_EQ(fsck.exit_code, 1) << fsck.out;
+  auto j = nlohmann::json::parse(fsck.out);
+  ASSERT_EQ(j["damaged"].size(), 1u) << fsck.out;
+  const std::string damaged = j["damaged"][0]["path"];
+  salvage = RunCommand(Tbfs("salvage --json " + logdir_ + " --to " + (dir_ / "out2")));
+  EXPECT_EQ(salvage.exit_code, 1) << salvage.out;
+  j = nlohmann::json::parse(salvage.out);
+  ASSERT_EQ(j["lost"].size(), 1u);
+  EXPECT_EQ(j["lost"][0]["path"], damaged);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / ("out2/" + damaged)));
+  // Refused, one line, nothing written: a --to that is not empty.
+  salvage = RunCommand(Tbfs("salvage " + logdir_ + " --to " + (dir_ / "out2") + " 2>&1"));
+  EXPECT_EQ(salvage.exit_code, 2);
+  EXPECT_NE(salvage.out.find("not empty"), std::string::npos) << salvage.out;
 }
 
 }  // namespace

@@ -124,7 +124,7 @@ int RunMigrate(const Args& args) {
     fmt::print(stderr, "migration failed\n");
     return 1;
   }
-  (*store)->backend().Compact();
+  (void)(*store)->Compact();
   uint64_t after = TreeBytes(logdir);
 
   std::vector<storepb::Manifest> cold;

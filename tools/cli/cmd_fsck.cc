@@ -6,6 +6,7 @@
 #include "base/work_pool.h"
 #include "fmt/format.h"
 #include "store/maintenance.h"
+#include "store/salvage.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/progress.h"
 #include "tools/cli/store_cli.h"
@@ -38,6 +39,34 @@ Result<StoreLocation> Locate(const FsckArgs& args) {
   return LocateStore(args.logdir, args.store);
 }
 
+// A store that does not open: what salvage could still read, file by file.
+int FsckUnopenable(const FsckArgs& args, const StoreLocation& loc, const Status& why) {
+  WorkPool pool(0);
+  store::SalvageOptions options;
+  options.store_dir = loc.dir;
+  options.pool = &pool;
+  auto r = store::Salvage(options);
+  if (!r.ok()) {
+    PrintError("fsck", why.message() + "; and reading it file by file failed: " + r.status().message());
+    return kExitError;
+  }
+  const std::string advice = fmt::format(
+      "the store does not open ({}); tbfs salvage {} --to DIR writes out the {} file(s) that verify",
+      why.message(), args.logdir.empty() ? "--store " + loc.dir : args.logdir, r->files);
+  if (args.json) {
+    json j = {{"files", r->files + r->lost.size()}, {"bytes", r->bytes}, {"clean", false},
+              {"opens", false}, {"problems", r->problems}, {"salvageable_files", r->files},
+              {"damaged", json::array()}, {"advice", advice}};
+    for (const auto& l : r->lost) j["damaged"].push_back({{"path", l.path}, {"reason", l.why}});
+    PrintJson(j);
+  } else {
+    for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", p);
+    for (const auto& l : r->lost) fmt::print("DAMAGED: {}: {}\n", l.path, l.why);
+    fmt::print("{}: {}\n", loc.dir, advice);
+  }
+  return kExitFinding;
+}
+
 int RunFsck(const FsckArgs& args) {
   auto loc = Locate(args);
   if (!loc.ok()) {
@@ -45,6 +74,10 @@ int RunFsck(const FsckArgs& args) {
     return kExitError;
   }
   auto store = OpenStoreForRead(*loc);
+  if (!store.ok() && store.status().code() != Code::kNotSupported &&
+      store.status().code() != Code::kInvalidArgument) {
+    return FsckUnopenable(args, *loc, store.status());
+  }
   if (!store.ok()) {
     PrintError("fsck", store.status().message());
     return kExitError;
@@ -65,13 +98,15 @@ int RunFsck(const FsckArgs& args) {
     return kExitError;
   }
   if (args.json) {
-    json j = {{"files", r->files}, {"bytes", r->bytes}, {"clean", r->clean()},
+    json j = {{"files", r->files}, {"bytes", r->bytes}, {"clean", r->clean()}, {"opens", true},
+              {"problems", r->problems}, {"manifests_from_copies", r->manifests_from_copies},
               {"orphan_chunk_files", r->orphan_chunk_files},
               {"dangling_entries", r->dangling_entries}, {"journal_records", r->journal_records},
               {"damaged", json::array()}};
     for (const auto& [p, why] : r->damaged) j["damaged"].push_back({{"path", p}, {"reason", why}});
     PrintJson(j);
   } else {
+    for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", p);
     for (const auto& [p, why] : r->damaged) fmt::print("DAMAGED: {}: {}\n", p, why);
     if (r->orphan_chunk_files) fmt::print("note: chunks of {} unknown file ids\n", r->orphan_chunk_files);
     if (r->journal_records) {
@@ -79,7 +114,9 @@ int RunFsck(const FsckArgs& args) {
                  r->journal_records);
     }
     fmt::print("{}: {} files, {} checked: {}\n", loc->dir, r->files, HumanBytes(r->bytes),
-               r->clean() ? "clean" : fmt::format("{} problem(s)", r->damaged.size() + r->dangling_entries));
+               r->clean() ? "clean"
+                          : fmt::format("{} problem(s); tbfs salvage recovers every file that verifies",
+                                        r->damaged.size() + r->dangling_entries + r->problems.size()));
   }
   return r->clean() ? kExitOk : kExitFinding;
 }

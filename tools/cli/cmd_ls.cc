@@ -117,7 +117,7 @@ int RunDu(const LsArgs& args) {
       PrintError("du", st.message());
       return kExitError;
     }
-    disk = (*store)->backend().DiskBytes();
+    disk = (*store)->DiskBytes();
   }
   if (args.json) {
     json j = {{"files", total.files},      {"bytes", total.bytes},

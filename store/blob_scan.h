@@ -1,0 +1,41 @@
+// Reading chunk values straight out of the engine's blob files, without the
+// engine: salvage's last resort when RocksDB cannot open the store (its
+// MANIFEST or CURRENT damaged) or cannot find values through a damaged
+// table file.
+//
+// A blob file is a 30-byte header, then records, then a 32-byte footer. A
+// record is key length (u64 LE), value length (u64 LE), expiration (u64),
+// a masked CRC32C of those 24 bytes, a masked CRC32C of key and value, the
+// key and the value. Only the chunks space lives in blob files, so every
+// key is a chunk key (16 bytes) and every value a chunk value or a manifest
+// copy (store/format.h), each with a checksum bound to its key.
+//
+// The scan trusts nothing in the file: it finds records by their 16-byte
+// key length, takes a value's length from a record header whose CRC holds,
+// or else from the value itself (the chunk header and the zstd frame), and
+// reports candidates; the caller believes a value only when its own bound
+// checksum verifies. A damaged header or value costs that one value; the
+// scan goes on with the next record.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace tbfs::store {
+
+struct BlobCandidate {
+  uint64_t file_id = 0;
+  uint64_t index = 0;
+  uint64_t offset = 0;  // of the value, in the blob file
+  std::string_view value;
+};
+
+// Calls fn on every record-shaped (key, value) in the blob file at `path`,
+// in file order. IOError when the file cannot be read.
+Status ScanBlobFile(const std::string& path, const std::function<void(const BlobCandidate&)>& fn);
+
+}  // namespace tbfs::store

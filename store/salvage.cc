@@ -1,0 +1,321 @@
+#include "store/salvage.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+#include "store/backend.h"
+#include "store/blob_scan.h"
+#include "store/chunk.h"
+#include "store/file_io.h"
+#include "store/format.h"
+#include "store/store_dir.h"
+
+namespace tbfs::store {
+
+namespace {
+
+// The regular files of a folder, by name.
+Status ListFiles(const std::string& dir, std::vector<std::string>* names) {
+  names->clear();
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) return Status::FromErrno(errno, "list", dir);
+  while (struct dirent* e = ::readdir(d.get())) {
+    struct stat st;
+    if (::fstatat(::dirfd(d.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+      names->push_back(e->d_name);
+    }
+  }
+  std::sort(names->begin(), names->end());
+  return Status::OK();
+}
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A scratch copy of the store that the engine's best-efforts recovery may
+// write to: table and blob files (never changed once written) hard-linked,
+// the rest copied. Removed with the object.
+class Scratch {
+ public:
+  ~Scratch() {
+    if (dir_.empty()) return;
+    std::vector<std::string> names;
+    if (ListFiles(dir_, &names).ok()) {
+      for (const auto& n : names) ::unlink((dir_ + "/" + n).c_str());
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  Status Make(const std::string& store) {
+    std::string parent = std::filesystem::path(store).lexically_normal().parent_path().string();
+    if (parent.empty()) parent = ".";
+    std::string tmpl = parent + "/.tbfs-salvage-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) return Status::FromErrno(errno, "make a scratch folder in", parent);
+    dir_ = tmpl;  // mkdtemp makes it 0700
+    std::vector<std::string> names;
+    TBFS_RETURN_IF_ERROR(ListFiles(store, &names));
+    for (const auto& n : names) {
+      if (n == "LOCK" || n == kLogdirLockName) continue;
+      const std::string from = store + "/" + n, to = dir_ + "/" + n;
+      if ((EndsWith(n, ".sst") || EndsWith(n, ".blob")) && ::link(from.c_str(), to.c_str()) == 0) continue;
+      std::error_code ec;
+      std::filesystem::copy_file(from, to, ec);
+      if (ec) return Status::FromErrno(ec.value(), "copy into the scratch folder", from);
+    }
+    return Status::OK();
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+// Where a value sits in a blob file.
+struct BlobLoc {
+  int file = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+class Salvager {
+ public:
+  Salvager(const SalvageOptions& options, SalvageReport* report) : o_(options), r_(report) {}
+
+  Status Run() {
+    TBFS_RETURN_IF_ERROR(PrepareOutput());
+    OpenEngine();
+    ReadFormat();
+    TBFS_RETURN_IF_ERROR(ScanBlobs());
+    CollectManifests();
+    WriteFiles();
+    return Status::OK();
+  }
+
+ private:
+  Status PrepareOutput() {
+    if (o_.to.empty()) return Status::OK();  // a check: nothing is written
+    struct stat st;
+    if (::lstat(o_.to.c_str(), &st) != 0) {
+      if (errno != ENOENT) return Status::FromErrno(errno, "stat", o_.to);
+      if (::mkdir(o_.to.c_str(), 0700) != 0) return Status::FromErrno(errno, "make", o_.to);
+      return Status::OK();
+    }
+    if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(o_.to + " exists and is not a folder");
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(o_.to.c_str()), ::closedir);
+    if (!d) return Status::FromErrno(errno, "list", o_.to);
+    while (struct dirent* e = ::readdir(d.get())) {
+      if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") {
+        return Status::InvalidArgument(o_.to + " is not empty; salvage writes into a new or empty folder");
+      }
+    }
+    return Status::OK();
+  }
+
+  void OpenEngine() {
+    BackendOptions bo;
+    bo.read_only = true;
+    auto opened = OpenRocksBackend(o_.store_dir, bo);
+    if (opened.ok()) {
+      engine_ = std::move(opened).value();
+      r_->engine = "read-only";
+      return;
+    }
+    r_->problems.push_back("the store does not open: " + opened.status().message());
+    Status made = scratch_.Make(o_.store_dir);
+    if (made.ok()) {
+      BackendOptions be;
+      be.best_efforts = true;
+      auto recovered = OpenRocksBackend(scratch_.dir(), be);
+      if (recovered.ok()) {
+        engine_ = std::move(recovered).value();
+        r_->engine = "best-efforts recovery";
+        return;
+      }
+      made = recovered.status();
+    }
+    r_->engine = "none (" + made.message() + ")";
+    r_->problems.push_back("the engine's best-efforts recovery failed too: " + made.message() +
+                           "; reading the blob files alone");
+    r_->blob_files_only = true;
+  }
+
+  void ReadFormat() {
+    if (!engine_) return;
+    std::string bytes;
+    storepb::StoreInfo info;
+    Status st = engine_->Get(Space::kMeta, kMetaInfoKey, &bytes);
+    if (st.ok() && info.ParseFromString(bytes)) {
+      format1_ = info.format_version() == kFormatVersionV1;
+      return;
+    }
+    r_->problems.push_back("the store's format record is unreadable" +
+                           (st.ok() ? std::string() : ": " + st.message()));
+  }
+
+  Status ScanBlobs() {
+    std::vector<std::string> names;
+    TBFS_RETURN_IF_ERROR(ListFiles(o_.store_dir, &names));
+    for (const auto& n : names) {
+      if (!EndsWith(n, ".blob")) continue;
+      const int file = static_cast<int>(blob_paths_.size());
+      blob_paths_.push_back(o_.store_dir + "/" + n);
+      Status st = ScanBlobFile(blob_paths_.back(), [&](const BlobCandidate& c) {
+        r_->blob_values++;
+        if (c.index == kManifestCopyIndex) {
+          std::string bytes;
+          // Files are scanned oldest first: a later copy is a newer version.
+          if (ParseManifestCopy(c.file_id, c.value, &bytes)) blob_copies_[c.file_id] = bytes;
+          return;
+        }
+        blob_chunks_[{c.file_id, c.index}].push_back({file, c.offset, c.value.size()});
+      });
+      if (!st.ok()) r_->problems.push_back("blob file " + n + ": " + st.message());
+    }
+    r_->blob_files = blob_paths_.size();
+    return Status::OK();
+  }
+
+  void AddManifest(const std::string& bytes, uint64_t id, bool from_copy) {
+    storepb::Manifest m;
+    if (!m.ParseFromString(bytes) || m.file_id() != id) {
+      r_->problems.push_back(fmt::format("manifest of file id {} does not parse", id));
+      return;
+    }
+    if (manifests_.count(id)) return;
+    if (from_copy) r_->manifests_from_copies++;
+    manifests_.emplace(id, std::move(m));
+  }
+
+  void CollectManifests() {
+    bool complete = false;
+    if (engine_) {
+      Status st = engine_->Scan(Space::kManifests, "", [&](std::string_view k, std::string_view v) {
+        uint64_t id = 0;
+        if (DecodeId(k, &id)) AddManifest(std::string(v), id, false);
+        return true;
+      });
+      complete = st.ok();
+      if (!st.ok()) r_->problems.push_back("manifests: " + st.message() + "; using their copies");
+    }
+    if (engine_ && !complete) {
+      // The copies the engine can still find (some may be only in its log).
+      Status st = engine_->Scan(Space::kChunks, "", [&](std::string_view k, std::string_view v) {
+        uint64_t id = 0, index = 0;
+        std::string bytes;
+        if (DecodeChunkKey(k, &id, &index) && index == kManifestCopyIndex &&
+            ParseManifestCopy(id, v, &bytes)) {
+          AddManifest(bytes, id, true);
+        }
+        return true;
+      });
+      if (!st.ok()) r_->problems.push_back("chunks: " + st.message());
+    }
+    if (complete) return;  // the engine's list is the truth: nothing deleted comes back
+    // Copies in the blob files: a file the engine does not list is one it
+    // lost, unless the engine says the copy is gone (a deleted file).
+    for (const auto& [id, bytes] : blob_copies_) {
+      if (manifests_.count(id)) continue;
+      if (engine_) {
+        std::string ignored;
+        Status st = engine_->Get(Space::kChunks, ChunkKey(id, kManifestCopyIndex), &ignored);
+        if (st.IsNotFound()) continue;  // deleted, retired or replaced
+      }
+      AddManifest(bytes, id, true);
+    }
+  }
+
+  // Chunk `index` of m from the engine, or else from any blob record that
+  // verifies at its key.
+  Status ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec, std::string* raw) {
+    const ChunkPos pos{m.file_id(), index};
+    const uint32_t len = ChunkLength(m, index);
+    Status first = Status::Corruption("no copy of it anywhere");
+    if (engine_) {
+      std::string value;
+      Status st = engine_->Get(Space::kChunks, ChunkKey(m.file_id(), index), &value);
+      if (st.ok()) st = codec->Decode(value, len, pos, raw, format1_);
+      if (st.ok()) return st;
+      first = st;
+    }
+    auto it = blob_chunks_.find({m.file_id(), index});
+    if (it == blob_chunks_.end()) return Status::Corruption(fmt::format("chunk {}: {}", index, first.message()));
+    for (const BlobLoc& loc : it->second) {
+      auto fd = OpenFile(blob_paths_[loc.file], O_RDONLY | O_NOFOLLOW);
+      if (!fd.ok()) continue;
+      std::string value(loc.length, '\0');
+      size_t got = 0;
+      if (!PreadFull(fd->get(), value.data(), value.size(), loc.offset, &got, blob_paths_[loc.file]).ok() ||
+          got != value.size()) {
+        continue;
+      }
+      if (codec->Decode(value, len, pos, raw, format1_).ok()) return Status::OK();
+    }
+    return Status::Corruption(fmt::format("chunk {}: {}; no intact copy in the blob files", index,
+                                          first.message()));
+  }
+
+  void WriteFiles() {
+    // One file per path: the newest (largest id) of any versions found.
+    std::map<std::string, uint64_t> by_path;
+    for (const auto& [id, m] : manifests_) by_path[m.path()] = std::max(by_path[m.path()], id);
+    MaterializeOptions mo;
+    mo.keep_owner = o_.keep_owner;
+    mo.sync = true;
+    mo.pool = o_.pool;
+    mo.progress = o_.progress;
+    for (const auto& [path, id] : by_path) {
+      const storepb::Manifest& m = manifests_.at(id);
+      if (!IsSafeRelativePath(path)) {
+        r_->lost.push_back({path, id, "its path is not a safe relative path"});
+        continue;
+      }
+      auto read = [&](uint64_t index, ChunkCodec* codec, std::string* raw) {
+        return ReadChunk(m, index, codec, raw);
+      };
+      Status st = o_.to.empty() ? VerifyFrom(m, read, o_.pool) : MaterializeFrom(m, read, {}, o_.to, path, mo);
+      if (st.ok() && o_.to.empty() && o_.progress) o_.progress->fetch_add(m.size());
+      if (st.ok()) {
+        r_->files++;
+        r_->bytes += m.size();
+      } else {
+        r_->lost.push_back({path, id, st.message()});
+      }
+    }
+  }
+
+  const SalvageOptions& o_;
+  SalvageReport* r_;
+  Scratch scratch_;  // destroyed after engine_ (declared before it)
+  std::unique_ptr<Backend> engine_;
+  bool format1_ = true;  // until the format record says otherwise
+  std::vector<std::string> blob_paths_;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<BlobLoc>> blob_chunks_;
+  std::map<uint64_t, std::string> blob_copies_;
+  std::map<uint64_t, storepb::Manifest> manifests_;
+};
+
+}  // namespace
+
+Result<SalvageReport> Salvage(const SalvageOptions& options) {
+  struct stat st;
+  if (::stat(options.store_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::NotFound("no store folder at " + options.store_dir);
+  }
+  SalvageReport report;
+  Salvager s(options, &report);
+  TBFS_RETURN_IF_ERROR(s.Run());
+  return report;
+}
+
+}  // namespace tbfs::store

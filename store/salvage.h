@@ -1,0 +1,64 @@
+// `tbfs salvage`: every cold file that can still be proven intact, written
+// out of a damaged store into a new folder. The store is only read.
+//
+// What it reads, each source only where the one before fails:
+//  1. the engine, opened read-only without checking every table file up
+//     front (a damaged table fails only the reads that need it);
+//  2. when that does not open (CURRENT or the engine's MANIFEST damaged):
+//     the engine's best-efforts recovery on a scratch copy of the store
+//     (hard links to the table and blob files, copies of the rest) in a
+//     private folder beside it, removed at the end;
+//  3. the blob files read directly (store/blob_scan.h): every chunk and
+//     every manifest copy they hold.
+// Manifests come from the manifests space, or from their copies in the
+// chunks space (store/format.h) when that is damaged. A chunk is believed
+// only when its checksum, bound to its file id and index, verifies, and a
+// file is written only when its whole content hashes to its manifest's
+// XXH3-128: salvage writes right bytes or nothing.
+//
+// Without any engine view, manifests come from the blob files alone, which
+// still hold files deleted from the store since its last compaction; the
+// report says so.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/work_pool.h"
+
+namespace tbfs::store {
+
+struct SalvageOptions {
+  std::string store_dir;
+  // Made (0700) when missing; an existing one must be an empty folder.
+  // Empty: a check only (fsck of a store that does not open): every file is
+  // read and verified, nothing is written.
+  std::string to;
+  bool keep_owner = true;  // chown to the manifest's owner (as root)
+  WorkPool* pool = nullptr;  // required
+  std::atomic<uint64_t>* progress = nullptr;  // bytes written
+};
+
+struct SalvageReport {
+  // "read-only", "best-efforts recovery", or "none (why)".
+  std::string engine;
+  std::vector<std::string> problems;  // what was found damaged, one line each
+  uint64_t blob_files = 0;
+  uint64_t blob_values = 0;           // record-shaped values found in them
+  uint64_t manifests_from_copies = 0;  // files known only by a manifest copy
+  bool blob_files_only = false;       // no engine view: deleted files may come back
+  uint64_t files = 0;                 // written (or, with no `to`, readable), each verified
+  uint64_t bytes = 0;
+  struct Lost {
+    std::string path;
+    uint64_t file_id = 0;
+    std::string why;
+  };
+  std::vector<Lost> lost;
+};
+
+Result<SalvageReport> Salvage(const SalvageOptions& options);
+
+}  // namespace tbfs::store
