@@ -18,7 +18,7 @@
 #include "fs/setattr_bits.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
-#include "store/format.h"
+#include "store/file_io.h"
 #include "store/restore.h"
 
 namespace tbfs::fs {
@@ -509,7 +509,7 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
     if (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok()) {
       // The folder's cold contents move with it.
       store::WriteBatch b;
-      Status st = store_->Rename(&b, src, dst, config_.logdir);
+      Status st = store_->Rename(&b, src, dst, store::LogdirFolders(config_.logdir));
       if (st.ok()) st = store_->Commit(b, true);
       if (!st.ok()) return StoreError(st, "rename-cold-children");
       inodes_.RenameColdDirs(src, dst);
@@ -545,7 +545,7 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
     }
   }
   store::WriteBatch batch;
-  Status st = store_->Rename(&batch, src, dst, config_.logdir);
+  Status st = store_->Rename(&batch, src, dst, store::LogdirFolders(config_.logdir));
   if (st.ok()) st = store_->Commit(batch, true);
   if (!st.ok()) return StoreError(st, "rename");
   if (src_dir) {

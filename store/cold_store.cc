@@ -277,13 +277,13 @@ bool ColdStore::IsRetired(uint64_t file_id) {
 
 namespace {
 
-// The namespace entry of a folder, from the logdir's folder when it exists.
-storepb::Entry FolderEntry(const std::string& logdir, const std::string& folder, int64_t mtime_ns) {
+// The namespace entry of a folder, with the attributes the caller sees it
+// with, or 0755 root when it has none (the folder is gone).
+storepb::Entry FolderEntry(const FolderAttrs& attrs, const std::string& folder, int64_t mtime_ns) {
   storepb::Entry dir;
   dir.set_kind(storepb::Entry::DIR);
   struct stat sb;
-  auto fd = OpenUnder(logdir, folder, O_PATH | O_DIRECTORY);
-  if (fd.ok() && ::fstat(fd->get(), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+  if (attrs && attrs(folder, &sb) && S_ISDIR(sb.st_mode)) {
     dir.set_mode(sb.st_mode);
     dir.set_uid(sb.st_uid);
     dir.set_gid(sb.st_gid);
@@ -297,7 +297,7 @@ storepb::Entry FolderEntry(const std::string& logdir, const std::string& folder,
 
 }  // namespace
 
-Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const std::string& logdir,
+Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const FolderAttrs& folders,
                           bool retire_replaced) {
   // Whatever is in the namespace at `path` now: nothing, a folder, or an
   // older file that the one being added replaces.
@@ -330,7 +330,7 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const s
     Status st = replace(folder, /*folder_ok=*/true);
     if (st.ok()) break;  // a folder entry: its ancestors are there too
     if (!st.IsNotFound()) return st;
-    batch->Put(Space::kNamespace, EntryKey(folder), FolderEntry(logdir, folder, m.mtime_ns()).SerializeAsString());
+    batch->Put(Space::kNamespace, EntryKey(folder), FolderEntry(folders, folder, m.mtime_ns()).SerializeAsString());
   }
   return Status::OK();
 }
@@ -400,7 +400,7 @@ Result<bool> ColdStore::HasChildren(std::string_view folder) {
 }
 
 Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::string& to,
-                         const std::string& logdir) {
+                         const FolderAttrs& folders) {
   // The entry itself, its direct children ("from\0name") and everything
   // deeper ("from/...").
   struct Move {
@@ -439,7 +439,7 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
     Status g = backend_->Get(Space::kNamespace, EntryKey(folder), &ignored);
     if (g.ok()) break;
     if (!g.IsNotFound()) return g;
-    batch->Put(Space::kNamespace, EntryKey(folder), FolderEntry(logdir, folder, 0).SerializeAsString());
+    batch->Put(Space::kNamespace, EntryKey(folder), FolderEntry(folders, folder, 0).SerializeAsString());
   }
   return Status::OK();
 }

@@ -10,6 +10,8 @@
 // IsSafeRelativePath (a record that does not is Corruption).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -40,6 +42,12 @@ struct OpenOptions {
   uint32_t chunk_bytes = kDefaultChunkBytes;  // recorded at creation
   int level = kDefaultZstdLevel;              // recorded at creation
 };
+
+// How the caller sees a folder of the logdir (rel: its path in the logdir):
+// fills *st and returns true, or false when there is none. The namespace's
+// folder entries take mode, owner and mtime from it; the store never looks
+// at the logdir itself (LogdirFolders in store/file_io.h does, beneath it).
+using FolderAttrs = std::function<bool(const std::string& rel, struct stat* st)>;
 
 struct ChildEntry {
   std::string name;
@@ -83,13 +91,13 @@ class ColdStore {
   uint64_t NewFileId() { return next_file_id_.fetch_add(1); }
   uint64_t NewBatchId() { return next_batch_id_.fetch_add(1); }
   // Adds the manifest, its namespace entry, and folder entries for every
-  // ancestor not in the namespace yet (mode, owner, mtime taken from
-  // `logdir`'s folders; 0755 root when a folder is gone). One version per
+  // ancestor not in the namespace yet (mode, owner, mtime from `folders`;
+  // 0755 root for a folder it does not know). One version per
   // path: a cold file already at m.path() (an older version, shadowed by
   // the hot file being added) or at an ancestor's path leaves the store in
   // the same batch (retired with `retire_replaced`, removed otherwise).
   // Aborted when a cold folder has m.path().
-  Status AddFile(WriteBatch* batch, const storepb::Manifest& m, const std::string& logdir,
+  Status AddFile(WriteBatch* batch, const storepb::Manifest& m, const FolderAttrs& folders,
                  bool retire_replaced = false);
   // Writes a cold file's changed manifest (its attributes: mode, owner,
   // times), both copies.
@@ -115,9 +123,9 @@ class ColdStore {
   void RemoveEntry(WriteBatch* batch, std::string_view rel_path);
   // Moves the entry at `from` (a file or a folder with everything below it)
   // to `to`: namespace keys and manifest paths. Ancestors of `to` get folder
-  // entries (mode taken from `logdir`) where missing.
+  // entries (attributes from `folders`) where missing.
   Status Rename(WriteBatch* batch, const std::string& from, const std::string& to,
-                const std::string& logdir);
+                const FolderAttrs& folders);
   // True when the folder has at least one cold entry below it.
   Result<bool> HasChildren(std::string_view folder);
   Status Commit(const WriteBatch& batch, bool sync) { return backend_->Commit(batch, sync); }

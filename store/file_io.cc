@@ -45,6 +45,13 @@ size_t WaveChunks(const WorkPool& pool) { return static_cast<size_t>(pool.size()
 
 }  // namespace
 
+FolderAttrs LogdirFolders(const std::string& logdir) {
+  return [logdir](const std::string& rel, struct stat* st) {
+    auto fd = OpenUnder(logdir, rel, O_PATH | O_DIRECTORY);
+    return fd.ok() && ::fstat(fd->get(), st) == 0;
+  };
+}
+
 Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir,
                                      const std::string& rel_path, int fd, const struct stat& st,
                                      uint64_t file_id, const IngestOptions& options) {
@@ -121,7 +128,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   TBFS_RETURN_IF_ERROR(store.CheckRoom(batch.bytes()));
   std::shared_lock<std::shared_mutex> lock;
   if (options.commit_lock != nullptr) lock = std::shared_lock(*options.commit_lock);
-  TBFS_RETURN_IF_ERROR(store.AddFile(&batch, m, logdir, options.retire_replaced));
+  TBFS_RETURN_IF_ERROR(store.AddFile(&batch, m, LogdirFolders(logdir), options.retire_replaced));
   TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
   return m;
 }

@@ -37,6 +37,10 @@ struct IngestOptions {
   bool retire_replaced = false;
 };
 
+// The folders of `logdir` as FolderAttrs: each stat'ed through an fd opened
+// beneath the logdir, never through a symlink.
+FolderAttrs LogdirFolders(const std::string& logdir);
+
 // Copies the file open as `fd`, whose identity was `st` when the copy
 // began, into the store as file_id at rel_path. Chunks are written as they
 // are compressed; the manifest and namespace entries go last, in a synced

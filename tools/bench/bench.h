@@ -9,5 +9,6 @@ void RegisterVerifyBench(CLI::App& app, int* exit_code);
 void RegisterMigrateBench(CLI::App& app, int* exit_code);  // migrate and chunking
 void RegisterMountBench(CLI::App& app, int* exit_code);
 void RegisterSoakBench(CLI::App& app, int* exit_code);
+void RegisterFaultsBench(CLI::App& app, int* exit_code);
 
 }  // namespace tbfs::bench
