@@ -57,11 +57,12 @@ class Scratch {
     std::filesystem::remove_all(dir_, ec);
   }
 
+  // Inside the store's own folder: private (0700, root's), so no one can
+  // swap it for a symlink between the calls below, and on the same
+  // filesystem, so the links work. The engine ignores a folder there.
   Status Make(const std::string& store) {
-    std::string parent = std::filesystem::path(store).lexically_normal().parent_path().string();
-    if (parent.empty()) parent = ".";
-    std::string tmpl = parent + "/.tbfs-salvage-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) return Status::FromErrno(errno, "make a scratch folder in", parent);
+    std::string tmpl = store + "/salvage.XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) return Status::FromErrno(errno, "make a scratch folder in", store);
     dir_ = tmpl;  // mkdtemp makes it 0700
     std::vector<std::string> names;
     TBFS_RETURN_IF_ERROR(ListFiles(store, &names));

@@ -7,7 +7,7 @@
 //  2. when that does not open (CURRENT or the engine's MANIFEST damaged):
 //     the engine's best-efforts recovery on a scratch copy of the store
 //     (hard links to the table and blob files, copies of the rest) in a
-//     private folder beside it, removed at the end;
+//     folder inside the store's private folder, removed at the end;
 //  3. the blob files read directly (store/blob_scan.h): every chunk and
 //     every manifest copy they hold.
 // Manifests come from the manifests space, or from their copies in the
