@@ -69,19 +69,39 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
     return Status::Corruption(st.message() + " (the store is damaged: tbfs fsck names what, and "
                                              "tbfs salvage writes out every intact file)");
   };
+  struct stat current;
+  const bool existed = ::stat(JoinPath(dir, "CURRENT").c_str(), &current) == 0;
+  if (existed && !options.read_only) {
+    // A writer's open changes the store (the engine may write a new
+    // MANIFEST and drop files it does not list): first make sure, read-only,
+    // that it opens to a store at all. An engine view without the format
+    // record is a damaged MANIFEST describing an older, emptier store.
+    BackendOptions check;
+    check.read_only = true;
+    auto reader = OpenRocksBackend(dir, check);
+    if (!reader.ok()) return damaged(reader.status());
+    std::string bytes;
+    Status st = (*reader)->Get(Space::kMeta, kMetaInfoKey, &bytes);
+    if (st.IsNotFound()) {
+      st = Status::Corruption("store " + dir + " opens without its format record (its engine "
+                              "MANIFEST is damaged or cut short); nothing was changed");
+    }
+    if (!st.ok()) return damaged(st);
+  }
   auto backend = OpenRocksBackend(dir, bo);
   if (!backend.ok()) return damaged(backend.status());
   std::unique_ptr<ColdStore> store(new ColdStore(dir, std::move(backend).value()));
   store->logdir_lock_ = std::move(lock);
-  if (Status st = store->Init(options); !st.ok()) return damaged(st);
+  if (Status st = store->Init(options, existed); !st.ok()) return damaged(st);
   return store;
 }
 
-Status ColdStore::Init(const OpenOptions& options) {
+Status ColdStore::Init(const OpenOptions& options, bool existed) {
   std::string bytes;
   Status st = backend_->Get(Space::kMeta, kMetaInfoKey, &bytes);
   if (st.IsNotFound()) {
-    if (options.read_only) return Status::Corruption("store " + dir_ + " has no format record");
+    // Only a store made just now may lack it.
+    if (options.read_only || existed) return Status::Corruption("store " + dir_ + " has no format record");
     info_.set_format_version(kFormatVersion);
     info_.set_store_id(fmt::format("{:016x}", static_cast<uint64_t>(NowNs()) ^ 0x7462667300000000ull));
     info_.set_created_ns(NowNs());

@@ -175,7 +175,7 @@ class ColdStore {
   Backend& backend() { return *backend_; }
   ColdStore(std::string dir, std::unique_ptr<Backend> backend)
       : dir_(std::move(dir)), backend_(std::move(backend)) {}
-  Status Init(const OpenOptions& options);
+  Status Init(const OpenOptions& options, bool existed);
   Status UpgradeFromV1();
   void RemoveChunks(WriteBatch* batch, uint64_t file_id);
   // The manifest and its copy in the chunks space (store/format.h).

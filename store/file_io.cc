@@ -203,9 +203,15 @@ Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
                        const std::string& root, const std::string& rel,
                        const MaterializeOptions& options) {
   const std::string dest = JoinPath(root, rel);  // for messages
-  auto root_fd = OpenFile(root, O_PATH | O_DIRECTORY);
-  if (!root_fd.ok()) return root_fd.status();
-  auto dir = MakeDirsBeneath(root_fd->get(), ParentPath(rel), 0755, made);
+  UniqueFd opened;
+  int root_fd = options.root_fd;
+  if (root_fd < 0) {
+    auto fd = OpenFile(root, O_PATH | O_DIRECTORY);
+    if (!fd.ok()) return fd.status();
+    opened = std::move(fd).value();
+    root_fd = opened.get();
+  }
+  auto dir = MakeDirsBeneath(root_fd, ParentPath(rel), 0755, made);
   if (!dir.ok()) {
     if (dir.status().sys_errno() == 0) return dir.status();
     return Status::FromErrno(dir.status().sys_errno(), "make the folders of", dest);

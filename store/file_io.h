@@ -74,6 +74,12 @@ struct MaterializeOptions {
   // Called with the finished temporary file (content, mode and times in
   // place, synced) just before it takes its name.
   std::function<void(int fd)> before_rename;
+  // The destination folder, already open (O_PATH | O_DIRECTORY): the
+  // `root` argument then only names it in messages. A caller writing many
+  // files under a folder someone else could rename or swap for a symlink
+  // (export, salvage) opens it once and passes it here; otherwise each call
+  // opens `root` by its path.
+  int root_fd = -1;
 };
 
 // Writes m's content to `rel` beneath the folder `root`, never following a

@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <set>
 
 #include "store/file_io.h"
 #include "store/format.h"
+#include "store/store_dir.h"
 
 namespace tbfs::store {
 
@@ -56,6 +58,11 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
   std::vector<storepb::JournalRecord> journal;
   if (Status st = store.ListJournal(&journal); !st.ok()) result.problems.push_back("journal: " + st.message());
   result.journal_records = journal.size();
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(store.dir() + "/" + kLostFoundName, ec)) {
+    (void)e;
+    result.set_aside_files++;
+  }
   return result;
 }
 

@@ -24,6 +24,7 @@ struct FsckResult {
   // line each. Fsck reads past them and checks what it can reach.
   std::vector<std::string> problems;
   bool manifests_from_copies = false;  // the manifests space was unreadable
+  uint64_t set_aside_files = 0;  // in STORE/lost+found (store/store_dir.h)
   bool clean() const { return damaged.empty() && dangling_entries == 0 && problems.empty(); }
 };
 

@@ -125,7 +125,12 @@ Result<CopyResult> Export(ColdStore& store, const std::string& to_dir,
                           std::atomic<uint64_t>* progress) {
   CopyResult result;
   TBFS_RETURN_IF_ERROR(MakeDirs(to_dir));
+  // Opened once: every file goes beneath this folder, whatever happens to
+  // its path meanwhile (another user renaming it, a symlink in its place).
+  auto root = OpenFile(to_dir, O_PATH | O_DIRECTORY);
+  if (!root.ok()) return root.status();
   MaterializeOptions mo;
+  mo.root_fd = root->get();
   mo.pool = pool;
   mo.progress = progress;
   mo.replace = force;

@@ -9,12 +9,15 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <atomic>
 #include <mutex>
 
 #include <array>
 #include <cstdarg>
 #include <cstdio>
 
+#include "base/time_util.h"
+#include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/backend.h"
 #include "store/store_dir.h"
@@ -226,6 +229,30 @@ class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
                                     rocksdb::IODebugContext* dbg) override {
     return Private(f, target()->NewRandomRWFile(f, o, r, dbg));
   }
+  // While a writer opens the store, the engine deletes the table and blob
+  // files its MANIFEST does not list. After a crash those are leftovers;
+  // after damage to the MANIFEST they are the store's data. Either way they
+  // are set aside (kLostFoundName), never deleted, during an open.
+  rocksdb::IOStatus DeleteFile(const std::string& f, const rocksdb::IOOptions& o,
+                               rocksdb::IODebugContext* dbg) override {
+    std::string_view name(f);
+    if (opening_writers.load() > 0 && (name.ends_with(".sst") || name.ends_with(".blob"))) {
+      const size_t slash = f.find_last_of('/');
+      const std::string folder = (slash == std::string::npos ? std::string(".") : f.substr(0, slash)) +
+                                 "/" + kLostFoundName;
+      // Numbers repeat after such damage (the engine counts on from what its
+      // MANIFEST says): a unique name, the suffix kept.
+      const std::string to = fmt::format("{}/{}-{}", folder, NowNs(), f.substr(slash + 1));
+      if ((::mkdir(folder.c_str(), 0700) == 0 || errno == EEXIST) && ::rename(f.c_str(), to.c_str()) == 0) {
+        spdlog::warn("store: {} is not in the engine's MANIFEST; set aside in {} (a leftover of a "
+                     "crash, or data a damaged MANIFEST lost: tbfs salvage reads it)", f, folder);
+        return rocksdb::IOStatus::OK();
+      }
+    }
+    return target()->DeleteFile(f, o, dbg);
+  }
+  static inline std::atomic<int> opening_writers{0};
+
   rocksdb::IOStatus LockFile(const std::string& f, const rocksdb::IOOptions& o,
                              rocksdb::FileLock** l, rocksdb::IODebugContext* dbg) override {
     return Private(f, target()->LockFile(f, o, l, dbg));
@@ -292,18 +319,13 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
                                                   const BackendOptions& options) {
   struct stat st;
   bool exists = ::stat((dir + "/CURRENT").c_str(), &st) == 0;
+  if (!exists && ::stat(dir.c_str(), &st) == 0) {
+    // A store that lost its CURRENT file is damaged, not missing; any other
+    // folder but an empty one is not a store.
+    TBFS_RETURN_IF_ERROR(CheckStoreFolder(dir));
+  }
   if (!exists && !options.create_if_missing) {
     return Status::NotFound("no cold store at " + dir + " (nothing has been migrated yet)");
-  }
-  if (!exists && ::stat(dir.c_str(), &st) == 0) {
-    // An existing folder that is not a store: only an empty one may become one.
-    std::vector<std::string> children;
-    rocksdb::Env::Default()->GetChildren(dir, &children);
-    for (const auto& c : children) {
-      if (c != "." && c != ".." && c != kLogdirLockName) {
-        return Status::InvalidArgument(dir + " exists and is not a tbfs store; refusing to use it");
-      }
-    }
   }
   rocksdb::DBOptions db_options;
   // The store's files are 0600, its folder 0700 (MakeStorePrivate).
@@ -327,9 +349,14 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status s = options.read_only
-                          ? rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw)
-                          : rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
+  rocksdb::Status s;
+  if (options.read_only) {
+    s = rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw);
+  } else {
+    PrivateFileSystem::opening_writers++;
+    s = rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
+    PrivateFileSystem::opening_writers--;
+  }
   if (!s.ok()) {
     Status st = FromRocks(s, "open store " + dir);
     if (st.code() == Code::kInvalidArgument) {

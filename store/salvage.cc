@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <memory>
 
 #include "fmt/format.h"
@@ -104,22 +105,33 @@ class Salvager {
   }
 
  private:
+  // Opens `to` once, never through a symlink, and works beneath that fd
+  // from then on: made 0700 when missing; an existing folder must be ours,
+  // writable by no one else, and empty (another user's or a shared folder
+  // could be swapped or read under us).
   Status PrepareOutput() {
     if (o_.to.empty()) return Status::OK();  // a check: nothing is written
-    struct stat st;
-    if (::lstat(o_.to.c_str(), &st) != 0) {
-      if (errno != ENOENT) return Status::FromErrno(errno, "stat", o_.to);
-      if (::mkdir(o_.to.c_str(), 0700) != 0) return Status::FromErrno(errno, "make", o_.to);
-      return Status::OK();
+    if (::mkdir(o_.to.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno(errno, "make", o_.to);
+    UniqueFd fd(::open(o_.to.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.valid()) {
+      if (errno == ELOOP || errno == ENOTDIR) return Status::InvalidArgument(o_.to + " exists and is not a folder");
+      return Status::FromErrno(errno, "open", o_.to);
     }
-    if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(o_.to + " exists and is not a folder");
-    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(o_.to.c_str()), ::closedir);
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, "stat", o_.to);
+    if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
+      return Status::InvalidArgument(o_.to + " belongs to another user or others may write to it; "
+                                     "salvage into a new folder");
+    }
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(::dup(fd.get())), ::closedir);
     if (!d) return Status::FromErrno(errno, "list", o_.to);
     while (struct dirent* e = ::readdir(d.get())) {
       if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") {
         return Status::InvalidArgument(o_.to + " is not empty; salvage writes into a new or empty folder");
       }
     }
+    if (::fchmod(fd.get(), 0700) != 0) return Status::FromErrno(errno, "chmod", o_.to);
+    out_fd_ = std::move(fd);
     return Status::OK();
   }
 
@@ -158,6 +170,7 @@ class Salvager {
     Status st = engine_->Get(Space::kMeta, kMetaInfoKey, &bytes);
     if (st.ok() && info.ParseFromString(bytes)) {
       format1_ = info.format_version() == kFormatVersionV1;
+      format_ok_ = true;
       return;
     }
     r_->problems.push_back("the store's format record is unreadable" +
@@ -165,8 +178,16 @@ class Salvager {
   }
 
   Status ScanBlobs() {
-    std::vector<std::string> names;
-    TBFS_RETURN_IF_ERROR(ListFiles(o_.store_dir, &names));
+    // Those a writer's open set aside first (older), then the store's own,
+    // in number order: a later copy of a manifest is a newer version.
+    std::vector<std::string> names, set_aside;
+    const std::string lost = o_.store_dir + "/" + kLostFoundName;
+    if (ListFiles(lost, &set_aside).ok()) {
+      for (const auto& n : set_aside) names.push_back(std::string(kLostFoundName) + "/" + n);
+    }
+    std::vector<std::string> own;
+    TBFS_RETURN_IF_ERROR(ListFiles(o_.store_dir, &own));
+    names.insert(names.end(), own.begin(), own.end());
     for (const auto& n : names) {
       if (!EndsWith(n, ".blob")) continue;
       const int file = static_cast<int>(blob_paths_.size());
@@ -175,7 +196,6 @@ class Salvager {
         r_->blob_values++;
         if (c.index == kManifestCopyIndex) {
           std::string bytes;
-          // Files are scanned oldest first: a later copy is a newer version.
           if (ParseManifestCopy(c.file_id, c.value, &bytes)) blob_copies_[c.file_id] = bytes;
           return;
         }
@@ -222,15 +242,26 @@ class Salvager {
       });
       if (!st.ok()) r_->problems.push_back("chunks: " + st.message());
     }
-    if (complete) return;  // the engine's list is the truth: nothing deleted comes back
-    // Copies in the blob files: a file the engine does not list is one it
-    // lost, unless the engine says the copy is gone (a deleted file).
+    // Copies in the blob files of files the engine does not list. When its
+    // view is sound (format record, every manifest read) they are files
+    // deleted since the last compaction, or lost from a damaged MANIFEST
+    // that still opens: written apart, under kUnlisted. When it is not,
+    // they are the store's files, written in place.
+    const bool trusted = engine_ && format_ok_ && complete;
+    if (!trusted && engine_) {
+      r_->problems.push_back("the engine's view of the store is incomplete: every manifest copy in the "
+                             "blob files counts");
+    }
     for (const auto& [id, bytes] : blob_copies_) {
       if (manifests_.count(id)) continue;
-      if (engine_) {
+      if (trusted) {
         std::string ignored;
         Status st = engine_->Get(Space::kChunks, ChunkKey(id, kManifestCopyIndex), &ignored);
-        if (st.IsNotFound()) continue;  // deleted, retired or replaced
+        if (st.ok()) {
+          AddManifest(bytes, id, true);  // listed after all (only in the chunks space)
+          continue;
+        }
+        unlisted_.insert(id);
       }
       AddManifest(bytes, id, true);
     }
@@ -269,15 +300,19 @@ class Salvager {
   void WriteFiles() {
     // One file per path: the newest (largest id) of any versions found.
     std::map<std::string, uint64_t> by_path;
-    for (const auto& [id, m] : manifests_) by_path[m.path()] = std::max(by_path[m.path()], id);
+    for (const auto& [id, m] : manifests_) {
+      const std::string path = unlisted_.count(id) ? JoinPath(kUnlisted, m.path()) : m.path();
+      by_path[path] = std::max(by_path[path], id);
+    }
     MaterializeOptions mo;
     mo.keep_owner = o_.keep_owner;
     mo.sync = true;
     mo.pool = o_.pool;
     mo.progress = o_.progress;
+    mo.root_fd = out_fd_.get();
     for (const auto& [path, id] : by_path) {
       const storepb::Manifest& m = manifests_.at(id);
-      if (!IsSafeRelativePath(path)) {
+      if (!IsSafeRelativePath(m.path())) {
         r_->lost.push_back({path, id, "its path is not a safe relative path"});
         continue;
       }
@@ -289,6 +324,7 @@ class Salvager {
       if (st.ok()) {
         r_->files++;
         r_->bytes += m.size();
+        if (unlisted_.count(id)) r_->unlisted++;
       } else {
         r_->lost.push_back({path, id, st.message()});
       }
@@ -297,9 +333,12 @@ class Salvager {
 
   const SalvageOptions& o_;
   SalvageReport* r_;
+  UniqueFd out_fd_;  // `to`, opened once
   Scratch scratch_;  // destroyed after engine_ (declared before it)
   std::unique_ptr<Backend> engine_;
   bool format1_ = true;  // until the format record says otherwise
+  bool format_ok_ = false;
+  std::set<uint64_t> unlisted_;
   std::vector<std::string> blob_paths_;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<BlobLoc>> blob_chunks_;
   std::map<uint64_t, std::string> blob_copies_;

@@ -16,9 +16,12 @@
 // file is written only when its whole content hashes to its manifest's
 // XXH3-128: salvage writes right bytes or nothing.
 //
-// Without any engine view, manifests come from the blob files alone, which
-// still hold files deleted from the store since its last compaction; the
-// report says so.
+// Files whose manifest copy is in the blob files but whose manifest the
+// engine does not list are deleted ones (blob files keep them until a
+// compaction) or ones a damaged MANIFEST lost: when the engine's view is
+// sound they are written apart, under kUnlisted; when it is not (no format
+// record, manifests unreadable, no engine) they are taken as the store's.
+// Blob files a writer's open set aside (kLostFoundName) are read as well.
 #pragma once
 
 #include <atomic>
@@ -30,9 +33,12 @@
 
 namespace tbfs::store {
 
+inline constexpr char kUnlisted[] = ".tbfs-unlisted";
+
 struct SalvageOptions {
   std::string store_dir;
-  // Made (0700) when missing; an existing one must be an empty folder.
+  // Made (0700) when missing; an existing one must be an empty folder of
+  // this user's that no one else may write to.
   // Empty: a check only (fsck of a store that does not open): every file is
   // read and verified, nothing is written.
   std::string to;
@@ -49,6 +55,10 @@ struct SalvageReport {
   uint64_t blob_values = 0;           // record-shaped values found in them
   uint64_t manifests_from_copies = 0;  // files known only by a manifest copy
   bool blob_files_only = false;       // no engine view: deleted files may come back
+  // Files only the blob files know while the engine's view is sound:
+  // deleted since the last compaction, or lost from a damaged MANIFEST.
+  // Written under `to`/kUnlisted, apart from the rest.
+  uint64_t unlisted = 0;
   uint64_t files = 0;                 // written (or, with no `to`, readable), each verified
   uint64_t bytes = 0;
   struct Lost {

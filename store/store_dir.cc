@@ -42,13 +42,17 @@ Status CheckStoreFolder(const std::string& dir) {
   if (::stat(JoinPath(dir, "CURRENT").c_str(), &st) == 0) return Status::OK();
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return Status::FromErrno(errno, "opendir", dir);
-  bool empty = true;
+  bool empty = true, engine = false;
   while (struct dirent* de = ::readdir(d)) {
     std::string_view n = de->d_name;
     if (n != "." && n != ".." && n != kLogdirLockName) empty = false;
+    engine = engine || n.starts_with("MANIFEST-") || n.ends_with(".sst") || n.ends_with(".blob");
   }
   ::closedir(d);
   if (empty) return Status::OK();
+  if (engine) {
+    return Status::Corruption(dir + " holds a store's files but no CURRENT file: the store is damaged");
+  }
   return Status::InvalidArgument(dir + " exists and is not a tbfs store; refusing to use it");
 }
 

@@ -23,8 +23,16 @@ inline constexpr char kLogdirLockName[] = "logdir.lock";
 Result<UniqueFd> LockLogdir(const std::string& logdir, const std::string& holder);
 
 // OK for a store folder, or an empty one (but for the logdir's lock);
-// InvalidArgument for any other folder: tbfs will not write into it.
+// Corruption for a store that lost its CURRENT file (the engine's other
+// files are there); InvalidArgument for any other folder: tbfs will not
+// write into it.
 Status CheckStoreFolder(const std::string& dir);
+
+// Where a writer's open of the store sets aside the table and blob files
+// the engine would delete as unknown (STORE/lost+found): after damage to the
+// engine's MANIFEST it would take them for leftovers and delete live data.
+// Salvage reads the blob files there too.
+inline constexpr char kLostFoundName[] = "lost+found";
 
 // Makes the store folder private: owned by this user (InvalidArgument
 // otherwise: someone else could change it back), mode 0700, every file in it

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "fmt/format.h"
 #include "store/maintenance.h"
@@ -61,16 +62,19 @@ class SalvageTest : public ::testing::Test {
     ASSERT_TRUE((*store)->Commit(batch, true).ok());
   }
 
+  Result<SalvageReport> SalvageInto(const std::string& store, const std::string& to) {
+    SalvageOptions o;
+    o.store_dir = store;
+    o.to = to;
+    o.pool = &pool_;
+    return Salvage(o);
+  }
+
   // Salvages `store` into a new folder; checks every file written is the
   // original, byte for byte. Returns the report.
   SalvageReport SalvageAndCheck(const std::string& store, const std::string& what) {
     const std::string to = dir_ / fmt::format("out{}", ++trials_);
-    WorkPool pool(2);
-    SalvageOptions o;
-    o.store_dir = store;
-    o.to = to;
-    o.pool = &pool;
-    auto r = Salvage(o);
+    auto r = SalvageInto(store, to);
     EXPECT_TRUE(r.ok()) << what << ": " << r.status().ToString();
     if (!r.ok()) return {};
     for (const auto& [path, bytes] : originals_) {
@@ -85,6 +89,7 @@ class SalvageTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  WorkPool pool_{2};
   std::string logdir_ = dir_ / "logdir";
   std::string store_ = dir_ / "store";
   std::map<std::string, std::string> originals_;
@@ -145,7 +150,9 @@ TEST_F(SalvageTest, OneFlippedByteInAnyStoreFileLosesOnlyWhatItHolds) {
               table.count("CURRENT") && table.count("*.log"));
 }
 
-TEST_F(SalvageTest, FilesDeletedFromTheStoreDoNotComeBack) {
+// A deleted file's blobs stay until a compaction: salvage writes it only
+// apart (kUnlisted), never back among the store's files.
+TEST_F(SalvageTest, FilesDeletedFromTheStoreComeBackOnlyApart) {
   std::string gone;
   {
     auto store = ColdStore::Open(store_, OpenOptions{});
@@ -159,15 +166,12 @@ TEST_F(SalvageTest, FilesDeletedFromTheStoreDoNotComeBack) {
     ASSERT_TRUE((*store)->Flush().ok());
   }
   const std::string to = dir_ / "out";
-  WorkPool pool(2);
-  SalvageOptions o;
-  o.store_dir = store_;
-  o.to = to;
-  o.pool = &pool;
-  auto r = Salvage(o);
+  auto r = SalvageInto(store_, to);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->files, originals_.size() - 1);
+  EXPECT_EQ(r->files, originals_.size());
+  EXPECT_EQ(r->unlisted, 1u);
   EXPECT_FALSE(fs::exists(to + "/" + gone));
+  EXPECT_EQ(ReadBytes(to + "/" + kUnlisted + "/" + gone), originals_[gone]);
 }
 
 TEST_F(SalvageTest, RefusesAFolderThatIsNotEmptyAndChangesNothingInTheStore) {
@@ -184,19 +188,14 @@ TEST_F(SalvageTest, RefusesAFolderThatIsNotEmptyAndChangesNothingInTheStore) {
   const std::string to = dir_ / "busy";
   fs::create_directories(to);
   testing::WriteBytes(to + "/x", "x");
-  WorkPool pool(2);
-  SalvageOptions o;
-  o.store_dir = store_;
-  o.to = to;
-  o.pool = &pool;
-  auto r = Salvage(o);
+  auto r = SalvageInto(store_, to);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("not empty"), std::string::npos);
-  o.to = dir_ / "fresh";
-  ASSERT_TRUE(Salvage(o).ok());
+  const std::string fresh = dir_ / "fresh";
+  ASSERT_TRUE(SalvageInto(store_, fresh).ok());
   EXPECT_EQ(listing(), before);
   struct stat st;
-  ASSERT_EQ(::stat(o.to.c_str(), &st), 0);
+  ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
 }
 
@@ -219,8 +218,7 @@ TEST_F(SalvageTest, FsckGoesOnPastDamageAndNamesEachFile) {
     ro.read_only = true;
     auto store = ColdStore::Open(work, ro);
     if (!store.ok()) continue;  // the meta space: fsck falls back to salvage (CLI test)
-    WorkPool pool(2);
-    auto r = Fsck(**store, &pool, nullptr);
+    auto r = Fsck(**store, &pool_, nullptr);
     ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
     if (r->manifests_from_copies) {
       found = true;
@@ -230,6 +228,101 @@ TEST_F(SalvageTest, FsckGoesOnPastDamageAndNamesEachFile) {
     }
   }
   EXPECT_TRUE(found) << "no table file held the manifests";
+}
+
+
+// Red team: a MANIFEST cut short opened as an older, emptier store; the
+// writer took it for a new store and the engine deleted every table and
+// blob file it did not list. Now the writer refuses, changing nothing, and
+// salvage reads every file from the blob files.
+TEST_F(SalvageTest, AManifestCutShortIsRefusedByWritersAndSalvaged) {
+  std::string manifest;
+  for (const auto& e : fs::directory_iterator(store_)) {
+    if (e.path().filename().string().starts_with("MANIFEST-")) manifest = e.path();
+  }
+  ASSERT_FALSE(manifest.empty());
+  for (uint64_t cut : {fs::file_size(manifest) / 2, fs::file_size(manifest) - 100}) {
+    const std::string work = dir_ / "cut";
+    fs::remove_all(work);
+    fs::copy(store_, work);
+    fs::resize_file(work + "/" + fs::path(manifest).filename().string(), cut);
+    std::set<std::string> before;
+    for (const auto& e : fs::directory_iterator(work)) before.insert(e.path().filename());
+    auto writer = ColdStore::Open(work, OpenOptions{});
+    ASSERT_FALSE(writer.ok()) << "cut at " << cut;
+    EXPECT_EQ(writer.status().code(), Code::kCorruption) << writer.status().ToString();
+    EXPECT_NE(writer.status().message().find("salvage"), std::string::npos);
+    std::set<std::string> after;
+    for (const auto& e : fs::directory_iterator(work)) after.insert(e.path().filename());
+    EXPECT_EQ(after, before) << "the refused open changed the store";
+    auto r = SalvageAndCheck(work, fmt::format("MANIFEST cut at {}", cut));
+    EXPECT_EQ(r.files, originals_.size()) << "cut at " << cut;
+    EXPECT_EQ(r.unlisted, 0u);
+  }
+}
+
+// A MANIFEST that loses only its last records still opens to a sound-looking
+// store: the writer's open would delete the newest files as leftovers. They
+// are set aside instead, and salvage writes them apart (.tbfs-unlisted).
+TEST_F(SalvageTest, FilesAnOpenWouldDropAreSetAsideAndSalvagedApart) {
+  const std::string extra = "run_late/late.pt.trace.json";
+  std::string bytes;
+  for (int i = 0; i < 20000; ++i) bytes += fmt::format("{{\"ph\":\"X\",\"ts\":{},\"dur\":{}}},\n", i * 7, i % 13);
+  fs::create_directories(logdir_ + "/run_late");
+  testing::WriteBytes(logdir_ + "/" + extra, bytes);
+  std::string manifest;
+  uint64_t keep = 0;
+  {
+    auto store = ColdStore::Open(store_, OpenOptions{});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (const auto& e : fs::directory_iterator(store_)) {
+      if (e.path().filename().string().starts_with("MANIFEST-")) manifest = e.path();
+    }
+    keep = fs::file_size(manifest);  // the store as it was before the late file
+    CandidateOptions c;
+    c.older_than_s = 0;
+    c.walk.skip_dirs = {kStoreDirName};
+    std::vector<Candidate> all, late;
+    std::vector<Skipped> skipped;
+    ASSERT_TRUE(FindCandidates(logdir_, c, &all, &skipped).ok());
+    for (const auto& cand : all) if (cand.path == extra) late.push_back(cand);
+    ASSERT_EQ(late.size(), 1u);
+    MigrateOptions m;
+    m.walk.skip_dirs = {kStoreDirName};
+    auto result = Migrate(**store, logdir_, late, m);
+    ASSERT_TRUE(result.ok());
+    ASSERT_EQ(result->files_moved, 1u);
+  }
+  fs::resize_file(manifest, keep);
+  {
+    auto store = ColdStore::Open(store_, OpenOptions{});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_TRUE((*store)->Lookup(extra).status().IsNotFound());  // the damage: lost from the index
+  }
+  ASSERT_TRUE(fs::exists(store_ + "/" + kLostFoundName));
+  EXPECT_FALSE(fs::is_empty(store_ + "/" + kLostFoundName));
+  auto r = SalvageInto(store_, dir_ / "out");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->unlisted, 1u);
+  EXPECT_EQ(ReadBytes(dir_ / (std::string("out/") + kUnlisted + "/" + extra)), bytes);
+  for (const auto& [path, original] : originals_) EXPECT_EQ(ReadBytes(dir_ / ("out/" + path)), original);
+}
+
+TEST_F(SalvageTest, RefusesAnOutputFolderOthersCanWriteOrOwn) {
+  const std::string shared = dir_ / "shared";
+  fs::create_directories(shared);
+  ASSERT_EQ(::chmod(shared.c_str(), 0777), 0);
+  auto r = SalvageInto(store_, shared);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("another user or others may write"), std::string::npos);
+  ASSERT_EQ(::chmod(shared.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(shared.c_str(), 65534, 65534), 0);
+  EXPECT_FALSE(SalvageInto(store_, shared).ok());
+  const std::string link = dir_ / "link";
+  fs::create_directory_symlink(dir_ / "elsewhere", link);
+  fs::create_directories(dir_ / "elsewhere");
+  EXPECT_FALSE(SalvageInto(store_, link).ok());
+  EXPECT_TRUE(fs::is_empty(dir_ / "elsewhere"));
 }
 
 }  // namespace

@@ -164,6 +164,12 @@ TEST_F(MigrateCli, FsckNamesDamageAndSalvageWritesEveryIntactFile) {
     if (Tree(logdir_).count(path)) continue;  // still hot
     EXPECT_EQ(ReadBytes(dir_ / ("out/" + path)), bytes) << path;
   }
+  // CURRENT gone: a damaged store, not a missing one.
+  std::filesystem::remove(store + "/CURRENT");
+  fsck = RunCommand(Tbfs("fsck --json " + logdir_));
+  EXPECT_EQ(fsck.exit_code, 1) << fsck.out;
+  EXPECT_FALSE(nlohmann::json::parse(fsck.out)["opens"]);
+  EXPECT_EQ(RunCommand(Tbfs("ls " + logdir_ + " 2>/dev/null")).exit_code, 2);
   WriteBytes(store + "/CURRENT", current);
   // One byte of a chunk: fsck reads on, names that one file, exits 1.
   std::string bytes = ReadBytes(blob);

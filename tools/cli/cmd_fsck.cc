@@ -7,6 +7,7 @@
 #include "fmt/format.h"
 #include "store/maintenance.h"
 #include "store/salvage.h"
+#include "store/store_dir.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/progress.h"
 #include "tools/cli/store_cli.h"
@@ -83,7 +84,11 @@ int RunFsck(const FsckArgs& args) {
     return kExitError;
   }
   if (!*store) {
-    fmt::print("no cold store at {}: nothing to check\n", loc->dir);
+    if (args.json) {
+      PrintJson({{"files", 0}, {"bytes", 0}, {"clean", true}, {"opens", false}, {"no_store", true}});
+    } else {
+      fmt::print("no cold store at {}: nothing to check\n", loc->dir);
+    }
     return kExitOk;
   }
   auto totals = (*store)->ComputeTotals();
@@ -100,6 +105,7 @@ int RunFsck(const FsckArgs& args) {
   if (args.json) {
     json j = {{"files", r->files}, {"bytes", r->bytes}, {"clean", r->clean()}, {"opens", true},
               {"problems", r->problems}, {"manifests_from_copies", r->manifests_from_copies},
+              {"set_aside_files", r->set_aside_files},
               {"orphan_chunk_files", r->orphan_chunk_files},
               {"dangling_entries", r->dangling_entries}, {"journal_records", r->journal_records},
               {"damaged", json::array()}};
@@ -109,6 +115,11 @@ int RunFsck(const FsckArgs& args) {
     for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", p);
     for (const auto& [p, why] : r->damaged) fmt::print("DAMAGED: {}: {}\n", p, why);
     if (r->orphan_chunk_files) fmt::print("note: chunks of {} unknown file ids\n", r->orphan_chunk_files);
+    if (r->set_aside_files) {
+      fmt::print("note: {} engine file(s) set aside in {}/{} when a writer opened the store (leftovers "
+                 "of a crash, or data a damaged MANIFEST lost): tbfs salvage reads them; remove them "
+                 "once you have checked\n", r->set_aside_files, loc->dir, store::kLostFoundName);
+    }
     if (r->journal_records) {
       fmt::print("note: {} unfinished batch(es); the next migrate/restore/mount recovers them\n",
                  r->journal_records);

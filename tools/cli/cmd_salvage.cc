@@ -65,7 +65,8 @@ int RunSalvage(const SalvageArgs& args) {
     json j = {{"store", loc.dir}, {"to", args.to}, {"engine", r->engine},
               {"problems", r->problems}, {"blob_files", r->blob_files},
               {"blob_values", r->blob_values}, {"manifests_from_copies", r->manifests_from_copies},
-              {"blob_files_only", r->blob_files_only}, {"files", r->files}, {"bytes", r->bytes},
+              {"blob_files_only", r->blob_files_only}, {"unlisted", r->unlisted},
+              {"files", r->files}, {"bytes", r->bytes},
               {"lost", json::array()}};
     for (const auto& l : r->lost) j["lost"].push_back({{"path", l.path}, {"file_id", l.file_id}, {"reason", l.why}});
     PrintJson(j);
@@ -79,6 +80,11 @@ int RunSalvage(const SalvageArgs& args) {
     if (r->blob_files_only) {
       fmt::print("note: the engine did not open; files deleted from the store since it was last "
                  "compacted may be among those written\n");
+    }
+    if (r->unlisted) {
+      fmt::print("note: {} file(s) found only in the blob files, which the store does not list (deleted "
+                 "since its last compaction, or lost from its damaged index): written under {}/{}\n",
+                 r->unlisted, args.to, store::kUnlisted);
     }
     for (const auto& l : r->lost) fmt::print("LOST: {} (file id {}): {}\n", l.path, l.file_id, l.why);
     fmt::print("salvaged {} file(s), {} into {}, each checked against its content hash; {} lost\n",
