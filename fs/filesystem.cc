@@ -75,6 +75,7 @@ int Filesystem::RelPath(uint64_t ino, std::string* rel) {
   }
   char buf[PATH_MAX + 1];
   ssize_t n = ::readlink(ProcPath(v.fd->get()).c_str(), buf, PATH_MAX);
+  if (n < 0 && errno == ENAMETOOLONG) return RelPathByWalk(v.fd->get(), rel);
   if (n < 0) return Errno();
   std::string_view abs(buf, static_cast<size_t>(n));
   struct stat st;
@@ -91,6 +92,46 @@ int Filesystem::RelPath(uint64_t ino, std::string* rel) {
     return -ENOENT;  // moved out of the logdir behind our back
   }
   rel->assign(abs.substr(root.size() + 1));
+  return 0;
+}
+
+int Filesystem::RelPathByWalk(int fd, std::string* rel) {
+  // The kernel names no path longer than PATH_MAX: climb through ".." to
+  // the logdir, finding each folder's name in its parent by its inode.
+  struct stat root;
+  if (::stat(config_.logdir.c_str(), &root) != 0) return Errno();
+  std::vector<std::string> names;
+  UniqueFd cur(::dup(fd));
+  if (!cur.valid()) return Errno();
+  for (;;) {
+    struct stat st;
+    if (::fstat(cur.get(), &st) != 0) return Errno();
+    if (st.st_dev == root.st_dev && st.st_ino == root.st_ino) break;
+    if (st.st_nlink == 0) return -ENOENT;
+    UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!parent.valid()) return Errno();
+    struct stat pst;
+    if (::fstat(parent.get(), &pst) != 0) return Errno();
+    if (pst.st_dev == st.st_dev && pst.st_ino == st.st_ino) return -ENOENT;  // "/": left the logdir
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(::dup(parent.get())), ::closedir);
+    if (!d) return Errno();
+    std::string found;
+    while (struct dirent* e = ::readdir(d.get())) {
+      std::string_view name = e->d_name;
+      if (e->d_ino != st.st_ino || name == "." || name == "..") continue;
+      struct stat cst;
+      if (::fstatat(parent.get(), e->d_name, &cst, AT_SYMLINK_NOFOLLOW) == 0 &&
+          cst.st_dev == st.st_dev && cst.st_ino == st.st_ino) {
+        found = e->d_name;
+        break;
+      }
+    }
+    if (found.empty()) return -ENOENT;  // moved meanwhile
+    names.push_back(std::move(found));
+    cur = std::move(parent);
+  }
+  rel->clear();
+  for (auto it = names.rbegin(); it != names.rend(); ++it) *rel = JoinPath(*rel, *it);
   return 0;
 }
 

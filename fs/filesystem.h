@@ -208,6 +208,9 @@ class Filesystem : public store::MoveObserver {
   // The path of an inode relative to the logdir ("" for the root), or
   // -errno (a hot folder removed behind our back).
   int RelPath(uint64_t ino, std::string* rel);
+  // RelPath of a hot folder whose path is longer than the kernel will name
+  // (PATH_MAX): found by climbing its parents.
+  int RelPathByWalk(int fd, std::string* rel);
   int LookupCold(const std::string& rel, EntryOut* out);
   int HotLookupAt(int dir_fd, const char* name, EntryOut* out);
   // Makes sure a backing folder exists for a cold-only folder inode, and

@@ -178,8 +178,9 @@ Status ColdStore::CheckRoom(uint64_t bytes) {
   // with all the log holds already: room for both.
   const uint64_t need = 2 * bytes + backend_->UnflushedBytes();
   if (free >= need + margin) return Status::OK();
-  return Status::FromErrno(ENOSPC, "store", fmt::format("{} has no room for {} more bytes ({} free, {} kept free)",
-                                                        dir_, bytes, free, margin));
+  return Status::FromErrno(ENOSPC, "store", fmt::format(
+      "{} has no room: {} bytes free, {} needed (twice the {} to write, and {} of the engine's log "
+      "to flush) and {} kept free", dir_, free, need, bytes, need - 2 * bytes, margin));
 }
 
 Result<storepb::Manifest> ColdStore::GetManifest(uint64_t file_id) {

@@ -1,5 +1,6 @@
 // The mount, really mounted: what a training job, TensorBoard, cp and an
 // editor do through it.
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
@@ -573,4 +574,49 @@ TEST_F(MountTest, BadArgumentsAreOneLineErrors) {
 }
 
 }  // namespace
+
+// Red team: a cold file whose path is longer than PATH_MAX vanished from the
+// mount (its folder listed empty, a lookup was ENAMETOOLONG): the kernel
+// names no such path for a hot folder's fd.
+TEST_F(Mounted, AColdFileDeeperThanPathMaxIsServed) {
+  std::filesystem::create_directories(L("run"));
+  UniqueFd dir(::open(L("run").c_str(), O_PATH | O_DIRECTORY));
+  std::vector<std::string> parts;
+  for (size_t len = 4; len < PATH_MAX + 300; len += 201) {
+    parts.push_back(std::string(200, static_cast<char>('a' + parts.size() % 26)));
+    ASSERT_EQ(::mkdirat(dir.get(), parts.back().c_str(), 0755), 0);
+    dir.reset(::openat(dir.get(), parts.back().c_str(), O_PATH | O_DIRECTORY));
+    ASSERT_TRUE(dir.valid());
+  }
+  const std::string content = "{\"traceEvents\": []}";
+  {
+    UniqueFd leaf(::openat(dir.get(), "deep.pt.trace.json", O_WRONLY | O_CREAT, 0644));
+    ASSERT_TRUE(leaf.valid());
+    ASSERT_EQ(::write(leaf.get(), content.data(), content.size()), static_cast<ssize_t>(content.size()));
+  }
+  dir.reset();
+  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --allow-no-events >/dev/null 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  Mount();
+  UniqueFd m(::open(M("run").c_str(), O_RDONLY | O_DIRECTORY));
+  ASSERT_TRUE(m.valid());
+  for (const auto& part : parts) {
+    m.reset(::openat(m.get(), part.c_str(), O_RDONLY | O_DIRECTORY));
+    ASSERT_TRUE(m.valid()) << std::strerror(errno);
+  }
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(::dup(m.get())), ::closedir);
+  ASSERT_TRUE(d);
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(d.get())) names.push_back(e->d_name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "deep.pt.trace.json"), names.end());
+  UniqueFd f(::openat(m.get(), "deep.pt.trace.json", O_RDONLY));
+  ASSERT_TRUE(f.valid()) << std::strerror(errno);
+  std::string got(content.size(), '\0');
+  EXPECT_EQ(::pread(f.get(), got.data(), got.size(), 0), static_cast<ssize_t>(content.size()));
+  EXPECT_EQ(got, content);
+  char xattr[32] = {};
+  ssize_t n = ::fgetxattr(f.get(), "user.tbfs.state", xattr, sizeof(xattr));
+  EXPECT_EQ(std::string(xattr, n > 0 ? n : 0), "cold");
+}
+
 }  // namespace tbfs::testing

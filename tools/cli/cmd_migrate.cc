@@ -73,7 +73,7 @@ int MigrateThroughMount(const MigrateArgs& args) {
 const char* OutcomeName(store::Outcome o) {
   switch (o) {
     case store::Outcome::kMoved: return "moved";
-    case store::Outcome::kChanged: return "left in place (changed)";
+    case store::Outcome::kChanged: return "left in place";  // the reason says why
     case store::Outcome::kFailed: return "failed";
     case store::Outcome::kRolledBack: return "rolled back";
   }
