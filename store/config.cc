@@ -48,8 +48,8 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
   try {
     YAML::Node root = YAML::Load(text);
     if (root.IsNull()) return config;  // an empty file: all defaults
-    TBFS_RETURN_IF_ERROR(CheckKeys(root, {"logdir", "dry_run", "backup", "criteria", "validate"},
-                                   origin));
+    TBFS_RETURN_IF_ERROR(CheckKeys(
+        root, {"logdir", "dry_run", "backup", "criteria", "validate", "mount"}, origin));
     if (root["logdir"]) config.logdir = root["logdir"].as<std::string>();
     if (root["dry_run"]) config.dry_run = root["dry_run"].as<bool>();
     if (const YAML::Node b = root["backup"]) {
@@ -69,6 +69,21 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
     if (const YAML::Node v = root["validate"]) {
       TBFS_RETURN_IF_ERROR(CheckKeys(v, {"must_have_tags"}, origin + ": validate"));
       config.must_have_tags = StringList(v["must_have_tags"]);
+    }
+    if (const YAML::Node m = root["mount"]) {
+      TBFS_RETURN_IF_ERROR(CheckKeys(m, {"mountpoint", "store", "cold_after", "migrate_interval",
+                                         "cache", "migrate", "options"},
+                                     origin + ": mount"));
+      auto text = [&](const char* key, std::optional<std::string>* out) {
+        if (m[key]) *out = m[key].as<std::string>();
+      };
+      text("mountpoint", &config.mount.mountpoint);
+      text("store", &config.mount.store);
+      text("cold_after", &config.mount.cold_after);
+      text("migrate_interval", &config.mount.migrate_interval);
+      text("cache", &config.mount.cache);
+      if (m["migrate"]) config.mount.migrate = m["migrate"].as<bool>();
+      config.mount.options = StringList(m["options"]);
     }
   } catch (const YAML::DeepRecursion& e) {
     return Status::InvalidArgument(origin + ": line " + std::to_string(e.mark.line + 1) +

@@ -9,6 +9,14 @@
 //     protected_marker: ["keep/"]                 # never migrate these
 //   validate:
 //     must_have_tags: [loss/train]
+//   mount:                        # `tbfs mount --config FILE` (and tbfs@NAME)
+//     mountpoint: /mnt/logs
+//     store: /cold/logs
+//     cold_after: 5m
+//     migrate: true
+//     migrate_interval: 30s
+//     cache: 256M
+//     options: [allow_other]      # FUSE options, as after -o
 //
 // Unknown keys and wrong types are errors (a typo must not silently widen
 // what moves). Nothing here can make a tfevents file a trace (I1).
@@ -22,6 +30,17 @@
 
 namespace tbfs::store {
 
+// The mount's own settings, as written (mount -o syntax checks them).
+struct MountSection {
+  std::optional<std::string> mountpoint;
+  std::optional<std::string> store;
+  std::optional<std::string> cold_after;
+  std::optional<std::string> migrate_interval;
+  std::optional<std::string> cache;
+  std::optional<bool> migrate;
+  std::vector<std::string> options;
+};
+
 struct MigrateConfig {
   std::optional<std::string> logdir;
   bool dry_run = true;
@@ -30,6 +49,7 @@ struct MigrateConfig {
   std::vector<std::string> trace_markers;
   std::vector<std::string> protected_markers;
   std::vector<std::string> must_have_tags;
+  MountSection mount;
 };
 
 // InvalidArgument with the file, and the line where yaml-cpp knows it.

@@ -619,4 +619,34 @@ TEST_F(Mounted, AColdFileDeeperThanPathMaxIsServed) {
   EXPECT_EQ(std::string(xattr, n > 0 ? n : 0), "cold");
 }
 
+
+// What the systemd unit runs: everything from the config file's mount:
+// section (tbfs@NAME.service: tbfs mount --foreground --config FILE).
+TEST_F(Mounted, AConfigFileAloneMountsWithItsSettings) {
+  const std::string config = dir_ / "logs.yaml";
+  WriteBytes(config, "logdir: " + logdir_ + "\nmount:\n  mountpoint: " + mnt_ +
+                         "\n  cold_after: 0s\n  migrate_interval: 1s\n  cache: 32M\n"
+                         "  options: [allow_other]\n");
+  auto r = RunCommand(Tbfs("mount --config " + config + " 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_TRUE(IsMounted(mnt_));
+  pid_ = Status()["pid"].get<int>();
+  EXPECT_NE(ReadBytes("/proc/mounts").find(mnt_ + " fuse.tbfs rw,nosuid,nodev,relatime,user_id=0,group_id=0,"
+                                                   "default_permissions,allow_other"),
+            std::string::npos);
+  EXPECT_EQ(Status()["cache"]["capacity_bytes"].get<uint64_t>(), 32u << 20);
+  bool cold = false;  // migrated within a few passes of 1 s
+  for (int i = 0; i < 100 && !cold; ++i) {
+    cold = State(M(traces_[0])) == "cold";
+    if (!cold) ::usleep(100'000);
+  }
+  EXPECT_TRUE(cold);
+  Unmount();
+  // The command line wins over the file.
+  r = RunCommand(Tbfs("mount --config " + config + " --no-migrate --cache 64M 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  pid_ = Status()["pid"].get<int>();
+  EXPECT_EQ(Status()["cache"]["capacity_bytes"].get<uint64_t>(), 64u << 20);
+}
+
 }  // namespace tbfs::testing

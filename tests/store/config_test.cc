@@ -51,5 +51,34 @@ TEST(MigrateConfig, MissingFileNamesIt) {
   EXPECT_NE(c.status().message().find("/nonexistent/policy.yaml"), std::string::npos);
 }
 
+
+TEST(MigrateConfig, ReadsTheMountSection) {
+  auto c = ParseMigrateConfig(R"(
+logdir: /data/logs
+mount:
+  mountpoint: /mnt/logs
+  store: /cold
+  cold_after: 10m
+  migrate: false
+  migrate_interval: 1m
+  cache: 1G
+  options: [allow_other, ro]
+)",
+                              "mount.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*c->mount.mountpoint, "/mnt/logs");
+  EXPECT_EQ(*c->mount.store, "/cold");
+  EXPECT_EQ(*c->mount.cold_after, "10m");
+  EXPECT_FALSE(*c->mount.migrate);
+  EXPECT_EQ(*c->mount.migrate_interval, "1m");
+  EXPECT_EQ(*c->mount.cache, "1G");
+  EXPECT_EQ(c->mount.options, (std::vector<std::string>{"allow_other", "ro"}));
+  for (const char* text : {"mount: {mountpont: /m}", "mount: {options: allow_other}",
+                           "mount: {migrate: sometimes}", "mount: [1]"}) {
+    auto bad = ParseMigrateConfig(text, "bad.yaml");
+    EXPECT_FALSE(bad.ok()) << text;
+  }
+}
+
 }  // namespace
 }  // namespace tbfs::store

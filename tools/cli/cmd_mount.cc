@@ -11,6 +11,7 @@
 #include "fs/control.h"
 #include "fs/filesystem.h"
 #include "fs/mount.h"
+#include "store/config.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/progress.h"
 
@@ -18,28 +19,72 @@ namespace tbfs::cli {
 
 namespace {
 
+// As given on the command line; RunMountCmd lays it over the config file's
+// mount: section (the command line wins).
 struct MountArgs {
-  fs::MountConfig config;
+  std::string logdir;
+  std::string mountpoint;
+  std::string store;
   std::string cold_after;
   std::string cache;
+  std::string config_file;
+  bool no_migrate = false;
+  bool foreground = false;
   std::vector<std::string> options;
 };
 
-int RunMountCmd(MountArgs args) {
+int RunMountCmd(const MountArgs& args) {
+  fs::MountConfig config;
+  auto apply = [&](const std::string& opts, const std::string& where) {
+    std::string err = fs::ParseMountOptions(opts, &config);
+    if (!err.empty()) PrintError("mount", where + err);
+    return err.empty();
+  };
+  // The config file: from --config, or config= among the -o options.
+  std::string file = args.config_file;
   for (const std::string& o : args.options) {
-    std::string err = fs::ParseMountOptions(o, &args.config);
-    if (!err.empty()) {
-      PrintError("mount", err);
+    fs::MountConfig probe;
+    if (fs::ParseMountOptions(o, &probe).empty() && !probe.config_file.empty()) file = probe.config_file;
+  }
+  if (!file.empty()) {
+    auto loaded = store::LoadMigrateConfig(file);
+    if (!loaded.ok()) {
+      PrintError("mount", loaded.status().message());
       return kExitError;
     }
+    const store::MountSection& m = loaded->mount;
+    const std::string where = file + ": mount: ";
+    if (loaded->logdir) config.logdir = *loaded->logdir;
+    if (m.mountpoint) config.mountpoint = *m.mountpoint;
+    if (m.store && !apply("store=" + *m.store, where)) return kExitError;
+    if (m.cold_after && !apply("cold_after=" + *m.cold_after, where)) return kExitError;
+    if (m.migrate_interval && !apply("migrate_interval=" + *m.migrate_interval, where)) return kExitError;
+    if (m.cache && !apply("cache=" + *m.cache, where)) return kExitError;
+    if (m.migrate && !*m.migrate) config.migrate = false;
+    for (const std::string& o : m.options) {
+      if (!apply(o, where)) return kExitError;
+    }
+    config.config_file = file;
   }
+  if (!args.logdir.empty()) config.logdir = args.logdir;
+  if (!args.mountpoint.empty()) config.mountpoint = args.mountpoint;
+  if (config.logdir.empty() || config.mountpoint.empty()) {
+    PrintError("mount", "give LOGDIR and MOUNTPOINT, or logdir: and mount: mountpoint: in --config");
+    return kExitError;
+  }
+  for (const std::string& o : args.options) {
+    if (!apply(o, "")) return kExitError;
+  }
+  if (!args.store.empty()) config.store_dir = args.store;
+  if (args.no_migrate) config.migrate = false;
+  if (args.foreground) config.foreground = true;
   if (!args.cold_after.empty()) {
     auto s = ParseDurationSeconds(args.cold_after);
     if (!s.ok()) {
       PrintError("mount", "--cold-after: " + s.status().message());
       return kExitError;
     }
-    args.config.cold_after_s = *s;
+    config.cold_after_s = *s;
   }
   if (!args.cache.empty()) {
     auto b = ParseSizeBytes(args.cache);
@@ -47,9 +92,9 @@ int RunMountCmd(MountArgs args) {
       PrintError("mount", "--cache: use a size of at least 1M");
       return kExitError;
     }
-    args.config.cache_bytes = *b;
+    config.cache_bytes = *b;
   }
-  return fs::RunMount(args.config);
+  return fs::RunMount(config);
 }
 
 int RunStatus(const std::string& mountpoint, bool json) {
@@ -125,16 +170,17 @@ void RegisterMount(CLI::App& app, int* exit_code) {
       "Mount LOGDIR on MOUNTPOINT: tfevents pass through, quiet traces move to the cold store "
       "and come back on demand.\nAlso usable from fstab: "
       "LOGDIR MOUNTPOINT fuse.tbfs store=DIR,cold_after=5m 0 0");
-  cmd->add_option("LOGDIR", args->config.logdir, "the logdir")->required();
-  cmd->add_option("MOUNTPOINT", args->config.mountpoint, "an empty folder")->required();
-  cmd->add_option("--store", args->config.store_dir, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_option("LOGDIR", args->logdir, "the logdir (or logdir: in --config)");
+  cmd->add_option("MOUNTPOINT", args->mountpoint, "an empty folder (or mount: mountpoint: in --config)");
+  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
   cmd->add_option("--cold-after", args->cold_after,
                   "migrate traces not modified for this long (default 5m)");
   cmd->add_option("--cache", args->cache, "cold chunk cache size (default 256M)");
-  cmd->add_flag("--no-migrate", [args](int64_t) { args->config.migrate = false; },
+  cmd->add_flag("--no-migrate", args->no_migrate,
                 "no background migration (tbfs migrate MOUNTPOINT --now still works)");
-  cmd->add_option("--config", args->config.config_file, "YAML policy file (markers, must-haves)");
-  cmd->add_flag("-f,--foreground", args->config.foreground, "stay in the foreground, log to stderr");
+  cmd->add_option("--config", args->config_file,
+                  "YAML file: policy (markers, must-haves) and the mount: section's settings");
+  cmd->add_flag("-f,--foreground", args->foreground, "stay in the foreground, log to stderr");
   cmd->add_option("-o", args->options,
                   "options: store=DIR, cold_after=DUR, cache=SIZE, no_migrate, config=FILE, "
                   "migrate_interval=DUR, and FUSE options (allow_other, ro, ...)");

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the .deb in BUILD_DIR, checks what it holds, installs it, checks the
+# installed tbfs, its manual page, its bash completion and its systemd unit
+# (systemd-analyze verify), then removes it again. Run as root (ctest runs
+# it as Packaging.DebBuildsInstallsAndRuns).
+set -euo pipefail
+build=${1:?usage: check-package.sh BUILD_DIR}
+cd "$build"
+fail() { echo "check-package: $*" >&2; exit 1; }
+
+version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' CMakeCache.txt)
+rm -f tbfs_*.deb
+cpack -G DEB >/dev/null
+deb=$(ls tbfs_"$version"_*.deb) || fail "no tbfs_${version}_ARCH.deb was made"
+
+contents=$(dpkg-deb -c "$deb")
+for f in ./usr/bin/tbfs ./usr/share/man/man1/tbfs.1.gz ./usr/lib/systemd/system/tbfs@.service \
+         ./usr/share/bash-completion/completions/tbfs ./usr/share/doc/tbfs/examples/tbfs.yaml; do
+  grep -q " $f\$" <<<"$contents" || fail "$deb lacks $f"
+done
+depends=$(dpkg-deb -f "$deb" Depends)
+for d in fuse3 libfuse3-3 libzstd1 libprotobuf; do
+  grep -q "$d" <<<"$depends" || fail "$deb does not depend on $d: $depends"
+done
+
+if dpkg-query -W -f='${Status}' tbfs 2>/dev/null | grep -q "install ok installed"; then
+  fail "a tbfs package is installed already; not replacing it"
+fi
+trap 'dpkg -r tbfs >/dev/null 2>&1 || true' EXIT
+dpkg -i "$deb" >/dev/null
+[[ $(/usr/bin/tbfs --version) == "tbfs $version" ]] || fail "/usr/bin/tbfs --version: $(/usr/bin/tbfs --version)"
+man -aw tbfs | grep -q '^/usr/share/man/man1/tbfs.1.gz$' || fail "man -aw tbfs: $(man -aw tbfs 2>&1)"
+systemd-analyze verify /usr/lib/systemd/system/tbfs@.service
+# The completion offers the commands, then a command's options.
+words=$(bash -c 'source /usr/share/bash-completion/completions/tbfs
+  COMP_WORDS=(tbfs sal); COMP_CWORD=1; _tbfs; echo "${COMPREPLY[*]}"
+  COMP_WORDS=(tbfs salvage --t); COMP_CWORD=2; _tbfs; echo "${COMPREPLY[*]}"')
+[[ $words == $'salvage\n--to' ]] || fail "bash completion gave: $words"
+echo "check-package: $deb holds, installs and runs tbfs $version"
