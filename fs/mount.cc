@@ -5,10 +5,13 @@
 #include <fuse_lowlevel.h>
 #include <malloc.h>
 #include <sys/resource.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <climits>
+#include <filesystem>
 #include <thread>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -283,12 +286,52 @@ std::string ParseMountOptions(const std::string& opts, MountConfig* config) {
   return "";
 }
 
+// True when /proc/self/mounts shows a tbfs mount at `mountpoint` (an
+// absolute, normal path).
+bool IsTbfsMountPoint(const std::string& mountpoint) {
+  std::string mounts;
+  if (!ReadFileToString("/proc/self/mounts", &mounts).ok()) return false;
+  std::string escaped;  // /proc/mounts writes a space as \040, and so on
+  for (char c : mountpoint) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\\') {
+      escaped += fmt::format("\\{:03o}", static_cast<unsigned char>(c));
+    } else {
+      escaped += c;
+    }
+  }
+  size_t start = 0;
+  while (start < mounts.size()) {
+    size_t end = mounts.find('\n', start);
+    if (end == std::string::npos) end = mounts.size();
+    std::string_view line(mounts.data() + start, end - start);
+    start = end + 1;
+    size_t a = line.find(' ');
+    if (a == std::string_view::npos) continue;
+    size_t b = line.find(' ', a + 1);
+    if (b == std::string_view::npos) continue;
+    if (line.substr(a + 1, b - a - 1) == escaped && line.substr(b + 1).starts_with("fuse.tbfs ")) return true;
+  }
+  return false;
+}
+
 int RunMount(const MountConfig& mc_in) {
   MountConfig mc = mc_in;
   Verdict verdict;
   struct stat st;
   if (::stat(mc.logdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Fail(verdict, "LOGDIR " + mc.logdir + " is not a directory");
+  }
+  const std::string abs = std::filesystem::absolute(mc.mountpoint).lexically_normal().string();
+  struct statvfs vfs;
+  if (IsTbfsMountPoint(abs) && ::statvfs(abs.c_str(), &vfs) != 0 && errno == ENOTCONN) {
+    // The mount of a tbfs daemon that died (killed, crashed; its connection
+    // is gone): systemd's restart, or an operator's, mounts in its place.
+    if (::umount2(abs.c_str(), MNT_DETACH) != 0) {
+      return Fail(verdict, fmt::format("MOUNTPOINT {} is the dead mount of a tbfs daemon that "
+                                       "exited; detaching it failed ({}): fusermount3 -u -z {}",
+                                       abs, std::strerror(errno), abs));
+    }
+    spdlog::warn("{}: detached the dead mount of a tbfs daemon that exited; mounting again", abs);
   }
   if (::stat(mc.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " is not a directory");

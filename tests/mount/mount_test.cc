@@ -649,4 +649,20 @@ TEST_F(Mounted, AConfigFileAloneMountsWithItsSettings) {
   EXPECT_EQ(Status()["cache"]["capacity_bytes"].get<uint64_t>(), 64u << 20);
 }
 
+// systemd's Restart=on-failure (tbfs@.service): a daemon killed leaves its
+// mount dead (ENOTCONN); the next `tbfs mount` takes its place.
+TEST_F(Mounted, ADaemonThatDiedIsMountedAgainInPlace) {
+  Mount("--no-migrate");
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
+  WaitForExit();
+  struct statvfs vfs;
+  ASSERT_NE(::statvfs(mnt_.c_str(), &vfs), 0);
+  ASSERT_EQ(errno, ENOTCONN);
+  ASSERT_TRUE(IsMounted(mnt_));  // dead, still in the mount table
+  Mount("--no-migrate");
+  for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
+}
+
+
 }  // namespace tbfs::testing
+
