@@ -323,9 +323,11 @@ int RunMount(const MountConfig& mc_in) {
   }
   const std::string abs = std::filesystem::absolute(mc.mountpoint).lexically_normal().string();
   struct statvfs vfs;
-  if (IsTbfsMountPoint(abs) && ::statvfs(abs.c_str(), &vfs) != 0 && errno == ENOTCONN) {
+  if (IsTbfsMountPoint(abs) && ::statvfs(abs.c_str(), &vfs) != 0 &&
+      (errno == ENOTCONN || errno == ECONNABORTED)) {
     // The mount of a tbfs daemon that died (killed, crashed; its connection
-    // is gone): systemd's restart, or an operator's, mounts in its place.
+    // is gone: ENOTCONN, or ECONNABORTED while the kernel tears it down):
+    // systemd's restart, or an operator's, mounts in its place.
     if (::umount2(abs.c_str(), MNT_DETACH) != 0) {
       return Fail(verdict, fmt::format("MOUNTPOINT {} is the dead mount of a tbfs daemon that "
                                        "exited; detaching it failed ({}): fusermount3 -u -z {}",

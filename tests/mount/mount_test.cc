@@ -657,7 +657,7 @@ TEST_F(Mounted, ADaemonThatDiedIsMountedAgainInPlace) {
   WaitForExit();
   struct statvfs vfs;
   ASSERT_NE(::statvfs(mnt_.c_str(), &vfs), 0);
-  ASSERT_EQ(errno, ENOTCONN);
+  ASSERT_TRUE(errno == ENOTCONN || errno == ECONNABORTED) << std::strerror(errno);
   ASSERT_TRUE(IsMounted(mnt_));  // dead, still in the mount table
   Mount("--no-migrate");
   for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
