@@ -22,7 +22,9 @@
 #include "fs/control.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/metrics.h"
 #include "fs/migrator.h"
+#include "prometheus/exposer.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
@@ -268,6 +270,10 @@ std::string ParseMountOptions(const std::string& opts, MountConfig* config) {
       auto b = ParseSizeBytes(value);
       if (!b.ok()) return "cache: " + b.status().message();
       config->cache_bytes = *b;
+    } else if (key == "metrics") {
+      std::string err;
+      config->metrics_address = MetricsAddress(value, &err);
+      if (!err.empty()) return err;
     } else if (key == "no_migrate") {
       config->migrate = false;
     } else if (key == "config") {
@@ -431,6 +437,19 @@ int RunMount(const MountConfig& mc_in) {
     return Control(request, mc, store_dir, fs, migrator);
   });
   if (!control.ok()) return Fail(verdict, "control socket: " + control.status().message());
+  // Prometheus metrics, when asked for: an HTTP server of its own threads.
+  std::shared_ptr<MountMetrics> metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (!mc.metrics_address.empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(mc.metrics_address, 1);
+    } catch (const std::exception& e) {
+      return Fail(verdict, "metrics: cannot listen on " + mc.metrics_address + ": " + e.what());
+    }
+    metrics = std::make_shared<MountMetrics>(fs, migrator, mc.mountpoint);
+    exposer->RegisterCollectable(metrics);
+    spdlog::info("metrics on http://{}/metrics", mc.metrics_address);
+  }
 
   std::string opts = fmt::format("default_permissions,fsname=tbfs:{},subtype=tbfs", mc.logdir);
   for (const std::string& o : mc.fuse_options) opts += "," + o;
@@ -489,6 +508,7 @@ int RunMount(const MountConfig& mc_in) {
 
   readahead.join();
   spdlog::info("unmounting {}", mc.mountpoint);
+  exposer.reset();
   control->reset();
   migrator.Stop();
   kernel_cache.Set(nullptr);

@@ -26,10 +26,11 @@ struct MountConfig {
   bool nonempty = false;          // allow a mount point that is not empty
   std::string config_file;        // YAML policy (store/config.h)
   std::vector<std::string> fuse_options;  // passed to libfuse as -o
+  std::string metrics_address;    // "ADDR:PORT" for /metrics; "" : none
 };
 
 // Parses a mount -o string: our keys (store=, cold_after=, cache=,
-// no_migrate, config=, migrate_interval=, nonempty) go into *config, the
+// no_migrate, config=, migrate_interval=, nonempty, metrics=) go into *config, the
 // rest into config->fuse_options. Returns "" or a one-line error.
 std::string ParseMountOptions(const std::string& opts, MountConfig* config);
 

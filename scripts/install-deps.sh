@@ -13,6 +13,7 @@ packages=(
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev
   libcli11-dev libxxhash-dev libyaml-cpp-dev libisal-dev nlohmann-json3-dev libarchive-dev
+  prometheus-cpp-dev
 )
 missing=()
 for p in "${packages[@]}"; do

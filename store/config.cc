@@ -72,7 +72,7 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
     }
     if (const YAML::Node m = root["mount"]) {
       TBFS_RETURN_IF_ERROR(CheckKeys(m, {"mountpoint", "store", "cold_after", "migrate_interval",
-                                         "cache", "migrate", "options"},
+                                         "cache", "migrate", "options", "metrics"},
                                      origin + ": mount"));
       auto text = [&](const char* key, std::optional<std::string>* out) {
         if (m[key]) *out = m[key].as<std::string>();
@@ -82,6 +82,7 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
       text("cold_after", &config.mount.cold_after);
       text("migrate_interval", &config.mount.migrate_interval);
       text("cache", &config.mount.cache);
+      text("metrics", &config.mount.metrics);
       if (m["migrate"]) config.mount.migrate = m["migrate"].as<bool>();
       config.mount.options = StringList(m["options"]);
     }

@@ -16,6 +16,7 @@
 //     migrate: true
 //     migrate_interval: 30s
 //     cache: 256M
+//     metrics: 9464               # Prometheus /metrics on 127.0.0.1:9464
 //     options: [allow_other]      # FUSE options, as after -o
 //
 // Unknown keys and wrong types are errors (a typo must not silently widen
@@ -37,6 +38,7 @@ struct MountSection {
   std::optional<std::string> cold_after;
   std::optional<std::string> migrate_interval;
   std::optional<std::string> cache;
+  std::optional<std::string> metrics;  // [ADDR:]PORT
   std::optional<bool> migrate;
   std::vector<std::string> options;
 };

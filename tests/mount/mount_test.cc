@@ -1,6 +1,9 @@
 // The mount, really mounted: what a training job, TensorBoard, cp and an
 // editor do through it.
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
@@ -663,6 +666,73 @@ TEST_F(Mounted, ADaemonThatDiedIsMountedAgainInPlace) {
   for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
 }
 
+
+// GET /metrics from the mount's Prometheus endpoint (plain HTTP/1.0).
+std::string Scrape(int port) {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "";
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  if (::write(s.get(), request.data(), request.size()) != static_cast<ssize_t>(request.size())) return "";
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(s.get(), buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// The value of the sample `name{mountpoint="...",extra}` in a scrape; -1 if absent.
+double Sample(const std::string& scrape, const std::string& name, const std::string& mnt,
+              const std::string& extra = "") {
+  const std::string key = name + "{mountpoint=\"" + mnt + "\"" + extra + "} ";
+  size_t at = scrape.find("\n" + key);
+  if (at == std::string::npos) return -1;
+  return std::stod(scrape.substr(at + 1 + key.size()));
+}
+
+int FreePort() {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return 0;
+  }
+  return ntohs(addr.sin_port);
+}
+
+TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  Mount("--no-migrate --cold-after 0 -o metrics=" + std::to_string(port));  // loopback by default
+  std::string before = Scrape(port);
+  ASSERT_NE(before.find("200 OK"), std::string::npos) << before;
+  EXPECT_EQ(Sample(before, "tbfs_migrated_files_total", mnt_), 0);
+  EXPECT_EQ(Sample(before, "tbfs_verifier_ok", mnt_), 1);
+  EXPECT_NE(before.find("# TYPE tbfs_eio_total counter"), std::string::npos);
+  EXPECT_GT(Sample(before, "tbfs_resident_memory_bytes", mnt_), 0);
+  MigrateNow();
+  EXPECT_TRUE(ReadBytes(M(traces_[0])) == originals_[traces_[0]]);
+  std::string after = Scrape(port);
+  EXPECT_EQ(Sample(after, "tbfs_migrated_files_total", mnt_), static_cast<double>(traces_.size()));
+  EXPECT_EQ(Sample(after, "tbfs_files", mnt_, ",state=\"cold\""), static_cast<double>(traces_.size()));
+  EXPECT_GT(Sample(after, "tbfs_cold_reads_total", mnt_), 0);
+  EXPECT_GT(Sample(after, "tbfs_saved_bytes", mnt_), 0);
+  EXPECT_EQ(Sample(after, "tbfs_eio_total", mnt_, ",cause=\"cold_chunk\""), 0);
+}
+
+TEST_F(MountTest, AMetricsAddressThatIsNotOneIsAOneLineError) {
+  for (const char* bad : {"metrics=", "metrics=port", "metrics=1.2.3.4:99999", "metrics=:80x"}) {
+    auto r = RunCommand(Tbfs("mount " + dir_.path() + " " + mnt_ + " -o " + bad + " 2>&1"));
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_NE(r.out.find("metrics: use [ADDR:]PORT"), std::string::npos) << r.out;
+    EXPECT_FALSE(IsMounted(mnt_));
+  }
+}
 
 }  // namespace tbfs::testing
 

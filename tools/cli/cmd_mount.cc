@@ -60,6 +60,7 @@ int RunMountCmd(const MountArgs& args) {
     if (m.cold_after && !apply("cold_after=" + *m.cold_after, where)) return kExitError;
     if (m.migrate_interval && !apply("migrate_interval=" + *m.migrate_interval, where)) return kExitError;
     if (m.cache && !apply("cache=" + *m.cache, where)) return kExitError;
+    if (m.metrics && !apply("metrics=" + *m.metrics, where)) return kExitError;
     if (m.migrate && !*m.migrate) config.migrate = false;
     for (const std::string& o : m.options) {
       if (!apply(o, where)) return kExitError;
@@ -183,7 +184,7 @@ void RegisterMount(CLI::App& app, int* exit_code) {
   cmd->add_flag("-f,--foreground", args->foreground, "stay in the foreground, log to stderr");
   cmd->add_option("-o", args->options,
                   "options: store=DIR, cold_after=DUR, cache=SIZE, no_migrate, config=FILE, "
-                  "migrate_interval=DUR, and FUSE options (allow_other, ro, ...)");
+                  "migrate_interval=DUR, metrics=[ADDR:]PORT, and FUSE options (allow_other, ro, ...)");
   cmd->callback([args, exit_code] { *exit_code = RunMountCmd(*args); });
 
   auto mountpoint = std::make_shared<std::string>();

@@ -1,0 +1,124 @@
+#include "fs/metrics.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+
+namespace tbfs::fs {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+class Families {
+ public:
+  explicit Families(std::string mountpoint) : mountpoint_(std::move(mountpoint)) {}
+
+  void Counter(const std::string& name, const std::string& help, double value,
+               std::vector<ClientMetric::Label> labels = {}) {
+    ClientMetric m = Metric(std::move(labels));
+    m.counter.value = value;
+    Add(name, help, MetricType::Counter, std::move(m));
+  }
+  void Gauge(const std::string& name, const std::string& help, double value,
+             std::vector<ClientMetric::Label> labels = {}) {
+    ClientMetric m = Metric(std::move(labels));
+    m.gauge.value = value;
+    Add(name, help, MetricType::Gauge, std::move(m));
+  }
+  std::vector<MetricFamily> Take() { return std::move(out_); }
+
+ private:
+  ClientMetric Metric(std::vector<ClientMetric::Label> labels) {
+    ClientMetric m;
+    m.label.push_back({"mountpoint", mountpoint_});
+    for (auto& l : labels) m.label.push_back(std::move(l));
+    return m;
+  }
+  // Samples of one name share a family (added one after the other).
+  void Add(const std::string& name, const std::string& help, MetricType type, ClientMetric m) {
+    if (out_.empty() || out_.back().name != name) out_.push_back({name, help, type, {}});
+    out_.back().metric.push_back(std::move(m));
+  }
+  std::string mountpoint_;
+  std::vector<MetricFamily> out_;
+};
+
+double ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+std::vector<MetricFamily> MountMetrics::Collect() const {
+  Families f(mountpoint_);
+  const MigratorStats m = migrator_.stats();
+  const Filesystem::Stats k = fs_.stats();
+  auto totals = fs_.store().ComputeTotals();
+  const double cold_files = totals.ok() ? static_cast<double>(totals->files) : 0;
+  const double cold_bytes = totals.ok() ? static_cast<double>(totals->logical_bytes) : 0;
+  const double stored = totals.ok() ? static_cast<double>(totals->stored_bytes) : 0;
+
+  f.Gauge("tbfs_files", "Files of the logdir by where they are (hot: at the last migrator pass)",
+          static_cast<double>(m.hot_files), {{"state", "hot"}});
+  f.Gauge("tbfs_files", "", cold_files, {{"state", "cold"}});
+  f.Gauge("tbfs_logical_bytes", "Bytes of the files as readers see them, by where they are",
+          static_cast<double>(m.hot_bytes), {{"state", "hot"}});
+  f.Gauge("tbfs_logical_bytes", "", cold_bytes, {{"state", "cold"}});
+  f.Gauge("tbfs_cold_stored_bytes", "Bytes the cold files take in the store (compressed)", stored);
+  f.Gauge("tbfs_saved_bytes", "Logical bytes of the cold files minus what they take in the store",
+          std::max(0.0, cold_bytes - stored));
+  f.Counter("tbfs_migration_passes_total", "Migrator passes", static_cast<double>(m.passes));
+  f.Counter("tbfs_migration_batches_total", "Migration batches", static_cast<double>(m.batches));
+  f.Counter("tbfs_migration_rollbacks_total", "Migration batches rolled back (the verifier "
+            "found a difference)", static_cast<double>(m.rolled_back));
+  f.Counter("tbfs_migration_store_full_total", "Migrator passes cut short: the store had no room",
+            static_cast<double>(m.stopped_store_full));
+  f.Counter("tbfs_migrated_files_total", "Files moved into the cold store", static_cast<double>(m.files_moved));
+  f.Counter("tbfs_migrated_bytes_total", "Logical bytes moved into the cold store",
+            static_cast<double>(m.bytes_moved));
+  f.Gauge("tbfs_verifier_ok", "1 when the last verification of a migrated batch found every "
+          "scalar curve intact (or none ran yet), 0 when it failed",
+          m.last_verifier.empty() || m.last_verifier == "intact" ? 1 : 0);
+  f.Gauge("tbfs_last_pass_timestamp_seconds", "When the migrator last finished a pass",
+          static_cast<double>(m.last_pass_unix));
+  f.Counter("tbfs_rehydrations_total", "Cold files brought back to the logdir (opened for writing)",
+            static_cast<double>(k.rehydrations));
+  f.Counter("tbfs_cold_reads_total", "Reads served from the cold store", static_cast<double>(k.cold_reads));
+  f.Counter("tbfs_chunk_cache_hits_total", "Cold chunk reads served from the cache",
+            static_cast<double>(k.cache.hits));
+  f.Counter("tbfs_chunk_cache_misses_total", "Cold chunk reads that went to the store",
+            static_cast<double>(k.cache.misses));
+  f.Gauge("tbfs_chunk_cache_bytes", "Bytes held by the cold chunk cache", static_cast<double>(k.cache.bytes));
+  f.Gauge("tbfs_chunk_cache_capacity_bytes", "Capacity of the cold chunk cache",
+          static_cast<double>(fs_.config().cache_bytes));
+  f.Counter("tbfs_eio_total", "Operations answered EIO, by cause", static_cast<double>(k.eio_cold_chunk),
+            {{"cause", "cold_chunk"}});
+  f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_rehydrate), {{"cause", "rehydrate"}});
+  f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_store), {{"cause", "store"}});
+  f.Gauge("tbfs_inodes", "Inodes the kernel holds through the mount", static_cast<double>(k.inodes));
+  f.Gauge("tbfs_resident_memory_bytes", "Resident memory of the daemon", ResidentBytes());
+  return f.Take();
+}
+
+std::string MetricsAddress(const std::string& value, std::string* error) {
+  const size_t colon = value.rfind(':');
+  const std::string port = colon == std::string::npos ? value : value.substr(colon + 1);
+  const std::string host = colon == std::string::npos ? "127.0.0.1" : value.substr(0, colon);
+  int n = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), n);
+  if (ec != std::errc() || end != port.data() + port.size() || n < 1 || n > 65535 || host.empty()) {
+    *error = "metrics: use [ADDR:]PORT (e.g. 9464, or 0.0.0.0:9464)";
+    return "";
+  }
+  return host + ":" + port;
+}
+
+}  // namespace tbfs::fs

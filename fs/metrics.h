@@ -1,0 +1,34 @@
+// Prometheus metrics of a mount (`-o metrics=[ADDR:]PORT`): what `tbfs
+// status` shows, as counters and gauges in base units, each labelled with
+// the mount point, read from the daemon's own counters at every scrape
+// (nothing is counted twice, nothing on the I/O paths).
+#pragma once
+
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+
+#include <string>
+#include <vector>
+
+#include "fs/filesystem.h"
+#include "fs/migrator.h"
+
+namespace tbfs::fs {
+
+class MountMetrics final : public prometheus::Collectable {
+ public:
+  MountMetrics(Filesystem& fs, Migrator& migrator, std::string mountpoint)
+      : fs_(fs), migrator_(migrator), mountpoint_(std::move(mountpoint)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  Filesystem& fs_;
+  Migrator& migrator_;
+  std::string mountpoint_;
+};
+
+// "9464" -> "127.0.0.1:9464"; "0.0.0.0:9464" and "[::1]:9464" as given.
+// "" with *error set when it is not [ADDR:]PORT.
+std::string MetricsAddress(const std::string& value, std::string* error);
+
+}  // namespace tbfs::fs
