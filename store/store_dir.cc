@@ -45,7 +45,7 @@ Status CheckStoreFolder(const std::string& dir) {
   bool empty = true, engine = false;
   while (struct dirent* de = ::readdir(d)) {
     std::string_view n = de->d_name;
-    if (n != "." && n != ".." && n != kLogdirLockName) empty = false;
+    if (n != "." && n != ".." && n != kLogdirLockName && n != kGrowthFileName) empty = false;
     engine = engine || n.starts_with("MANIFEST-") || n.ends_with(".sst") || n.ends_with(".blob");
   }
   ::closedir(d);

@@ -15,6 +15,9 @@
 namespace tbfs::store {
 
 inline constexpr char kLogdirLockName[] = "logdir.lock";
+// `tbfs watch`'s series of the logdir's size (store/growth.h), kept in the
+// store folder beside the engine's files.
+inline constexpr char kGrowthFileName[] = "growth.jsonl";
 
 // Takes the logdir's lock (flock on LOGDIR/.tbfs/logdir.lock, made 0600
 // where missing) for as long as the returned fd stays open, and records

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <map>
+#include <sys/stat.h>
+#include <thread>
 
 #include "base/fs_util.h"
 #include "tests/test_util.h"
@@ -190,6 +192,38 @@ TEST_F(MigrateCli, FsckNamesDamageAndSalvageWritesEveryIntactFile) {
   salvage = RunCommand(Tbfs("salvage " + logdir_ + " --to " + (dir_ / "out2") + " 2>&1"));
   EXPECT_EQ(salvage.exit_code, 2);
   EXPECT_NE(salvage.out.find("not empty"), std::string::npos) << salvage.out;
+}
+
+
+// tbfs watch on a logdir that grows while it samples: a positive rate, the
+// growing run first, exit 1 at a threshold the growth crosses, exit 0 when
+// none is; the series survives in the store folder, which migrate then
+// takes as a store.
+TEST_F(MigrateCli, WatchSeesALogdirGrowAndWarns) {
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    WriteBytes(logdir_ + "/growing_run/blob.bin", std::string(32 << 20, 'x'));
+  });
+  CommandResult r = RunCommand(Tbfs("watch " + logdir_ + " --interval 2s --warn-within 10000d --json"));
+  writer.join();
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["growth_bytes_per_hour"].get<double>(), 0);
+  EXPECT_EQ(j["top_runs"][0]["run"], "growing_run");
+  EXPECT_GT(j["top_runs"][0]["bytes_per_hour"].get<double>(), 0);
+  EXPECT_TRUE(j["warn"].get<bool>());
+  EXPECT_GE(j["samples"].get<int>(), 2);
+  // No growth since, no threshold crossed: exit 0 (the earlier samples count).
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code, 0);
+  r = RunCommand(Tbfs("watch " + logdir_ + " --interval 2s --window 1s --warn-at 100 --warn-within 0s --json"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["bytes"]["cold"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(j["warn"].get<bool>());
+  struct stat st;
+  ASSERT_EQ(::stat((logdir_ + "/.tbfs/growth.jsonl").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(RunCommand(Tbfs("watch " + logdir_ + " --warn-at 0 2>/dev/null")).exit_code, 2);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ void RegisterRestore(CLI::App& app, int* exit_code);  // restore and export
 void RegisterLs(CLI::App& app, int* exit_code);       // ls and du
 void RegisterFsck(CLI::App& app, int* exit_code);     // fsck and gc
 void RegisterSalvage(CLI::App& app, int* exit_code);
+void RegisterWatch(CLI::App& app, int* exit_code);
 void RegisterMount(CLI::App& app, int* exit_code);    // mount and status
 
 // Sends a request ("status", "migrate-now") to the tbfs mount at

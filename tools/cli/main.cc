@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   tbfs::cli::RegisterLs(app, &exit_code);
   tbfs::cli::RegisterFsck(app, &exit_code);
   tbfs::cli::RegisterSalvage(app, &exit_code);
+  tbfs::cli::RegisterWatch(app, &exit_code);
   tbfs::cli::RegisterMount(app, &exit_code);
   // mount.fuse3 (fstab type fuse.tbfs) runs "tbfs LOGDIR MOUNTPOINT -o OPTS".
   std::vector<std::string> args(argv + 1, argv + argc);

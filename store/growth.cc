@@ -1,0 +1,133 @@
+#include "store/growth.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "store/cold_store.h"
+#include "store/store_dir.h"
+
+namespace tbfs::store {
+
+namespace {
+
+using nlohmann::json;
+
+json ToJson(const GrowthSample& s) {
+  return {{"t", s.unix_s},           {"tfevents", s.tfevents_bytes}, {"traces", s.trace_bytes},
+          {"other", s.other_bytes},  {"cold", s.cold_bytes},         {"cold_stored", s.cold_stored_bytes},
+          {"fs_size", s.fs_size},    {"fs_free", s.fs_free},         {"runs", s.runs}};
+}
+
+bool FromJson(const json& j, GrowthSample* s) {
+  try {
+    s->unix_s = j.at("t").get<double>();
+    s->tfevents_bytes = j.at("tfevents").get<uint64_t>();
+    s->trace_bytes = j.at("traces").get<uint64_t>();
+    s->other_bytes = j.at("other").get<uint64_t>();
+    s->cold_bytes = j.at("cold").get<uint64_t>();
+    s->cold_stored_bytes = j.at("cold_stored").get<uint64_t>();
+    s->fs_size = j.at("fs_size").get<uint64_t>();
+    s->fs_free = j.at("fs_free").get<uint64_t>();
+    s->runs = j.at("runs").get<std::map<std::string, uint64_t>>();
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+std::string RunOf(const std::string& rel) {
+  size_t slash = rel.find('/');
+  return slash == std::string::npos ? "." : rel.substr(0, slash);
+}
+
+}  // namespace
+
+Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::string& store_dir,
+                                      const Policy& policy, const WalkOptions& walk) {
+  GrowthSample s;
+  s.unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  TBFS_RETURN_IF_ERROR(WalkTree(logdir, walk, [&](const WalkEntry& e) {
+    if (!S_ISREG(e.st.st_mode)) return;
+    const uint64_t bytes = static_cast<uint64_t>(e.st.st_size);
+    const FileClass c = policy.Classify(e.rel);
+    if (c == FileClass::kEvents) {
+      s.tfevents_bytes += bytes;
+    } else if (IsTraceClass(c)) {
+      s.trace_bytes += bytes;
+    } else {
+      s.other_bytes += bytes;
+    }
+    s.runs[RunOf(e.rel)] += bytes;
+  }));
+  OpenOptions ro;
+  ro.read_only = true;
+  auto store = ColdStore::Open(store_dir, ro);
+  if (store.ok()) {
+    TBFS_RETURN_IF_ERROR((*store)->ForEachManifest([&](const storepb::Manifest& m) {
+      s.cold_bytes += m.size();
+      s.cold_stored_bytes += m.stored_bytes();
+      s.runs[RunOf(m.path())] += m.size();
+      return true;
+    }));
+  } else if (!store.status().IsNotFound()) {
+    return store.status();
+  }
+  struct statvfs vfs;
+  if (::statvfs(logdir.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs", logdir);
+  s.fs_size = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  s.fs_free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  return s;
+}
+
+std::vector<GrowthSample> LoadGrowthSeries(const std::string& store_dir) {
+  std::vector<GrowthSample> out;
+  std::string text;
+  if (!ReadFileToString(JoinPath(store_dir, kGrowthFileName), &text).ok()) return out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    GrowthSample s;
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded() && FromJson(j, &s)) out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.unix_s < b.unix_s; });
+  return out;
+}
+
+Status SaveGrowthSample(const std::string& store_dir, const GrowthSample& s,
+                        std::vector<GrowthSample>* series) {
+  series->push_back(s);
+  std::sort(series->begin(), series->end(), [](const auto& a, const auto& b) { return a.unix_s < b.unix_s; });
+  const double cutoff = s.unix_s - kGrowthHistorySeconds;
+  series->erase(series->begin(), std::find_if(series->begin(), series->end(),
+                                              [&](const auto& x) { return x.unix_s >= cutoff; }));
+  if (series->size() > kMaxGrowthSamples) series->erase(series->begin(), series->end() - kMaxGrowthSamples);
+  std::string text;
+  for (const auto& x : *series) text += ToJson(x).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  TBFS_RETURN_IF_ERROR(MakeDirs(store_dir, 0700));
+  return WriteFileAtomic(JoinPath(store_dir, kGrowthFileName), text, 0600);
+}
+
+std::optional<double> GrowthRate(const std::vector<GrowthSample>& series, double since_unix_s,
+                                 const std::function<double(const GrowthSample&)>& value) {
+  double n = 0, st = 0, sv = 0, stt = 0, stv = 0, first = 0, last = 0;
+  for (const auto& s : series) {
+    if (s.unix_s < since_unix_s) continue;
+    const double t = s.unix_s - since_unix_s, v = value(s);
+    if (n == 0) first = s.unix_s;
+    last = s.unix_s;
+    n++;
+    st += t;
+    sv += v;
+    stt += t * t;
+    stv += t * v;
+  }
+  const double den = n * stt - st * st;
+  if (n < 2 || last - first < 1 || den == 0) return std::nullopt;
+  return (n * stv - st * sv) / den;
+}
+
+}  // namespace tbfs::store

@@ -1,0 +1,180 @@
+// tbfs watch: how fast a logdir grows and when its filesystem will be full
+// (store/growth.h), for people and for cron or monitoring checks.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "base/units.h"
+#include "fmt/format.h"
+#include "store/growth.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/progress.h"
+#include "tools/cli/store_cli.h"
+
+namespace tbfs::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct WatchArgs {
+  std::string logdir;
+  std::string store;
+  std::string interval = "30s";
+  std::string window = "24h";
+  double warn_at = 90;
+  std::string warn_within = "24h";
+  size_t top = 5;
+  bool json = false;
+};
+
+std::string HumanDuration(double s) {
+  if (s < 120) return fmt::format("{:.0f}s", s);
+  if (s < 7200) return fmt::format("{:.0f}m", s / 60);
+  if (s < 2 * 86400) return fmt::format("{:.1f}h", s / 3600);
+  return fmt::format("{:.1f}d", s / 86400);
+}
+
+std::string Rate(double bytes_per_s) {
+  const double h = bytes_per_s * 3600;
+  return (h <= -1 ? "-" : "+") + HumanBytes(static_cast<uint64_t>(std::fabs(h))) + "/h";
+}
+
+int RunWatch(const WatchArgs& args) {
+  auto interval = ParseDurationSeconds(args.interval);
+  auto window = ParseDurationSeconds(args.window);
+  auto within = ParseDurationSeconds(args.warn_within);
+  for (const auto& [name, r] : {std::pair{"--interval", &interval}, {"--window", &window},
+                                {"--warn-within", &within}}) {
+    if (!r->ok()) {
+      PrintError("watch", std::string(name) + ": " + r->status().message());
+      return kExitError;
+    }
+  }
+  if (args.warn_at <= 0 || args.warn_at > 100) {
+    PrintError("watch", "--warn-at: a percentage above 0 and at most 100");
+    return kExitError;
+  }
+  auto loc = LocateStore(args.logdir, args.store);
+  if (!loc.ok()) {
+    PrintError("watch", loc.status().message());
+    return kExitError;
+  }
+  store::Policy policy;
+  std::vector<store::GrowthSample> series = store::LoadGrowthSeries(loc->dir);
+  auto sample = [&]() -> bool {
+    auto s = store::TakeGrowthSample(loc->logdir, loc->dir, policy, loc->walk);
+    if (!s.ok()) {
+      PrintError("watch", s.status().message());
+      return false;
+    }
+    Status saved = store::SaveGrowthSample(loc->dir, *s, &series);
+    if (!saved.ok()) {
+      PrintError("watch", "keeping the sample: " + saved.message());
+      return false;
+    }
+    return true;
+  };
+  if (!sample()) return kExitError;
+  // A rate needs an earlier sample: without one at least --interval old,
+  // take a second one --interval after the first.
+  const auto& now = series.back();
+  const bool earlier = std::any_of(series.begin(), series.end(), [&](const auto& s) {
+    return now.unix_s - s.unix_s >= static_cast<double>(*interval);
+  });
+  if (!earlier && *interval > 0) {
+    if (::isatty(STDERR_FILENO)) {
+      fmt::print(stderr, "first sample kept; the next in {} for a rate...\n", HumanDuration(*interval));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(*interval));
+    if (!sample()) return kExitError;
+  }
+  const store::GrowthSample& last = series.back();
+  const double since = last.unix_s - static_cast<double>(*window);
+  auto logdir_rate = store::GrowthRate(series, since, [](const auto& s) { return static_cast<double>(s.logdir_bytes()); });
+  auto disk_rate = store::GrowthRate(series, since, [](const auto& s) {
+    return static_cast<double>(s.fs_size - s.fs_free);  // bytes in use on the logdir's filesystem
+  });
+  std::vector<std::pair<std::string, double>> runs;
+  for (const auto& [run, bytes] : last.runs) {
+    auto r = store::GrowthRate(series, since, [&run](const auto& s) {
+      auto it = s.runs.find(run);
+      return it == s.runs.end() ? 0.0 : static_cast<double>(it->second);
+    });
+    if (r) runs.push_back({run, *r});
+  }
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (runs.size() > args.top) runs.resize(args.top);
+  std::optional<double> full_in;
+  if (disk_rate && *disk_rate > 0) full_in = static_cast<double>(last.fs_free) / *disk_rate;
+  const double used_pct = 100 * last.fs_used_fraction();
+  const bool over = used_pct >= args.warn_at;
+  const bool soon = full_in && *full_in < static_cast<double>(*within);
+  size_t used_samples = 0;
+  double first_t = last.unix_s;
+  for (const auto& s : series) {
+    if (s.unix_s >= since) {
+      used_samples++;
+      first_t = std::min(first_t, s.unix_s);
+    }
+  }
+
+  if (args.json) {
+    json j = {{"logdir", loc->logdir},
+              {"bytes", {{"total", last.logdir_bytes()}, {"tfevents", last.tfevents_bytes},
+                         {"traces_hot", last.trace_bytes}, {"other", last.other_bytes},
+                         {"cold", last.cold_bytes}, {"cold_stored", last.cold_stored_bytes}}},
+              {"filesystem", {{"size", last.fs_size}, {"free", last.fs_free}, {"used_percent", used_pct}}},
+              {"samples", used_samples},
+              {"span_seconds", last.unix_s - first_t},
+              {"growth_bytes_per_hour", logdir_rate ? json(*logdir_rate * 3600) : json(nullptr)},
+              {"filesystem_growth_bytes_per_hour", disk_rate ? json(*disk_rate * 3600) : json(nullptr)},
+              {"full_in_seconds", full_in ? json(*full_in) : json(nullptr)},
+              {"warn", over || soon},
+              {"top_runs", json::array()}};
+    for (const auto& [run, r] : runs) j["top_runs"].push_back({{"run", run}, {"bytes_per_hour", r * 3600}});
+    PrintJson(j);
+  } else {
+    fmt::print("logdir {}: {} (tfevents {}, traces {} hot and {} cold, stored as {}; other {})\n",
+               loc->logdir, HumanBytes(last.logdir_bytes()), HumanBytes(last.tfevents_bytes),
+               HumanBytes(last.trace_bytes), HumanBytes(last.cold_bytes),
+               HumanBytes(last.cold_stored_bytes), HumanBytes(last.other_bytes));
+    fmt::print("filesystem: {:.1f}% used, {} free of {}\n", used_pct, HumanBytes(last.fs_free),
+               HumanBytes(last.fs_size));
+    fmt::print("growth over {} ({} samples): logdir {}, filesystem {}\n",
+               HumanDuration(last.unix_s - first_t), used_samples,
+               logdir_rate ? Rate(*logdir_rate) : "unknown", disk_rate ? Rate(*disk_rate) : "unknown");
+    fmt::print("full in: {}\n", full_in ? HumanDuration(*full_in) + " at this rate" : "never at this rate");
+    for (const auto& [run, r] : runs) fmt::print("  {:>12}  {}\n", Rate(r), run);
+    if (over) fmt::print("WARNING: the filesystem is {:.1f}% used (--warn-at {})\n", used_pct, args.warn_at);
+    if (soon) fmt::print("WARNING: full in {} (--warn-within {})\n", HumanDuration(*full_in), args.warn_within);
+  }
+  return over || soon ? kExitFinding : kExitOk;
+}
+
+}  // namespace
+
+void RegisterWatch(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<WatchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "watch", "How fast a logdir grows, by class and by run, and when its filesystem will be "
+               "full; keeps a series of samples in the store folder; exit 1 above --warn-at or "
+               "when full within --warn-within");
+  cmd->add_option("LOGDIR", args->logdir, "the logdir")->required();
+  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_option("--interval", args->interval,
+                  "without a sample this old, wait this long for a second one")->capture_default_str();
+  cmd->add_option("--window", args->window, "rates over the samples this recent")->capture_default_str();
+  cmd->add_option("--warn-at", args->warn_at, "exit 1 when the filesystem is this % used")->capture_default_str();
+  cmd->add_option("--warn-within", args->warn_within,
+                  "exit 1 when the filesystem will be full within this long")->capture_default_str();
+  cmd->add_option("--top", args->top, "fastest-growing runs to list")->capture_default_str();
+  cmd->add_flag("--json", args->json, "print the figures as JSON");
+  cmd->callback([args, exit_code] { *exit_code = RunWatch(*args); });
+}
+
+}  // namespace tbfs::cli
