@@ -1,5 +1,6 @@
 #include "fs/metrics.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -104,8 +105,39 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_rehydrate), {{"cause", "rehydrate"}});
   f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_store), {{"cause", "store"}});
   f.Gauge("tbfs_inodes", "Inodes the kernel holds through the mount", static_cast<double>(k.inodes));
+  struct statvfs vfs;
+  if (::statvfs(fs_.config().logdir.c_str(), &vfs) == 0) {
+    f.Gauge("tbfs_fs_free_bytes", "Bytes free for users on the logdir's filesystem",
+            static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize));
+    f.Gauge("tbfs_fs_size_bytes", "Size of the logdir's filesystem",
+            static_cast<double>(vfs.f_blocks) * static_cast<double>(vfs.f_frsize));
+  }
+  if (m.last_pass_unix > 0) {
+    f.Gauge("tbfs_logdir_growth_bytes_per_second",
+            "How fast the logdir (hot and cold, logical bytes) grew over the last day, by the "
+            "migrator's passes",
+            GrowthRate(static_cast<double>(m.last_pass_unix), static_cast<double>(m.hot_bytes) + cold_bytes));
+  }
   f.Gauge("tbfs_resident_memory_bytes", "Resident memory of the daemon", ResidentBytes());
   return f.Take();
+}
+
+double MountMetrics::GrowthRate(double now, double bytes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (points_.empty() || points_.back().first < now) points_.push_back({now, bytes});
+  while (!points_.empty() && points_.front().first < now - 86400) points_.erase(points_.begin());
+  if (points_.size() < 2 || points_.back().first - points_.front().first < 60) return 0;
+  double n = 0, st = 0, sv = 0, stt = 0, stv = 0;
+  for (const auto& [t0, v] : points_) {
+    const double t = t0 - points_.front().first;
+    n++;
+    st += t;
+    sv += v;
+    stt += t * t;
+    stv += t * v;
+  }
+  const double den = n * stt - st * st;
+  return den == 0 ? 0 : (n * stv - st * sv) / den;
 }
 
 std::string MetricsAddress(const std::string& value, std::string* error) {

@@ -15,7 +15,8 @@ deb=$(ls tbfs_"$version"_*.deb) || fail "no tbfs_${version}_ARCH.deb was made"
 
 contents=$(dpkg-deb -c "$deb")
 for f in ./usr/bin/tbfs ./usr/share/man/man1/tbfs.1.gz ./usr/lib/systemd/system/tbfs@.service \
-         ./usr/share/bash-completion/completions/tbfs ./usr/share/doc/tbfs/examples/tbfs.yaml; do
+         ./usr/share/bash-completion/completions/tbfs ./usr/share/doc/tbfs/examples/tbfs.yaml \
+         ./usr/share/doc/tbfs/examples/tbfs-alerts.yml; do
   grep -q " $f\$" <<<"$contents" || fail "$deb lacks $f"
 done
 depends=$(dpkg-deb -f "$deb" Depends)

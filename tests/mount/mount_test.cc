@@ -11,6 +11,9 @@
 #include <map>
 #include <set>
 #include <random>
+#include <regex>
+
+#include <yaml-cpp/yaml.h>
 
 #include "base/fs_util.h"
 #include "events/baseline.h"
@@ -723,6 +726,20 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   EXPECT_GT(Sample(after, "tbfs_cold_reads_total", mnt_), 0);
   EXPECT_GT(Sample(after, "tbfs_saved_bytes", mnt_), 0);
   EXPECT_EQ(Sample(after, "tbfs_eio_total", mnt_, ",cause=\"cold_chunk\""), 0);
+  EXPECT_GT(Sample(after, "tbfs_fs_free_bytes", mnt_), 0);
+  EXPECT_GE(Sample(after, "tbfs_logdir_growth_bytes_per_second", mnt_), 0);
+  // Every metric the shipped alerting rules use is one the mount serves.
+  YAML::Node rules = YAML::LoadFile(std::string(TBFS_SOURCE_DIR) + "/packaging/tbfs-alerts.yml");
+  int checked = 0;
+  for (const auto& rule : rules["groups"][0]["rules"]) {
+    const std::string expr = rule["expr"].as<std::string>();
+    static const std::regex metric(R"(tbfs_[a-z_]+)");
+    for (std::sregex_iterator it(expr.begin(), expr.end(), metric), end; it != end; ++it, ++checked) {
+      EXPECT_NE(after.find("\n" + it->str() + "{"), std::string::npos)
+          << rule["alert"].as<std::string>() << " uses " << it->str() << ", which the mount does not serve";
+    }
+  }
+  EXPECT_GE(checked, 5);
 }
 
 TEST_F(MountTest, AMetricsAddressThatIsNotOneIsAOneLineError) {
