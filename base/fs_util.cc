@@ -80,7 +80,10 @@ Status ReadFileToString(const std::string& path, std::string* out) {
 Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
-    auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    // A new file, never one found at that name (a symlink planted there
+    // would make the write land elsewhere): a leftover is removed first.
+    ::unlink(tmp.c_str());
+    auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
     if (!fd.ok()) return fd.status();
     Status st = WriteAll(fd->get(), data.data(), data.size(), tmp);
     if (st.ok() && ::fsync(fd->get()) != 0) st = Status::FromErrno(errno, "fsync", tmp);

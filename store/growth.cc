@@ -108,6 +108,9 @@ Status SaveGrowthSample(const std::string& store_dir, const GrowthSample& s,
   std::string text;
   for (const auto& x : *series) text += ToJson(x).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   TBFS_RETURN_IF_ERROR(MakeDirs(store_dir, 0700));
+  // The store folder's rules: ours (not another user's), private, never
+  // reached through a symlink.
+  TBFS_RETURN_IF_ERROR(MakeStorePrivate(store_dir));
   return WriteFileAtomic(JoinPath(store_dir, kGrowthFileName), text, 0600);
 }
 

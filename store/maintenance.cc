@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "store/file_io.h"
 #include "store/format.h"
@@ -73,6 +75,91 @@ Status SelectOlderThan(ColdStore& store, int64_t older_than_s, std::vector<store
     if (m.mtime_ns() < cutoff) out->push_back(m);
     return true;
   });
+}
+
+std::string ProfileOf(const std::string& path) {
+  static constexpr std::string_view kMarker = "/plugins/profile/";
+  size_t at = ("/" + path).find(kMarker);
+  if (at != std::string::npos) {
+    const size_t session = at + kMarker.size() - 1;  // in path (no leading '/')
+    const size_t end = path.find('/', session);
+    if (end != std::string::npos) return path.substr(0, end);
+  }
+  return path;
+}
+
+std::string RunOfProfile(const std::string& profile) {
+  static constexpr std::string_view kMarker = "/plugins/profile/";
+  size_t at = ("/" + profile).find(kMarker);
+  if (at != std::string::npos && profile.find('/', at + kMarker.size() - 1) == std::string::npos) {
+    return at == 0 ? std::string(".") : profile.substr(0, at - 1);
+  }
+  const std::string parent = ParentPath(profile);
+  return parent.empty() ? "." : parent;
+}
+
+Status SelectForRetention(ColdStore& store, const Retention& policy, std::vector<storepb::Manifest>* out,
+                          std::vector<std::string>* why) {
+  out->clear();
+  why->clear();
+  std::vector<storepb::Manifest> all;
+  TBFS_RETURN_IF_ERROR(store.ForEachManifest([&](const storepb::Manifest& m) {
+    all.push_back(m);
+    return true;
+  }));
+  // Longest in the store first: the order max_store deletes in, and the order listed.
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return std::make_tuple(a.migrated_ns(), a.file_id()) < std::make_tuple(b.migrated_ns(), b.file_id());
+  });
+  const int64_t now = NowNs();
+  std::map<uint64_t, std::string> chosen;  // file id -> first reason
+  auto choose = [&](const storepb::Manifest& m, std::string reason) { chosen.emplace(m.file_id(), std::move(reason)); };
+  for (const auto& m : all) {
+    if (policy.older_than_s && m.mtime_ns() < now - *policy.older_than_s * 1'000'000'000) {
+      choose(m, "modified before the --older-than cutoff");
+    }
+    if (policy.migrated_before_s && m.migrated_ns() < now - *policy.migrated_before_s * 1'000'000'000) {
+      choose(m, "migrated before the --migrated-before cutoff");
+    }
+  }
+  if (policy.keep_last) {
+    // run -> profile -> newest mtime of its files
+    std::map<std::string, std::map<std::string, int64_t>> runs;
+    for (const auto& m : all) {
+      const std::string profile = ProfileOf(m.path());
+      int64_t& newest = runs[RunOfProfile(profile)][profile];
+      newest = std::max(newest, m.mtime_ns());
+    }
+    std::set<std::string> dropped;
+    for (auto& [run, profiles] : runs) {
+      std::vector<std::pair<int64_t, std::string>> by_age;
+      for (const auto& [p, t] : profiles) by_age.push_back({t, p});
+      std::sort(by_age.rbegin(), by_age.rend());
+      for (size_t i = *policy.keep_last; i < by_age.size(); ++i) dropped.insert(by_age[i].second);
+    }
+    for (const auto& m : all) {
+      if (dropped.count(ProfileOf(m.path()))) choose(m, "an older profile of its run (--keep-last)");
+    }
+  }
+  if (policy.max_store_bytes) {
+    uint64_t kept = 0;
+    for (const auto& m : all) {
+      if (!chosen.count(m.file_id())) kept += m.stored_bytes();
+    }
+    for (const auto& m : all) {
+      if (kept <= *policy.max_store_bytes) break;
+      if (chosen.count(m.file_id())) continue;
+      choose(m, "oldest in the store over the --max-store budget");
+      kept -= m.stored_bytes();
+    }
+  }
+  for (const auto& m : all) {
+    auto it = chosen.find(m.file_id());
+    if (it == chosen.end()) continue;
+    out->push_back(m);
+    why->push_back(it->second);
+  }
+  return Status::OK();
 }
 
 Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,27 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
 // Cold files whose modification time is more than older_than_s ago.
 Status SelectOlderThan(ColdStore& store, int64_t older_than_s,
                        std::vector<storepb::Manifest>* out);
+
+// What `tbfs gc` deletes: the cold files any of the set policies selects.
+struct Retention {
+  std::optional<int64_t> older_than_s;       // modified more than this long ago
+  std::optional<int64_t> migrated_before_s;  // moved to the store more than this long ago
+  // Keep only the newest N profiles of each run. A profile is a TensorFlow
+  // profiler session (the folder plugins/profile/SESSION, every file in
+  // it) or one trace file; its run is the folder holding plugins/ (TF) or
+  // the trace file; newest by the latest modification time of its files.
+  std::optional<uint64_t> keep_last;
+  // Delete the longest-migrated files first until the store's files take at
+  // most this many bytes (their stored size).
+  std::optional<uint64_t> max_store_bytes;
+  bool any() const { return older_than_s || migrated_before_s || keep_last || max_store_bytes; }
+};
+// The files to delete, oldest migration first; *why gets one reason each.
+Status SelectForRetention(ColdStore& store, const Retention& policy, std::vector<storepb::Manifest>* out,
+                          std::vector<std::string>* why);
+// The profile and the run of a cold file, as Retention counts them.
+std::string ProfileOf(const std::string& path);
+std::string RunOfProfile(const std::string& profile);
 
 // Deletes cold files for good, then compacts so the space is returned.
 Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files);

@@ -5,10 +5,12 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sys/stat.h>
 #include <thread>
 
 #include "base/fs_util.h"
+#include "store/maintenance.h"
 #include "tests/test_util.h"
 
 namespace tbfs {
@@ -224,6 +226,49 @@ TEST_F(MigrateCli, WatchSeesALogdirGrowAndWarns) {
   ASSERT_EQ(::stat((logdir_ + "/.tbfs/growth.jsonl").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(RunCommand(Tbfs("watch " + logdir_ + " --warn-at 0 2>/dev/null")).exit_code, 2);
+}
+
+
+// Retention policies: the newest N profiles of each run, a size budget for
+// the store, the migration time; the union of what they select.
+TEST_F(MigrateCli, GcPoliciesKeepTheNewestProfilesAndABudget) {
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null")).exit_code, 0);
+  auto cold = [&] { return nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out); };
+  const size_t all = cold().size();
+  ASSERT_GT(all, 3u);
+  EXPECT_EQ(RunCommand(Tbfs("gc " + logdir_ + " 2>/dev/null")).exit_code, 2);  // no policy
+  // Nothing was migrated a day ago.
+  auto none = nlohmann::json::parse(RunCommand(Tbfs("gc --json " + logdir_ + " --migrated-before 1d")).out);
+  EXPECT_EQ(none["files"].get<int>(), 0);
+  // --keep-last 1: one profile per run stays (a TF session folder counts as one).
+  auto keep = RunCommand(Tbfs("gc --json " + logdir_ + " --keep-last 1 --apply"));
+  ASSERT_EQ(keep.exit_code, 0) << keep.out;
+  std::map<std::string, std::set<std::string>> profiles;  // run -> profiles left
+  for (const auto& f : cold()) {
+    const std::string path = f["path"];
+    const std::string profile = store::ProfileOf(path);
+    profiles[store::RunOfProfile(profile)].insert(profile);
+  }
+  ASSERT_FALSE(profiles.empty());
+  for (const auto& [run, left] : profiles) EXPECT_EQ(left.size(), 1u) << run;
+  EXPECT_LT(cold().size(), all);
+  // --max-store: the store's files within the budget afterwards.
+  auto du = [&] { return nlohmann::json::parse(RunCommand(Tbfs("du --json " + logdir_)).out); };
+  const uint64_t stored = du()["stored_bytes"].get<uint64_t>();
+  ASSERT_GT(stored, 0u);
+  const uint64_t budget = stored / 2;
+  ASSERT_EQ(RunCommand(Tbfs("gc " + logdir_ + " --max-store " + std::to_string(budget) + " --apply >/dev/null")).exit_code, 0);
+  EXPECT_LE(du()["stored_bytes"].get<uint64_t>(), budget);
+}
+
+TEST(Retention, ProfilesAndRuns) {
+  EXPECT_EQ(store::ProfileOf("r/train/plugins/profile/2026_01_01/h.trace.json.gz"), "r/train/plugins/profile/2026_01_01");
+  EXPECT_EQ(store::RunOfProfile("r/train/plugins/profile/2026_01_01"), "r/train");
+  EXPECT_EQ(store::ProfileOf("plugins/profile/s1/h.xplane.pb"), "plugins/profile/s1");
+  EXPECT_EQ(store::RunOfProfile("plugins/profile/s1"), ".");
+  EXPECT_EQ(store::ProfileOf("run0/host.1.pt.trace.json"), "run0/host.1.pt.trace.json");
+  EXPECT_EQ(store::RunOfProfile("run0/host.1.pt.trace.json"), "run0");
+  EXPECT_EQ(store::RunOfProfile("top.pt.trace.json"), ".");
 }
 
 }  // namespace

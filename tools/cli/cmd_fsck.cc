@@ -5,6 +5,7 @@
 #include "base/units.h"
 #include "base/work_pool.h"
 #include "fmt/format.h"
+#include "spdlog/spdlog.h"
 #include "store/maintenance.h"
 #include "store/salvage.h"
 #include "store/store_dir.h"
@@ -22,6 +23,9 @@ struct FsckArgs {
   std::string logdir;
   std::string store;
   std::string older_than;
+  std::string migrated_before;
+  int64_t keep_last = -1;
+  std::string max_store;
   bool apply = false;
   bool json = false;
 };
@@ -133,9 +137,32 @@ int RunFsck(const FsckArgs& args) {
 }
 
 int RunGc(const FsckArgs& args) {
-  auto age = ParseDurationSeconds(args.older_than);
-  if (!age.ok()) {
-    PrintError("gc", "--older-than: " + age.status().message());
+  store::Retention policy;
+  auto duration = [&](const std::string& flag, const std::string& text, std::optional<int64_t>* out) {
+    if (text.empty()) return true;
+    auto s = ParseDurationSeconds(text);
+    if (!s.ok()) {
+      PrintError("gc", flag + ": " + s.status().message());
+      return false;
+    }
+    *out = *s;
+    return true;
+  };
+  if (!duration("--older-than", args.older_than, &policy.older_than_s) ||
+      !duration("--migrated-before", args.migrated_before, &policy.migrated_before_s)) {
+    return kExitError;
+  }
+  if (args.keep_last >= 0) policy.keep_last = static_cast<uint64_t>(args.keep_last);
+  if (!args.max_store.empty()) {
+    auto b = ParseSizeBytes(args.max_store);
+    if (!b.ok()) {
+      PrintError("gc", "--max-store: " + b.status().message());
+      return kExitError;
+    }
+    policy.max_store_bytes = *b;
+  }
+  if (!policy.any()) {
+    PrintError("gc", "give a policy: --older-than DUR, --migrated-before DUR, --keep-last N or --max-store SIZE");
     return kExitError;
   }
   auto loc = Locate(args);
@@ -149,8 +176,9 @@ int RunGc(const FsckArgs& args) {
     return kExitError;
   }
   std::vector<storepb::Manifest> old;
+  std::vector<std::string> why;
   if (*store) {
-    Status st = store::SelectOlderThan(**store, *age, &old);
+    Status st = store::SelectForRetention(**store, policy, &old, &why);
     if (!st.ok()) {
       PrintError("gc", st.message());
       return kExitError;
@@ -167,17 +195,22 @@ int RunGc(const FsckArgs& args) {
       PrintError("gc", st.message());
       return kExitError;
     }
+    for (size_t i = 0; i < old.size(); ++i) spdlog::info("gc: deleted {} ({})", old[i].path(), why[i]);
   }
   if (args.json) {
     json j = {{"dry_run", !args.apply}, {"files", old.size()}, {"bytes", bytes},
-              {"stored_bytes", stored}};
-    for (const auto& m : old) j["paths"].push_back(m.path());
+              {"stored_bytes", stored}, {"deleted", json::array()}};
+    for (size_t i = 0; i < old.size(); ++i) {
+      j["deleted"].push_back({{"path", old[i].path()}, {"bytes", old[i].size()}, {"reason", why[i]}});
+      j["paths"].push_back(old[i].path());
+    }
     PrintJson(j);
   } else {
-    for (const auto& m : old) fmt::print("  {:>10}  {}\n", HumanBytes(m.size()), m.path());
-    fmt::print("{} {} cold files older than {} ({} logical, {} stored){}\n",
-               args.apply ? "deleted" : "would delete", old.size(), args.older_than,
-               HumanBytes(bytes), HumanBytes(stored),
+    for (size_t i = 0; i < old.size(); ++i) {
+      fmt::print("  {:>10}  {}  ({})\n", HumanBytes(old[i].size()), old[i].path(), why[i]);
+    }
+    fmt::print("{} {} cold files ({} logical, {} stored){}\n", args.apply ? "deleted" : "would delete",
+               old.size(), HumanBytes(bytes), HumanBytes(stored),
                args.apply ? "" : "\ndry run: nothing changed. Run again with --apply to delete.");
   }
   return kExitOk;
@@ -197,11 +230,17 @@ void RegisterFsck(CLI::App& app, int* exit_code) {
 
   auto gargs = std::make_shared<FsckArgs>();
   CLI::App* gc = app.add_subcommand(
-      "gc", "Retention: delete cold files whose modification time is older than --older-than. "
-            "Dry run unless --apply; deleted data is gone for good.");
+      "gc", "Retention: delete cold files for good by age, migration time, the newest profiles "
+            "per run or a size budget for the store (any policies given; the union is deleted). "
+            "Dry run unless --apply.");
   gc->add_option("LOGDIR", gargs->logdir, "the logdir");
   gc->add_option("--store", gargs->store, "store folder (default LOGDIR/.tbfs)");
-  gc->add_option("--older-than", gargs->older_than, "age cutoff (e.g. 30d)")->required();
+  gc->add_option("--older-than", gargs->older_than, "files modified longer ago than this (e.g. 30d)");
+  gc->add_option("--migrated-before", gargs->migrated_before, "files moved to the store longer ago than this");
+  gc->add_option("--keep-last", gargs->keep_last, "keep only the newest N profiles of each run")
+      ->check(CLI::NonNegativeNumber);
+  gc->add_option("--max-store", gargs->max_store,
+                 "delete the longest-migrated files until the store's files take at most SIZE");
   gc->add_flag("--apply", gargs->apply, "really delete (default: dry run)");
   gc->add_flag("--json", gargs->json, "print the report as JSON");
   gc->callback([gargs, exit_code] { *exit_code = RunGc(*gargs); });
