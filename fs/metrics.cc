@@ -7,6 +7,8 @@
 #include <charconv>
 #include <fstream>
 
+#include "store/growth.h"
+
 namespace tbfs::fs {
 
 namespace {
@@ -126,18 +128,7 @@ double MountMetrics::GrowthRate(double now, double bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (points_.empty() || points_.back().first < now) points_.push_back({now, bytes});
   while (!points_.empty() && points_.front().first < now - 86400) points_.erase(points_.begin());
-  if (points_.size() < 2 || points_.back().first - points_.front().first < 60) return 0;
-  double n = 0, st = 0, sv = 0, stt = 0, stv = 0;
-  for (const auto& [t0, v] : points_) {
-    const double t = t0 - points_.front().first;
-    n++;
-    st += t;
-    sv += v;
-    stt += t * t;
-    stv += t * v;
-  }
-  const double den = n * stt - st * st;
-  return den == 0 ? 0 : (n * stv - st * sv) / den;
+  return store::FitSlope(points_, 60).value_or(0);
 }
 
 std::string MetricsAddress(const std::string& value, std::string* error) {

@@ -114,14 +114,13 @@ Status SaveGrowthSample(const std::string& store_dir, const GrowthSample& s,
   return WriteFileAtomic(JoinPath(store_dir, kGrowthFileName), text, 0600);
 }
 
-std::optional<double> GrowthRate(const std::vector<GrowthSample>& series, double since_unix_s,
-                                 const std::function<double(const GrowthSample&)>& value) {
-  double n = 0, st = 0, sv = 0, stt = 0, stv = 0, first = 0, last = 0;
-  for (const auto& s : series) {
-    if (s.unix_s < since_unix_s) continue;
-    const double t = s.unix_s - since_unix_s, v = value(s);
-    if (n == 0) first = s.unix_s;
-    last = s.unix_s;
+std::optional<double> FitSlope(const std::vector<std::pair<double, double>>& points, double min_span) {
+  if (points.size() < 2) return std::nullopt;
+  const double t0 = points.front().first;
+  double n = 0, st = 0, sv = 0, stt = 0, stv = 0, last = t0;
+  for (const auto& [at, v] : points) {
+    const double t = at - t0;
+    last = std::max(last, at);
     n++;
     st += t;
     sv += v;
@@ -129,8 +128,17 @@ std::optional<double> GrowthRate(const std::vector<GrowthSample>& series, double
     stv += t * v;
   }
   const double den = n * stt - st * st;
-  if (n < 2 || last - first < 1 || den == 0) return std::nullopt;
+  if (last - t0 < min_span || den == 0) return std::nullopt;
   return (n * stv - st * sv) / den;
+}
+
+std::optional<double> GrowthRate(const std::vector<GrowthSample>& series, double since_unix_s,
+                                 const std::function<double(const GrowthSample&)>& value) {
+  std::vector<std::pair<double, double>> points;
+  for (const auto& s : series) {
+    if (s.unix_s >= since_unix_s) points.push_back({s.unix_s, value(s)});
+  }
+  return FitSlope(points, 1);
 }
 
 }  // namespace tbfs::store

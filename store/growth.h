@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/fs_util.h"
@@ -56,6 +57,10 @@ std::vector<GrowthSample> LoadGrowthSeries(const std::string& store_dir);
 // is made 0700 when missing).
 Status SaveGrowthSample(const std::string& store_dir, const GrowthSample& s,
                         std::vector<GrowthSample>* series);
+
+// Least-squares slope of (t, value) points (value units per second of t);
+// none with fewer than two points at least min_span apart.
+std::optional<double> FitSlope(const std::vector<std::pair<double, double>>& points, double min_span);
 
 // Change per second of value(sample) over the samples since `since_unix_s`
 // (least squares); none with fewer than two samples a second apart.
