@@ -28,6 +28,7 @@
 #include "base/fs_util.h"
 #include "fs/chunk_cache.h"
 #include "fs/inode_table.h"
+#include "fs/op_latency.h"
 #include "store/cold_store.h"
 #include "store/migrate.h"
 
@@ -195,6 +196,8 @@ class Filesystem : public store::MoveObserver {
     size_t inodes = 0;
   };
   Stats stats();
+  // Latency of the FUSE operations, recorded by the adapters in fuse_ops.cc.
+  OpLatency& latency() { return latency_; }
   const FsConfig& config() const { return config_; }
   store::ColdStore& store() { return *store_; }
   // Taken shared by the migrator's short steps (see MigrateOptions), by
@@ -243,6 +246,7 @@ class Filesystem : public store::MoveObserver {
   InodeTable inodes_;
   ChunkCache cache_;
   Counters counters_;
+  OpLatency latency_;
   // Lock order: rehydrate_mu_ -> ns_mu_ -> InodeTable's mutex; the chunk
   // cache's mutex is a leaf. None is held across a FUSE reply.
   Mutex rehydrate_mu_;       // one rehydration at a time (they are rare)

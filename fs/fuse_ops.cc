@@ -57,6 +57,7 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  OpLatency::Timer timer(Fs(req).latency(), FuseOp::kLookup);
   EntryOut out;
   int err = Fs(req).Lookup(parent, name, &out);
   if (err == -ENOENT) {
@@ -77,6 +78,7 @@ void OpForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forget
 }
 
 void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  OpLatency::Timer timer(Fs(req).latency(), FuseOp::kGetAttr);
   struct stat st;
   int err = Fs(req).GetAttr(ino, &st, fi ? Fh(fi) : nullptr);
   if (err != 0) {
@@ -186,6 +188,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
+  OpLatency::Timer timer(Fs(req).latency(), FuseOp::kRead);
   FileHandle* h = Fh(fi);
   const int fd = Fs(req).IoFd(h);
   if (fd < 0) {
@@ -213,6 +216,7 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file
 
 void OpWriteBuf(fuse_req_t req, fuse_ino_t, struct fuse_bufvec* in, off_t off,
                 struct fuse_file_info* fi) {
+  OpLatency::Timer timer(Fs(req).latency(), FuseOp::kWrite);
   FileHandle* h = Fh(fi);
   const int fd = Fs(req).IoFd(h);
   if (!h->writable || fd < 0) {
@@ -261,6 +265,7 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 
 void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi,
                bool plus) {
+  OpLatency::Timer timer(Fs(req).latency(), FuseOp::kReadDir);
   DirHandle* dh = Dh(fi);
   Filesystem& fs = Fs(req);
   if (off == 0) {

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <limits>
 
+#include "base/text.h"
 #include "store/growth.h"
 
 namespace tbfs::fs {
@@ -19,7 +21,9 @@ using prometheus::MetricType;
 
 class Families {
  public:
-  explicit Families(std::string mountpoint) : mountpoint_(std::move(mountpoint)) {}
+  // Label values must be UTF-8 (a mount point need not be): a scrape with
+  // one bad byte is rejected whole.
+  explicit Families(const std::string& mountpoint) : mountpoint_(ValidUtf8(mountpoint)) {}
 
   void Counter(const std::string& name, const std::string& help, double value,
                std::vector<ClientMetric::Label> labels = {}) {
@@ -32,6 +36,21 @@ class Families {
     ClientMetric m = Metric(std::move(labels));
     m.gauge.value = value;
     Add(name, help, MetricType::Gauge, std::move(m));
+  }
+  // Buckets: per bucket (not cumulative), the last one +Inf.
+  void Histogram(const std::string& name, const std::string& help, const OpLatency::Snapshot& s,
+                 std::vector<ClientMetric::Label> labels) {
+    ClientMetric m = Metric(std::move(labels));
+    m.histogram.sample_count = s.count;
+    m.histogram.sample_sum = s.sum_seconds;
+    uint64_t cumulative = 0;
+    for (size_t b = 0; b < s.buckets.size(); ++b) {
+      cumulative += s.buckets[b];
+      m.histogram.bucket.push_back({cumulative, b < OpLatency::kBounds.size()
+                                                    ? OpLatency::kBounds[b]
+                                                    : std::numeric_limits<double>::infinity()});
+    }
+    Add(name, help, MetricType::Histogram, std::move(m));
   }
   std::vector<MetricFamily> Take() { return std::move(out_); }
 
@@ -119,6 +138,11 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
             "How fast the logdir (hot and cold, logical bytes) grew over the last day, by the "
             "migrator's passes",
             GrowthRate(static_cast<double>(m.last_pass_unix), static_cast<double>(m.hot_bytes) + cold_bytes));
+  }
+  for (FuseOp op : {FuseOp::kLookup, FuseOp::kGetAttr, FuseOp::kRead, FuseOp::kWrite, FuseOp::kReadDir}) {
+    f.Histogram("tbfs_fuse_operation_duration_seconds",
+                op == FuseOp::kLookup ? "Time from a FUSE request reaching the daemon to its reply, by operation" : "",
+                fs_.latency().Read(op), {{"op", FuseOpName(op)}});
   }
   f.Gauge("tbfs_resident_memory_bytes", "Resident memory of the daemon", ResidentBytes());
   return f.Take();

@@ -438,11 +438,16 @@ int RunMount(const MountConfig& mc_in) {
   });
   if (!control.ok()) return Fail(verdict, "control socket: " + control.status().message());
   // Prometheus metrics, when asked for: an HTTP server of its own threads.
+  // A client that connects and sends nothing (or a header a byte at a time)
+  // holds a thread until the request timeout; with a few threads and a short
+  // timeout such clients delay a scrape but cannot stop it.
   std::shared_ptr<MountMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!mc.metrics_address.empty()) {
     try {
-      exposer = std::make_unique<prometheus::Exposer>(mc.metrics_address, 1);
+      exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+          "listening_ports", mc.metrics_address, "num_threads", "4", "request_timeout_ms", "2000",
+          "enable_keep_alive", "no"});
     } catch (const std::exception& e) {
       return Fail(verdict, "metrics: cannot listen on " + mc.metrics_address + ": " + e.what());
     }

@@ -16,6 +16,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "base/fs_util.h"
+#include "base/text.h"
 #include "events/baseline.h"
 #include "events/record.h"
 #include "events/verifier.h"
@@ -678,6 +679,8 @@ std::string Scrape(int port) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "";
+  struct timeval limit = {30, 0};  // a server that never answers fails the test, not hangs it
+  ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
   if (::write(s.get(), request.data(), request.size()) != static_cast<ssize_t>(request.size())) return "";
   std::string out;
@@ -728,6 +731,14 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   EXPECT_EQ(Sample(after, "tbfs_eio_total", mnt_, ",cause=\"cold_chunk\""), 0);
   EXPECT_GT(Sample(after, "tbfs_fs_free_bytes", mnt_), 0);
   EXPECT_GE(Sample(after, "tbfs_logdir_growth_bytes_per_second", mnt_), 0);
+  // The reads above were timed: counted, summed, and their buckets rise to the count.
+  const std::string read = ",op=\"read\"";
+  const double reads = Sample(after, "tbfs_fuse_operation_duration_seconds_count", mnt_, read);
+  EXPECT_GT(reads, Sample(before, "tbfs_fuse_operation_duration_seconds_count", mnt_, read));
+  EXPECT_GT(Sample(after, "tbfs_fuse_operation_duration_seconds_sum", mnt_, read), 0);
+  EXPECT_EQ(Sample(after, "tbfs_fuse_operation_duration_seconds_bucket", mnt_, read + ",le=\"+Inf\""), reads);
+  EXPECT_LE(Sample(after, "tbfs_fuse_operation_duration_seconds_bucket", mnt_, read + ",le=\"0.001\""), reads);
+  EXPECT_GT(Sample(after, "tbfs_fuse_operation_duration_seconds_count", mnt_, ",op=\"lookup\""), 0);
   // Every metric the shipped alerting rules use is one the mount serves.
   YAML::Node rules = YAML::LoadFile(std::string(TBFS_SOURCE_DIR) + "/packaging/tbfs-alerts.yml");
   int checked = 0;
@@ -740,6 +751,43 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
     }
   }
   EXPECT_GE(checked, 5);
+}
+
+TEST_F(Mounted, ClientsThatNeverFinishARequestDoNotBlindTheMetrics) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  Mount("--no-migrate -o metrics=" + std::to_string(port));
+  // More idle clients than the server has threads: some send nothing, some
+  // half a request line, and all stay connected.
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 6; ++i) {
+    UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    if (i % 2 == 1) {
+      ASSERT_EQ(::write(s.get(), "GET /metr", 9), 9);
+    }
+    idle.push_back(std::move(s));
+  }
+  const std::string scrape = Scrape(port);
+  EXPECT_NE(scrape.find("200 OK"), std::string::npos) << scrape;
+  EXPECT_GT(Sample(scrape, "tbfs_resident_memory_bytes", mnt_), 0);
+}
+
+TEST_F(Mounted, AMountPointThatIsNotUtf8IsAValidLabel) {
+  mnt_ = dir_.path() + "/mnt-\xff";
+  std::filesystem::create_directories(mnt_);
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  Mount("--no-migrate -o metrics=" + std::to_string(port));
+  const std::string scrape = Scrape(port);
+  ASSERT_NE(scrape.find("200 OK"), std::string::npos) << scrape;
+  EXPECT_TRUE(ValidUtf8(scrape) == scrape) << "a scrape with bytes that are not UTF-8 is rejected whole";
+  const std::string label = mnt_.substr(0, mnt_.size() - 1) + "\xEF\xBF\xBD";
+  EXPECT_GT(Sample(scrape, "tbfs_resident_memory_bytes", label), 0);
 }
 
 TEST_F(MountTest, AMetricsAddressThatIsNotOneIsAOneLineError) {
