@@ -60,9 +60,13 @@ Status PreadFull(int fd, void* data, size_t n, uint64_t offset, size_t* got,
   return Status::OK();
 }
 
-Status ReadFileToString(const std::string& path, std::string* out) {
-  auto fd = OpenFile(path, O_RDONLY);
+Status ReadFileToString(const std::string& path, std::string* out, int extra_flags) {
+  // Non-blocking: a FIFO planted at the name must not hang the reader.
+  auto fd = OpenFile(path, O_RDONLY | O_NONBLOCK | extra_flags);
   if (!fd.ok()) return fd.status();
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(errno, "stat", path);
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + " is not a regular file");
   out->clear();
   char buf[1 << 16];
   for (;;) {

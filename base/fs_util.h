@@ -50,8 +50,9 @@ Status WriteAll(int fd, const void* data, size_t n, const std::string& path);
 // Reads up to n bytes at offset; *got is short only at end of file.
 Status PreadFull(int fd, void* data, size_t n, uint64_t offset, size_t* got,
                  const std::string& path);
-// Reads a whole (small) file into *out.
-Status ReadFileToString(const std::string& path, std::string* out);
+// The whole of a (small) regular file (anything else is InvalidArgument; a
+// FIFO does not block); extra_flags such as O_NOFOLLOW go to open(2).
+Status ReadFileToString(const std::string& path, std::string* out, int extra_flags = 0);
 // Writes data to path (mode `mode`) through a temporary file, fsync and rename.
 Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode = 0644);
 // mkdir -p.

@@ -455,6 +455,43 @@ int Filesystem::UnlinkCold(const std::string& rel) {
   return 0;
 }
 
+int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
+  {
+    MutexLock one(rehydrate_mu_);  // not while it is being rehydrated
+    std::shared_lock<std::shared_mutex> ns(ns_mu_);
+    auto entry = store_->GetEntry(m.path());
+    if (!entry.ok()) return StoreError(entry.status(), "retention");
+    if (entry->kind() != storepb::Entry::FILE || entry->file_id() != m.file_id()) return -ENOENT;
+    store::WriteBatch batch;
+    store_->Retire(&batch, m);
+    Status st = store_->Commit(batch, true);
+    if (!st.ok()) return StoreError(st, "retention");
+  }
+  ReapRetired(m.file_id());
+  if (kernel_ == nullptr) return 0;
+  // The kernel may hold the name for up to kStableTtlS, and the folder's
+  // listing until its mtime changes (a cold folder's never does): tell it.
+  // Its folder's id, by the lookups the kernel would make (then forgotten).
+  std::vector<uint64_t> looked_up;
+  uint64_t parent = InodeTable::kRootId;
+  const std::string dir = ParentPath(m.path());
+  for (size_t start = 0; !dir.empty() && start <= dir.size();) {
+    size_t end = dir.find('/', start);
+    if (end == std::string::npos) end = dir.size();
+    EntryOut out;
+    if (Lookup(parent, dir.substr(start, end - start).c_str(), &out) != 0) {
+      parent = 0;  // the folder went too: nothing the kernel can still list
+      break;
+    }
+    looked_up.push_back(out.id);
+    parent = out.id;
+    start = end + 1;
+  }
+  if (parent != 0) kernel_->InvalidateEntry(parent, std::string(BaseName(m.path())));
+  for (uint64_t id : looked_up) Forget(id, 1);
+  return 0;
+}
+
 int Filesystem::Unlink(uint64_t parent, const char* name) {
   if (IsHidden(parent, name)) return -EPERM;
   std::shared_lock<std::shared_mutex> ns(ns_mu_);

@@ -172,6 +172,9 @@ class Filesystem : public store::MoveObserver {
    public:
     virtual ~KernelCache() = default;
     virtual void InvalidateAttrs(uint64_t ino) = 0;
+    // The name `name` in folder `parent` is gone, and so is the folder's
+    // cached listing. Never called with a lock of ours held.
+    virtual void InvalidateEntry(uint64_t parent, const std::string& name) = 0;
   };
   void SetKernelCache(KernelCache* kernel) { kernel_ = kernel; }
 
@@ -195,6 +198,13 @@ class Filesystem : public store::MoveObserver {
     uint64_t eio_store = 0;
     size_t inodes = 0;
   };
+  // Retention (the daemon's own gc): deletes the cold file `m` names if its
+  // path still holds that very file (not rehydrated, renamed or replaced
+  // since it was chosen). Open handles keep reading it until their release;
+  // the kernel forgets the name at once. 0, -ENOENT when the file is no
+  // longer there, or -errno.
+  int DeleteColdFile(const storepb::Manifest& m);
+
   Stats stats();
   // Latency of the FUSE operations, recorded by the adapters in fuse_ops.cc.
   OpLatency& latency() { return latency_; }

@@ -133,12 +133,22 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
     f.Gauge("tbfs_fs_size_bytes", "Size of the logdir's filesystem",
             static_cast<double>(vfs.f_blocks) * static_cast<double>(vfs.f_frsize));
   }
-  if (m.last_pass_unix > 0) {
+  if (auto g = store::SummarizeGrowth(migrator_.growth(), 24 * 3600, 0)) {
+    const char* help = "Bytes of the logdir at the last migrator pass, by class (cold: the cold "
+                       "files' logical bytes)";
+    f.Gauge("tbfs_logdir_bytes", help, static_cast<double>(g->last.tfevents_bytes), {{"class", "tfevents"}});
+    f.Gauge("tbfs_logdir_bytes", "", static_cast<double>(g->last.trace_bytes), {{"class", "traces"}});
+    f.Gauge("tbfs_logdir_bytes", "", static_cast<double>(g->last.other_bytes), {{"class", "other"}});
+    f.Gauge("tbfs_logdir_bytes", "", static_cast<double>(g->last.cold_bytes), {{"class", "cold"}});
     f.Gauge("tbfs_logdir_growth_bytes_per_second",
-            "How fast the logdir (hot and cold, logical bytes) grew over the last day, by the "
-            "migrator's passes",
-            GrowthRate(static_cast<double>(m.last_pass_unix), static_cast<double>(m.hot_bytes) + cold_bytes));
+            "How fast the logdir (hot and cold, logical bytes) grew over the last day, fitted to "
+            "the migrator's samples (0 until two are a second apart)",
+            g->logdir_rate.value_or(0));
   }
+  f.Counter("tbfs_retention_deleted_files_total", "Cold files deleted by the retention policy",
+            static_cast<double>(m.retention_files));
+  f.Counter("tbfs_retention_deleted_bytes_total", "Logical bytes of the cold files deleted by the "
+            "retention policy", static_cast<double>(m.retention_bytes));
   for (FuseOp op : {FuseOp::kLookup, FuseOp::kGetAttr, FuseOp::kRead, FuseOp::kWrite, FuseOp::kReadDir}) {
     f.Histogram("tbfs_fuse_operation_duration_seconds",
                 op == FuseOp::kLookup ? "Time from a FUSE request reaching the daemon to its reply, by operation" : "",
@@ -146,13 +156,6 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   }
   f.Gauge("tbfs_resident_memory_bytes", "Resident memory of the daemon", ResidentBytes());
   return f.Take();
-}
-
-double MountMetrics::GrowthRate(double now, double bytes) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (points_.empty() || points_.back().first < now) points_.push_back({now, bytes});
-  while (!points_.empty() && points_.front().first < now - 86400) points_.erase(points_.begin());
-  return store::FitSlope(points_, 60).value_or(0);
 }
 
 std::string MetricsAddress(const std::string& value, std::string* error) {

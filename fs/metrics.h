@@ -25,15 +25,9 @@ class MountMetrics final : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
-  // Bytes per second the logdir (hot and cold) grew over the last day, from
-  // one point per migrator pass seen at a scrape; 0 until two are a minute apart.
-  double GrowthRate(double now, double bytes) const;
-
   Filesystem& fs_;
   Migrator& migrator_;
   std::string mountpoint_;
-  mutable std::mutex mu_;
-  mutable std::vector<std::pair<double, double>> points_;  // guarded by mu_: (unix s, bytes)
 };
 
 // "9464" -> "127.0.0.1:9464"; "0.0.0.0:9464" and "[::1]:9464" as given.

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "base/text.h"
 #include "spdlog/spdlog.h"
 
 namespace tbfs::fs {
@@ -66,29 +67,73 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
 
 Status Migrator::Pass() {
   MutexLock one(pass_mu_);
+  Status st = MovePass();
+  if (config_.retention.any() && !stop_flag_) {
+    Status r = ApplyRetention();
+    if (st.ok()) st = r;
+  }
+  // After what the pass changed: hot and cold as they are now.
+  std::vector<std::string> unwalked;  // named in the log; the rest goes on
+  WalkOptions walk = config_.walk;
+  walk.warnings = &unwalked;
+  auto sample = store::TakeGrowthSample(fs_.config().logdir, &fs_.store(), config_.policy, walk);
+  for (const std::string& w : unwalked) spdlog::warn("migrator: {}", w);
+  if (!sample.ok()) {
+    spdlog::warn("migrator: growth sample: {}", sample.status().message());
+    return st;
+  }
+  {
+    MutexLock lock(mu_);
+    stats_.hot_files = sample->hot_files;
+    stats_.hot_bytes = sample->hot_bytes();
+  }
+  KeepGrowthSample(*sample);
+  return st;
+}
+
+Status Migrator::ApplyRetention() {
+  std::vector<storepb::Manifest> chosen;
+  std::vector<std::string> why;
+  Status st = store::SelectForRetention(fs_.store(), config_.retention, &chosen, &why);
+  if (!st.ok()) return st;
+  uint64_t files = 0, bytes = 0;
+  for (size_t i = 0; i < chosen.size() && !stop_flag_; ++i) {
+    const int r = fs_.DeleteColdFile(chosen[i]);
+    if (r == -ENOENT) continue;  // rehydrated, renamed or replaced since it was chosen
+    if (r != 0) {
+      st = Status::FromErrno(-r, "retention: delete", chosen[i].path());
+      break;
+    }
+    spdlog::info("retention: deleted {} ({}; {} bytes, {} stored)", Printable(chosen[i].path()), why[i],
+                 chosen[i].size(), chosen[i].stored_bytes());
+    files++;
+    bytes += chosen[i].size();
+  }
+  if (files > 0) {
+    MutexLock lock(mu_);
+    stats_.retention_files += files;
+    stats_.retention_bytes += bytes;
+  }
+  if (files > 0) {
+    // The space comes back when the engine rewrites what held them.
+    if (Status c = fs_.store().Compact(); !c.ok()) spdlog::warn("retention: compact: {}", c.message());
+    spdlog::info("retention: deleted {} cold files, {} bytes", files, bytes);
+    spdlog::default_logger()->flush();  // deletions are on record at once
+  }
+  return st;
+}
+
+Status Migrator::MovePass() {
   store::CandidateOptions copt;
   copt.policy = config_.policy;
   copt.older_than_s = config_.cold_after_s;
   copt.walk = config_.walk;
   std::vector<store::Candidate> candidates;
   std::vector<store::Skipped> skipped;
-  uint64_t hot_files = 0, hot_bytes = 0;
-  std::vector<std::string> unwalked;  // named in the log; the rest goes on
-  WalkOptions walk = config_.walk;
-  walk.warnings = &unwalked;
-  Status st = WalkTree(fs_.config().logdir, walk, [&](const WalkEntry& e) {
-    if (S_ISREG(e.st.st_mode)) {
-      hot_files++;
-      hot_bytes += static_cast<uint64_t>(e.st.st_size);
-    }
-  });
-  for (const std::string& w : unwalked) spdlog::warn("migrator: {}", w);
-  if (st.ok()) st = store::FindCandidates(fs_.config().logdir, copt, &candidates, &skipped);
+  Status st = store::FindCandidates(fs_.config().logdir, copt, &candidates, &skipped);
   {
     MutexLock lock(mu_);
     stats_.passes++;
-    stats_.hot_files = hot_files;
-    stats_.hot_bytes = hot_bytes;
     stats_.last_pass_unix = NowNs() / 1'000'000'000;
     stats_.last_error = st.ok() ? "" : st.message();
   }
@@ -113,8 +158,6 @@ Status Migrator::Pass() {
     stats_.last_error = "the store is full: " + result->store_full_reason;
     spdlog::warn("migrator: {}; hot files stay hot until there is room", result->store_full_reason);
   }
-  stats_.hot_files -= std::min(stats_.hot_files, result->files_moved);
-  stats_.hot_bytes -= std::min(stats_.hot_bytes, result->bytes_moved);
   stats_.files_moved += result->files_moved;
   stats_.bytes_moved += result->bytes_moved;
   stats_.stored_bytes += result->stored_bytes;
@@ -123,6 +166,33 @@ Status Migrator::Pass() {
                  result->bytes_moved, result->stored_bytes);
   }
   return Status::OK();
+}
+
+void Migrator::KeepGrowthSample(const store::GrowthSample& sample) {
+  const double every = static_cast<double>(config_.growth_keep_every_s);
+  bool due;
+  {
+    MutexLock lock(mu_);
+    latest_ = sample;
+    due = !config_.growth_dir.empty() && (series_.empty() || sample.unix_s - series_.back().unix_s >= every);
+  }
+  if (!due) return;
+  // Read afresh: `tbfs watch` may have kept samples of its own meanwhile.
+  std::vector<store::GrowthSample> kept = store::LoadGrowthSeries(config_.growth_dir);
+  if (kept.empty() || sample.unix_s - kept.back().unix_s >= every) {
+    if (Status st = store::SaveGrowthSample(config_.growth_dir, sample, &kept); !st.ok()) {
+      spdlog::warn("migrator: keeping a growth sample in {}: {}", config_.growth_dir, st.message());
+    }
+  }
+  MutexLock lock(mu_);
+  series_ = std::move(kept);
+}
+
+std::vector<store::GrowthSample> Migrator::growth() {
+  MutexLock lock(mu_);
+  std::vector<store::GrowthSample> out = series_;
+  if (latest_ && (out.empty() || out.back().unix_s < latest_->unix_s)) out.push_back(*latest_);
+  return out;
 }
 
 MigratorStats Migrator::stats() {

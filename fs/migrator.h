@@ -11,12 +11,15 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/thread_annotations.h"
 #include "fs/filesystem.h"
+#include "store/growth.h"
+#include "store/maintenance.h"
 #include "store/migrate.h"
 
 namespace tbfs::fs {
@@ -28,6 +31,12 @@ struct MigratorConfig {
   store::Policy policy;
   std::vector<std::string> must_have;
   WalkOptions walk;
+  // After each pass, delete the cold files this selects (none if !any()).
+  store::Retention retention;
+  // Each pass takes a growth sample (store/growth.h); one every
+  // growth_keep_every_s is kept in growth_dir's series ("" keeps none).
+  std::string growth_dir;
+  int64_t growth_keep_every_s = 300;
 };
 
 struct MigratorStats {
@@ -43,6 +52,8 @@ struct MigratorStats {
   std::string last_verifier;  // "intact", "failed: ...", or "" before any batch
   int64_t last_pass_unix = 0;
   std::string last_error;
+  uint64_t retention_files = 0;  // cold files deleted by the retention policy
+  uint64_t retention_bytes = 0;  // their logical bytes
 };
 
 class Migrator {
@@ -56,10 +67,17 @@ class Migrator {
   // One pass now; 0, or -EIO when the pass could not run.
   int RunNow();
   MigratorStats stats();
+  bool retention_enabled() const { return config_.retention.any(); }
+  // The kept series and the last pass's sample after it (empty before the
+  // first pass with no series kept).
+  std::vector<store::GrowthSample> growth();
 
  private:
   void Loop();
   Status Pass();
+  Status MovePass() TBFS_REQUIRES(pass_mu_);
+  Status ApplyRetention() TBFS_REQUIRES(pass_mu_);
+  void KeepGrowthSample(const store::GrowthSample& sample) TBFS_REQUIRES(pass_mu_);
   void AfterBatch(const store::BatchResult& batch);
 
   Filesystem& fs_;
@@ -72,6 +90,8 @@ class Migrator {
   bool stopping_ TBFS_GUARDED_BY(mu_) = false;
   std::atomic<bool> stop_flag_{false};
   MigratorStats stats_ TBFS_GUARDED_BY(mu_);
+  std::vector<store::GrowthSample> series_ TBFS_GUARDED_BY(mu_);  // as kept
+  std::optional<store::GrowthSample> latest_ TBFS_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

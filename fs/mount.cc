@@ -116,6 +116,8 @@ std::string Compact(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+constexpr double kStatusGrowthWindowS = 24 * 3600;
+
 std::string StatusJson(const MountConfig& mc, const std::string& store_dir, Filesystem& fs,
                        Migrator& migrator) {
   auto totals = fs.store().ComputeTotals();
@@ -159,7 +161,30 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
         {"rehydrate", k.eio_rehydrate},
         {"store", k.eio_store}}},
       {"inodes", k.inodes},
+      {"retention", {{"enabled", migrator.retention_enabled()},
+                     {"deleted_files", m.retention_files},
+                     {"deleted_bytes", m.retention_bytes}}},
   };
+  // How fast the logdir grows and when its filesystem is full: what `tbfs
+  // watch` reports, from the samples the migrator's passes take.
+  if (auto g = store::SummarizeGrowth(migrator.growth(), kStatusGrowthWindowS, 5)) {
+    auto opt = [](const std::optional<double>& v, double scale) {
+      return v ? nlohmann::json(*v * scale) : nlohmann::json(nullptr);
+    };
+    nlohmann::json runs = nlohmann::json::array();
+    for (const auto& [run, rate] : g->top_runs) runs.push_back({{"run", run}, {"bytes_per_hour", rate * 3600}});
+    j["growth"] = {{"window_seconds", kStatusGrowthWindowS},
+                   {"samples", g->samples},
+                   {"span_seconds", g->span_s},
+                   {"bytes", {{"tfevents", g->last.tfevents_bytes}, {"traces_hot", g->last.trace_bytes},
+                              {"other", g->last.other_bytes}, {"cold", g->last.cold_bytes}}},
+                   {"filesystem", {{"size", g->last.fs_size}, {"free", g->last.fs_free},
+                                   {"used_percent", 100 * g->last.fs_used_fraction()}}},
+                   {"logdir_bytes_per_hour", opt(g->logdir_rate, 3600)},
+                   {"filesystem_bytes_per_hour", opt(g->filesystem_rate, 3600)},
+                   {"full_in_seconds", opt(g->full_in_s, 1)},
+                   {"top_runs", runs}};
+  }
   return Compact(j);
 }
 
@@ -185,6 +210,12 @@ class SessionCache : public Filesystem::KernelCache {
     // Attributes only (offset < 0): the content of a file is the same hot
     // or cold. ENOENT: the kernel does not hold the inode; nothing to do.
     if (struct fuse_session* se = se_.load()) fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+  }
+  void InvalidateEntry(uint64_t parent, const std::string& name) override {
+    struct fuse_session* se = se_.load();
+    if (se == nullptr) return;
+    fuse_lowlevel_notify_inval_entry(se, parent, name.data(), name.size());
+    fuse_lowlevel_notify_inval_inode(se, parent, 0, 0);  // its listing too (cache_readdir)
   }
 
  private:
@@ -430,6 +461,9 @@ int RunMount(const MountConfig& mc_in) {
   migc.policy.trace_markers = policy.trace_markers;
   migc.policy.protected_markers = policy.protected_markers;
   migc.must_have = policy.must_have_tags;
+  migc.retention = policy.retention;
+  migc.growth_dir = store_dir;
+  if (policy.retention.any()) spdlog::info("retention policy of {} applies after each migrator pass", mc.config_file);
   migc.walk.skip_dirs = {store::kStoreDirName};
   if (!fc.store_skip.empty()) migc.walk.skip_dirs.push_back(fc.store_skip);
   Migrator migrator(fs, migc);

@@ -16,9 +16,20 @@ deb=$(ls tbfs_"$version"_*.deb) || fail "no tbfs_${version}_ARCH.deb was made"
 contents=$(dpkg-deb -c "$deb")
 for f in ./usr/bin/tbfs ./usr/share/man/man1/tbfs.1.gz ./usr/lib/systemd/system/tbfs@.service \
          ./usr/share/bash-completion/completions/tbfs ./usr/share/doc/tbfs/examples/tbfs.yaml \
-         ./usr/share/doc/tbfs/examples/tbfs-alerts.yml; do
+         ./usr/share/doc/tbfs/examples/tbfs-alerts.yml ./usr/share/doc/tbfs/changelog.Debian.gz; do
   grep -q " $f\$" <<<"$contents" || fail "$deb lacks $f"
 done
+# The maintainer scripts: present, executable, valid sh.
+scripts=$(mktemp -d)
+dpkg-deb -e "$deb" "$scripts"
+for s in postinst prerm postrm; do
+  [[ -x $scripts/$s ]] || fail "$deb has no executable $s"
+  sh -n "$scripts/$s" || fail "$deb: $s is not valid sh"
+done
+rm -rf "$scripts"
+# Its changelog names this version (bump packaging/changelog with project()).
+head=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/tbfs/changelog.Debian.gz | zcat | head -1)
+[[ $head == "tbfs ($version) "* ]] || fail "packaging/changelog starts with '$head', not tbfs ($version)"
 depends=$(dpkg-deb -f "$deb" Depends)
 for d in fuse3 libfuse3-3 libzstd1 libprotobuf; do
   grep -q "$d" <<<"$depends" || fail "$deb does not depend on $d: $depends"
@@ -27,7 +38,7 @@ done
 if dpkg-query -W -f='${Status}' tbfs 2>/dev/null | grep -q "install ok installed"; then
   fail "a tbfs package is installed already; not replacing it"
 fi
-trap 'dpkg -r tbfs >/dev/null 2>&1 || true' EXIT
+trap 'dpkg -P tbfs >/dev/null 2>&1 || true' EXIT
 dpkg -i "$deb" >/dev/null
 [[ $(/usr/bin/tbfs --version) == "tbfs $version" ]] || fail "/usr/bin/tbfs --version: $(/usr/bin/tbfs --version)"
 man -aw tbfs | grep -q '^/usr/share/man/man1/tbfs.1.gz$' || fail "man -aw tbfs: $(man -aw tbfs 2>&1)"

@@ -3,9 +3,14 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <limits.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <set>
 
 #include "base/fs_util.h"
+#include "base/units.h"
 
 namespace tbfs::store {
 
@@ -49,7 +54,7 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
     YAML::Node root = YAML::Load(text);
     if (root.IsNull()) return config;  // an empty file: all defaults
     TBFS_RETURN_IF_ERROR(CheckKeys(
-        root, {"logdir", "dry_run", "backup", "criteria", "validate", "mount"}, origin));
+        root, {"logdir", "dry_run", "backup", "criteria", "validate", "mount", "retention"}, origin));
     if (root["logdir"]) config.logdir = root["logdir"].as<std::string>();
     if (root["dry_run"]) config.dry_run = root["dry_run"].as<bool>();
     if (const YAML::Node b = root["backup"]) {
@@ -86,6 +91,33 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
       if (m["migrate"]) config.mount.migrate = m["migrate"].as<bool>();
       config.mount.options = StringList(m["options"]);
     }
+    if (const YAML::Node r = root["retention"]) {
+      TBFS_RETURN_IF_ERROR(CheckKeys(r, {"older_than", "migrated_before", "keep_last", "max_store"},
+                                     origin + ": retention"));
+      auto bad = [&](const char* key, const std::string& why) {
+        return Status::InvalidArgument(origin + ": line " + std::to_string(r[key].Mark().line + 1) +
+                                       ": retention: " + key + ": " + why);
+      };
+      for (const char* key : {"older_than", "migrated_before"}) {
+        if (!r[key]) continue;
+        auto s = ParseDurationSeconds(r[key].as<std::string>());
+        if (!s.ok()) return bad(key, s.status().message());
+        (std::string(key) == "older_than" ? config.retention.older_than_s
+                                          : config.retention.migrated_before_s) = *s;
+      }
+      if (r["keep_last"]) {
+        const std::string n = r["keep_last"].as<std::string>();
+        if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos || n.size() > 9) {
+          return bad("keep_last", "use a whole number of profiles (e.g. 5)");
+        }
+        config.retention.keep_last = std::stoull(n);
+      }
+      if (r["max_store"]) {
+        auto b = ParseSizeBytes(r["max_store"].as<std::string>());
+        if (!b.ok()) return bad("max_store", b.status().message());
+        config.retention.max_store_bytes = *b;
+      }
+    }
   } catch (const YAML::DeepRecursion& e) {
     return Status::InvalidArgument(origin + ": line " + std::to_string(e.mark.line + 1) +
                                    ": nested too deep (" + std::to_string(e.depth()) + " levels)");
@@ -101,7 +133,24 @@ Result<MigrateConfig> LoadMigrateConfig(const std::string& path) {
   std::string text;
   Status st = ReadFileToString(path, &text);
   if (!st.ok()) return st;
-  return ParseMigrateConfig(text, path);
+  auto config = ParseMigrateConfig(text, path);
+  if (!config.ok()) return config;
+  // Relative paths are the file's: the same wherever the command runs.
+  const size_t slash = path.rfind('/');
+  std::string folder = slash == std::string::npos ? "" : slash == 0 ? "/" : path.substr(0, slash);
+  if (folder.empty() || folder[0] != '/') {
+    std::string cwd(PATH_MAX, '\0');
+    if (::getcwd(cwd.data(), cwd.size()) == nullptr) return Status::FromErrno(errno, "getcwd", path);
+    folder = JoinPath(cwd.c_str(), folder);
+  }
+  auto anchor = [&](std::string* p) {
+    if (!p->empty() && (*p)[0] != '/') *p = JoinPath(folder, *p);
+  };
+  if (config->logdir) anchor(&*config->logdir);
+  if (config->mount.mountpoint) anchor(&*config->mount.mountpoint);
+  if (config->mount.store) anchor(&*config->mount.store);
+  anchor(&config->backup_dir);
+  return config;
 }
 
 }  // namespace tbfs::store

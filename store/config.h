@@ -18,7 +18,15 @@
 //     cache: 256M
 //     metrics: 9464               # Prometheus /metrics on 127.0.0.1:9464
 //     options: [allow_other]      # FUSE options, as after -o
+//   retention:                    # the mount deletes cold files itself (off
+//     migrated_before: 90d        #   without this section), after each
+//     older_than: 180d            #   migrator pass: what `tbfs gc` would
+//     keep_last: 5                #   delete with the same policies, each
+//     max_store: 500G             #   deletion logged and counted
 //
+// Relative paths (logdir, mountpoint, store, backup dir) are relative to
+// the folder of the file, not to where the command runs (systemd runs it
+// in /).
 // Unknown keys and wrong types are errors (a typo must not silently widen
 // what moves). Nothing here can make a tfevents file a trace (I1).
 #pragma once
@@ -28,6 +36,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "store/maintenance.h"
 
 namespace tbfs::store {
 
@@ -52,6 +61,7 @@ struct MigrateConfig {
   std::vector<std::string> protected_markers;
   std::vector<std::string> must_have_tags;
   MountSection mount;
+  Retention retention;  // any() false: none
 };
 
 // InvalidArgument with the file, and the line where yaml-cpp knows it.

@@ -2,7 +2,10 @@
 
 #include <sys/statvfs.h>
 
+#include <fcntl.h>
+
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -19,7 +22,8 @@ using nlohmann::json;
 json ToJson(const GrowthSample& s) {
   return {{"t", s.unix_s},           {"tfevents", s.tfevents_bytes}, {"traces", s.trace_bytes},
           {"other", s.other_bytes},  {"cold", s.cold_bytes},         {"cold_stored", s.cold_stored_bytes},
-          {"fs_size", s.fs_size},    {"fs_free", s.fs_free},         {"runs", s.runs}};
+          {"fs_size", s.fs_size},    {"fs_free", s.fs_free},         {"hot_files", s.hot_files},
+          {"runs", s.runs}};
 }
 
 bool FromJson(const json& j, GrowthSample* s) {
@@ -32,11 +36,16 @@ bool FromJson(const json& j, GrowthSample* s) {
     s->cold_stored_bytes = j.at("cold_stored").get<uint64_t>();
     s->fs_size = j.at("fs_size").get<uint64_t>();
     s->fs_free = j.at("fs_free").get<uint64_t>();
+    s->hot_files = j.value("hot_files", uint64_t{0});  // not in the first samples kept
     s->runs = j.at("runs").get<std::map<std::string, uint64_t>>();
     return true;
   } catch (const json::exception&) {
     return false;
   }
+}
+
+double NowUnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string RunOf(const std::string& rel) {
@@ -48,11 +57,21 @@ std::string RunOf(const std::string& rel) {
 
 Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::string& store_dir,
                                       const Policy& policy, const WalkOptions& walk) {
+  OpenOptions ro;
+  ro.read_only = true;
+  auto store = ColdStore::Open(store_dir, ro);
+  if (!store.ok() && !store.status().IsNotFound()) return store.status();
+  return TakeGrowthSample(logdir, store.ok() ? store->get() : nullptr, policy, walk);
+}
+
+Result<GrowthSample> TakeGrowthSample(const std::string& logdir, ColdStore* store,
+                                      const Policy& policy, const WalkOptions& walk) {
   GrowthSample s;
-  s.unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  s.unix_s = NowUnixSeconds();
   TBFS_RETURN_IF_ERROR(WalkTree(logdir, walk, [&](const WalkEntry& e) {
     if (!S_ISREG(e.st.st_mode)) return;
     const uint64_t bytes = static_cast<uint64_t>(e.st.st_size);
+    s.hot_files++;
     const FileClass c = policy.Classify(e.rel);
     if (c == FileClass::kEvents) {
       s.tfevents_bytes += bytes;
@@ -63,18 +82,13 @@ Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::stri
     }
     s.runs[RunOf(e.rel)] += bytes;
   }));
-  OpenOptions ro;
-  ro.read_only = true;
-  auto store = ColdStore::Open(store_dir, ro);
-  if (store.ok()) {
-    TBFS_RETURN_IF_ERROR((*store)->ForEachManifest([&](const storepb::Manifest& m) {
+  if (store != nullptr) {
+    TBFS_RETURN_IF_ERROR(store->ForEachManifest([&](const storepb::Manifest& m) {
       s.cold_bytes += m.size();
       s.cold_stored_bytes += m.stored_bytes();
       s.runs[RunOf(m.path())] += m.size();
       return true;
     }));
-  } else if (!store.status().IsNotFound()) {
-    return store.status();
   }
   struct statvfs vfs;
   if (::statvfs(logdir.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs", logdir);
@@ -86,12 +100,17 @@ Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::stri
 std::vector<GrowthSample> LoadGrowthSeries(const std::string& store_dir) {
   std::vector<GrowthSample> out;
   std::string text;
-  if (!ReadFileToString(JoinPath(store_dir, kGrowthFileName), &text).ok()) return out;
+  if (!ReadFileToString(JoinPath(store_dir, kGrowthFileName), &text, O_NOFOLLOW).ok()) return out;
+  // A sample from the future (a clock set back, a hand-edited line) would
+  // stay "the last" and freeze every rate: dropped.
+  const double horizon = NowUnixSeconds() + 60;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     GrowthSample s;
     json j = json::parse(line, nullptr, false);
-    if (!j.is_discarded() && FromJson(j, &s)) out.push_back(std::move(s));
+    if (!j.is_discarded() && FromJson(j, &s) && std::isfinite(s.unix_s) && s.unix_s <= horizon) {
+      out.push_back(std::move(s));
+    }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.unix_s < b.unix_s; });
   return out;
@@ -139,6 +158,40 @@ std::optional<double> GrowthRate(const std::vector<GrowthSample>& series, double
     if (s.unix_s >= since_unix_s) points.push_back({s.unix_s, value(s)});
   }
   return FitSlope(points, 1);
+}
+
+std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& series, double window_s,
+                                             size_t top_runs) {
+  if (series.empty()) return std::nullopt;
+  GrowthSummary g;
+  g.last = series.back();
+  const double since = g.last.unix_s - window_s;
+  double first_t = g.last.unix_s;
+  for (const auto& s : series) {
+    if (s.unix_s >= since) {
+      g.samples++;
+      first_t = std::min(first_t, s.unix_s);
+    }
+  }
+  g.span_s = g.last.unix_s - first_t;
+  g.logdir_rate = GrowthRate(series, since, [](const auto& s) { return static_cast<double>(s.logdir_bytes()); });
+  g.filesystem_rate = GrowthRate(series, since, [](const auto& s) {
+    return static_cast<double>(s.fs_size - std::min(s.fs_size, s.fs_free));
+  });
+  if (g.filesystem_rate && *g.filesystem_rate > 0) {
+    g.full_in_s = static_cast<double>(g.last.fs_free) / *g.filesystem_rate;
+  }
+  for (const auto& [run, bytes] : g.last.runs) {
+    if (top_runs == 0) break;
+    auto r = GrowthRate(series, since, [&run](const auto& s) {
+      auto it = s.runs.find(run);
+      return it == s.runs.end() ? 0.0 : static_cast<double>(it->second);
+    });
+    if (r) g.top_runs.push_back({run, *r});
+  }
+  std::sort(g.top_runs.begin(), g.top_runs.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (g.top_runs.size() > top_runs) g.top_runs.resize(top_runs);
+  return g;
 }
 
 }  // namespace tbfs::store

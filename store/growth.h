@@ -37,6 +37,7 @@ struct GrowthSample {
   uint64_t cold_stored_bytes = 0;
   uint64_t fs_size = 0;  // the logdir's filesystem
   uint64_t fs_free = 0;  // available to unprivileged users (statvfs f_bavail)
+  uint64_t hot_files = 0;  // regular files in the logdir
   std::map<std::string, uint64_t> runs;  // top-level folder ("." for the top) -> logical bytes
 
   uint64_t hot_bytes() const { return tfevents_bytes + trace_bytes + other_bytes; }
@@ -49,9 +50,14 @@ struct GrowthSample {
 // `store_dir` may not hold a store yet (cold bytes are then 0).
 Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::string& store_dir,
                                       const Policy& policy, const WalkOptions& walk);
+class ColdStore;
+// The same with the store already open (a mount's); null for none.
+Result<GrowthSample> TakeGrowthSample(const std::string& logdir, ColdStore* store,
+                                      const Policy& policy, const WalkOptions& walk);
 
 // The series kept in store_dir (empty when there is none; lines that do not
-// parse are skipped).
+// parse, and samples dated more than a minute ahead of the clock, are
+// skipped). Only a regular file is read, never through a symlink.
 std::vector<GrowthSample> LoadGrowthSeries(const std::string& store_dir);
 // Appends s, trims the series, writes it back atomically (0600; the folder
 // is made 0700 when missing).
@@ -66,5 +72,20 @@ std::optional<double> FitSlope(const std::vector<std::pair<double, double>>& poi
 // (least squares); none with fewer than two samples a second apart.
 std::optional<double> GrowthRate(const std::vector<GrowthSample>& series, double since_unix_s,
                                  const std::function<double(const GrowthSample&)>& value);
+
+// What `tbfs watch`, `tbfs status` and a mount's metrics report of a series,
+// over the samples of its last window_s seconds.
+struct GrowthSummary {
+  GrowthSample last;
+  size_t samples = 0;       // in the window
+  double span_s = 0;        // from the first of them to the last
+  std::optional<double> logdir_rate;      // bytes per second, hot and cold
+  std::optional<double> filesystem_rate;  // bytes in use on the logdir's filesystem, per second
+  std::optional<double> full_in_s;        // at filesystem_rate, when it is positive
+  std::vector<std::pair<std::string, double>> top_runs;  // fastest first, bytes per second
+};
+// None for an empty series.
+std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& series, double window_s,
+                                             size_t top_runs);
 
 }  // namespace tbfs::store

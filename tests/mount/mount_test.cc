@@ -656,6 +656,87 @@ TEST_F(Mounted, AConfigFileAloneMountsWithItsSettings) {
   EXPECT_EQ(Status()["cache"]["capacity_bytes"].get<uint64_t>(), 64u << 20);
 }
 
+// The daemon's own retention (retention: in the config file): after a pass
+// it deletes what `tbfs gc` would with the same policy, and nothing else;
+// each deletion is logged and counted, a reader that has the file open
+// reads it to the end, and the kernel forgets the names at once.
+TEST_F(Mounted, TheRetentionPolicyDeletesWhatGcWouldAndNothingElse) {
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  Unmount();
+  auto dry = RunCommand(Tbfs("gc " + logdir_ + " --keep-last 1 --json"));
+  ASSERT_EQ(dry.exit_code, 0) << dry.out;
+  std::set<std::string> doomed;
+  const nlohmann::json report = nlohmann::json::parse(dry.out);
+  for (const auto& p : report["paths"]) doomed.insert(p.get<std::string>());
+  ASSERT_GE(doomed.size(), 2u) << dry.out;
+
+  const std::string config = dir_ / "retention.yaml";
+  WriteBytes(config, "retention:\n  keep_last: 1\n");
+  Mount("--no-migrate --cold-after 0 --config " + config);
+  EXPECT_EQ(Status()["retention"]["deleted_files"].get<uint64_t>(), 0u) << "nothing before a pass";
+  const std::string held = *doomed.begin();
+  UniqueFd fd(::open(M(held).c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  std::map<std::string, std::set<std::string>> listed;  // the kernel caches names and listings
+  for (const auto& t : traces_) {
+    struct stat st;
+    ASSERT_EQ(::stat(M(t).c_str(), &st), 0) << t;
+    listed[ParentPath(t)] = List(M(ParentPath(t)));
+  }
+  MigrateNow();  // the pass, then the retention policy
+
+  for (const auto& t : traces_) {
+    struct stat st;
+    if (doomed.count(t)) {
+      EXPECT_NE(::stat(M(t).c_str(), &st), 0) << t << " is still there";
+      EXPECT_EQ(List(M(ParentPath(t))).count(std::string(BaseName(t))), 0u) << t << " is still listed";
+    } else {
+      EXPECT_TRUE(ReadBytes(M(t)) == originals_[t]) << t;
+    }
+  }
+  for (const auto& e : events_) EXPECT_EQ(ReadBytes(M(e)), ReadBytes(L(e))) << e;
+  std::string got(originals_[held].size() + 1, '\0');
+  size_t n = 0;
+  for (ssize_t r; (r = ::read(fd.get(), got.data() + n, got.size() - n)) > 0;) n += static_cast<size_t>(r);
+  got.resize(n);
+  EXPECT_TRUE(got == originals_[held]) << "a reader that had it open reads it whole";
+  fd.reset();
+  nlohmann::json st = Status();
+  EXPECT_EQ(st["retention"]["deleted_files"].get<uint64_t>(), doomed.size());
+  EXPECT_EQ(st["cold"]["files"].get<uint64_t>(), traces_.size() - doomed.size());
+  const std::string log = ReadBytes(L(".tbfs/tbfs-mount.log"));
+  for (const auto& d : doomed) EXPECT_NE(log.find("retention: deleted " + d + " ("), std::string::npos) << d;
+  // A second pass finds nothing more to delete.
+  MigrateNow();
+  EXPECT_EQ(Status()["retention"]["deleted_files"].get<uint64_t>(), doomed.size());
+}
+
+TEST_F(Mounted, StatusReportsHowFastTheLogdirGrowsAndWhichRunGrowsFastest) {
+  Mount("--no-migrate --cold-after 1h");  // passes sample; nothing moves
+  MigrateNow();
+  ASSERT_EQ(::mkdir(M("growing").c_str(), 0755), 0);
+  WriteBytes(M("growing/checkpoint.bin"), std::string(8 << 20, 'x'));
+  ::usleep(1'500'000);
+  MigrateNow();
+  nlohmann::json g = Status()["growth"];
+  ASSERT_TRUE(g.is_object()) << Status().dump();
+  EXPECT_GE(g["samples"].get<int>(), 2);
+  EXPECT_GT(g["logdir_bytes_per_hour"].get<double>(), 0);
+  EXPECT_GT(g["filesystem"]["size"].get<uint64_t>(), 0u);
+  EXPECT_GT(g["bytes"]["tfevents"].get<uint64_t>(), 0u);
+  ASSERT_FALSE(g["top_runs"].empty());
+  EXPECT_EQ(g["top_runs"][0]["run"], "growing");
+  auto text = RunCommand(Tbfs("status " + mnt_));
+  EXPECT_NE(text.out.find("growth over"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("  growing"), std::string::npos) << text.out;
+  // The first sample is kept in the store, private, for `tbfs watch` too.
+  struct stat st;
+  ASSERT_EQ(::stat(L(".tbfs/growth.jsonl").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_FALSE(ReadBytes(L(".tbfs/growth.jsonl")).empty());
+}
+
 // systemd's Restart=on-failure (tbfs@.service): a daemon killed leaves its
 // mount dead (ENOTCONN); the next `tbfs mount` takes its place.
 TEST_F(Mounted, ADaemonThatDiedIsMountedAgainInPlace) {
@@ -731,6 +812,9 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   EXPECT_EQ(Sample(after, "tbfs_eio_total", mnt_, ",cause=\"cold_chunk\""), 0);
   EXPECT_GT(Sample(after, "tbfs_fs_free_bytes", mnt_), 0);
   EXPECT_GE(Sample(after, "tbfs_logdir_growth_bytes_per_second", mnt_), 0);
+  EXPECT_GT(Sample(after, "tbfs_logdir_bytes", mnt_, ",class=\"tfevents\""), 0);
+  EXPECT_GT(Sample(after, "tbfs_logdir_bytes", mnt_, ",class=\"cold\""), 0);
+  EXPECT_EQ(Sample(after, "tbfs_retention_deleted_files_total", mnt_), 0);
   // The reads above were timed: counted, summed, and their buckets rise to the count.
   const std::string read = ",op=\"read\"";
   const double reads = Sample(after, "tbfs_fuse_operation_duration_seconds_count", mnt_, read);

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "base/fs_util.h"
+#include "tests/test_util.h"
+
 namespace tbfs::store {
 namespace {
 
@@ -78,6 +83,41 @@ mount:
     auto bad = ParseMigrateConfig(text, "bad.yaml");
     EXPECT_FALSE(bad.ok()) << text;
   }
+}
+
+TEST(MigrateConfig, ReadsTheRetentionPolicy) {
+  auto c = ParseMigrateConfig("retention: {migrated_before: 90d, older_than: 1h, keep_last: 5, max_store: 2G}",
+                              "r.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*c->retention.migrated_before_s, 90 * 86400);
+  EXPECT_EQ(*c->retention.older_than_s, 3600);
+  EXPECT_EQ(*c->retention.keep_last, 5u);
+  EXPECT_EQ(*c->retention.max_store_bytes, 2ull << 30);
+  auto none = ParseMigrateConfig("mount: {cold_after: 1m}", "n.yaml");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->retention.any()) << "no retention: section, no deletions";
+  for (const char* text : {"retention: {keep_last: -1}", "retention: {keep_last: five}",
+                           "retention: {keep_last: 1.5}", "retention: {max_store: lots}",
+                           "retention: {migrated_before: soon}", "retention: {keep_newest: 3}",
+                           "retention: [keep_last]"}) {
+    auto bad = ParseMigrateConfig(text, "bad.yaml");
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_NE(bad.status().message().find("bad.yaml"), std::string::npos) << bad.status().message();
+    EXPECT_EQ(bad.status().message().find('\n'), std::string::npos) << bad.status().message();
+  }
+}
+
+TEST(MigrateConfig, RelativePathsAreTheFilesNotTheCallers) {
+  testing::TempDir dir;
+  const std::string file = dir.path() + "/etc/tbfs.yaml";
+  std::filesystem::create_directories(dir.path() + "/etc");
+  ASSERT_TRUE(WriteFileAtomic(file, "logdir: logs\nbackup: {dir: ../bak}\nmount: {mountpoint: /mnt/x, store: cold}\n", 0600).ok());
+  auto c = LoadMigrateConfig(file);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*c->logdir, dir.path() + "/etc/logs");
+  EXPECT_EQ(c->backup_dir, dir.path() + "/etc/../bak");
+  EXPECT_EQ(*c->mount.mountpoint, "/mnt/x");
+  EXPECT_EQ(*c->mount.store, dir.path() + "/etc/cold");
 }
 
 }  // namespace

@@ -206,9 +206,13 @@ TEST_F(MigrateCli, WatchSeesALogdirGrowAndWarns) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     WriteBytes(logdir_ + "/growing_run/blob.bin", std::string(32 << 20, 'x'));
   });
-  CommandResult r = RunCommand(Tbfs("watch " + logdir_ + " --interval 2s --warn-within 10000d --json"));
+  const std::string plot = logdir_ + "/../growth.svg";
+  CommandResult r = RunCommand(Tbfs("watch " + logdir_ + " --interval 2s --warn-within 10000d --json --plot " + plot));
   writer.join();
   EXPECT_EQ(r.exit_code, 1) << r.out;
+  const std::string svg = ReadBytes(plot);
+  EXPECT_EQ(svg.rfind("<svg ", 0), 0u) << svg.substr(0, 200);
+  EXPECT_NE(svg.find("<polygon "), std::string::npos);
   auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["growth_bytes_per_hour"].get<double>(), 0);
   EXPECT_EQ(j["top_runs"][0]["run"], "growing_run");

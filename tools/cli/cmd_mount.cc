@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "base/units.h"
 #include "fmt/format.h"
 #include "fs/control.h"
@@ -130,6 +131,28 @@ int RunStatus(const std::string& mountpoint, bool json) {
   fmt::print("rehydrations: {}; cache hit ratio {:.1f}% ({} cached)\n",
              j["rehydrations"].get<uint64_t>(), 100 * j["cache"]["hit_ratio"].get<double>(),
              HumanBytes(u("cache", "bytes")));
+  if (j["retention"]["enabled"].get<bool>()) {
+    fmt::print("retention: {} cold files deleted ({})\n", u("retention", "deleted_files"),
+               HumanBytes(u("retention", "deleted_bytes")));
+  }
+  if (j.contains("growth")) {
+    const auto& g = j["growth"];
+    auto rate = [](const nlohmann::json& v) {
+      return v.is_null() ? std::string("unknown") : HumanRate(v.get<double>() / 3600);
+    };
+    fmt::print("filesystem: {:.1f}% used, {} free of {}\n", g["filesystem"]["used_percent"].get<double>(),
+               HumanBytes(g["filesystem"]["free"].get<uint64_t>()),
+               HumanBytes(g["filesystem"]["size"].get<uint64_t>()));
+    fmt::print("growth over {} ({} samples): logdir {}, filesystem {}; full in {}\n",
+               HumanDuration(g["span_seconds"].get<double>()), g["samples"].get<uint64_t>(),
+               rate(g["logdir_bytes_per_hour"]), rate(g["filesystem_bytes_per_hour"]),
+               g["full_in_seconds"].is_null() ? std::string("never at this rate")
+                                              : HumanDuration(g["full_in_seconds"].get<double>()));
+    for (const auto& r : g["top_runs"]) {
+      fmt::print("  {:>12}  {}\n", HumanRate(r["bytes_per_hour"].get<double>() / 3600),
+                 Printable(r["run"].get<std::string>()));
+    }
+  }
   return kExitOk;
 }
 

@@ -8,10 +8,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/fs_util.h"
 #include "base/units.h"
 #include "fmt/format.h"
 #include "store/growth.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/growth_plot.h"
 #include "tools/cli/progress.h"
 #include "tools/cli/store_cli.h"
 
@@ -30,19 +32,8 @@ struct WatchArgs {
   std::string warn_within = "24h";
   size_t top = 5;
   bool json = false;
+  std::string plot;  // SVG file to write, or ""
 };
-
-std::string HumanDuration(double s) {
-  if (s < 120) return fmt::format("{:.0f}s", s);
-  if (s < 7200) return fmt::format("{:.0f}m", s / 60);
-  if (s < 2 * 86400) return fmt::format("{:.1f}h", s / 3600);
-  return fmt::format("{:.1f}d", s / 86400);
-}
-
-std::string Rate(double bytes_per_s) {
-  const double h = bytes_per_s * 3600;
-  return (h <= -1 ? "-" : "+") + HumanBytes(static_cast<uint64_t>(std::fabs(h))) + "/h";
-}
 
 int RunWatch(const WatchArgs& args) {
   auto interval = ParseDurationSeconds(args.interval);
@@ -93,44 +84,35 @@ int RunWatch(const WatchArgs& args) {
     std::this_thread::sleep_for(std::chrono::seconds(*interval));
     if (!sample()) return kExitError;
   }
-  const store::GrowthSample& last = series.back();
-  const double since = last.unix_s - static_cast<double>(*window);
-  auto logdir_rate = store::GrowthRate(series, since, [](const auto& s) { return static_cast<double>(s.logdir_bytes()); });
-  auto disk_rate = store::GrowthRate(series, since, [](const auto& s) {
-    return static_cast<double>(s.fs_size - s.fs_free);  // bytes in use on the logdir's filesystem
-  });
-  std::vector<std::pair<std::string, double>> runs;
-  for (const auto& [run, bytes] : last.runs) {
-    auto r = store::GrowthRate(series, since, [&run](const auto& s) {
-      auto it = s.runs.find(run);
-      return it == s.runs.end() ? 0.0 : static_cast<double>(it->second);
-    });
-    if (r) runs.push_back({run, *r});
-  }
-  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  if (runs.size() > args.top) runs.resize(args.top);
-  std::optional<double> full_in;
-  if (disk_rate && *disk_rate > 0) full_in = static_cast<double>(last.fs_free) / *disk_rate;
+  const store::GrowthSummary g = *store::SummarizeGrowth(series, static_cast<double>(*window), args.top);
+  const store::GrowthSample& last = g.last;
   const double used_pct = 100 * last.fs_used_fraction();
   const bool over = used_pct >= args.warn_at;
-  const bool soon = full_in && *full_in < static_cast<double>(*within);
-  size_t used_samples = 0;
-  double first_t = last.unix_s;
-  for (const auto& s : series) {
-    if (s.unix_s >= since) {
-      used_samples++;
-      first_t = std::min(first_t, s.unix_s);
+  const bool soon = g.full_in_s && *g.full_in_s < static_cast<double>(*within);
+  const auto& logdir_rate = g.logdir_rate;
+  const auto& disk_rate = g.filesystem_rate;
+  const auto& full_in = g.full_in_s;
+  const auto& runs = g.top_runs;
+
+  if (!args.plot.empty()) {
+    std::vector<store::GrowthSample> shown;
+    for (const auto& s : series) {
+      if (s.unix_s >= last.unix_s - static_cast<double>(*window)) shown.push_back(s);
+    }
+    Status st = WriteFileAtomic(args.plot, GrowthSvg(shown, loc->logdir, args.warn_at), 0644);
+    if (!st.ok()) {
+      PrintError("watch", "--plot: " + st.message());
+      return kExitError;
     }
   }
-
   if (args.json) {
     json j = {{"logdir", loc->logdir},
               {"bytes", {{"total", last.logdir_bytes()}, {"tfevents", last.tfevents_bytes},
                          {"traces_hot", last.trace_bytes}, {"other", last.other_bytes},
                          {"cold", last.cold_bytes}, {"cold_stored", last.cold_stored_bytes}}},
               {"filesystem", {{"size", last.fs_size}, {"free", last.fs_free}, {"used_percent", used_pct}}},
-              {"samples", used_samples},
-              {"span_seconds", last.unix_s - first_t},
+              {"samples", g.samples},
+              {"span_seconds", g.span_s},
               {"growth_bytes_per_hour", logdir_rate ? json(*logdir_rate * 3600) : json(nullptr)},
               {"filesystem_growth_bytes_per_hour", disk_rate ? json(*disk_rate * 3600) : json(nullptr)},
               {"full_in_seconds", full_in ? json(*full_in) : json(nullptr)},
@@ -146,10 +128,10 @@ int RunWatch(const WatchArgs& args) {
     fmt::print("filesystem: {:.1f}% used, {} free of {}\n", used_pct, HumanBytes(last.fs_free),
                HumanBytes(last.fs_size));
     fmt::print("growth over {} ({} samples): logdir {}, filesystem {}\n",
-               HumanDuration(last.unix_s - first_t), used_samples,
-               logdir_rate ? Rate(*logdir_rate) : "unknown", disk_rate ? Rate(*disk_rate) : "unknown");
+               HumanDuration(g.span_s), g.samples,
+               logdir_rate ? HumanRate(*logdir_rate) : "unknown", disk_rate ? HumanRate(*disk_rate) : "unknown");
     fmt::print("full in: {}\n", full_in ? HumanDuration(*full_in) + " at this rate" : "never at this rate");
-    for (const auto& [run, r] : runs) fmt::print("  {:>12}  {}\n", Rate(r), run);
+    for (const auto& [run, r] : runs) fmt::print("  {:>12}  {}\n", HumanRate(r), run);
     if (over) fmt::print("WARNING: the filesystem is {:.1f}% used (--warn-at {})\n", used_pct, args.warn_at);
     if (soon) fmt::print("WARNING: full in {} (--warn-within {})\n", HumanDuration(*full_in), args.warn_within);
   }
@@ -173,6 +155,7 @@ void RegisterWatch(CLI::App& app, int* exit_code) {
   cmd->add_option("--warn-within", args->warn_within,
                   "exit 1 when the filesystem will be full within this long")->capture_default_str();
   cmd->add_option("--top", args->top, "fastest-growing runs to list")->capture_default_str();
+  cmd->add_option("--plot", args->plot, "also draw the series of the window as an SVG picture into FILE");
   cmd->add_flag("--json", args->json, "print the figures as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunWatch(*args); });
 }

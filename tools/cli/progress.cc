@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "fmt/format.h"
@@ -16,6 +17,18 @@ void PrintJson(const nlohmann::json& j) {
 double NowSeconds() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string HumanDuration(double s) {
+  if (s < 120) return fmt::format("{:.0f}s", s);
+  if (s < 7200) return fmt::format("{:.0f}m", s / 60);
+  if (s < 2 * 86400) return fmt::format("{:.1f}h", s / 3600);
+  return fmt::format("{:.1f}d", s / 86400);
+}
+
+std::string HumanRate(double bytes_per_second) {
+  const double h = bytes_per_second * 3600;
+  return (h <= -1 ? "-" : "+") + HumanBytes(static_cast<uint64_t>(std::fabs(h))) + "/h";
 }
 
 std::string HumanBytes(uint64_t bytes) {

@@ -46,6 +46,10 @@ void PrintJson(const nlohmann::json& j);
 
 // "1.5 GiB", "312 KiB", "17 B".
 std::string HumanBytes(uint64_t bytes);
+// "45s", "12m", "3.5h", "2.1d".
+std::string HumanDuration(double seconds);
+// A rate in bytes per second as "+1.2 GiB/h" or "-3 MiB/h".
+std::string HumanRate(double bytes_per_second);
 // Seconds since an arbitrary fixed point (steady clock).
 double NowSeconds();
 
