@@ -1,13 +1,19 @@
 #include "fs/metrics.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 
+#include "base/fs_util.h"
 #include "base/text.h"
 #include "store/growth.h"
 
@@ -164,11 +170,28 @@ std::string MetricsAddress(const std::string& value, std::string* error) {
   const std::string host = colon == std::string::npos ? "127.0.0.1" : value.substr(0, colon);
   int n = 0;
   auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), n);
-  if (ec != std::errc() || end != port.data() + port.size() || n < 1 || n > 65535 || host.empty()) {
-    *error = "metrics: use [ADDR:]PORT (e.g. 9464, or 0.0.0.0:9464)";
+  struct in_addr addr;
+  if (ec != std::errc() || end != port.data() + port.size() || n < 1 || n > 65535 ||
+      ::inet_pton(AF_INET, host.c_str(), &addr) != 1) {
+    *error = "metrics: use [ADDR:]PORT with an IPv4 ADDR (e.g. 9464, or 0.0.0.0:9464)";
     return "";
   }
   return host + ":" + port;
+}
+
+std::string CheckCanListen(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::atoi(address.c_str() + colon + 1)));
+  if (::inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr) != 1) return "not an IPv4 address";
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int one = 1;
+  ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as the server will
+  if (!s.valid() || ::bind(s.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    return std::strerror(errno);
+  }
+  return "";
 }
 
 }  // namespace tbfs::fs

@@ -30,8 +30,12 @@ class MountMetrics final : public prometheus::Collectable {
   std::string mountpoint_;
 };
 
-// "9464" -> "127.0.0.1:9464"; "0.0.0.0:9464" and "[::1]:9464" as given.
-// "" with *error set when it is not [ADDR:]PORT.
+// "9464" -> "127.0.0.1:9464"; "0.0.0.0:9464" as given. "" with *error set
+// when it is not [ADDR:]PORT with an IPv4 ADDR (the metrics server, Debian's
+// civetweb, listens on IPv4 only).
 std::string MetricsAddress(const std::string& value, std::string* error);
+// "" when a server may listen on ADDR:PORT, else why not ("Address already
+// in use"): the metrics server itself only says that it failed.
+std::string CheckCanListen(const std::string& address);
 
 }  // namespace tbfs::fs

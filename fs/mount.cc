@@ -425,6 +425,7 @@ int RunMount(const MountConfig& mc_in) {
   so.create_if_missing = true;
   so.logdir = mc.logdir;
   so.holder = fmt::format("the tbfs mount on {} (pid {})", mc.mountpoint, ::getpid());
+  so.lock_wait_ms = 5000;  // a mount of this logdir just unmounted may still be closing
   auto opened = store::ColdStore::Open(store_dir, so);
   if (!opened.ok()) return Fail(verdict, opened.status().message());
   std::unique_ptr<store::ColdStore> store = std::move(opened).value();
@@ -478,6 +479,9 @@ int RunMount(const MountConfig& mc_in) {
   std::shared_ptr<MountMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!mc.metrics_address.empty()) {
+    if (std::string why = CheckCanListen(mc.metrics_address); !why.empty()) {
+      return Fail(verdict, "metrics: cannot listen on " + mc.metrics_address + ": " + why);
+    }
     try {
       exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
           "listening_ports", mc.metrics_address, "num_threads", "4", "request_timeout_ms", "2000",

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "base/fs_util.h"
 #include "fmt/format.h"
@@ -50,6 +51,11 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
   UniqueFd lock;
   if (!options.read_only && !options.logdir.empty()) {
     auto taken = LockLogdir(options.logdir, options.holder);
+    for (int waited = 0; !taken.ok() && taken.status().code() == Code::kBusy && waited < options.lock_wait_ms;
+         waited += 50) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      taken = LockLogdir(options.logdir, options.holder);
+    }
     if (!taken.ok()) return taken.status();
     lock = std::move(taken).value();
   }

@@ -39,6 +39,9 @@ struct OpenOptions {
   // make the store's folder private. Default: no lock (tests, tools).
   std::string logdir;
   std::string holder;
+  // How long a writer waits for the lock a process going away still holds
+  // (a mount just unmounted takes a moment, its metrics server up to 2 s).
+  int lock_wait_ms = 0;
   uint32_t chunk_bytes = kDefaultChunkBytes;  // recorded at creation
   int level = kDefaultZstdLevel;              // recorded at creation
 };

@@ -861,6 +861,36 @@ TEST_F(Mounted, ClientsThatNeverFinishARequestDoNotBlindTheMetrics) {
   EXPECT_GT(Sample(scrape, "tbfs_resident_memory_bytes", mnt_), 0);
 }
 
+TEST_F(Mounted, AMetricsPortInUseIsSaidSoAndNothingIsMounted) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  UniqueFd taken(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(taken.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(taken.get(), 1), 0);
+  auto r = RunCommand(Tbfs("mount " + logdir_ + " " + mnt_ + " -o metrics=" + std::to_string(port) + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "tbfs mount: metrics: cannot listen on 127.0.0.1:" + std::to_string(port) +
+                       ": Address already in use\n");
+  EXPECT_FALSE(IsMounted(mnt_));
+}
+
+// An unmounted daemon takes a moment to close (its metrics server up to
+// 2 s); mounting the logdir again at once waits for it rather than failing.
+TEST_F(Mounted, MountingAgainRightAfterAnUnmountWorks) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  for (int i = 0; i < 2; ++i) {
+    Mount("--no-migrate -o metrics=" + std::to_string(port));
+    ASSERT_EQ(RunCommand("fusermount3 -u " + mnt_).exit_code, 0);
+  }
+  Mount("--no-migrate -o metrics=" + std::to_string(port));
+  EXPECT_NE(Scrape(port).find("200 OK"), std::string::npos);
+}
+
 TEST_F(Mounted, AMountPointThatIsNotUtf8IsAValidLabel) {
   mnt_ = dir_.path() + "/mnt-\xff";
   std::filesystem::create_directories(mnt_);
@@ -875,10 +905,11 @@ TEST_F(Mounted, AMountPointThatIsNotUtf8IsAValidLabel) {
 }
 
 TEST_F(MountTest, AMetricsAddressThatIsNotOneIsAOneLineError) {
-  for (const char* bad : {"metrics=", "metrics=port", "metrics=1.2.3.4:99999", "metrics=:80x"}) {
+  for (const char* bad : {"metrics=", "metrics=port", "metrics=1.2.3.4:99999", "metrics=:80x",
+                          "metrics=[::1]:9464", "metrics=localhost:9464"}) {
     auto r = RunCommand(Tbfs("mount " + dir_.path() + " " + mnt_ + " -o " + bad + " 2>&1"));
     EXPECT_EQ(r.exit_code, 2) << bad;
-    EXPECT_NE(r.out.find("metrics: use [ADDR:]PORT"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("metrics: use [ADDR:]PORT with an IPv4 ADDR"), std::string::npos) << r.out;
     EXPECT_FALSE(IsMounted(mnt_));
   }
 }
