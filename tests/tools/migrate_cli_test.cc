@@ -55,6 +55,29 @@ TEST_F(MigrateCli, DryRunChangesNothing) {
   EXPECT_FALSE(std::filesystem::exists(logdir_ + "/.tbfs"));
 }
 
+// A file name is bytes a user chose: in text output it cannot start a line
+// of its own (scripts read "DAMAGED:" lines) nor drive the terminal of the
+// admin who runs the command; --json keeps it whole (as UTF-8).
+TEST_F(MigrateCli, NamesWithControlCharactersPrintOnOneLineAndInert) {
+  const std::string name = "evil\nDAMAGED: x\x1b[2J.pt.trace.json";
+  WriteBytes(logdir_ + "/" + name, std::string(4096, '{'));
+  for (const std::string cmd : {"scan " + logdir_, "migrate " + logdir_ + " --older-than 0",
+                                "migrate " + logdir_ + " --older-than 0 --apply", "ls " + logdir_,
+                                "gc " + logdir_ + " --older-than 0", "restore " + logdir_ + " --all"}) {
+    auto r = RunCommand(Tbfs(cmd));
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
+    EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << cmd << " printed an escape";
+    EXPECT_EQ(r.out.find("\nDAMAGED: x"), std::string::npos) << cmd << " printed a forged line";
+    if (cmd.starts_with("ls") || cmd.starts_with("gc") || cmd.starts_with("restore")) {
+      EXPECT_NE(r.out.find("evil\\x0aDAMAGED: x\\x1b[2J.pt.trace.json"), std::string::npos) << cmd << "\n" << r.out;
+    }
+  }
+  auto j = nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out);
+  bool found = false;
+  for (const auto& f : j) found = found || f["path"] == name;
+  EXPECT_TRUE(found) << "--json names the file as it is";
+}
+
 TEST_F(MigrateCli, ApplyThenRestoreIsByteIdentical) {
   auto r = RunCommand(Tbfs("migrate --json " + logdir_ + " --older-than 0 --apply"));
   ASSERT_EQ(r.exit_code, 0) << r.out;

@@ -2,6 +2,7 @@
 // tbfs gc: retention, drop cold files older than a cutoff (dry run by default).
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "base/units.h"
 #include "base/work_pool.h"
 #include "fmt/format.h"
@@ -65,8 +66,8 @@ int FsckUnopenable(const FsckArgs& args, const StoreLocation& loc, const Status&
     for (const auto& l : r->lost) j["damaged"].push_back({{"path", l.path}, {"reason", l.why}});
     PrintJson(j);
   } else {
-    for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", p);
-    for (const auto& l : r->lost) fmt::print("DAMAGED: {}: {}\n", l.path, l.why);
+    for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", Printable(p));
+    for (const auto& l : r->lost) fmt::print("DAMAGED: {}: {}\n", Printable(l.path), Printable(l.why));
     fmt::print("{}: {}\n", loc.dir, advice);
   }
   return kExitFinding;
@@ -116,8 +117,8 @@ int RunFsck(const FsckArgs& args) {
     for (const auto& [p, why] : r->damaged) j["damaged"].push_back({{"path", p}, {"reason", why}});
     PrintJson(j);
   } else {
-    for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", p);
-    for (const auto& [p, why] : r->damaged) fmt::print("DAMAGED: {}: {}\n", p, why);
+    for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", Printable(p));
+    for (const auto& [p, why] : r->damaged) fmt::print("DAMAGED: {}: {}\n", Printable(p), Printable(why));
     if (r->orphan_chunk_files) fmt::print("note: chunks of {} unknown file ids\n", r->orphan_chunk_files);
     if (r->set_aside_files) {
       fmt::print("note: {} engine file(s) set aside in {}/{} when a writer opened the store (leftovers "
@@ -207,7 +208,7 @@ int RunGc(const FsckArgs& args) {
     PrintJson(j);
   } else {
     for (size_t i = 0; i < old.size(); ++i) {
-      fmt::print("  {:>10}  {}  ({})\n", HumanBytes(old[i].size()), old[i].path(), why[i]);
+      fmt::print("  {:>10}  {}  ({})\n", HumanBytes(old[i].size()), Printable(old[i].path()), why[i]);
     }
     fmt::print("{} {} cold files ({} logical, {} stored){}\n", args.apply ? "deleted" : "would delete",
                old.size(), HumanBytes(bytes), HumanBytes(stored),

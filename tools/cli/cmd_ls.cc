@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "base/text.h"
 #include "fmt/format.h"
 #include "store/restore.h"
 #include "tools/cli/commands.h"
@@ -81,7 +82,7 @@ int RunLs(const LsArgs& args) {
   for (const auto& m : files) {
     fmt::print("{:>10} {:>10} {:>6.1f}x  {}  {:<14} {}\n", HumanBytes(m.size()),
                HumanBytes(m.stored_bytes()), Ratio(m.size(), m.stored_bytes()),
-               TimeText(m.mtime_ns()), m.file_class(), m.path());
+               TimeText(m.mtime_ns()), m.file_class(), Printable(m.path()));
   }
   if (files.empty()) fmt::print("no cold files\n");
   return kExitOk;

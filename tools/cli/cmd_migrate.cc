@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "base/units.h"
 #include "events/logdir_digest.h"
 #include "events/verifier.h"
@@ -139,9 +140,9 @@ void PrintPlan(const std::vector<store::Candidate>& candidates,
     return;
   }
   for (const auto& c : candidates) {
-    fmt::print("  {:>10}  {:<14} {}\n", HumanBytes(c.size), store::ClassName(c.cls), c.path);
+    fmt::print("  {:>10}  {:<14} {}\n", HumanBytes(c.size), store::ClassName(c.cls), Printable(c.path));
   }
-  for (const auto& s : skipped) fmt::print("  skipped: {} ({})\n", s.path, s.reason);
+  for (const auto& s : skipped) fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
   fmt::print("would migrate {} files, {}; estimated store size {} ({:.1f}x, from a {} sample): "
              "frees about {}\n",
              candidates.size(), HumanBytes(total), HumanBytes(stored), ratio, HumanBytes(sample),
@@ -213,7 +214,7 @@ int RunMigrate(MigrateArgs args) {
     if (args.json) {
       PrintJson(json{{"logdir", args.logdir}, {"files", 0}, {"dry_run", !apply}});
     } else {
-      for (const auto& s : skipped) fmt::print("  skipped: {} ({})\n", s.path, s.reason);
+      for (const auto& s : skipped) fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
       fmt::print("nothing to migrate in {}\n", args.logdir);
     }
     return kExitOk;
@@ -298,12 +299,12 @@ int RunMigrate(MigrateArgs args) {
     for (const auto& b : result->batches) {
       for (const auto& f : b.files) {
         if (f.outcome != store::Outcome::kMoved) {
-          fmt::print("  {}: {} ({})\n", f.path, OutcomeName(f.outcome), f.reason);
+          fmt::print("  {}: {} ({})\n", Printable(f.path), OutcomeName(f.outcome), Printable(f.reason));
         }
       }
       for (const auto& f : b.failures) fmt::print("  VERIFIER FAILURE: {}\n", f.ToString());
       for (const auto& r : b.runs_verified) {
-        fmt::print("  run {}: scalars {}\n", r, b.failures.empty() ? "intact" : "CHECK FAILED, rolled back");
+        fmt::print("  run {}: scalars {}\n", Printable(r), b.failures.empty() ? "intact" : "CHECK FAILED, rolled back");
       }
     }
     if (!archive.empty()) fmt::print("backup: {}\n", archive);

@@ -2,6 +2,7 @@
 // tbfs export: cold files copied out under another folder, store unchanged.
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "base/work_pool.h"
 #include "fmt/format.h"
 #include "store/restore.h"
@@ -83,7 +84,7 @@ int Report(const std::string& verb, const CopyArgs& args, const store::CopyResul
     for (const auto& [p, why] : r.failed) j["failed"].push_back({{"path", p}, {"reason", why}});
     PrintJson(j);
   } else {
-    for (const auto& [p, why] : r.failed) fmt::print("  {}: {}\n", p, why);
+    for (const auto& [p, why] : r.failed) fmt::print("  {}: {}\n", Printable(p), Printable(why));
     fmt::print("{} {} files, {}{}\n", verb, r.files, HumanBytes(r.bytes),
                r.failed.empty() ? "" : fmt::format("; {} failed", r.failed.size()));
   }
@@ -107,7 +108,7 @@ int RunRestore(const CopyArgs& args) {
       for (const auto& m : files) j["paths"].push_back(m.path());
       PrintJson(j);
     } else {
-      for (const auto& m : files) fmt::print("  {:>10}  {}\n", HumanBytes(m.size()), m.path());
+      for (const auto& m : files) fmt::print("  {:>10}  {}\n", HumanBytes(m.size()), Printable(m.path()));
       fmt::print("would restore {} files, {}\ndry run: nothing changed. Run again with --apply.\n",
                  files.size(), HumanBytes(total));
     }

@@ -2,6 +2,7 @@
 // damaged store into a new folder (store/salvage.h). The store is only read.
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "base/work_pool.h"
 #include "fmt/format.h"
 #include "store/salvage.h"
@@ -73,7 +74,7 @@ int RunSalvage(const SalvageArgs& args) {
   } else {
     fmt::print("store {}: engine {}; {} blob file(s), {} value(s) found in them\n", loc.dir,
                r->engine, r->blob_files, r->blob_values);
-    for (const auto& p : r->problems) fmt::print("problem: {}\n", p);
+    for (const auto& p : r->problems) fmt::print("problem: {}\n", Printable(p));
     if (r->manifests_from_copies) {
       fmt::print("note: {} file(s) known only by their manifest's second copy\n", r->manifests_from_copies);
     }
@@ -86,7 +87,7 @@ int RunSalvage(const SalvageArgs& args) {
                  "since its last compaction, or lost from its damaged index): written under {}/{}\n",
                  r->unlisted, args.to, store::kUnlisted);
     }
-    for (const auto& l : r->lost) fmt::print("LOST: {} (file id {}): {}\n", l.path, l.file_id, l.why);
+    for (const auto& l : r->lost) fmt::print("LOST: {} (file id {}): {}\n", Printable(l.path), l.file_id, Printable(l.why));
     fmt::print("salvaged {} file(s), {} into {}, each checked against its content hash; {} lost\n",
                r->files, HumanBytes(r->bytes), args.to, r->lost.size());
   }

@@ -2,6 +2,7 @@
 // bytes the trace classes hold.
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "fmt/format.h"
 #include "store/footprint.h"
 #include "tools/cli/commands.h"
@@ -46,7 +47,7 @@ void PrintHuman(const std::string& logdir, const store::Footprint& fp) {
   if (!fp.largest.empty()) {
     fmt::print("\nlargest files:\n");
     for (const store::FileEntry& f : fp.largest) {
-      fmt::print("  {:>10}  {:<14} {}\n", HumanBytes(f.bytes), store::ClassName(f.cls), f.path);
+      fmt::print("  {:>10}  {:<14} {}\n", HumanBytes(f.bytes), store::ClassName(f.cls), Printable(f.path));
     }
   }
 }

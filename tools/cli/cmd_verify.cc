@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/fs_util.h"
+#include "base/text.h"
 #include "events/verifier.h"
 #include "fmt/format.h"
 #include "store/classify.h"
@@ -43,7 +44,7 @@ nlohmann::json FailureJson(const events::Failure& f) {
 
 void PrintHuman(const VerifyArgs& args, const events::VerifyReport& report, double secs) {
   for (const auto& [name, run] : report.digest.runs) {
-    fmt::print("run {} ({} file{})\n", name, run.files.size(), run.files.size() == 1 ? "" : "s");
+    fmt::print("run {} ({} file{})\n", Printable(name), run.files.size(), run.files.size() == 1 ? "" : "s");
     fmt::print("  {:<36} {:<11} {:>9} {:>10} {:>14}\n", "tag", "plugin", "count", "last step",
                "last value");
     for (const auto& [tag, t] : run.tags) {
@@ -52,7 +53,7 @@ void PrintHuman(const VerifyArgs& args, const events::VerifyReport& report, doub
     }
   }
   for (const events::Failure& f : report.failures) {
-    fmt::print("FAILED: {}\n", f.ToString());
+    fmt::print("FAILED: {}\n", Printable(f.ToString()));
   }
   fmt::print("{}: {} tfevents files, {} records, {} in {:.2f}s: {}\n", args.logdir,
              report.digest.files.size(), report.records, HumanBytes(report.bytes), secs,

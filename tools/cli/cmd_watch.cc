@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/fs_util.h"
+#include "base/text.h"
 #include "base/units.h"
 #include "fmt/format.h"
 #include "store/growth.h"
@@ -131,7 +132,7 @@ int RunWatch(const WatchArgs& args) {
                HumanDuration(g.span_s), g.samples,
                logdir_rate ? HumanRate(*logdir_rate) : "unknown", disk_rate ? HumanRate(*disk_rate) : "unknown");
     fmt::print("full in: {}\n", full_in ? HumanDuration(*full_in) + " at this rate" : "never at this rate");
-    for (const auto& [run, r] : runs) fmt::print("  {:>12}  {}\n", HumanRate(r), run);
+    for (const auto& [run, r] : runs) fmt::print("  {:>12}  {}\n", HumanRate(r), Printable(run));
     if (over) fmt::print("WARNING: the filesystem is {:.1f}% used (--warn-at {})\n", used_pct, args.warn_at);
     if (soon) fmt::print("WARNING: full in {} (--warn-within {})\n", HumanDuration(*full_in), args.warn_within);
   }
