@@ -98,14 +98,23 @@ Status Migrator::ApplyRetention() {
   if (!st.ok()) return st;
   uint64_t files = 0, bytes = 0;
   for (size_t i = 0; i < chosen.size() && !stop_flag_; ++i) {
+    // On record before it happens, and after: a crash between the two
+    // leaves "deleting" as the last word on the file (check it with ls).
+    const std::string path = Printable(chosen[i].path());
+    spdlog::info("retention: deleting {} ({}; {} bytes, {} stored)", path, why[i], chosen[i].size(),
+                 chosen[i].stored_bytes());
+    spdlog::default_logger()->flush();
     const int r = fs_.DeleteColdFile(chosen[i]);
-    if (r == -ENOENT) continue;  // rehydrated, renamed or replaced since it was chosen
+    if (r == -ENOENT) {
+      spdlog::info("retention: left {}: rehydrated, renamed or replaced since it was chosen", path);
+      continue;
+    }
     if (r != 0) {
-      st = Status::FromErrno(-r, "retention: delete", chosen[i].path());
+      st = Status::FromErrno(-r, "retention: delete", path);
       break;
     }
-    spdlog::info("retention: deleted {} ({}; {} bytes, {} stored)", Printable(chosen[i].path()), why[i],
-                 chosen[i].size(), chosen[i].stored_bytes());
+    spdlog::info("retention: deleted {}", path);
+    spdlog::default_logger()->flush();
     files++;
     bytes += chosen[i].size();
   }
@@ -118,7 +127,6 @@ Status Migrator::ApplyRetention() {
     // The space comes back when the engine rewrites what held them.
     if (Status c = fs_.store().Compact(); !c.ok()) spdlog::warn("retention: compact: {}", c.message());
     spdlog::info("retention: deleted {} cold files, {} bytes", files, bytes);
-    spdlog::default_logger()->flush();  // deletions are on record at once
   }
   return st;
 }

@@ -474,8 +474,10 @@ int RunMount(const MountConfig& mc_in) {
   if (!control.ok()) return Fail(verdict, "control socket: " + control.status().message());
   // Prometheus metrics, when asked for: an HTTP server of its own threads.
   // A client that connects and sends nothing (or a header a byte at a time)
-  // holds a thread until the request timeout; with a few threads and a short
-  // timeout such clients delay a scrape but cannot stop it.
+  // holds a thread until the request timeout (1 s; a scraper sends its
+  // request at once): a handful of such clients delay a scrape by seconds.
+  // The server is a thread per connection, so a local user who keeps ~80
+  // stalled connections open can still push scrapes past Prometheus's 10 s.
   std::shared_ptr<MountMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!mc.metrics_address.empty()) {
@@ -484,7 +486,7 @@ int RunMount(const MountConfig& mc_in) {
     }
     try {
       exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-          "listening_ports", mc.metrics_address, "num_threads", "4", "request_timeout_ms", "2000",
+          "listening_ports", mc.metrics_address, "num_threads", "8", "request_timeout_ms", "1000",
           "enable_keep_alive", "no"});
     } catch (const std::exception& e) {
       return Fail(verdict, "metrics: cannot listen on " + mc.metrics_address + ": " + e.what());

@@ -48,4 +48,8 @@ words=$(bash -c 'source /usr/share/bash-completion/completions/tbfs
   COMP_WORDS=(tbfs sal); COMP_CWORD=1; _tbfs; echo "${COMPREPLY[*]}"
   COMP_WORDS=(tbfs salvage --t); COMP_CWORD=2; _tbfs; echo "${COMPREPLY[*]}"')
 [[ $words == $'salvage\n--to' ]] || fail "bash completion gave: $words"
+# Mount options after a comma complete the one being typed.
+words=$(bash -c 'source /usr/share/bash-completion/completions/tbfs
+  COMP_WORDS=(tbfs mount -o allow_other,cold); COMP_CWORD=3; _tbfs; echo "${COMPREPLY[*]}"')
+[[ $words == "allow_other,cold_after=" ]] || fail "bash completion after a comma gave: $words"
 echo "check-package: $deb holds, installs and runs tbfs $version"

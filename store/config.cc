@@ -98,10 +98,14 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
         return Status::InvalidArgument(origin + ": line " + std::to_string(r[key].Mark().line + 1) +
                                        ": retention: " + key + ": " + why);
       };
+      // A zero would delete every cold file after each pass: said, not done
+      // (gc's options take it, for a one-off run that is listed first).
+      const std::string all = "0 would delete every cold file after each pass; leave the key out for no limit";
       for (const char* key : {"older_than", "migrated_before"}) {
         if (!r[key]) continue;
         auto s = ParseDurationSeconds(r[key].as<std::string>());
         if (!s.ok()) return bad(key, s.status().message());
+        if (*s == 0) return bad(key, all);
         (std::string(key) == "older_than" ? config.retention.older_than_s
                                           : config.retention.migrated_before_s) = *s;
       }
@@ -111,10 +115,12 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
           return bad("keep_last", "use a whole number of profiles (e.g. 5)");
         }
         config.retention.keep_last = std::stoull(n);
+        if (*config.retention.keep_last == 0) return bad("keep_last", all);
       }
       if (r["max_store"]) {
         auto b = ParseSizeBytes(r["max_store"].as<std::string>());
         if (!b.ok()) return bad("max_store", b.status().message());
+        if (*b == 0) return bad("max_store", all);
         config.retention.max_store_bytes = *b;
       }
     }

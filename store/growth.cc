@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/text.h"
 #include "store/cold_store.h"
 #include "store/store_dir.h"
 
@@ -48,9 +49,11 @@ double NowUnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Runs are named in UTF-8 (JSON keeps them so): a sample taken now and one
+// read back from the series must name a run the same way.
 std::string RunOf(const std::string& rel) {
   size_t slash = rel.find('/');
-  return slash == std::string::npos ? "." : rel.substr(0, slash);
+  return slash == std::string::npos ? "." : ValidUtf8(rel.substr(0, slash));
 }
 
 }  // namespace

@@ -706,7 +706,11 @@ TEST_F(Mounted, TheRetentionPolicyDeletesWhatGcWouldAndNothingElse) {
   EXPECT_EQ(st["retention"]["deleted_files"].get<uint64_t>(), doomed.size());
   EXPECT_EQ(st["cold"]["files"].get<uint64_t>(), traces_.size() - doomed.size());
   const std::string log = ReadBytes(L(".tbfs/tbfs-mount.log"));
-  for (const auto& d : doomed) EXPECT_NE(log.find("retention: deleted " + d + " ("), std::string::npos) << d;
+  for (const auto& d : doomed) {
+    const size_t deleting = log.find("retention: deleting " + d + " (");
+    EXPECT_NE(deleting, std::string::npos) << d;
+    EXPECT_NE(log.find("retention: deleted " + d + "\n", deleting), std::string::npos) << d;
+  }
   // A second pass finds nothing more to delete.
   MigrateNow();
   EXPECT_EQ(Status()["retention"]["deleted_files"].get<uint64_t>(), doomed.size());
@@ -844,7 +848,7 @@ TEST_F(Mounted, ClientsThatNeverFinishARequestDoNotBlindTheMetrics) {
   // More idle clients than the server has threads: some send nothing, some
   // half a request line, and all stay connected.
   std::vector<UniqueFd> idle;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 12; ++i) {
     UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;

@@ -99,6 +99,8 @@ TEST(MigrateConfig, ReadsTheRetentionPolicy) {
   for (const char* text : {"retention: {keep_last: -1}", "retention: {keep_last: five}",
                            "retention: {keep_last: 1.5}", "retention: {max_store: lots}",
                            "retention: {migrated_before: soon}", "retention: {keep_newest: 3}",
+                           "retention: {keep_last: 0}", "retention: {older_than: 0s}",
+                           "retention: {migrated_before: 0}", "retention: {max_store: 0}",
                            "retention: [keep_last]"}) {
     auto bad = ParseMigrateConfig(text, "bad.yaml");
     ASSERT_FALSE(bad.ok()) << text;

@@ -69,6 +69,25 @@ TEST(GrowthSeries, AFifoOrASymlinkAtItsNameIsNotRead) {
   EXPECT_TRUE(LoadGrowthSeries(dir.path()).empty()) << "read through a symlink";
 }
 
+// A run named with bytes that are not UTF-8 keeps one name from a fresh
+// sample to the kept series (JSON holds UTF-8), or its whole size would
+// read as growth.
+TEST(GrowthSeries, ARunWhoseNameIsNotUtf8IsTheSameRunWhenReadBack) {
+  testing::TempDir dir;
+  const std::string logdir = dir.path() + "/logdir";
+  ::mkdir(logdir.c_str(), 0755);
+  ::mkdir((logdir + "/bad\xff\xfe").c_str(), 0755);
+  testing::WriteBytes(logdir + "/bad\xff\xfe/x.pt.trace.json", std::string(1000, '{'));
+  auto s = TakeGrowthSample(logdir, dir.path() + "/store", Policy(), WalkOptions());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<GrowthSample> series;
+  ASSERT_TRUE(SaveGrowthSample(dir.path() + "/store", *s, &series).ok());
+  auto back = LoadGrowthSeries(dir.path() + "/store");
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].runs, s->runs);
+  EXPECT_EQ(s->runs.count("bad\xEF\xBF\xBD\xEF\xBF\xBD"), 1u);
+}
+
 TEST(GrowthSummary, RatesTimeToFullAndTheFastestRuns) {
   std::vector<GrowthSample> series;
   // 10 bytes a second for 100 s; the filesystem loses 20 bytes a second.
