@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev
   libcli11-dev libxxhash-dev libyaml-cpp-dev libisal-dev nlohmann-json3-dev libarchive-dev
   prometheus-cpp-dev
+  librados-dev libradospp-dev
 )
 missing=()
 for p in "${packages[@]}"; do

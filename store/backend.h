@@ -88,7 +88,8 @@ class Backend {
   virtual Status LastKey(Space space, std::string* key) = 0;
   // Bytes the engine uses on disk (live and obsolete files).
   virtual uint64_t DiskBytes() = 0;
-  // Bytes free for it on its filesystem, and that filesystem's size.
+  // Bytes free for it on its filesystem, and that filesystem's size;
+  // NotSupported when the engine cannot tell (its writes fail with ENOSPC).
   virtual Status FreeBytes(uint64_t* free, uint64_t* size) = 0;
   // Bytes written but not yet in the engine's files (its write-ahead log):
   // moving them there takes as much room again.

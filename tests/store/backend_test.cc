@@ -1,0 +1,243 @@
+// The contract of store/backend.h, run on every engine: RocksDB in a
+// folder, and Ceph RADOS on a throwaway one-OSD cluster
+// (scripts/ceph-cluster.sh; skipped, with the reason, when Ceph is not
+// installed).
+#include "store/backend.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+
+#include "store/rados_backend.h"
+#include "tests/test_util.h"
+
+namespace tbfs::store {
+namespace {
+
+std::string ChunkKey(uint64_t id, uint64_t index) {
+  std::string k(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    k[i] = static_cast<char>(id >> (56 - 8 * i));
+    k[8 + i] = static_cast<char>(index >> (56 - 8 * i));
+  }
+  return k;
+}
+
+// One cluster for every RADOS test of the run.
+class CephCluster {
+ public:
+  static CephCluster& Get() {
+    static CephCluster cluster;
+    return cluster;
+  }
+  const std::string& conf() const { return shared_conf_.empty() ? conf_ : shared_conf_; }
+  const std::string& why_not() const { return why_not_; }
+  ~CephCluster() {
+    if (!conf_.empty()) (void)testing::RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh stop " + dir_);
+  }
+
+ private:
+  CephCluster() {
+    // Under ctest one cluster serves every test (the Ceph.Cluster fixture
+    // in tests/CMakeLists.txt); run by hand, the binary starts its own.
+    if (const char* shared = std::getenv("TBFS_CEPH_DIR")) {
+      std::string why = testing::ReadBytes(std::string(shared) + "/unavailable");
+      if (!why.empty()) {
+        why_not_ = "RADOS tests skipped: " + why;
+      } else {
+        shared_conf_ = std::string(shared) + "/ceph.conf";
+      }
+      return;
+    }
+    if (testing::RunCommand("command -v ceph-mon && command -v ceph-osd").exit_code != 0) {
+      why_not_ = "Ceph is not installed (apt-get install ceph-mon ceph-osd ceph-common): RADOS tests skipped";
+      return;
+    }
+    dir_ = tmp_.path() + "/ceph";
+    auto r = testing::RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh start " + dir_ + " tbfs 2>&1");
+    if (r.exit_code != 0) {
+      why_not_ = "the test cluster did not start: " + r.out;
+      return;
+    }
+    conf_ = r.out.substr(0, r.out.find('\n'));
+  }
+  testing::TempDir tmp_;
+  std::string dir_, conf_, why_not_, shared_conf_;
+};
+
+class BackendContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "rados") {
+      if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+      static std::atomic<int> n{0};
+      rados_.pool = "tbfs";
+      rados_.conf = CephCluster::Get().conf();
+      rados_.prefix = "test" + std::to_string(::getpid()) + "-" + std::to_string(n++) + "/";
+      rados_.timeout_s = 10;
+    }
+    auto b = Open(true);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    backend_ = std::move(b).value();
+  }
+  Result<std::unique_ptr<Backend>> Open(bool create) {
+    BackendOptions o;
+    o.create_if_missing = create;
+    if (GetParam() == "rados") return OpenRadosBackend(rados_, o);
+    return OpenRocksBackend(dir_.path() + "/" + db_name_, o);
+  }
+  std::string Value(Space space, const std::string& key) {
+    std::string v;
+    Status st = backend_->Get(space, key, &v);
+    return st.ok() ? v : st.IsNotFound() ? "<none>" : "<error: " + st.message() + ">";
+  }
+  testing::TempDir dir_;
+  std::string db_name_ = "db";
+  RadosLocation rados_;
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_P(BackendContract, ABatchIsAppliedWholeAndReadBack) {
+  WriteBatch b;
+  b.Put(Space::kNamespace, std::string("run\0a", 5), "entry-a");  // keys are bytes, NUL too
+  b.Put(Space::kManifests, "m1", "manifest-1");
+  b.Put(Space::kChunks, ChunkKey(1, 0), std::string(1 << 20, 'x'));  // a full chunk
+  b.Put(Space::kMeta, "info", "v2");
+  ASSERT_TRUE(backend_->Commit(b, true).ok());
+  EXPECT_EQ(Value(Space::kNamespace, std::string("run\0a", 5)), "entry-a");
+  EXPECT_EQ(Value(Space::kNamespace, "run"), "<none>");
+  EXPECT_EQ(Value(Space::kManifests, "m1"), "manifest-1");
+  EXPECT_EQ(Value(Space::kChunks, ChunkKey(1, 0)), std::string(1 << 20, 'x'));
+  EXPECT_EQ(Value(Space::kJournal, "m1"), "<none>") << "spaces are apart";
+  WriteBatch d;
+  d.Delete(Space::kManifests, "m1");
+  d.Put(Space::kManifests, "m2", "manifest-2");
+  d.Delete(Space::kChunks, ChunkKey(1, 0));
+  ASSERT_TRUE(backend_->Commit(d, true).ok());
+  EXPECT_EQ(Value(Space::kManifests, "m1"), "<none>");
+  EXPECT_EQ(Value(Space::kManifests, "m2"), "manifest-2");
+  EXPECT_EQ(Value(Space::kChunks, ChunkKey(1, 0)), "<none>");
+  // A put and a delete of one key in one batch: the later wins.
+  WriteBatch e;
+  e.Put(Space::kMeta, "k", "1");
+  e.Delete(Space::kMeta, "k");
+  e.Delete(Space::kMeta, "j");
+  e.Put(Space::kMeta, "j", "2");
+  ASSERT_TRUE(backend_->Commit(e, true).ok());
+  EXPECT_EQ(Value(Space::kMeta, "k"), "<none>");
+  EXPECT_EQ(Value(Space::kMeta, "j"), "2");
+}
+
+TEST_P(BackendContract, ScansGoInKeyOrderWithinAPrefixAndStopWhenAsked) {
+  WriteBatch b;
+  for (const char* k : {"b/2", "a/1", "b/1", "b/10", "c", std::string("b\xff").c_str()}) b.Put(Space::kJournal, k, k);
+  b.Put(Space::kBaselines, "b/0", "other space");
+  for (uint64_t i : {3, 1, 2}) b.Put(Space::kChunks, ChunkKey(7, i), "chunk" + std::to_string(i));
+  b.Put(Space::kChunks, ChunkKey(8, 0), "other file");
+  ASSERT_TRUE(backend_->Commit(b, true).ok());
+  std::vector<std::string> seen;
+  ASSERT_TRUE(backend_->Scan(Space::kJournal, "b/", [&](std::string_view k, std::string_view v) {
+    EXPECT_EQ(k, v);
+    seen.emplace_back(k);
+    return true;
+  }).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"b/1", "b/10", "b/2"}));
+  seen.clear();
+  ASSERT_TRUE(backend_->Scan(Space::kJournal, "", [&](std::string_view k, std::string_view) {
+    seen.emplace_back(k);
+    return seen.size() < 2;
+  }).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"a/1", "b/1"}));
+  seen.clear();
+  ASSERT_TRUE(backend_->Scan(Space::kChunks, ChunkKey(7, 0).substr(0, 8), [&](std::string_view, std::string_view v) {
+    seen.emplace_back(v);
+    return true;
+  }).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"chunk1", "chunk2", "chunk3"}));
+  std::string last;
+  ASSERT_TRUE(backend_->LastKey(Space::kJournal, &last).ok());
+  EXPECT_EQ(last, "c");
+  EXPECT_TRUE(backend_->LastKey(Space::kManifests, &last).IsNotFound());
+}
+
+TEST_P(BackendContract, DeletingAFilesChunksLeavesEveryOtherFilesChunks) {
+  WriteBatch b;
+  for (uint64_t i = 0; i < 5; ++i) b.Put(Space::kChunks, ChunkKey(9, i), "nine");
+  b.Put(Space::kChunks, ChunkKey(9, UINT64_MAX), "nine's manifest copy");
+  b.Put(Space::kChunks, ChunkKey(10, 0), "ten");
+  b.Put(Space::kChunks, ChunkKey(8, UINT64_MAX), "eight's manifest copy");
+  ASSERT_TRUE(backend_->Commit(b, true).ok());
+  WriteBatch d;
+  d.DeleteRange(Space::kChunks, ChunkKey(9, 0), ChunkKey(10, 0));
+  ASSERT_TRUE(backend_->Commit(d, true).ok());
+  for (uint64_t i : {uint64_t{0}, uint64_t{4}, UINT64_MAX}) EXPECT_EQ(Value(Space::kChunks, ChunkKey(9, i)), "<none>");
+  EXPECT_EQ(Value(Space::kChunks, ChunkKey(10, 0)), "ten");
+  EXPECT_EQ(Value(Space::kChunks, ChunkKey(8, UINT64_MAX)), "eight's manifest copy");
+  // Ranges in the small spaces too.
+  WriteBatch m;
+  for (const char* k : {"a", "b", "c", "d"}) m.Put(Space::kNamespace, k, k);
+  ASSERT_TRUE(backend_->Commit(m, true).ok());
+  WriteBatch r;
+  r.DeleteRange(Space::kNamespace, "b", "d");
+  ASSERT_TRUE(backend_->Commit(r, true).ok());
+  EXPECT_EQ(Value(Space::kNamespace, "a"), "a");
+  EXPECT_EQ(Value(Space::kNamespace, "b"), "<none>");
+  EXPECT_EQ(Value(Space::kNamespace, "c"), "<none>");
+  EXPECT_EQ(Value(Space::kNamespace, "d"), "d");
+}
+
+TEST_P(BackendContract, WhatWasCommittedIsThereAfterAReopen) {
+  WriteBatch b;
+  b.Put(Space::kManifests, "m", "kept");
+  b.Put(Space::kChunks, ChunkKey(3, 0), "chunk");
+  ASSERT_TRUE(backend_->Commit(b, true).ok());
+  backend_.reset();
+  auto again = Open(false);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  backend_ = std::move(again).value();
+  EXPECT_EQ(Value(Space::kManifests, "m"), "kept");
+  EXPECT_EQ(Value(Space::kChunks, ChunkKey(3, 0)), "chunk");
+  uint64_t free = 0, size = 0;
+  Status room = backend_->FreeBytes(&free, &size);
+  if (room.code() != Code::kNotSupported) {  // a cluster without ceph-mgr cannot tell
+    ASSERT_TRUE(room.ok()) << room.ToString();
+    EXPECT_GT(size, 0u);
+    EXPECT_LE(free, size);
+  }
+}
+
+TEST_P(BackendContract, AStoreThatIsNotThereIsNotFoundUnlessCreated) {
+  backend_.reset();
+  if (GetParam() == "rados") {
+    rados_.prefix += "elsewhere/";
+  } else {
+    db_name_ = "elsewhere";
+  }
+  auto missing = Open(false);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(missing.status().IsNotFound()) << missing.status().ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, BackendContract, ::testing::Values("rocks", "rados"),
+                         [](const auto& info) { return info.param; });
+
+TEST(RadosBackend, AnUnreachableClusterFailsWithinItsTimeout) {
+  testing::TempDir dir;
+  const std::string conf = dir.path() + "/ceph.conf";
+  testing::WriteBytes(conf, "[global]\nmon host = v2:127.0.0.1:9\nauth client required = none\n");
+  RadosLocation where{.pool = "tbfs", .prefix = "x/", .conf = conf, .user = "", .timeout_s = 2};
+  const auto start = std::chrono::steady_clock::now();
+  auto b = OpenRadosBackend(where, {.create_if_missing = true});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("rados connect"), std::string::npos) << b.status().message();
+  EXPECT_LT(took, 30) << "bounded by the timeout, not hung";
+}
+
+}  // namespace
+}  // namespace tbfs::store
