@@ -24,6 +24,7 @@
 #include <mutex>
 #include <set>
 
+#include "base/failpoint.h"
 #include "fmt/format.h"
 #include "store/backend.h"
 
@@ -141,6 +142,7 @@ class RadosBackend final : public Backend {
       if (first.ok()) first = FromRados(writes[i]->get_return_value(), "write", oids[i]);
     }
     TBFS_RETURN_IF_ERROR(first);
+    MaybeCrash("rados.before_commit_point");
     // 2. The commit point: one atomic write to the head's omap.
     if (!omap_puts.empty() || !omap_deletes.empty()) {
       librados::ObjectWriteOperation w;
@@ -149,6 +151,7 @@ class RadosBackend final : public Backend {
       if (!omap_puts.empty()) w.omap_set(omap_puts);
       TBFS_RETURN_IF_ERROR(FromRados(io_.operate(head_, &w), "omap commit", head_));
     }
+    MaybeCrash("rados.after_commit_point");
     // 3. Chunks no record names any more.
     for (const WriteBatch::Op* op : chunk_deletes) {
       const int r = io_.remove(ChunkOid(op->key));

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "base/failpoint.h"
 #include "store/rados_backend.h"
 #include "tests/test_util.h"
 
@@ -37,6 +38,8 @@ class CephCluster {
   }
   const std::string& conf() const { return shared_conf_.empty() ? conf_ : shared_conf_; }
   const std::string& why_not() const { return why_not_; }
+  // The folder a child process (a death test) finds the same cluster in.
+  std::string dir() const { return shared_conf_.empty() ? dir_ : std::getenv("TBFS_CEPH_DIR"); }
   ~CephCluster() {
     if (!conf_.empty()) (void)testing::RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh stop " + dir_);
   }
@@ -225,6 +228,71 @@ TEST_P(BackendContract, AStoreThatIsNotThereIsNotFoundUnlessCreated) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, BackendContract, ::testing::Values("rocks", "rados"),
                          [](const auto& info) { return info.param; });
+
+// A crash at either side of a commit's one atomic step leaves the old state
+// or the new one, plus chunk objects nothing names (garbage), never a
+// record whose chunks are gone. The crash is a failpoint in a child
+// process (a death test, run afresh so that it reads TBFS_FAILPOINT); the
+// child does only the crashing commit, on the store the parent set up.
+void CrashAt(const std::string& point, bool new_state_expected) {
+  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const bool child = std::getenv("TBFS_FAILPOINT") != nullptr;
+  if (!child) {
+    ::setenv("TBFS_CEPH_DIR", CephCluster::Get().dir().c_str(), 1);
+    ::setenv("TBFS_CRASH_PREFIX", ("crash-" + point + "-" + std::to_string(::getpid()) + "/").c_str(), 1);
+  }
+  RadosLocation where{.pool = "tbfs", .prefix = std::getenv("TBFS_CRASH_PREFIX"),
+                      .conf = CephCluster::Get().conf(), .user = "", .timeout_s = 10};
+  std::unique_ptr<Backend> b;
+  if (!child) {
+    auto opened = OpenRadosBackend(where, {.create_if_missing = true});
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    b = std::move(opened).value();
+    WriteBatch old_state;
+    old_state.Put(Space::kManifests, "m1", "file 1");
+    old_state.Put(Space::kChunks, ChunkKey(1, 0), "chunk of file 1");
+    ASSERT_TRUE(b->Commit(old_state, true).ok());
+    ::setenv("TBFS_FAILPOINT", point.c_str(), 1);
+  }
+  // Replace file 1 by file 2 in one batch, crashing at the point.
+  EXPECT_EXIT(
+      {
+        auto opened = OpenRadosBackend(where, {});
+        if (!opened.ok()) std::_Exit(3);
+        WriteBatch next;
+        next.Put(Space::kChunks, ChunkKey(2, 0), "chunk of file 2");
+        next.Put(Space::kManifests, "m2", "file 2");
+        next.Delete(Space::kManifests, "m1");
+        next.DeleteRange(Space::kChunks, ChunkKey(1, 0), ChunkKey(2, 0));
+        (void)(*opened)->Commit(next, true);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(kFailpointExitCode), "");
+  ::unsetenv("TBFS_FAILPOINT");
+  auto get = [&](Space space, const std::string& key) {
+    std::string v;
+    Status st = b->Get(space, key, &v);
+    return st.ok() ? v : st.IsNotFound() ? "<none>" : "<error: " + st.message() + ">";
+  };
+  EXPECT_EQ(get(Space::kChunks, ChunkKey(2, 0)), "chunk of file 2") << "written before the commit point";
+  if (new_state_expected) {  // whole; file 1's chunk is garbage now
+    EXPECT_EQ(get(Space::kManifests, "m1"), "<none>");
+    EXPECT_EQ(get(Space::kManifests, "m2"), "file 2");
+  } else {  // the old state, whole; file 2's chunk is garbage
+    EXPECT_EQ(get(Space::kManifests, "m1"), "file 1");
+    EXPECT_EQ(get(Space::kChunks, ChunkKey(1, 0)), "chunk of file 1");
+    EXPECT_EQ(get(Space::kManifests, "m2"), "<none>");
+  }
+}
+
+TEST(RadosBackend, ACrashBeforeTheCommitPointLeavesTheOldState) {
+  CrashAt("rados.before_commit_point", false);
+}
+
+TEST(RadosBackend, ACrashAfterTheCommitPointLeavesTheNewState) {
+  CrashAt("rados.after_commit_point", true);
+}
 
 TEST(RadosBackend, AnUnreachableClusterFailsWithinItsTimeout) {
   testing::TempDir dir;
