@@ -20,12 +20,19 @@
 #include <rados/librados.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <list>
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "base/failpoint.h"
 #include "fmt/format.h"
+#include "spdlog/spdlog.h"
 #include "store/backend.h"
 
 namespace tbfs::store {
@@ -314,56 +321,133 @@ class RadosBackend final : public Backend {
   const std::string head_;
 };
 
-}  // namespace
+struct Connection {
+  std::unique_ptr<librados::Rados> cluster;
+  librados::IoCtx io;
+  ~Connection() {
+    io.close();
+    if (cluster) cluster->shutdown();
+  }
+};
 
-Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options) {
-  const std::string what = fmt::format("rados://{}/{}", where.pool, where.prefix);
-  if (options.best_efforts) return Status::NotSupported(what + ": salvage reads a RADOS store as it is");
-  auto cluster = std::make_unique<librados::Rados>();
+std::string Describe(const RadosLocation& where) { return fmt::format("rados://{}/{}", where.pool, where.prefix); }
+
+Status Connect(const RadosLocation& where, Connection* c) {
+  const std::string what = Describe(where);
+  c->cluster = std::make_unique<librados::Rados>();
   const std::string user = where.user.empty() ? "admin" : where.user;
-  int r = cluster->init2(("client." + user).c_str(), "ceph", 0);
-  if (r < 0) return FromRados(r, "init", what);
+  int r = c->cluster->init2(("client." + user).c_str(), "ceph", 0);
+  if (r < 0) {
+    c->cluster.reset();
+    return FromRados(r, "init", what);
+  }
   if (!where.conf.empty()) {
-    r = cluster->conf_read_file(where.conf.c_str());
+    r = c->cluster->conf_read_file(where.conf.c_str());
     if (r < 0) return FromRados(r, "read the configuration", where.conf);
   }
   // An unreachable cluster fails operations after a bounded time (EIO to a
   // reader), never hangs them.
   const std::string timeout = std::to_string(where.timeout_s);
   for (const char* option : {"rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"}) {
-    cluster->conf_set(option, timeout.c_str());
+    c->cluster->conf_set(option, timeout.c_str());
   }
-  r = cluster->connect();
-  if (r < 0) {
-    cluster->shutdown();
-    return FromRados(r, "connect", what + " (" + (where.conf.empty() ? "default ceph.conf" : where.conf) + ")");
+  r = c->cluster->connect();
+  if (r < 0) return FromRados(r, "connect", what + " (" + (where.conf.empty() ? "default ceph.conf" : where.conf) + ")");
+  r = c->cluster->ioctx_create(where.pool.c_str(), c->io);
+  if (r < 0) return r == -ENOENT ? Status::NotFound(what + ": no pool " + where.pool) : FromRados(r, "open pool", what);
+  return Status::OK();
+}
+
+constexpr char kLeaseName[] = "tbfs.writer";
+
+}  // namespace
+
+struct RadosLease::State {
+  Connection c;
+  std::string head, cookie, what;
+  int lease_s = 30;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;  // guarded by mu
+  std::atomic<bool> held{true};
+  std::thread renewer;
+
+  int Lock(uint8_t flags) {
+    struct timeval duration = {lease_s, 0};
+    return c.io.lock_exclusive(head, kLeaseName, cookie, "tbfs store writer", &duration, flags);
   }
-  librados::IoCtx io;
-  r = cluster->ioctx_create(where.pool.c_str(), io);
-  if (r < 0) {
-    cluster->shutdown();
-    return r == -ENOENT ? Status::NotFound(what + ": no pool " + where.pool) : FromRados(r, "open pool", what);
+  void Renew() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, std::chrono::milliseconds(lease_s * 1000 / 3), [&] { return stopping; })) {
+      const int r = Lock(LIBRADOS_LOCK_FLAG_MUST_RENEW);
+      if (r < 0) {
+        held = false;
+        spdlog::error("{}: the writer's lease could not be renewed ({}); writing stops", what, std::strerror(-r));
+        return;
+      }
+    }
   }
+};
+
+RadosLease::RadosLease(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+RadosLease::~RadosLease() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stopping = true;
+  }
+  state_->cv.notify_all();
+  if (state_->renewer.joinable()) state_->renewer.join();
+  if (state_->held) (void)state_->c.io.unlock(state_->head, kLeaseName, state_->cookie);
+}
+
+bool RadosLease::held() const { return state_->held; }
+
+Result<std::unique_ptr<RadosLease>> RadosLease::Acquire(const RadosLocation& where, const std::string& holder,
+                                                       int lease_s) {
+  auto state = std::make_unique<State>();
+  TBFS_RETURN_IF_ERROR(Connect(where, &state->c));
+  state->head = where.prefix + "head";
+  state->what = Describe(where);
+  state->lease_s = std::max(lease_s, 3);
+  // The cookie names the holder to whoever is refused: unique per taker.
+  state->cookie = fmt::format("{} [{}]", holder, reinterpret_cast<uintptr_t>(state.get()));
+  const int r = state->Lock(0);
+  if (r == -EBUSY || r == -EEXIST) {
+    int exclusive = 0;
+    std::string tag;
+    std::list<librados::locker_t> lockers;
+    std::string who = "another tbfs process";
+    if (state->c.io.list_lockers(state->head, kLeaseName, &exclusive, &tag, &lockers) >= 0 && !lockers.empty()) {
+      who = lockers.front().cookie + " on " + lockers.front().address;
+    }
+    return Status::Busy(fmt::format("{} is in use by {} (its lease lasts {} s after its last renewal)",
+                                    state->what, who, state->lease_s));
+  }
+  TBFS_RETURN_IF_ERROR(FromRados(r, "lock", state->what));
+  State* s = state.get();
+  state->renewer = std::thread([s] { s->Renew(); });
+  return std::unique_ptr<RadosLease>(new RadosLease(std::move(state)));
+}
+
+Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options) {
+  const std::string what = Describe(where);
+  if (options.best_efforts) return Status::NotSupported(what + ": salvage reads a RADOS store as it is");
+  Connection c;
+  TBFS_RETURN_IF_ERROR(Connect(where, &c));
+  librados::IoCtx& io = c.io;
   const std::string head = where.prefix + "head";
   uint64_t size;
   time_t mtime;
-  r = io.stat(head, &size, &mtime);
+  int r = io.stat(head, &size, &mtime);
   if (r == -ENOENT) {
-    if (!options.create_if_missing || options.read_only) {
-      io.close();
-      cluster->shutdown();
-      return Status::NotFound(what + ": no tbfs store there");
-    }
+    if (!options.create_if_missing || options.read_only) return Status::NotFound(what + ": no tbfs store there");
     librados::ObjectWriteOperation create;
     create.create(false);  // two creators at once: both see the same empty head
     r = io.operate(head, &create);
   }
-  if (r < 0) {
-    io.close();
-    cluster->shutdown();
-    return FromRados(r, "open", what + " " + head);
-  }
-  return std::unique_ptr<Backend>(new RadosBackend(std::move(cluster), std::move(io), where.prefix));
+  if (r < 0) return FromRados(r, "open", what + " " + head);
+  return std::unique_ptr<Backend>(new RadosBackend(std::move(c.cluster), std::move(c.io), where.prefix));
 }
 
 }  // namespace tbfs::store

@@ -22,4 +22,27 @@ struct RadosLocation {
 // NotFound when the pool or the store is missing.
 Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options);
 
+// One writer (migrator, gc, restore) per RADOS store, whatever host it runs
+// on: an exclusive RADOS lock on the store's head object held as a lease.
+// A thread renews it every third of the lease; a holder that dies (or
+// loses the cluster) loses it when the lease runs out, and the next writer
+// may take it then. A holder whose renewal failed stops being one: held()
+// turns false, and it must write no more.
+class RadosLease {
+ public:
+  // Busy, naming the holder (its `holder` text), when another holds it.
+  static Result<std::unique_ptr<RadosLease>> Acquire(const RadosLocation& where, const std::string& holder,
+                                                     int lease_s);
+  ~RadosLease();  // stops renewing and gives the lock back
+  bool held() const;
+
+  RadosLease(const RadosLease&) = delete;
+  RadosLease& operator=(const RadosLease&) = delete;
+
+ private:
+  struct State;
+  explicit RadosLease(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
 }  // namespace tbfs::store

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <thread>
 
 #include "base/failpoint.h"
 #include "store/rados_backend.h"
@@ -292,6 +293,65 @@ TEST(RadosBackend, ACrashBeforeTheCommitPointLeavesTheOldState) {
 
 TEST(RadosBackend, ACrashAfterTheCommitPointLeavesTheNewState) {
   CrashAt("rados.after_commit_point", true);
+}
+
+RadosLocation LeaseStore(const std::string& name) {
+  return RadosLocation{.pool = "tbfs", .prefix = name + std::to_string(::getpid()) + "/",
+                       .conf = CephCluster::Get().conf(), .user = "", .timeout_s = 10};
+}
+
+TEST(RadosLease, OneWriterAtATimeKeptByRenewalsAndTheRefusedOneIsToldWho) {
+  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  const RadosLocation where = LeaseStore("lease-");
+  ASSERT_TRUE(OpenRadosBackend(where, {.create_if_missing = true}).ok());
+  auto a = RadosLease::Acquire(where, "the tbfs mount on host-a:/mnt/logs (pid 1)", 3);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  // Held past its 3 s lease: it is renewed.
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  EXPECT_TRUE((*a)->held());
+  auto b = RadosLease::Acquire(where, "host-b", 3);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Code::kBusy);
+  EXPECT_NE(b.status().message().find("the tbfs mount on host-a:/mnt/logs (pid 1)"), std::string::npos)
+      << b.status().message();
+  a->reset();  // given back: the next writer need not wait for the lease
+  auto c = RadosLease::Acquire(where, "host-b", 3);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
+// A holder that dies without giving the lease back (kill -9, a host gone)
+// holds up the next writer for at most the lease.
+TEST(RadosLease, AHolderThatDiedLosesItWhenTheLeaseRunsOut) {
+  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const bool child = std::getenv("TBFS_LEASE_PREFIX") != nullptr && std::getenv("TBFS_LEASE_CHILD") != nullptr;
+  if (!child) {
+    ::setenv("TBFS_CEPH_DIR", CephCluster::Get().dir().c_str(), 1);
+    ::setenv("TBFS_LEASE_PREFIX", LeaseStore("dead-").prefix.c_str(), 1);
+  }
+  RadosLocation where = LeaseStore("");
+  where.prefix = std::getenv("TBFS_LEASE_PREFIX");
+  if (!child) {
+    ASSERT_TRUE(OpenRadosBackend(where, {.create_if_missing = true}).ok());
+    ::setenv("TBFS_LEASE_CHILD", "1", 1);
+  }
+  EXPECT_EXIT(
+      {
+        auto held = RadosLease::Acquire(where, "a holder about to die", 3);
+        std::_Exit(held.ok() ? 0 : 3);  // no destructor: the lock is not given back
+      },
+      ::testing::ExitedWithCode(0), "");
+  ::unsetenv("TBFS_LEASE_CHILD");
+  auto refused = RadosLease::Acquire(where, "the next writer", 3);
+  ASSERT_FALSE(refused.ok()) << "the dead holder's lease still runs";
+  EXPECT_NE(refused.status().message().find("a holder about to die"), std::string::npos);
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::unique_ptr<RadosLease>> taken = Status::Busy("");
+  while (!taken.ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(15)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    taken = RadosLease::Acquire(where, "the next writer", 3);
+  }
+  EXPECT_TRUE(taken.ok()) << taken.status().ToString();
 }
 
 TEST(RadosBackend, AnUnreachableClusterFailsWithinItsTimeout) {
