@@ -20,6 +20,7 @@
 #include <rados/librados.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -31,6 +32,7 @@
 #include <thread>
 
 #include "base/failpoint.h"
+#include "base/units.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/backend.h"
@@ -428,6 +430,67 @@ Result<std::unique_ptr<RadosLease>> RadosLease::Acquire(const RadosLocation& whe
   State* s = state.get();
   state->renewer = std::thread([s] { s->Renew(); });
   return std::unique_ptr<RadosLease>(new RadosLease(std::move(state)));
+}
+
+bool IsRadosUrl(const std::string& store) { return store.starts_with("rados://"); }
+
+Result<RadosLocation> ParseRadosUrl(const std::string& url) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(url + ": " + why + " (use rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR])");
+  };
+  auto decode = [](std::string_view in, std::string* out) {
+    out->clear();
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i] != '%') {
+        out->push_back(in[i]);
+        continue;
+      }
+      std::string byte;
+      if (i + 2 >= in.size()) return false;
+      if (!Unhex(std::string(1, static_cast<char>(std::tolower(in[i + 1]))) +
+                     std::string(1, static_cast<char>(std::tolower(in[i + 2]))),
+                 &byte)) {
+        return false;
+      }
+      out->append(byte);
+      i += 2;
+    }
+    return true;
+  };
+  if (!IsRadosUrl(url)) return bad("not a rados:// address");
+  std::string_view rest = std::string_view(url).substr(8);
+  const size_t q = rest.find('?');
+  std::string_view path = rest.substr(0, q), query = q == std::string_view::npos ? "" : rest.substr(q + 1);
+  RadosLocation where;
+  const size_t slash = path.find('/');
+  if (!decode(path.substr(0, slash), &where.pool) || where.pool.empty()) return bad("no pool");
+  if (slash != std::string_view::npos) {
+    if (!decode(path.substr(slash + 1), &where.prefix)) return bad("a bad %-escape in the prefix");
+    if (!where.prefix.empty() && where.prefix.back() != '/') where.prefix += '/';
+  }
+  for (size_t start = 0; start < query.size();) {
+    size_t end = query.find('&', start);
+    if (end == std::string_view::npos) end = query.size();
+    std::string_view item = query.substr(start, end - start);
+    start = end + 1;
+    const size_t eq = item.find('=');
+    std::string key(item.substr(0, eq)), value;
+    if (eq == std::string_view::npos || !decode(item.substr(eq + 1), &value) || value.empty()) {
+      return bad("'" + key + "' needs a value");
+    }
+    if (key == "conf") {
+      where.conf = value;
+    } else if (key == "id") {
+      where.user = value;
+    } else if (key == "timeout") {
+      auto s = ParseDurationSeconds(value);
+      if (!s.ok() || *s < 1 || *s > 3600) return bad("timeout: between 1s and 1h");
+      where.timeout_s = static_cast<int>(*s);
+    } else {
+      return bad("unknown parameter '" + key + "'");
+    }
+  }
+  return where;
 }
 
 Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options) {

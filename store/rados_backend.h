@@ -18,6 +18,12 @@ struct RadosLocation {
   int timeout_s = 30;  // an operation the cluster does not answer fails after this long
 };
 
+// "rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR]" (%XX escapes
+// allowed): the form --store and the config take. The prefix ends in '/'
+// when given. InvalidArgument, one line, for anything else.
+Result<RadosLocation> ParseRadosUrl(const std::string& url);
+bool IsRadosUrl(const std::string& store);
+
 // Connects and opens (or, with create_if_missing, creates) the store.
 // NotFound when the pool or the store is missing.
 Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options);

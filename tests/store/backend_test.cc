@@ -354,6 +354,30 @@ TEST(RadosLease, AHolderThatDiedLosesItWhenTheLeaseRunsOut) {
   EXPECT_TRUE(taken.ok()) << taken.status().ToString();
 }
 
+TEST(RadosUrl, ReadsPoolPrefixAndParameters) {
+  auto a = ParseRadosUrl("rados://tbfs/team%20a/logs?conf=/etc/ceph/ceph.conf&id=tbfs&timeout=10s");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->pool, "tbfs");
+  EXPECT_EQ(a->prefix, "team a/logs/");
+  EXPECT_EQ(a->conf, "/etc/ceph/ceph.conf");
+  EXPECT_EQ(a->user, "tbfs");
+  EXPECT_EQ(a->timeout_s, 10);
+  auto b = ParseRadosUrl("rados://pool");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->prefix, "");
+  EXPECT_EQ(b->timeout_s, 30);
+  EXPECT_TRUE(IsRadosUrl("rados://x"));
+  EXPECT_FALSE(IsRadosUrl("/data/store"));
+  for (const char* url : {"rados://", "rados:///prefix", "rados://p?conf", "rados://p?conf=", "rados://p?user=x",
+                          "rados://p?timeout=0s", "rados://p?timeout=soon", "rados://p/%zz", "rados://p/%4", "/tmp/x"}) {
+    auto r = ParseRadosUrl(url);
+    ASSERT_FALSE(r.ok()) << url;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << url;
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+    EXPECT_EQ(r.status().message().rfind(url, 0), 0u) << r.status().message();
+  }
+}
+
 TEST(RadosBackend, AnUnreachableClusterFailsWithinItsTimeout) {
   testing::TempDir dir;
   const std::string conf = dir.path() + "/ceph.conf";
