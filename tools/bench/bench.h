@@ -10,5 +10,6 @@ void RegisterMigrateBench(CLI::App& app, int* exit_code);  // migrate and chunki
 void RegisterMountBench(CLI::App& app, int* exit_code);
 void RegisterSoakBench(CLI::App& app, int* exit_code);
 void RegisterFaultsBench(CLI::App& app, int* exit_code);
+void RegisterBackendsBench(CLI::App& app, int* exit_code);  // RocksDB vs RADOS
 
 }  // namespace tbfs::bench
