@@ -39,9 +39,10 @@ size_t SequenceAt(std::string_view s, size_t i, uint32_t* code) {
   return len;
 }
 
-}  // namespace
-
-std::string ValidUtf8(std::string_view s) {
+// s, each byte outside a well-formed sequence replaced by U+FFFD and each
+// well-formed sequence (seq, its code point) written by emit(out, seq, cp).
+template <typename Emit>
+std::string Transcode(std::string_view s, Emit emit) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
@@ -51,34 +52,29 @@ std::string ValidUtf8(std::string_view s) {
       out += kReplacement;
       ++i;
     } else {
-      out.append(s.substr(i, n));
+      emit(out, s.substr(i, n), cp);
       i += n;
     }
   }
   return out;
 }
 
+}  // namespace
+
+std::string ValidUtf8(std::string_view s) {
+  return Transcode(s, [](std::string& out, std::string_view seq, uint32_t) { out.append(seq); });
+}
+
 std::string Printable(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    uint32_t cp;
-    const size_t n = SequenceAt(s, i, &cp);
-    if (n == 0) {
-      out += kReplacement;
-      ++i;
-      continue;
-    }
+  return Transcode(s, [](std::string& out, std::string_view seq, uint32_t cp) {
     if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0)) {
       out += fmt::format("\\x{:02x}", cp);  // C1 as its code point, not its two bytes
     } else if (cp == '\\') {
       out += "\\\\";
     } else {
-      out.append(s.substr(i, n));
+      out.append(seq);
     }
-    i += n;
-  }
-  return out;
+  });
 }
 
 }  // namespace tbfs

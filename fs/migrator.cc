@@ -119,11 +119,11 @@ Status Migrator::ApplyRetention() {
     bytes += chosen[i].size();
   }
   if (files > 0) {
-    MutexLock lock(mu_);
-    stats_.retention_files += files;
-    stats_.retention_bytes += bytes;
-  }
-  if (files > 0) {
+    {
+      MutexLock lock(mu_);
+      stats_.retention_files += files;
+      stats_.retention_bytes += bytes;
+    }
     // The space comes back when the engine rewrites what held them.
     if (Status c = fs_.store().Compact(); !c.ok()) spdlog::warn("retention: compact: {}", c.message());
     spdlog::info("retention: deleted {} cold files, {} bytes", files, bytes);

@@ -36,6 +36,7 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/backend.h"
+#include "store/format.h"
 
 namespace tbfs::store {
 
@@ -73,25 +74,9 @@ std::string OmapKey(Space space, std::string_view key) {
 // A whole file's chunks, [file id + 0, file id + 1 + 0): the one range the
 // store deletes.
 bool IsWholeFile(std::string_view begin, std::string_view end, uint64_t* file_id) {
-  if (begin.size() != 16 || end.size() != 16) return false;
-  auto be64 = [](std::string_view b) {
-    uint64_t v = 0;
-    for (size_t i = 0; i < 8; ++i) v = v << 8 | static_cast<unsigned char>(b[i]);
-    return v;
-  };
-  const uint64_t id = be64(begin);
-  if (be64(begin.substr(8)) != 0 || be64(end.substr(8)) != 0 || be64(end) != id + 1) return false;
-  *file_id = id;
-  return true;
-}
-
-std::string ChunkKeyOf(uint64_t file_id, uint64_t index) {
-  std::string k(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    k[i] = static_cast<char>(file_id >> (56 - 8 * i));
-    k[8 + i] = static_cast<char>(index >> (56 - 8 * i));
-  }
-  return k;
+  uint64_t begin_index, end_id, end_index;
+  return DecodeChunkKey(begin, file_id, &begin_index) && DecodeChunkKey(end, &end_id, &end_index) &&
+         begin_index == 0 && end_index == 0 && end_id == *file_id + 1;
 }
 
 Status FromRados(int r, const std::string& op, const std::string& object) {
@@ -298,12 +283,12 @@ class RadosBackend final : public Backend {
       // Chunks 0, 1, 2, ... and the manifest's copy: until a long run of
       // absent ones (a file cut short by a crash may have gaps).
       for (uint64_t index = 0, absent = 0; absent < 64; ++index) {
-        const std::string oid = ChunkOid(ChunkKeyOf(file_id, index));
+        const std::string oid = ChunkOid(ChunkKey(file_id, index));
         const int r = io_.remove(oid);
         if (r < 0 && r != -ENOENT) return FromRados(r, "remove", oid);
         absent = r == -ENOENT ? absent + 1 : 0;
       }
-      const std::string copy = ChunkOid(ChunkKeyOf(file_id, UINT64_MAX));
+      const std::string copy = ChunkOid(ChunkKey(file_id, kManifestCopyIndex));
       const int r = io_.remove(copy);
       return r < 0 && r != -ENOENT ? FromRados(r, "remove", copy) : Status::OK();
     }

@@ -756,14 +756,26 @@ TEST_F(Mounted, ADaemonThatDiedIsMountedAgainInPlace) {
 }
 
 
-// GET /metrics from the mount's Prometheus endpoint (plain HTTP/1.0).
-std::string Scrape(int port) {
-  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+sockaddr_in Loopback(int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "";
+  return addr;
+}
+
+// A TCP connection to 127.0.0.1:port; invalid when refused.
+UniqueFd ConnectLoopback(int port) {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr = Loopback(port);
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return UniqueFd();
+  return s;
+}
+
+// GET /metrics from the mount's Prometheus endpoint (plain HTTP/1.0).
+std::string Scrape(int port) {
+  UniqueFd s = ConnectLoopback(port);
+  if (!s.valid()) return "";
   struct timeval limit = {30, 0};  // a server that never answers fails the test, not hangs it
   ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
@@ -785,9 +797,7 @@ double Sample(const std::string& scrape, const std::string& name, const std::str
 
 int FreePort() {
   UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in addr = Loopback(0);
   socklen_t len = sizeof(addr);
   if (::bind(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
@@ -849,12 +859,8 @@ TEST_F(Mounted, ClientsThatNeverFinishARequestDoNotBlindTheMetrics) {
   // half a request line, and all stay connected.
   std::vector<UniqueFd> idle;
   for (int i = 0; i < 12; ++i) {
-    UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    UniqueFd s = ConnectLoopback(port);
+    ASSERT_TRUE(s.valid());
     if (i % 2 == 1) {
       ASSERT_EQ(::write(s.get(), "GET /metr", 9), 9);
     }
@@ -869,10 +875,7 @@ TEST_F(Mounted, AMetricsPortInUseIsSaidSoAndNothingIsMounted) {
   const int port = FreePort();
   ASSERT_GT(port, 0);
   UniqueFd taken(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in addr = Loopback(port);
   ASSERT_EQ(::bind(taken.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ASSERT_EQ(::listen(taken.get(), 1), 0);
   auto r = RunCommand(Tbfs("mount " + logdir_ + " " + mnt_ + " -o metrics=" + std::to_string(port) + " 2>&1"));

@@ -15,20 +15,12 @@
 #include <thread>
 
 #include "base/failpoint.h"
+#include "store/format.h"
 #include "store/rados_backend.h"
 #include "tests/test_util.h"
 
 namespace tbfs::store {
 namespace {
-
-std::string ChunkKey(uint64_t id, uint64_t index) {
-  std::string k(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    k[i] = static_cast<char>(id >> (56 - 8 * i));
-    k[8 + i] = static_cast<char>(index >> (56 - 8 * i));
-  }
-  return k;
-}
 
 // One cluster for every RADOS test of the run.
 class CephCluster {
@@ -172,16 +164,16 @@ TEST_P(BackendContract, ScansGoInKeyOrderWithinAPrefixAndStopWhenAsked) {
 TEST_P(BackendContract, DeletingAFilesChunksLeavesEveryOtherFilesChunks) {
   WriteBatch b;
   for (uint64_t i = 0; i < 5; ++i) b.Put(Space::kChunks, ChunkKey(9, i), "nine");
-  b.Put(Space::kChunks, ChunkKey(9, UINT64_MAX), "nine's manifest copy");
+  b.Put(Space::kChunks, ChunkKey(9, kManifestCopyIndex), "nine's manifest copy");
   b.Put(Space::kChunks, ChunkKey(10, 0), "ten");
-  b.Put(Space::kChunks, ChunkKey(8, UINT64_MAX), "eight's manifest copy");
+  b.Put(Space::kChunks, ChunkKey(8, kManifestCopyIndex), "eight's manifest copy");
   ASSERT_TRUE(backend_->Commit(b, true).ok());
   WriteBatch d;
   d.DeleteRange(Space::kChunks, ChunkKey(9, 0), ChunkKey(10, 0));
   ASSERT_TRUE(backend_->Commit(d, true).ok());
-  for (uint64_t i : {uint64_t{0}, uint64_t{4}, UINT64_MAX}) EXPECT_EQ(Value(Space::kChunks, ChunkKey(9, i)), "<none>");
+  for (uint64_t i : {uint64_t{0}, uint64_t{4}, kManifestCopyIndex}) EXPECT_EQ(Value(Space::kChunks, ChunkKey(9, i)), "<none>");
   EXPECT_EQ(Value(Space::kChunks, ChunkKey(10, 0)), "ten");
-  EXPECT_EQ(Value(Space::kChunks, ChunkKey(8, UINT64_MAX)), "eight's manifest copy");
+  EXPECT_EQ(Value(Space::kChunks, ChunkKey(8, kManifestCopyIndex)), "eight's manifest copy");
   // Ranges in the small spaces too.
   WriteBatch m;
   for (const char* k : {"a", "b", "c", "d"}) m.Put(Space::kNamespace, k, k);

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "store/backend.h"
+#include "store/format.h"
 #include "store/rados_backend.h"
 #include "tools/bench/bench.h"
 
@@ -34,15 +35,6 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-std::string Key(uint64_t id, uint64_t index) {
-  std::string k(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    k[i] = static_cast<char>(id >> (56 - 8 * i));
-    k[8 + i] = static_cast<char>(index >> (56 - 8 * i));
-  }
-  return k;
-}
-
 Result<Figures> Measure(const std::function<Result<std::unique_ptr<store::Backend>>(bool)>& open, int chunks) {
   Figures f;
   std::mt19937_64 rng(7);
@@ -59,9 +51,9 @@ Result<Figures> Measure(const std::function<Result<std::unique_ptr<store::Backen
       store::WriteBatch batch;
       for (int j = i; j < std::min(chunks, i + 64); ++j) {
         chunk[0] = static_cast<char>(j);
-        batch.Put(store::Space::kChunks, Key(1, static_cast<uint64_t>(j)), chunk);
+        batch.Put(store::Space::kChunks, store::ChunkKey(1, static_cast<uint64_t>(j)), chunk);
       }
-      batch.Put(store::Space::kManifests, Key(1, 0).substr(0, 8), "manifest");
+      batch.Put(store::Space::kManifests, store::EncodeId(1), "manifest");
       TBFS_RETURN_IF_ERROR((*b)->Commit(batch, true));
     }
     TBFS_RETURN_IF_ERROR((*b)->Flush());
@@ -71,11 +63,11 @@ Result<Figures> Measure(const std::function<Result<std::unique_ptr<store::Backen
   if (!b.ok()) return b.status();
   std::string value;
   auto start = std::chrono::steady_clock::now();
-  TBFS_RETURN_IF_ERROR((*b)->Get(store::Space::kChunks, Key(1, 0), &value));
+  TBFS_RETURN_IF_ERROR((*b)->Get(store::Space::kChunks, store::ChunkKey(1, 0), &value));
   f.first_ms = 1000 * Seconds(start);
   start = std::chrono::steady_clock::now();
   for (int j = 0; j < chunks; ++j) {
-    TBFS_RETURN_IF_ERROR((*b)->Get(store::Space::kChunks, Key(1, static_cast<uint64_t>(j)), &value));
+    TBFS_RETURN_IF_ERROR((*b)->Get(store::Space::kChunks, store::ChunkKey(1, static_cast<uint64_t>(j)), &value));
     if (value.size() != chunk.size() || value[0] != static_cast<char>(j)) {
       return Status::Corruption(fmt::format("chunk {} read back wrong", j));
     }
@@ -106,8 +98,8 @@ int Run(const Args& args) {
   // Leave the pool as it was.
   if (auto b = store::OpenRadosBackend(where, {}); b.ok()) {
     store::WriteBatch drop;
-    drop.DeleteRange(store::Space::kChunks, Key(1, 0), Key(2, 0));
-    drop.Delete(store::Space::kManifests, Key(1, 0).substr(0, 8));
+    drop.DeleteRange(store::Space::kChunks, store::ChunkKey(1, 0), store::ChunkKey(2, 0));
+    drop.Delete(store::Space::kManifests, store::EncodeId(1));
     (void)(*b)->Commit(drop, true);
   }
   fmt::print("{} chunks of 1 MiB, batches of 64 synced\n", args.mb);
