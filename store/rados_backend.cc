@@ -40,6 +40,10 @@
 
 namespace tbfs::store {
 
+struct RadosLeaseAccess {
+  static int Operate(RadosLease& lease, const std::string& oid, librados::ObjectWriteOperation* op);
+};
+
 namespace {
 
 constexpr char kHex[] = "0123456789abcdef";
@@ -84,10 +88,41 @@ Status FromRados(int r, const std::string& op, const std::string& object) {
   return Status::FromErrno(-r, "rados " + op, object);
 }
 
+constexpr char kLeaseName[] = "tbfs.writer";
+
+// The input of cls_lock's assert_locked (Ceph's encoding of
+// cls_lock_assert_op, version 1): the lock's name, its type (1: exclusive),
+// the holder's cookie and tag (librados's lock_exclusive takes tag "").
+librados::bufferlist AssertLockedInput(std::string_view cookie) {
+  auto u32 = [](std::string* out, uint32_t v) {
+    for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+  };
+  auto str = [&](std::string* out, std::string_view v) {
+    u32(out, static_cast<uint32_t>(v.size()));
+    out->append(v);
+  };
+  std::string body;
+  str(&body, kLeaseName);
+  body.push_back(1);
+  str(&body, cookie);
+  str(&body, "");
+  std::string framed = {1, 1};  // struct version, oldest compatible version
+  u32(&framed, static_cast<uint32_t>(body.size()));
+  framed += body;
+  librados::bufferlist bl;
+  bl.append(framed.data(), framed.size());
+  return bl;
+}
+
 class RadosBackend final : public Backend {
  public:
-  RadosBackend(std::unique_ptr<librados::Rados> cluster, librados::IoCtx io, std::string prefix)
-      : cluster_(std::move(cluster)), io_(std::move(io)), prefix_(std::move(prefix)), head_(prefix_ + "head") {}
+  RadosBackend(std::unique_ptr<librados::Rados> cluster, librados::IoCtx io, std::string prefix,
+               std::shared_ptr<const RadosFence> fence)
+      : cluster_(std::move(cluster)),
+        io_(std::move(io)),
+        prefix_(std::move(prefix)),
+        head_(prefix_ + "head"),
+        fence_(std::move(fence)) {}
 
   ~RadosBackend() override {
     io_.close();
@@ -95,6 +130,14 @@ class RadosBackend final : public Backend {
   }
 
   Status Commit(const WriteBatch& batch, bool /*sync: every RADOS write is durable on ack*/) override {
+    std::shared_ptr<RadosLease> lease;
+    if (fence_) {
+      lease = fence_->lease();
+      if (!lease || !lease->held()) {
+        return Status::FromErrno(EROFS, "commit", fmt::format(
+            "{}: this process does not hold the store's writer's lease (another one writes it)", head_));
+      }
+    }
     std::vector<const WriteBatch::Op*> chunk_puts, chunk_deletes;
     std::map<std::string, librados::bufferlist> omap_puts;
     std::set<std::string> omap_deletes;
@@ -137,13 +180,27 @@ class RadosBackend final : public Backend {
     }
     TBFS_RETURN_IF_ERROR(first);
     MaybeCrash("rados.before_commit_point");
-    // 2. The commit point: one atomic write to the head's omap.
-    if (!omap_puts.empty() || !omap_deletes.empty()) {
+    // 2. The commit point: one atomic write to the head's omap, which a
+    // fenced writer makes conditional on its lease (and makes even with
+    // nothing to write, before it deletes chunks).
+    if (!omap_puts.empty() || !omap_deletes.empty() || lease) {
       librados::ObjectWriteOperation w;
+      librados::bufferlist assert_input;  // must outlive the operation
       w.assert_exists();
+      if (lease) {
+        assert_input = AssertLockedInput(lease->cookie());
+        w.exec("lock", "assert_locked", assert_input);
+      }
       if (!omap_deletes.empty()) w.omap_rm_keys(omap_deletes);
       if (!omap_puts.empty()) w.omap_set(omap_puts);
-      TBFS_RETURN_IF_ERROR(FromRados(io_.operate(head_, &w), "omap commit", head_));
+      // cls_lock knows a lock's holder by client and cookie: a fenced
+      // commit point is sent by the client that holds the lease.
+      const int r = lease ? RadosLeaseAccess::Operate(*lease, head_, &w) : io_.operate(head_, &w);
+      if (lease && (r == -EBUSY || r == -ENOENT)) {
+        return Status::FromErrno(EROFS, "commit", fmt::format(
+            "{}: the writer's lease is no longer this process's ({}); nothing was written", head_, lease->cookie()));
+      }
+      TBFS_RETURN_IF_ERROR(FromRados(r, "omap commit", head_));
     }
     MaybeCrash("rados.after_commit_point");
     // 3. Chunks no record names any more.
@@ -306,6 +363,7 @@ class RadosBackend final : public Backend {
   librados::IoCtx io_;
   const std::string prefix_;
   const std::string head_;
+  const std::shared_ptr<const RadosFence> fence_;
 };
 
 struct Connection {
@@ -345,9 +403,17 @@ Status Connect(const RadosLocation& where, Connection* c) {
   return Status::OK();
 }
 
-constexpr char kLeaseName[] = "tbfs.writer";
-
 }  // namespace
+
+void RadosFence::Set(std::shared_ptr<RadosLease> lease) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lease_ = std::move(lease);
+}
+
+std::shared_ptr<RadosLease> RadosFence::lease() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lease_;
+}
 
 struct RadosLease::State {
   Connection c;
@@ -388,7 +454,12 @@ RadosLease::~RadosLease() {
   if (state_->held) (void)state_->c.io.unlock(state_->head, kLeaseName, state_->cookie);
 }
 
+int RadosLeaseAccess::Operate(RadosLease& lease, const std::string& oid, librados::ObjectWriteOperation* op) {
+  return lease.state_->c.io.operate(oid, op);
+}
+
 bool RadosLease::held() const { return state_->held; }
+const std::string& RadosLease::cookie() const { return state_->cookie; }
 
 Result<std::unique_ptr<RadosLease>> RadosLease::Acquire(const RadosLocation& where, const std::string& holder,
                                                        int lease_s) {
@@ -421,7 +492,7 @@ bool IsRadosUrl(const std::string& store) { return store.starts_with("rados://")
 
 Result<RadosLocation> ParseRadosUrl(const std::string& url) {
   auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument(url + ": " + why + " (use rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR])");
+    return Status::InvalidArgument(url + ": " + why + " (use rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR&lease=DUR])");
   };
   auto decode = [](std::string_view in, std::string* out) {
     out->clear();
@@ -471,6 +542,10 @@ Result<RadosLocation> ParseRadosUrl(const std::string& url) {
       auto s = ParseDurationSeconds(value);
       if (!s.ok() || *s < 1 || *s > 3600) return bad("timeout: between 1s and 1h");
       where.timeout_s = static_cast<int>(*s);
+    } else if (key == "lease") {
+      auto s = ParseDurationSeconds(value);
+      if (!s.ok() || *s < 3 || *s > 3600) return bad("lease: between 3s and 1h");
+      where.lease_s = static_cast<int>(*s);
     } else {
       return bad("unknown parameter '" + key + "'");
     }
@@ -478,7 +553,8 @@ Result<RadosLocation> ParseRadosUrl(const std::string& url) {
   return where;
 }
 
-Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options) {
+Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options,
+                                                  std::shared_ptr<const RadosFence> fence) {
   const std::string what = Describe(where);
   if (options.best_efforts) return Status::NotSupported(what + ": salvage reads a RADOS store as it is");
   Connection c;
@@ -495,7 +571,7 @@ Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, co
     r = io.operate(head, &create);
   }
   if (r < 0) return FromRados(r, "open", what + " " + head);
-  return std::unique_ptr<Backend>(new RadosBackend(std::move(c.cluster), std::move(c.io), where.prefix));
+  return std::unique_ptr<Backend>(new RadosBackend(std::move(c.cluster), std::move(c.io), where.prefix, std::move(fence)));
 }
 
 }  // namespace tbfs::store

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "base/status.h"
@@ -16,17 +17,39 @@ struct RadosLocation {
   std::string conf;    // ceph.conf; "" for Ceph's default search
   std::string user;    // the client id ("admin" when empty)
   int timeout_s = 30;  // an operation the cluster does not answer fails after this long
+  int lease_s = 30;    // the writer's lease (RadosLease): how long a dead writer blocks the next
 };
 
-// "rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR]" (%XX escapes
+// "rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR&lease=DUR]" (%XX escapes
 // allowed): the form --store and the config take. The prefix ends in '/'
 // when given. InvalidArgument, one line, for anything else.
 Result<RadosLocation> ParseRadosUrl(const std::string& url);
 bool IsRadosUrl(const std::string& store);
 
+class RadosLease;
+
+// Who may write a shared store from this process: the writer's lease it
+// holds, or none. Every commit point asserts, in the same atomic operation
+// on the head object, that the lease is still this process's (cls_lock's
+// assert_locked), so a writer that lost it (a pause or a partition longer
+// than the lease) writes no record, whatever it believes.
+class RadosFence {
+ public:
+  void Set(std::shared_ptr<RadosLease> lease);
+  std::shared_ptr<RadosLease> lease() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<RadosLease> lease_;  // guarded by mu_
+};
+
 // Connects and opens (or, with create_if_missing, creates) the store.
-// NotFound when the pool or the store is missing.
-Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options);
+// NotFound when the pool or the store is missing. With a fence, Commit
+// writes only while the fence holds a live lease (EROFS otherwise: this
+// process reads a store another one writes); without one, it writes
+// unfenced (tests, tools).
+Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options,
+                                                  std::shared_ptr<const RadosFence> fence = nullptr);
 
 // One writer (migrator, gc, restore) per RADOS store, whatever host it runs
 // on: an exclusive RADOS lock on the store's head object held as a lease.
@@ -40,13 +63,18 @@ class RadosLease {
   static Result<std::unique_ptr<RadosLease>> Acquire(const RadosLocation& where, const std::string& holder,
                                                      int lease_s);
   ~RadosLease();  // stops renewing and gives the lock back
+  // False once a renewal failed: the lease may be someone else's now.
   bool held() const;
+  // The lock's cookie (the holder's text made unique): what a fenced commit
+  // asserts.
+  const std::string& cookie() const;
 
   RadosLease(const RadosLease&) = delete;
   RadosLease& operator=(const RadosLease&) = delete;
 
  private:
   struct State;
+  friend struct RadosLeaseAccess;  // a fenced commit goes through the lease's own client
   explicit RadosLease(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

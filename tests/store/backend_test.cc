@@ -346,6 +346,51 @@ TEST(RadosLease, AHolderThatDiedLosesItWhenTheLeaseRunsOut) {
   EXPECT_TRUE(taken.ok()) << taken.status().ToString();
 }
 
+// A writer is fenced by its lease: without one it writes nothing, and once
+// the lease is someone else's (taken over after it ran out while the old
+// holder was paused, here broken by hand) its commit is refused whole by
+// the cluster, whatever the old holder believes.
+TEST(RadosFence, OnlyTheLeaseHolderCommitsAndALostLeaseWritesNothing) {
+  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  const RadosLocation where = LeaseStore("fence-");
+  auto fence = std::make_shared<RadosFence>();
+  auto backend = OpenRadosBackend(where, {.create_if_missing = true}, fence);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  WriteBatch batch;
+  batch.Put(Space::kMeta, "k", "v1");
+  Status st = (*backend)->Commit(batch, true);
+  EXPECT_EQ(st.sys_errno(), EROFS) << st.ToString();
+
+  auto lease = RadosLease::Acquire(where, "the writer", 30);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  std::shared_ptr<RadosLease> held = std::move(lease).value();
+  fence->Set(held);
+  ASSERT_TRUE((*backend)->Commit(batch, true).ok());
+
+  // Another process breaks the lock and takes the lease.
+  auto r = testing::RunCommand("rados -c " + where.conf + " -p tbfs lock info " + where.prefix +
+                               "head tbfs.writer --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t at = r.out.find("\"name\":\"client.");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string locker = r.out.substr(at + 8, r.out.find('"', at + 8) - at - 8);
+  r = testing::RunCommand("rados -c " + where.conf + " -p tbfs lock break " + where.prefix + "head tbfs.writer " +
+                          locker + " --lock-cookie '" + held->cookie() + "' 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto other = RadosLease::Acquire(where, "the next writer", 30);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  ASSERT_TRUE(held->held()) << "the old holder has not noticed yet: the fence is what stops it";
+
+  WriteBatch late;
+  late.Put(Space::kMeta, "k", "v2");
+  late.Put(Space::kChunks, ChunkKey(7, 0), "a chunk");
+  st = (*backend)->Commit(late, true);
+  EXPECT_EQ(st.sys_errno(), EROFS) << st.ToString();
+  std::string v;
+  ASSERT_TRUE((*backend)->Get(Space::kMeta, "k", &v).ok());
+  EXPECT_EQ(v, "v1") << "a writer that lost its lease changed a record";
+}
+
 TEST(RadosUrl, ReadsPoolPrefixAndParameters) {
   auto a = ParseRadosUrl("rados://tbfs/team%20a/logs?conf=/etc/ceph/ceph.conf&id=tbfs&timeout=10s");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
