@@ -44,6 +44,11 @@ Filesystem::Filesystem(const FsConfig& config, store::ColdStore* store, UniqueFd
 
 int Filesystem::StoreError(const Status& st, const char* tag) {
   if (st.IsNotFound()) return -ENOENT;
+  if (st.sys_errno() == EROFS) {
+    // A shared store this mount does not write (fs/mount.h): not an error of the store.
+    spdlog::info("{}: {}", tag, st.message());
+    return -EROFS;
+  }
   counters_.eio_store++;
   spdlog::error("[EIO:{}] {}", tag, st.message());
   return -st.ToErrno();

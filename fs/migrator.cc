@@ -65,8 +65,35 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
   }
 }
 
+Status Migrator::TakeWriterRole() {
+  store::ColdStore& store = fs_.store();
+  // No change to the namespace while the last writer's unfinished batches
+  // are undone (reads go on).
+  std::unique_lock<std::shared_mutex> ns(fs_.namespace_lock());
+  Status st = store.TakeWriterRole(config_.writer);
+  if (!st.ok()) return st;
+  auto recovered = store::Recover(store, fs_.config().logdir);
+  if (!recovered.ok()) {
+    store.DropWriterRole();
+    return Status::FromErrno(EIO, "recovery", store.dir() + ": " + recovered.status().message());
+  }
+  spdlog::warn("migrator: this mount writes {} now; recovery undid {} unfinished batch(es) of the last writer "
+               "({} file(s) written back, {} store copies dropped)",
+               store.dir(), recovered->batches, recovered->restored, recovered->dropped);
+  return Status::OK();
+}
+
 Status Migrator::Pass() {
   MutexLock one(pass_mu_);
+  if (fs_.store().shared() && !fs_.store().writer()) {
+    // Another mount writes the store (or did, until its lease ran out).
+    Status role = TakeWriterRole();
+    if (!role.ok()) {
+      MutexLock lock(mu_);
+      stats_.last_error = role.code() == Code::kBusy ? "" : role.message();
+      return role.code() == Code::kBusy ? Status::OK() : role;
+    }
+  }
   Status st = MovePass();
   if (config_.retention.any() && !stop_flag_) {
     Status r = ApplyRetention();

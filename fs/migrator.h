@@ -37,6 +37,9 @@ struct MigratorConfig {
   // growth_keep_every_s is kept in growth_dir's series ("" keeps none).
   std::string growth_dir;
   int64_t growth_keep_every_s = 300;
+  // A shared store (ColdStore::shared()): how this mount takes the writer's
+  // role when a pass finds it is not the writer (holder, logdir).
+  store::OpenOptions writer;
 };
 
 struct MigratorStats {
@@ -75,6 +78,9 @@ class Migrator {
  private:
   void Loop();
   Status Pass();
+  // A shared store's reader becomes its writer when the lease is free:
+  // takes it, then undoes what the last writer left unfinished.
+  Status TakeWriterRole() TBFS_REQUIRES(pass_mu_);
   Status MovePass() TBFS_REQUIRES(pass_mu_);
   Status ApplyRetention() TBFS_REQUIRES(pass_mu_);
   void KeepGrowthSample(const store::GrowthSample& sample) TBFS_REQUIRES(pass_mu_);

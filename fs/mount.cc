@@ -10,6 +10,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <climits>
 #include <filesystem>
 #include <thread>
@@ -41,6 +42,28 @@ std::string RealPath(const std::string& p) {
 }
 
 // The absolute path `p` will have: its deepest existing part resolved.
+std::string HostName() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("?");
+}
+
+// A mount point as one file name: '/' becomes '-', and every byte that is
+// not a letter, a digit, '_' or '.' becomes %XX (so '-' itself is %2D).
+std::string EscapePath(const std::string& path) {
+  std::string out;
+  for (size_t i = path.starts_with('/') ? 1 : 0; i < path.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(path[i]);
+    if (c == '/') {
+      out += '-';
+    } else if (std::isalnum(c) || c == '_' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out.empty() ? "-" : out;
+}
+
 std::string ResolveExisting(const std::string& p) {
   std::string head = p, tail;
   while (!head.empty() && head != "/" && RealPath(head).empty()) {
@@ -129,6 +152,9 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
       {"logdir", mc.logdir},
       {"mountpoint", mc.mountpoint},
       {"store", store_dir},
+      {"store_role", !fs.store().shared() ? "writer"
+                     : fs.store().writer() ? "writer (holds the shared store's lease)"
+                                           : "reader: " + fs.store().refusal()},
       {"pid", ::getpid()},
       {"hot", {{"files", m.hot_files}, {"bytes", m.hot_bytes}}},
       {"cold",
@@ -195,7 +221,11 @@ std::string Control(const std::string& request, const MountConfig& mc, const std
   if (request == "migrate-now") {
     if (migrator.RunNow() != 0) {
       return Compact({{"error", "the migration pass failed: " + migrator.stats().last_error +
-                                    " (the log is tbfs-mount.log in the store)"}});
+                                    " (the log is " + JoinPath(mc.state_dir, "tbfs-mount.log") + ")"}});
+    }
+    if (!fs.store().writer()) {
+      return Compact({{"error", "this mount reads the shared store " + store_dir +
+                                    " and another one writes it: " + fs.store().refusal()}});
     }
     return StatusJson(mc, store_dir, fs, migrator);
   }
@@ -289,6 +319,8 @@ std::string ParseMountOptions(const std::string& opts, MountConfig* config) {
     std::string key = opt.substr(0, eq), value = eq == std::string::npos ? "" : opt.substr(eq + 1);
     if (key == "store") {
       config->store_dir = value;
+    } else if (key == "state") {
+      config->state_dir = value;
     } else if (key == "cold_after") {
       auto s = ParseDurationSeconds(value);
       if (!s.ok()) return "cold_after: " + s.status().message();
@@ -388,7 +420,16 @@ int RunMount(const MountConfig& mc_in) {
   if (covers(mc.logdir)) {
     return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain LOGDIR " + mc.logdir);
   }
-  {
+  const bool shared = store::IsRadosUrl(mc.store_dir);
+  if (shared) {
+    if (auto where = store::ParseRadosUrl(mc.store_dir); !where.ok()) return Fail(verdict, where.status().message());
+    // The mount's own files: on this host, one folder per mount point.
+    if (mc.state_dir.empty()) mc.state_dir = JoinPath(kDefaultStateRoot, EscapePath(mc.mountpoint));
+    mc.state_dir = ResolveExisting(mc.state_dir);
+    if (covers(mc.state_dir)) {
+      return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain the mount's state " + mc.state_dir);
+    }
+  } else {
     std::string store_abs = mc.store_dir.empty() ? JoinPath(mc.logdir, store::kStoreDirName)
                                                  : ResolveExisting(mc.store_dir);
     if (covers(store_abs)) {
@@ -424,25 +465,49 @@ int RunMount(const MountConfig& mc_in) {
   store::OpenOptions so;
   so.create_if_missing = true;
   so.logdir = mc.logdir;
-  so.holder = fmt::format("the tbfs mount on {} (pid {})", mc.mountpoint, ::getpid());
+  so.holder = shared ? fmt::format("the tbfs mount on {}:{} (pid {})", HostName(), mc.mountpoint, ::getpid())
+                     : fmt::format("the tbfs mount on {} (pid {})", mc.mountpoint, ::getpid());
   so.lock_wait_ms = 5000;  // a mount of this logdir just unmounted may still be closing
-  auto opened = store::ColdStore::Open(store_dir, so);
-  if (!opened.ok()) return Fail(verdict, opened.status().message());
-  std::unique_ptr<store::ColdStore> store = std::move(opened).value();
-  store_dir = RealPath(store_dir);
+  std::unique_ptr<store::ColdStore> store;
+  if (shared) {
+    // The writer when the lease is free (and this mount migrates); a
+    // reader otherwise, which the migrator's passes make the writer when
+    // the lease comes free.
+    so.lock_wait_ms = 0;
+    so.read_only = !mc.migrate;
+    so.reader_if_busy = true;
+    auto opened = store::ColdStore::Open(store_dir, so);
+    if (!opened.ok()) return Fail(verdict, opened.status().message());
+    store = std::move(opened).value();
+    if (Status made = MakeDirs(mc.state_dir, 0700); !made.ok()) return Fail(verdict, made.message());
+    if (::chmod(mc.state_dir.c_str(), 0700) != 0) {
+      return Fail(verdict, Status::FromErrno(errno, "chmod", mc.state_dir).message());
+    }
+  } else {
+    auto opened = store::ColdStore::Open(store_dir, so);
+    if (!opened.ok()) return Fail(verdict, opened.status().message());
+    store = std::move(opened).value();
+    store_dir = RealPath(store_dir);
+    mc.state_dir = store_dir;
+  }
+  const std::string& state_dir = mc.state_dir;
   if (!mc.foreground) {
-    auto logger = spdlog::basic_logger_mt("tbfs-mount", JoinPath(store_dir, "tbfs-mount.log"));
-    ::chmod(JoinPath(store_dir, "tbfs-mount.log").c_str(), 0600);  // the store is private
+    auto logger = spdlog::basic_logger_mt("tbfs-mount", JoinPath(state_dir, "tbfs-mount.log"));
+    ::chmod(JoinPath(state_dir, "tbfs-mount.log").c_str(), 0600);  // the store is private
     spdlog::set_default_logger(logger);
     spdlog::set_level(spdlog::level::info);
     spdlog::flush_every(std::chrono::seconds(2));
     spdlog::flush_on(spdlog::level::warn);  // a warning or an error is on disk at once
   }
-  auto recovered = store::Recover(*store, mc.logdir);
-  if (!recovered.ok()) return Fail(verdict, "recovery: " + recovered.status().message());
-  if (recovered->batches > 0) {
-    spdlog::warn("recovered {} unfinished batch(es): {} restored, {} dropped", recovered->batches,
-                 recovered->restored, recovered->dropped);
+  if (store->writer()) {
+    auto recovered = store::Recover(*store, mc.logdir);
+    if (!recovered.ok()) return Fail(verdict, "recovery: " + recovered.status().message());
+    if (recovered->batches > 0) {
+      spdlog::warn("recovered {} unfinished batch(es): {} restored, {} dropped", recovered->batches,
+                   recovered->restored, recovered->dropped);
+    }
+  } else {
+    spdlog::info("{}: serving it read-only; {}", store_dir, store->refusal());
   }
 
   FsConfig fc;
@@ -450,7 +515,7 @@ int RunMount(const MountConfig& mc_in) {
   fc.cache_bytes = mc.cache_bytes;
   fc.as_root_owner_fixup = ::geteuid() == 0;
   if (store_dir.starts_with(mc.logdir + "/")) fc.store_skip = store_dir.substr(mc.logdir.size() + 1);
-  fc.control_socket = JoinPath(store_dir, kControlSocketName);
+  fc.control_socket = JoinPath(state_dir, kControlSocketName);
   auto root = OpenFile(mc.logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return Fail(verdict, root.status().message());
   Filesystem fs(fc, store.get(), std::move(root).value());
@@ -463,12 +528,13 @@ int RunMount(const MountConfig& mc_in) {
   migc.policy.protected_markers = policy.protected_markers;
   migc.must_have = policy.must_have_tags;
   migc.retention = policy.retention;
-  migc.growth_dir = store_dir;
+  migc.growth_dir = state_dir;
+  migc.writer = so;  // a reader's passes take the writer's role when it comes free
   if (policy.retention.any()) spdlog::info("retention policy of {} applies after each migrator pass", mc.config_file);
   migc.walk.skip_dirs = {store::kStoreDirName};
   if (!fc.store_skip.empty()) migc.walk.skip_dirs.push_back(fc.store_skip);
   Migrator migrator(fs, migc);
-  auto control = ControlServer::Start(store_dir, ::getuid(), [&](const std::string& request) {
+  auto control = ControlServer::Start(state_dir, ::getuid(), [&](const std::string& request) {
     return Control(request, mc, store_dir, fs, migrator);
   });
   if (!control.ok()) return Fail(verdict, "control socket: " + control.status().message());
@@ -517,7 +583,7 @@ int RunMount(const MountConfig& mc_in) {
     fuse_session_destroy(se);
     return Fail(verdict, "cannot mount on " + mc.mountpoint + " (see above; is /dev/fuse usable?)");
   }
-  (void)WriteFileAtomic(JoinPath(store_dir, kMountInfoFile),
+  (void)WriteFileAtomic(JoinPath(state_dir, kMountInfoFile),
                         fmt::format("{} {}\n", mc.mountpoint, ::getpid()), 0600);
   // Modes of what callers create are exactly what they asked: the kernel
   // applied their umask already. (Everything the daemon writes for itself
@@ -560,7 +626,7 @@ int RunMount(const MountConfig& mc_in) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
-  ::unlink(JoinPath(store_dir, kMountInfoFile).c_str());
+  ::unlink(JoinPath(state_dir, kMountInfoFile).c_str());
   spdlog::default_logger()->flush();
   return rc == 0 ? 0 : 2;
 }

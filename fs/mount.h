@@ -4,7 +4,12 @@
 // Order of events: check the paths; (daemon) fork, the parent waiting for
 // the child's verdict; open the store (creating it) and run journal
 // recovery (I4) before the first request is served; mount; start the
-// migrator; tell the parent. At the end: the migrator finishes its batch
+// migrator; tell the parent.
+//
+// A RADOS store is shared by the mounts of many hosts: the mount that holds
+// its writer's lease migrates (and changes cold files); the others serve
+// it read-only (a change to a cold file there is EROFS) and take the lease
+// over, with recovery first, when its holder is gone. At the end: the migrator finishes its batch
 // in flight, the session unmounts, the store closes.
 #pragma once
 
@@ -17,7 +22,11 @@ namespace tbfs::fs {
 struct MountConfig {
   std::string logdir;
   std::string mountpoint;
-  std::string store_dir;          // "" : LOGDIR/.tbfs
+  std::string store_dir;          // "" : LOGDIR/.tbfs; or rados://POOL[/PREFIX]?...
+  // Where the mount keeps its own files (log, control socket, growth
+  // series): the store folder, or for a RADOS store this folder
+  // ("" : /var/lib/tbfs/mounts/ + the mount point, escaped).
+  std::string state_dir;
   int64_t cold_after_s = 300;
   int64_t migrate_interval_s = 30;
   uint64_t cache_bytes = 256ull << 20;
@@ -29,13 +38,16 @@ struct MountConfig {
   std::string metrics_address;    // "ADDR:PORT" for /metrics; "" : none
 };
 
-// Parses a mount -o string: our keys (store=, cold_after=, cache=,
+// Parses a mount -o string: our keys (store=, state=, cold_after=, cache=,
 // no_migrate, config=, migrate_interval=, nonempty, metrics=) go into *config, the
 // rest into config->fuse_options. Returns "" or a one-line error.
 std::string ParseMountOptions(const std::string& opts, MountConfig* config);
 
 // Runs the mount; returns the process exit status (0 clean unmount, 2 error).
 int RunMount(const MountConfig& config);
+
+// Where a mount of a RADOS store keeps its own files by default.
+inline constexpr char kDefaultStateRoot[] = "/var/lib/tbfs/mounts";
 
 // The file in a store folder naming the mount that holds it.
 inline constexpr char kMountInfoFile[] = "MOUNTED_BY";

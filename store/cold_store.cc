@@ -43,8 +43,88 @@ uint32_t ChunkLength(const storepb::Manifest& m, uint64_t index) {
   return static_cast<uint32_t>(std::min<uint64_t>(m.chunk_bytes(), m.size() - start));
 }
 
+ColdStore::~ColdStore() {
+  backend_.reset();
+  DropWriterRole();
+}
+
+Result<std::unique_ptr<ColdStore>> ColdStore::OpenShared(const std::string& url, const OpenOptions& options) {
+  auto where = ParseRadosUrl(url);
+  if (!where.ok()) return where.status();
+  BackendOptions bo;
+  bo.create_if_missing = options.create_if_missing && !options.read_only;
+  auto fence = std::make_shared<RadosFence>();
+  auto backend = OpenRadosBackend(*where, bo, fence);
+  if (!backend.ok()) return backend.status();
+  std::unique_ptr<ColdStore> store(new ColdStore(url, std::move(backend).value()));
+  store->fence_ = std::move(fence);
+  store->rados_ = *where;
+  if (!options.read_only) {
+    Status st = store->TakeWriterRole(options);
+    if (!st.ok() && !(st.code() == Code::kBusy && options.reader_if_busy)) return st;
+  }
+  // A shared store has no folder to say it existed: its format record does.
+  std::string bytes;
+  Status st = store->backend_->Get(Space::kMeta, kMetaInfoKey, &bytes);
+  if (st.IsNotFound() && !store->writer()) return Status::NotFound(url + ": no tbfs store there yet");
+  TBFS_RETURN_IF_ERROR(store->Init(options, false));
+  return store;
+}
+
+bool ColdStore::writer() const {
+  if (!fence_) return true;  // a local store open read-only refuses writes in its engine
+  auto lease = fence_->lease();
+  return lease && lease->held();
+}
+
+std::string ColdStore::refusal() const {
+  std::lock_guard<std::mutex> lock(role_mu_);
+  return refusal_;
+}
+
+Status ColdStore::TakeWriterRole(const OpenOptions& options) {
+  if (!fence_) return Status::NotSupported(dir_ + ": only a shared store changes writers");
+  if (writer()) return Status::OK();
+  DropWriterRole();  // a lease that ran out
+  auto refused = [&](const Status& st) {
+    std::lock_guard<std::mutex> lock(role_mu_);
+    refusal_ = st.message();
+    return st;
+  };
+  const std::string holder = options.holder.empty() ? "a tbfs writer" : options.holder;
+  auto lease = RadosLease::Acquire(rados_, holder, rados_.lease_s);
+  for (int waited = 0; !lease.ok() && lease.status().code() == Code::kBusy && waited < options.lock_wait_ms;
+       waited += 200) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    lease = RadosLease::Acquire(rados_, holder, rados_.lease_s);
+  }
+  if (!lease.ok()) return refused(lease.status());
+  UniqueFd lock;
+  if (!options.logdir.empty()) {
+    auto taken = LockLogdir(options.logdir, holder);
+    if (!taken.ok()) return refused(taken.status());
+    lock = std::move(taken).value();
+  }
+  {
+    std::lock_guard<std::mutex> guard(role_mu_);
+    refusal_.clear();
+    logdir_lock_ = std::move(lock);
+  }
+  fence_->Set(std::move(lease).value());
+  LoadIds();
+  return Status::OK();
+}
+
+void ColdStore::DropWriterRole() {
+  if (!fence_) return;
+  fence_->Set(nullptr);  // the lease is given back when its last user lets go
+  std::lock_guard<std::mutex> lock(role_mu_);
+  logdir_lock_.reset();
+}
+
 Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
                                                    const OpenOptions& options) {
+  if (IsRadosUrl(dir)) return OpenShared(dir, options);
   BackendOptions bo;
   bo.create_if_missing = options.create_if_missing;
   bo.read_only = options.read_only;
@@ -128,10 +208,17 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
       TBFS_RETURN_IF_ERROR(UpgradeFromV1());
     }
   }
-  next_file_id_ = std::max(NextAfterLast(*backend_, Space::kManifests),
-                           NextAfterLast(*backend_, Space::kChunks));
-  next_batch_id_ = NextAfterLast(*backend_, Space::kJournal);
+  LoadIds();
   return Status::OK();
+}
+
+void ColdStore::LoadIds() {
+  uint64_t floor = 1;
+  std::string bytes;
+  if (backend_->Get(Space::kMeta, kMetaNextFileIdKey, &bytes).ok() && !DecodeId(bytes, &floor)) floor = 1;
+  next_file_id_ = std::max({NextAfterLast(*backend_, Space::kManifests),
+                            NextAfterLast(*backend_, Space::kChunks), floor});
+  next_batch_id_ = NextAfterLast(*backend_, Space::kJournal);
 }
 
 Status ColdStore::UpgradeFromV1() {
@@ -351,6 +438,9 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const F
   Status here = replace(m.path(), /*folder_ok=*/false);
   if (!here.ok() && !here.IsNotFound()) return here;
   PutManifest(batch, m);
+  // Files are added by one thread at a time (the migrator, or an offline
+  // migrate), so these records land in the order the ids were handed out.
+  batch->Put(Space::kMeta, kMetaNextFileIdKey, EncodeId(std::max(next_file_id_.load(), m.file_id() + 1)));
   storepb::Entry file;
   file.set_kind(storepb::Entry::FILE);
   file.set_file_id(m.file_id());

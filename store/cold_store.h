@@ -6,6 +6,13 @@
 // read-write Open fail with Busy. All methods are thread-safe; reads see
 // every committed WriteBatch.
 //
+// A store is a folder (RocksDB, one host) or a rados:// address (Ceph
+// RADOS, shared by the mounts of many hosts; store/rados_backend.h). On a
+// shared store the writer is whoever holds its lease: Open as a writer
+// takes it (Busy, naming the holder, when another has it); a reader may
+// take it later (TakeWriterRole, the mounts' election). Without the lease
+// every commit fails with EROFS and writes nothing.
+//
 // Paths are relative to the logdir, '/'-separated, and always pass
 // IsSafeRelativePath (a record that does not is Corruption).
 #pragma once
@@ -15,6 +22,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -22,6 +30,7 @@
 #include "base/status.h"
 #include "store/backend.h"
 #include "store/chunk.h"
+#include "store/rados_backend.h"
 #include "store.pb.h"
 
 namespace tbfs::store {
@@ -42,6 +51,9 @@ struct OpenOptions {
   // How long a writer waits for the lock a process going away still holds
   // (a mount just unmounted takes a moment, its metrics server up to 2 s).
   int lock_wait_ms = 0;
+  // Shared stores: a writer's Open whose lease another holds opens the
+  // store as a reader instead of failing (refusal() says who writes it).
+  bool reader_if_busy = false;
   uint32_t chunk_bytes = kDefaultChunkBytes;  // recorded at creation
   int level = kDefaultZstdLevel;              // recorded at creation
 };
@@ -61,11 +73,29 @@ class ColdStore {
  public:
   // NotFound when there is no store and !create_if_missing; NotSupported
   // for an unknown format version; Busy when another process holds it, or
-  // holds options.logdir.
+  // holds options.logdir. `dir` is a folder or a rados:// address.
   static Result<std::unique_ptr<ColdStore>> Open(const std::string& dir,
                                                  const OpenOptions& options);
+  ~ColdStore();
 
+  // The folder, or the rados:// address as given.
   const std::string& dir() const { return dir_; }
+  // A RADOS store: no folder of its own, and shared with other hosts.
+  bool shared() const { return fence_ != nullptr; }
+  // Whether this process may write: a writer's Open of a local store, the
+  // live lease of a shared one.
+  bool writer() const;
+  // Shared stores: takes the writer's lease (and options.logdir's lock,
+  // which keeps a local-store writer of the same logdir off it), then reads
+  // where the last writer left the file and batch ids. Busy, naming the
+  // holder, while another has it; NotSupported for a local store. The
+  // caller runs recovery (store::Recover) next, before any other write.
+  Status TakeWriterRole(const OpenOptions& options);
+  // Gives the lease back (a writer that lost it, or one shutting down).
+  void DropWriterRole();
+  // Why a shared store's last TakeWriterRole was refused (names the
+  // holder); "" for a writer or a local store.
+  std::string refusal() const;
   const storepb::StoreInfo& info() const { return info_; }
 
   // --- reading the namespace and manifests
@@ -178,13 +208,20 @@ class ColdStore {
   Backend& backend() { return *backend_; }
   ColdStore(std::string dir, std::unique_ptr<Backend> backend)
       : dir_(std::move(dir)), backend_(std::move(backend)) {}
+  static Result<std::unique_ptr<ColdStore>> OpenShared(const std::string& url, const OpenOptions& options);
   Status Init(const OpenOptions& options, bool existed);
+  // Next file and batch ids after what the store holds (and kMetaNextFileIdKey).
+  void LoadIds();
   Status UpgradeFromV1();
   void RemoveChunks(WriteBatch* batch, uint64_t file_id);
   // The manifest and its copy in the chunks space (store/format.h).
   void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
 
-  UniqueFd logdir_lock_;  // held while open (OpenOptions::logdir)
+  UniqueFd logdir_lock_;  // held while open (OpenOptions::logdir) or, shared, while the writer
+  std::shared_ptr<RadosFence> fence_;  // shared stores: the writer's lease, when held
+  RadosLocation rados_;
+  mutable std::mutex role_mu_;
+  std::string refusal_;  // guarded by role_mu_
   std::string dir_;
   std::unique_ptr<Backend> backend_;
   storepb::StoreInfo info_;

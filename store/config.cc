@@ -11,6 +11,7 @@
 
 #include "base/fs_util.h"
 #include "base/units.h"
+#include "store/rados_backend.h"
 
 namespace tbfs::store {
 
@@ -154,7 +155,7 @@ Result<MigrateConfig> LoadMigrateConfig(const std::string& path) {
   };
   if (config->logdir) anchor(&*config->logdir);
   if (config->mount.mountpoint) anchor(&*config->mount.mountpoint);
-  if (config->mount.store) anchor(&*config->mount.store);
+  if (config->mount.store && !IsRadosUrl(*config->mount.store)) anchor(&*config->mount.store);
   anchor(&config->backup_dir);
   return config;
 }

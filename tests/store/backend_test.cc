@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,56 +17,18 @@
 #include <thread>
 
 #include "base/failpoint.h"
+#include "base/work_pool.h"
+#include "store/cold_store.h"
+#include "store/file_io.h"
 #include "store/format.h"
 #include "store/rados_backend.h"
+#include "tests/ceph_cluster.h"
 #include "tests/test_util.h"
 
 namespace tbfs::store {
 namespace {
 
-// One cluster for every RADOS test of the run.
-class CephCluster {
- public:
-  static CephCluster& Get() {
-    static CephCluster cluster;
-    return cluster;
-  }
-  const std::string& conf() const { return shared_conf_.empty() ? conf_ : shared_conf_; }
-  const std::string& why_not() const { return why_not_; }
-  // The folder a child process (a death test) finds the same cluster in.
-  std::string dir() const { return shared_conf_.empty() ? dir_ : std::getenv("TBFS_CEPH_DIR"); }
-  ~CephCluster() {
-    if (!conf_.empty()) (void)testing::RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh stop " + dir_);
-  }
-
- private:
-  CephCluster() {
-    // Under ctest one cluster serves every test (the Ceph.Cluster fixture
-    // in tests/CMakeLists.txt); run by hand, the binary starts its own.
-    if (const char* shared = std::getenv("TBFS_CEPH_DIR")) {
-      std::string why = testing::ReadBytes(std::string(shared) + "/unavailable");
-      if (!why.empty()) {
-        why_not_ = "RADOS tests skipped: " + why;
-      } else {
-        shared_conf_ = std::string(shared) + "/ceph.conf";
-      }
-      return;
-    }
-    if (testing::RunCommand("command -v ceph-mon && command -v ceph-osd").exit_code != 0) {
-      why_not_ = "Ceph is not installed (apt-get install ceph-mon ceph-osd ceph-common): RADOS tests skipped";
-      return;
-    }
-    dir_ = tmp_.path() + "/ceph";
-    auto r = testing::RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh start " + dir_ + " tbfs 2>&1");
-    if (r.exit_code != 0) {
-      why_not_ = "the test cluster did not start: " + r.out;
-      return;
-    }
-    conf_ = r.out.substr(0, r.out.find('\n'));
-  }
-  testing::TempDir tmp_;
-  std::string dir_, conf_, why_not_, shared_conf_;
-};
+using testing::CephCluster;
 
 class BackendContract : public ::testing::TestWithParam<std::string> {
  protected:
@@ -389,6 +353,83 @@ TEST(RadosFence, OnlyTheLeaseHolderCommitsAndALostLeaseWritesNothing) {
   std::string v;
   ASSERT_TRUE((*backend)->Get(Space::kMeta, "k", &v).ok());
   EXPECT_EQ(v, "v1") << "a writer that lost its lease changed a record";
+}
+
+std::string SharedUrl(const std::string& name) {
+  const RadosLocation where = LeaseStore(name);
+  return "rados://" + where.pool + "/" + where.prefix + "?conf=" + where.conf + "&lease=5s&timeout=10s";
+}
+
+OpenOptions Writer(const std::string& holder, bool create) {
+  OpenOptions o;
+  o.create_if_missing = create;
+  o.holder = holder;
+  return o;
+}
+
+// A cold store on RADOS opened by two processes (two hosts): the first is
+// the writer; the second is refused naming it, or opens as a reader whose
+// commits write nothing, and becomes the writer once the first lets go.
+TEST(SharedColdStore, OneWriterAndReadersThatTakeOverWhenItIsGone) {
+  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  const std::string url = SharedUrl("shared-");
+  auto a = ColdStore::Open(url, Writer("host-a", true));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE((*a)->shared());
+  EXPECT_TRUE((*a)->writer());
+
+  OpenOptions second = Writer("host-b", true);
+  auto refused = ColdStore::Open(url, second);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kBusy);
+  EXPECT_NE(refused.status().message().find("host-a"), std::string::npos) << refused.status().message();
+
+  second.reader_if_busy = true;
+  auto b = ColdStore::Open(url, second);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_FALSE((*b)->writer());
+  EXPECT_NE((*b)->refusal().find("host-a"), std::string::npos) << (*b)->refusal();
+  Status st = (*b)->PutJournal(storepb::JournalRecord());
+  EXPECT_EQ(st.sys_errno(), EROFS) << st.ToString();
+  EXPECT_EQ((*b)->TakeWriterRole(second).code(), Code::kBusy);
+
+  a->reset();  // gives the lease back
+  ASSERT_TRUE((*b)->TakeWriterRole(second).ok());
+  EXPECT_TRUE((*b)->writer());
+  storepb::JournalRecord record;
+  record.set_batch_id((*b)->NewBatchId());
+  EXPECT_TRUE((*b)->PutJournal(record).ok());
+}
+
+// Another host's reader may have seen a file id (and cached its chunks)
+// whose batch was undone since: the next writer never hands it out again.
+TEST(SharedColdStore, AFileIdOnceCommittedIsNeverHandedOutAgain) {
+  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  const std::string url = SharedUrl("ids-");
+  testing::TempDir logdir;
+  testing::WriteBytes(logdir / "t.pt.trace.json", std::string(100000, 'x'));
+  WorkPool pool(1);
+  uint64_t used = 0;
+  {
+    auto a = ColdStore::Open(url, Writer("host-a", true));
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    auto fd = OpenFile(logdir / "t.pt.trace.json", O_RDONLY);
+    ASSERT_TRUE(fd.ok());
+    struct stat st;
+    ASSERT_EQ(::fstat(fd->get(), &st), 0);
+    used = (*a)->NewFileId();
+    IngestOptions io;
+    io.pool = &pool;
+    auto m = IngestFile(**a, logdir.path(), "t.pt.trace.json", fd->get(), st, used, io);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    // Undone, as recovery undoes an unfinished batch: no record names it.
+    WriteBatch undo;
+    (*a)->RemoveFile(&undo, *m);
+    ASSERT_TRUE((*a)->Commit(undo, true).ok());
+  }
+  auto b = ColdStore::Open(url, Writer("host-b", false));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_GT((*b)->NewFileId(), used);
 }
 
 TEST(RadosUrl, ReadsPoolPrefixAndParameters) {

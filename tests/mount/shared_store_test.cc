@@ -1,0 +1,179 @@
+// Many hosts, one RADOS store: two real mounts of one logdir on two mount
+// points share a store on the test cluster (scripts/ceph-cluster.sh). One
+// holds the writer's lease and migrates; the other serves the same bytes
+// read-only and takes the lease over, recovery first, when the writer dies.
+#include <sys/stat.h>
+
+#include <map>
+
+#include "base/fs_util.h"
+#include "tests/ceph_cluster.h"
+#include "tests/mount/mount_fixture.h"
+
+namespace tbfs::testing {
+namespace {
+
+class SharedStore : public MountTest {
+ protected:
+  void SetUp() override {
+    MountTest::SetUp();
+    if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+    static int n = 0;
+    url_ = "rados://tbfs/shared-" + std::to_string(::getpid()) + "-" + std::to_string(n++) +
+           "?conf=" + CephCluster::Get().conf() + "&lease=5s&timeout=10s";
+    std::filesystem::create_directories(mnt_b_);
+    Gen();
+    WalkOptions w;
+    w.skip_dirs = {".tbfs"};
+    ASSERT_TRUE(WalkTree(logdir_, w, [&](const WalkEntry& e) {
+                  if (S_ISREG(e.st.st_mode)) originals_[e.rel] = ReadBytes(L(e.rel));
+                  if (S_ISREG(e.st.st_mode) && e.rel.find("tfevents") == std::string::npos) traces_++;
+                }).ok());
+    ASSERT_GT(traces_, 0u);
+    auto base = RunCommand(Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
+    ASSERT_EQ(base.exit_code, 0);
+  }
+  void TearDown() override {
+    UnmountB();
+    MountTest::TearDown();
+  }
+
+  std::string Options(const std::string& state) const {
+    return " -o 'store=" + url_ + ",state=" + (dir_ / state) + ",cold_after=0,migrate_interval=1'";
+  }
+  // Mount A on mnt_ (pid_), as MountTest's; `env` before the command.
+  void MountA(const std::string& env = "") {
+    auto r = RunCommand(env + Tbfs("mount " + logdir_ + " " + mnt_ + Options("state-a") + " 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    pid_ = Status()["pid"].get<int>();
+  }
+  void MountB() {
+    auto r = RunCommand(Tbfs("mount " + logdir_ + " " + mnt_b_ + Options("state-b") + " 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    pid_b_ = StatusOf(mnt_b_)["pid"].get<int>();
+  }
+  void UnmountB() {
+    if (IsMounted(mnt_b_)) {
+      RunCommand("fusermount3 -u " + mnt_b_ + " 2>/dev/null");
+      if (IsMounted(mnt_b_)) RunCommand("fusermount3 -u -z " + mnt_b_ + " 2>/dev/null");
+    }
+    std::swap(pid_, pid_b_);
+    WaitForExit();
+    std::swap(pid_, pid_b_);
+  }
+  nlohmann::json StatusOf(const std::string& mountpoint) {
+    auto r = RunCommand(Tbfs("status --json " + mountpoint));
+    return nlohmann::json::parse(r.out, nullptr, false);
+  }
+  // Waits up to `seconds` for the mount's status to satisfy `done`.
+  template <typename Pred>
+  bool WaitFor(const std::string& mountpoint, int seconds, Pred done) {
+    for (int i = 0; i < seconds * 5; ++i) {
+      nlohmann::json s = StatusOf(mountpoint);
+      if (!s.is_discarded() && done(s)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return false;
+  }
+  static bool IsWriter(const nlohmann::json& s) {
+    return s.value("store_role", "").starts_with("writer");
+  }
+  // Every file of the logdir through the mount, byte for byte.
+  void ExpectOriginals(const std::string& mountpoint) {
+    for (const auto& [rel, bytes] : originals_) {
+      EXPECT_TRUE(ReadBytes(mountpoint + "/" + rel) == bytes) << mountpoint << ": " << rel;
+    }
+  }
+  size_t ColdCount(const std::string& mountpoint) {
+    size_t cold = 0;
+    for (const auto& [rel, bytes] : originals_) cold += State(mountpoint + "/" + rel) == "cold";
+    return cold;
+  }
+
+  std::string url_;
+  std::string mnt_b_ = dir_ / "mnt-b";
+  int pid_b_ = -1;
+  std::map<std::string, std::string> originals_;
+  size_t traces_ = 0;
+};
+
+TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNothing) {
+  MountA();
+  MountB();
+  EXPECT_TRUE(IsWriter(Status())) << Status().dump();
+  nlohmann::json b = StatusOf(mnt_b_);
+  EXPECT_NE(b.value("store_role", "").find("reader: "), std::string::npos) << b.dump();
+  EXPECT_NE(b.value("store_role", "").find(mnt_), std::string::npos) << "the reader names the writer: " << b.dump();
+
+  ASSERT_TRUE(WaitFor(mnt_, 60, [&](const nlohmann::json& s) {
+    return s["migrations"]["files_moved"].get<size_t>() == traces_;
+  })) << Status().dump();
+  // The reader sees the files turn cold within its attribute timeout, and
+  // reads them from the store.
+  for (int i = 0; i < 50 && ColdCount(mnt_b_) < traces_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(ColdCount(mnt_b_), traces_);
+  ExpectOriginals(mnt_);
+  ExpectOriginals(mnt_b_);
+  b = StatusOf(mnt_b_);
+  EXPECT_EQ(b["migrations"]["files_moved"].get<size_t>(), 0u) << "the reader migrated: " << b.dump();
+  EXPECT_GT(b["cold_reads"].get<uint64_t>(), 0u);
+
+  // A change to a cold file through the reader is refused and changes nothing.
+  std::string cold;
+  for (const auto& [rel, bytes] : originals_) {
+    if (rel.find("tfevents") == std::string::npos) cold = rel;
+  }
+  EXPECT_EQ(::unlink((mnt_b_ + "/" + cold).c_str()), -1);
+  EXPECT_EQ(errno, EROFS);
+  EXPECT_EQ(::chmod((mnt_b_ + "/" + cold).c_str(), 0600), -1);
+  EXPECT_EQ(errno, EROFS);
+  EXPECT_EQ(::open((mnt_b_ + "/" + cold).c_str(), O_WRONLY), -1);
+  EXPECT_EQ(errno, EROFS);
+  auto r = RunCommand(Tbfs("migrate --now " + mnt_b_ + " 2>&1"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("another one writes it"), std::string::npos) << r.out;
+  ExpectOriginals(mnt_b_);
+  EXPECT_EQ(State(mnt_ + "/" + cold), "cold");
+
+  // Offline writers take the same lease: refused while the mount holds it.
+  r = RunCommand(Tbfs("gc " + logdir_ + " --store '" + url_ + "' --older-than 0 --apply 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find(mnt_), std::string::npos) << r.out;
+  // Readers need none.
+  r = RunCommand(Tbfs("ls " + logdir_ + " --store '" + url_ + "' --json"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out, nullptr, false).size(), traces_) << r.out;
+}
+
+// The writer dies in the middle of a batch (a file already unlinked from the
+// logdir, its batch unfinished): the reader takes the lease over once it runs
+// out, undoes the batch, and migrates everything itself. Nothing is lost.
+TEST_F(SharedStore, KillNineOfTheWriterMidBatchAndTheOtherMountTakesOver) {
+  MountA("TBFS_FAILPOINT=migrate.unlinked ");
+  MountB();
+  const int writer = pid_;
+  // A's first pass ends it at the failpoint, as kill -9 would.
+  for (int i = 0; i < 100 && Alive(writer); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_FALSE(Alive(writer)) << "the writer did not reach the failpoint";
+  RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+  pid_ = -1;
+
+  ASSERT_TRUE(WaitFor(mnt_b_, 60, [&](const nlohmann::json& s) {
+    return IsWriter(s) && s["migrations"]["files_moved"].get<size_t>() == traces_;
+  })) << StatusOf(mnt_b_).dump();
+  EXPECT_NE(ReadBytes(dir_ / "state-b/tbfs-mount.log").find("recovery undid 1 unfinished batch"), std::string::npos)
+      << ReadBytes(dir_ / "state-b/tbfs-mount.log");
+  EXPECT_EQ(ColdCount(mnt_b_), traces_);
+  ExpectOriginals(mnt_b_);
+  auto v = RunCommand(Tbfs("verify " + mnt_b_ + " --baseline " + (dir_ / "b.json") + " 2>&1"));
+  EXPECT_EQ(v.exit_code, 0) << v.out;
+  UnmountB();
+  // The store checks clean, and the logdir holds every file exactly once.
+  auto f = RunCommand(Tbfs("fsck " + logdir_ + " --store '" + url_ + "' 2>&1"));
+  EXPECT_EQ(f.exit_code, 0) << f.out;
+  MountA();
+  ExpectOriginals(mnt_);
+}
+
+}  // namespace
+}  // namespace tbfs::testing
