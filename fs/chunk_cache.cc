@@ -4,6 +4,26 @@
 
 namespace tbfs::fs {
 
+StoreFault ClassifyStoreFault(const Status& st) {
+  switch (st.code()) {
+    case Code::kCorruption: return StoreFault::kCorrupt;
+    case Code::kNotFound: return StoreFault::kMissing;
+    default: break;
+  }
+  switch (st.sys_errno()) {
+    case ETIMEDOUT:
+    case ENOTCONN:
+    case ESHUTDOWN:
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+      return StoreFault::kUnreachable;
+    default:
+      return StoreFault::kOther;
+  }
+}
+
 namespace {
 constexpr size_t kMaxQueuedPrefetches = 8;
 }

@@ -37,6 +37,16 @@ struct Chunk {
   size_t size = 0;
 };
 
+// Why a cold chunk could not be read, as status and metrics count it.
+enum class StoreFault { kCorrupt, kMissing, kUnreachable, kOther };
+inline constexpr int kNumStoreFaults = 4;
+inline constexpr const char* kStoreFaultNames[kNumStoreFaults] = {"corrupt", "missing", "unreachable", "other"};
+// corrupt: its checksum or framing is wrong (I5); missing: the store has no
+// such chunk (a file deleted by another host, damage); unreachable: the
+// store did not answer in time or the connection is gone (a RADOS cluster
+// down or cut off); other: any other I/O error.
+StoreFault ClassifyStoreFault(const Status& st);
+
 class ChunkCache {
  public:
   ChunkCache(store::ColdStore* store, uint64_t capacity_bytes, int prefetch_threads);

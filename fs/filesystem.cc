@@ -49,9 +49,13 @@ int Filesystem::StoreError(const Status& st, const char* tag) {
     spdlog::info("{}: {}", tag, st.message());
     return -EROFS;
   }
+  const StoreFault fault = ClassifyStoreFault(st);
   counters_.eio_store++;
+  counters_.eio_store_by[static_cast<int>(fault)]++;
   spdlog::error("[EIO:{}] {}", tag, st.message());
-  return -st.ToErrno();
+  // A store that does not answer is an I/O error of the file, whatever the
+  // network said.
+  return fault == StoreFault::kUnreachable ? -EIO : -st.ToErrno();
 }
 
 bool Filesystem::IsHidden(uint64_t parent, const char* name) {

@@ -105,8 +105,10 @@ struct Counters {
   std::atomic<uint64_t> rehydrations{0};
   std::atomic<uint64_t> cold_reads{0};
   std::atomic<uint64_t> eio_cold_chunk{0};
+  std::atomic<uint64_t> eio_cold_chunk_by[kNumStoreFaults] = {};  // indexed by StoreFault
   std::atomic<uint64_t> eio_rehydrate{0};
   std::atomic<uint64_t> eio_store{0};
+  std::atomic<uint64_t> eio_store_by[kNumStoreFaults] = {};  // indexed by StoreFault
 };
 
 class Filesystem : public store::MoveObserver {
@@ -194,8 +196,10 @@ class Filesystem : public store::MoveObserver {
     uint64_t rehydrations = 0;
     uint64_t cold_reads = 0;
     uint64_t eio_cold_chunk = 0;
+    uint64_t eio_cold_chunk_by[kNumStoreFaults] = {};
     uint64_t eio_rehydrate = 0;
     uint64_t eio_store = 0;
+    uint64_t eio_store_by[kNumStoreFaults] = {};
     size_t inodes = 0;
   };
   // Retention (the daemon's own gc): deletes the cold file `m` names if its

@@ -131,6 +131,12 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
             {{"cause", "cold_chunk"}});
   f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_rehydrate), {{"cause", "rehydrate"}});
   f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_store), {{"cause", "store"}});
+  for (int i = 0; i < kNumStoreFaults; ++i) {
+    f.Counter("tbfs_store_errors_total", i == 0 ? "Operations failed by the cold store, by what failed and why" : "",
+              static_cast<double>(k.eio_cold_chunk_by[i]), {{"op", "cold_chunk"}, {"cause", kStoreFaultNames[i]}});
+    f.Counter("tbfs_store_errors_total", "", static_cast<double>(k.eio_store_by[i]),
+              {{"op", "metadata"}, {"cause", kStoreFaultNames[i]}});
+  }
   f.Gauge("tbfs_inodes", "Inodes the kernel holds through the mount", static_cast<double>(k.inodes));
   struct statvfs vfs;
   if (::statvfs(fs_.config().logdir.c_str(), &vfs) == 0) {

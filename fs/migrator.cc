@@ -15,7 +15,9 @@ Migrator::Migrator(Filesystem& fs, MigratorConfig config) : fs_(fs), config_(std
 Migrator::~Migrator() { Stop(); }
 
 void Migrator::Start() {
-  if (config_.background) thread_ = std::thread([this] { Loop(); });
+  // Without background passes a mount of a shared store still keeps (or
+  // takes back) the writer's role.
+  if (config_.background || fs_.store().shared()) thread_ = std::thread([this] { Loop(); });
 }
 
 void Migrator::Stop() {
@@ -37,9 +39,16 @@ void Migrator::Loop() {
         return;
       }
     }
-    Status st = Pass();
+    Status st = config_.background ? Pass() : KeepWriterRole();
     if (!st.ok()) spdlog::error("migrator: {}", st.message());
   }
+}
+
+Status Migrator::KeepWriterRole() {
+  MutexLock one(pass_mu_);
+  if (fs_.store().writer()) return Status::OK();
+  Status st = TakeWriterRole();
+  return st.code() == Code::kBusy ? Status::OK() : st;
 }
 
 int Migrator::RunNow() {

@@ -81,6 +81,8 @@ class Migrator {
   // A shared store's reader becomes its writer when the lease is free:
   // takes it, then undoes what the last writer left unfinished.
   Status TakeWriterRole() TBFS_REQUIRES(pass_mu_);
+  // Without background passes (shared stores): only that.
+  Status KeepWriterRole();
   Status MovePass() TBFS_REQUIRES(pass_mu_);
   Status ApplyRetention() TBFS_REQUIRES(pass_mu_);
   void KeepGrowthSample(const store::GrowthSample& sample) TBFS_REQUIRES(pass_mu_);

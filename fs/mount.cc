@@ -141,6 +141,12 @@ std::string Compact(const nlohmann::json& j) {
 
 constexpr double kStatusGrowthWindowS = 24 * 3600;
 
+nlohmann::json ByFault(const uint64_t (&counts)[kNumStoreFaults]) {
+  nlohmann::json by;
+  for (int i = 0; i < kNumStoreFaults; ++i) by[kStoreFaultNames[i]] = counts[i];
+  return by;
+}
+
 std::string StatusJson(const MountConfig& mc, const std::string& store_dir, Filesystem& fs,
                        Migrator& migrator) {
   auto totals = fs.store().ComputeTotals();
@@ -184,6 +190,8 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
         {"capacity_bytes", fs.config().cache_bytes}}},
       {"eio",
        {{"cold_chunk", k.eio_cold_chunk},
+        {"cold_chunk_by_cause", ByFault(k.eio_cold_chunk_by)},
+        {"store_by_cause", ByFault(k.eio_store_by)},
         {"rehydrate", k.eio_rehydrate},
         {"store", k.eio_store}}},
       {"inodes", k.inodes},
@@ -470,11 +478,9 @@ int RunMount(const MountConfig& mc_in) {
   so.lock_wait_ms = 5000;  // a mount of this logdir just unmounted may still be closing
   std::unique_ptr<store::ColdStore> store;
   if (shared) {
-    // The writer when the lease is free (and this mount migrates); a
-    // reader otherwise, which the migrator's passes make the writer when
-    // the lease comes free.
+    // The writer when the lease is free; a reader otherwise, which the
+    // migrator's passes make the writer when the lease comes free.
     so.lock_wait_ms = 0;
-    so.read_only = !mc.migrate;
     so.reader_if_busy = true;
     auto opened = store::ColdStore::Open(store_dir, so);
     if (!opened.ok()) return Fail(verdict, opened.status().message());

@@ -250,6 +250,7 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
     auto chunk = cache_.Get(m, index);
     if (!chunk.ok()) {
       counters_.eio_cold_chunk++;
+      counters_.eio_cold_chunk_by[static_cast<int>(ClassifyStoreFault(chunk.status()))]++;
       return -EIO;  // logged with its tag by the cache
     }
     size_t within = static_cast<size_t>(pos - index * cb);
@@ -331,8 +332,10 @@ Filesystem::Stats Filesystem::stats() {
   s.rehydrations = counters_.rehydrations;
   s.cold_reads = counters_.cold_reads;
   s.eio_cold_chunk = counters_.eio_cold_chunk;
+  for (int i = 0; i < kNumStoreFaults; ++i) s.eio_cold_chunk_by[i] = counters_.eio_cold_chunk_by[i];
   s.eio_rehydrate = counters_.eio_rehydrate;
   s.eio_store = counters_.eio_store;
+  for (int i = 0; i < kNumStoreFaults; ++i) s.eio_store_by[i] = counters_.eio_store_by[i];
   s.inodes = inodes_.size();
   return s;
 }

@@ -2,7 +2,11 @@
 // points share a store on the test cluster (scripts/ceph-cluster.sh). One
 // holds the writer's lease and migrates; the other serves the same bytes
 // read-only and takes the lease over, recovery first, when the writer dies.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <map>
 
@@ -173,6 +177,74 @@ TEST_F(SharedStore, KillNineOfTheWriterMidBatchAndTheOtherMountTakesOver) {
   EXPECT_EQ(f.exit_code, 0) << f.out;
   MountA();
   ExpectOriginals(mnt_);
+}
+
+// A cluster of its own, paused and resumed: the shared one serves the
+// other tests meanwhile.
+class UnreachableStore : public SharedStore {
+ protected:
+  void SetUp() override {
+    SharedStore::SetUp();
+    if (IsSkipped()) return;
+    auto r = RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh start " + ceph_ + " tbfs 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    url_ = "rados://tbfs/x?conf=" + r.out.substr(0, r.out.find('\n')) + "&lease=5s&timeout=3s";
+    osd_pid_ = ReadBytes(ceph_ + "/run/osd.0.pid");
+  }
+  void TearDown() override {
+    if (!osd_pid_.empty()) RunCommand("kill -CONT " + osd_pid_);
+    SharedStore::TearDown();
+    RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh stop " + ceph_);
+  }
+  std::string ceph_ = dir_ / "ceph";
+  std::string osd_pid_;
+};
+
+TEST_F(UnreachableStore, ColdReadsFailWithEioAfterTheTimeoutHotFilesKeepWorkingAndReadsComeBack) {
+  MountA();
+  ASSERT_TRUE(WaitFor(mnt_, 60, [&](const nlohmann::json& s) {
+    return s["migrations"]["files_moved"].get<size_t>() == traces_;
+  })) << Status().dump();
+  std::vector<std::string> cold;
+  for (const auto& [rel, bytes] : originals_) {
+    if (rel.find("tfevents") == std::string::npos) cold.push_back(rel);
+  }
+  ASSERT_EQ(RunCommand("kill -STOP " + osd_pid_).exit_code, 0);
+  for (const auto& [rel, bytes] : originals_) {
+    if (rel.find("tfevents") != std::string::npos) EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  }
+  // Neither opened nor read through the mount before: nothing is cached.
+  // (The bound below only catches a hang; the timeout is 3 s.)
+  const auto start = std::chrono::steady_clock::now();
+  int err = 0;
+  {
+    UniqueFd fd(::open(M(cold[0]).c_str(), O_RDONLY));
+    char buf[4096];
+    if (!fd.valid()) {
+      err = errno;
+    } else if (::read(fd.get(), buf, sizeof(buf)) < 0) {
+      err = errno;
+    }
+  }
+  EXPECT_EQ(err, EIO) << std::strerror(err);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+  for (const auto& [rel, bytes] : originals_) {
+    if (rel.find("tfevents") != std::string::npos) EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  }
+  nlohmann::json eio = Status()["eio"];
+  EXPECT_GT(eio["store_by_cause"]["unreachable"].get<uint64_t>() + eio["cold_chunk_by_cause"]["unreachable"].get<uint64_t>(),
+            0u) << eio.dump();
+
+  ASSERT_EQ(RunCommand("kill -CONT " + osd_pid_).exit_code, 0);
+  bool back = false;
+  for (int i = 0; i < 60 && !back; ++i) {
+    back = ReadBytes(M(cold[0])) == originals_[cold[0]];
+    if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_TRUE(back) << "cold reads did not come back after the cluster did";
+  for (const std::string& rel : cold) EXPECT_TRUE(ReadBytes(M(rel)) == originals_[rel]) << rel;
+  // The writer's lease lapsed while the cluster was away; the mount takes it back.
+  EXPECT_TRUE(WaitFor(mnt_, 30, IsWriter)) << Status().dump();
 }
 
 }  // namespace
