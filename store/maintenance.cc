@@ -68,6 +68,48 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
   return result;
 }
 
+Status FindGarbage(ColdStore& store, Garbage* out) {
+  *out = Garbage();
+  std::set<uint64_t> named;
+  TBFS_RETURN_IF_ERROR(store.ForEachManifest([&](const storepb::Manifest& m) {
+    named.insert(m.file_id());
+    return true;
+  }));
+  std::vector<uint64_t> retired;
+  TBFS_RETURN_IF_ERROR(store.ListRetired(&retired));
+  named.insert(retired.begin(), retired.end());
+  std::vector<storepb::JournalRecord> journal;
+  TBFS_RETURN_IF_ERROR(store.ListJournal(&journal));
+  for (const auto& record : journal) {
+    for (const auto& e : record.entries()) named.insert(e.file_id());
+  }
+  std::set<uint64_t> files;
+  TBFS_RETURN_IF_ERROR(store.ForEachChunkKey([&](uint64_t id, uint64_t index) {
+    if (!named.count(id)) {
+      out->chunks.emplace_back(id, index);
+      files.insert(id);
+    }
+    return true;
+  }));
+  out->files = files.size();
+  return Status::OK();
+}
+
+Status RemoveGarbage(ColdStore& store, const Garbage& garbage) {
+  WriteBatch batch;
+  uint64_t last = 0;
+  for (const auto& [id, index] : garbage.chunks) {
+    batch.Delete(Space::kChunks, ChunkKey(id, index));
+    if (id != last) batch.Delete(Space::kChunks, ChunkKey(id, kManifestCopyIndex));
+    last = id;
+    if (batch.bytes() > (1u << 20)) {
+      TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
+      batch.Clear();
+    }
+  }
+  return batch.empty() ? Status::OK() : store.Commit(batch, true);
+}
+
 Status SelectOlderThan(ColdStore& store, int64_t older_than_s, std::vector<storepb::Manifest>* out) {
   out->clear();
   int64_t cutoff = NowNs() - older_than_s * 1'000'000'000;

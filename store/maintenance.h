@@ -36,6 +36,19 @@ struct FsckResult {
 // second copies when the manifests space is unreadable).
 Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>* progress);
 
+// Chunks no record names: no manifest, not retired, no unfinished batch's
+// journal entry. A crash between a RADOS commit's steps leaves them (chunks
+// written before the commit point, or not yet removed after it), and so
+// can damage. Nothing reads them.
+struct Garbage {
+  std::vector<std::pair<uint64_t, uint64_t>> chunks;  // file id, index
+  uint64_t files = 0;                                 // distinct file ids
+};
+Status FindGarbage(ColdStore& store, Garbage* out);
+// Deletes them (and their files' manifest copies). Writers only, after
+// recovery: a batch in flight would look like garbage.
+Status RemoveGarbage(ColdStore& store, const Garbage& garbage);
+
 // Cold files whose modification time is more than older_than_s ago.
 Status SelectOlderThan(ColdStore& store, int64_t older_than_s,
                        std::vector<storepb::Manifest>* out);

@@ -27,6 +27,7 @@ struct FsckArgs {
   std::string migrated_before;
   int64_t keep_last = -1;
   std::string max_store;
+  bool garbage = false;
   bool apply = false;
   bool json = false;
 };
@@ -40,6 +41,7 @@ Result<StoreLocation> Locate(const FsckArgs& args) {
     StoreLocation loc;
     loc.logdir = ".";
     loc.dir = args.store;
+    loc.own_dir = args.store;
     return loc;
   }
   return LocateStore(args.logdir, args.store);
@@ -119,7 +121,10 @@ int RunFsck(const FsckArgs& args) {
   } else {
     for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", Printable(p));
     for (const auto& [p, why] : r->damaged) fmt::print("DAMAGED: {}: {}\n", Printable(p), Printable(why));
-    if (r->orphan_chunk_files) fmt::print("note: chunks of {} unknown file ids\n", r->orphan_chunk_files);
+    if (r->orphan_chunk_files) {
+      fmt::print("note: chunks of {} unknown file ids (garbage a crash left; tbfs gc --garbage --apply removes it)\n",
+                 r->orphan_chunk_files);
+    }
     if (r->set_aside_files) {
       fmt::print("note: {} engine file(s) set aside in {}/{} when a writer opened the store (leftovers "
                  "of a crash, or data a damaged MANIFEST lost): tbfs salvage reads them; remove them "
@@ -162,8 +167,14 @@ int RunGc(const FsckArgs& args) {
     }
     policy.max_store_bytes = *b;
   }
-  if (!policy.any()) {
-    PrintError("gc", "give a policy: --older-than DUR, --migrated-before DUR, --keep-last N or --max-store SIZE");
+  if (!policy.any() && !args.garbage) {
+    PrintError("gc", "give a policy: --older-than DUR, --migrated-before DUR, --keep-last N or --max-store SIZE, "
+                     "or --garbage");
+    return kExitError;
+  }
+  if (args.apply && args.logdir.empty()) {
+    // A writer's open finishes what a crash left, writing files back into the logdir.
+    PrintError("gc", "--apply needs LOGDIR (recovery may write files back into it)");
     return kExitError;
   }
   auto loc = Locate(args);
@@ -178,11 +189,24 @@ int RunGc(const FsckArgs& args) {
   }
   std::vector<storepb::Manifest> old;
   std::vector<std::string> why;
-  if (*store) {
+  store::Garbage garbage;
+  if (*store && policy.any()) {
     Status st = store::SelectForRetention(**store, policy, &old, &why);
     if (!st.ok()) {
       PrintError("gc", st.message());
       return kExitError;
+    }
+  }
+  if (*store && args.garbage) {
+    // After recovery (a writer's open runs it): no batch is in flight.
+    Status st = store::FindGarbage(**store, &garbage);
+    if (st.ok() && args.apply) st = store::RemoveGarbage(**store, garbage);
+    if (!st.ok()) {
+      PrintError("gc", "garbage: " + st.message());
+      return kExitError;
+    }
+    if (args.apply && !garbage.chunks.empty()) {
+      spdlog::info("gc: removed {} unreachable chunk(s) of {} file id(s)", garbage.chunks.size(), garbage.files);
     }
   }
   uint64_t bytes = 0, stored = 0;
@@ -201,6 +225,7 @@ int RunGc(const FsckArgs& args) {
   if (args.json) {
     json j = {{"dry_run", !args.apply}, {"files", old.size()}, {"bytes", bytes},
               {"stored_bytes", stored}, {"deleted", json::array()}};
+    if (args.garbage) j["garbage"] = {{"chunks", garbage.chunks.size()}, {"file_ids", garbage.files}};
     for (size_t i = 0; i < old.size(); ++i) {
       j["deleted"].push_back({{"path", old[i].path()}, {"bytes", old[i].size()}, {"reason", why[i]}});
       j["paths"].push_back(old[i].path());
@@ -209,6 +234,10 @@ int RunGc(const FsckArgs& args) {
   } else {
     for (size_t i = 0; i < old.size(); ++i) {
       fmt::print("  {:>10}  {}  ({})\n", HumanBytes(old[i].size()), Printable(old[i].path()), why[i]);
+    }
+    if (args.garbage) {
+      fmt::print("{} {} unreachable chunk(s) of {} file id(s) no record names\n",
+                 args.apply ? "removed" : "would remove", garbage.chunks.size(), garbage.files);
     }
     fmt::print("{} {} cold files ({} logical, {} stored){}\n", args.apply ? "deleted" : "would delete",
                old.size(), HumanBytes(bytes), HumanBytes(stored),
@@ -225,7 +254,7 @@ void RegisterFsck(CLI::App& app, int* exit_code) {
       "fsck", "Check every chunk checksum and every file hash of a cold store; exit 1 if any is "
               "damaged");
   cmd->add_option("LOGDIR", args->logdir, "the logdir");
-  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunFsck(*args); });
 
@@ -235,13 +264,15 @@ void RegisterFsck(CLI::App& app, int* exit_code) {
             "per run or a size budget for the store (any policies given; the union is deleted). "
             "Dry run unless --apply.");
   gc->add_option("LOGDIR", gargs->logdir, "the logdir");
-  gc->add_option("--store", gargs->store, "store folder (default LOGDIR/.tbfs)");
+  gc->add_option("--store", gargs->store, kStoreOptionHelp);
   gc->add_option("--older-than", gargs->older_than, "files modified longer ago than this (e.g. 30d)");
   gc->add_option("--migrated-before", gargs->migrated_before, "files moved to the store longer ago than this");
   gc->add_option("--keep-last", gargs->keep_last, "keep only the newest N profiles of each run")
       ->check(CLI::NonNegativeNumber);
   gc->add_option("--max-store", gargs->max_store,
                  "delete the longest-migrated files until the store's files take at most SIZE");
+  gc->add_flag("--garbage", gargs->garbage,
+               "also remove chunks no record names (left by a crash in the middle of a RADOS commit)");
   gc->add_flag("--apply", gargs->apply, "really delete (default: dry run)");
   gc->add_flag("--json", gargs->json, "print the report as JSON");
   gc->callback([gargs, exit_code] { *exit_code = RunGc(*gargs); });

@@ -148,14 +148,14 @@ void RegisterLs(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("ls", "List cold files: logical size, stored size, ratio");
   cmd->add_option("LOGDIR", args->logdir, "the logdir")->required();
   cmd->add_option("PATH", args->path, "a file or folder, relative to LOGDIR");
-  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_flag("--json", args->json, "print the list as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunLs(*args); });
 
   auto dargs = std::make_shared<LsArgs>();
   CLI::App* du = app.add_subcommand("du", "Cold totals and ratio per class; store size on disk");
   du->add_option("LOGDIR", dargs->logdir, "the logdir")->required();
-  du->add_option("--store", dargs->store, "store folder (default LOGDIR/.tbfs)");
+  du->add_option("--store", dargs->store, kStoreOptionHelp);
   du->add_flag("--json", dargs->json, "print the totals as JSON");
   du->callback([dargs, exit_code] { *exit_code = RunDu(*dargs); });
 }

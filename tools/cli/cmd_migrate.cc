@@ -331,7 +331,7 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
       "Every batch is journaled, verified (scalar digests before and after) and rolled back "
       "on any difference. tfevents files are never moved.");
   cmd->add_option("LOGDIR", args->logdir, "the logdir (or logdir: in --config)");
-  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_flag("--apply", args->apply, "really migrate (default: dry run)");
   cmd->add_flag("--dry-run", args->dry_run, "force a dry run, whatever the config says");
   cmd->add_option("--class", args->classes, "only these classes: tf_profile,pytorch_trace,other_trace")

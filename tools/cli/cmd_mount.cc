@@ -14,6 +14,7 @@
 #include "fs/mount.h"
 #include "store/config.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/store_cli.h"
 #include "tools/cli/progress.h"
 
 namespace tbfs::cli {
@@ -196,7 +197,7 @@ void RegisterMount(CLI::App& app, int* exit_code) {
       "LOGDIR MOUNTPOINT fuse.tbfs store=DIR,cold_after=5m 0 0");
   cmd->add_option("LOGDIR", args->logdir, "the logdir (or logdir: in --config)");
   cmd->add_option("MOUNTPOINT", args->mountpoint, "an empty folder (or mount: mountpoint: in --config)");
-  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_option("--cold-after", args->cold_after,
                   "migrate traces not modified for this long (default 5m)");
   cmd->add_option("--cache", args->cache, "cold chunk cache size (default 256M)");

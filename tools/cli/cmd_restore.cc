@@ -165,7 +165,7 @@ void RegisterRestore(CLI::App& app, int* exit_code) {
   cmd->add_option("PATH", args->paths, "files or folders, relative to LOGDIR");
   cmd->add_flag("--all", args->all, "every cold file");
   cmd->add_flag("--apply", args->apply, "really restore (default: dry run)");
-  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunRestore(*args); });
 
@@ -178,7 +178,7 @@ void RegisterRestore(CLI::App& app, int* exit_code) {
   exp->add_option("PATH", eargs->paths, "files or folders, relative to LOGDIR (default: all)");
   exp->add_option("--to", eargs->to, "destination folder")->required();
   exp->add_flag("--force", eargs->force, "replace files that exist in the destination");
-  exp->add_option("--store", eargs->store, "store folder (default LOGDIR/.tbfs)");
+  exp->add_option("--store", eargs->store, kStoreOptionHelp);
   exp->add_flag("--json", eargs->json, "print the report as JSON");
   exp->callback([eargs, exit_code] { *exit_code = RunExport(*eargs); });
 }

@@ -103,7 +103,7 @@ void RegisterSalvage(CLI::App& app, int* exit_code) {
       "Write every cold file of a damaged store that can be proven intact into a new folder "
       "(the store is only read); exit 1 naming each file that could not be");
   cmd->add_option("LOGDIR", args->logdir, "the logdir");
-  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs); a RADOS store needs no salvage");
   cmd->add_option("--to", args->to, "folder to write into (made 0700; must be missing or empty)")
       ->required();
   cmd->add_flag("--json", args->json, "print the report as JSON");

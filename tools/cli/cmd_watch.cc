@@ -57,14 +57,14 @@ int RunWatch(const WatchArgs& args) {
     return kExitError;
   }
   store::Policy policy;
-  std::vector<store::GrowthSample> series = store::LoadGrowthSeries(loc->dir);
+  std::vector<store::GrowthSample> series = store::LoadGrowthSeries(loc->own_dir);
   auto sample = [&]() -> bool {
     auto s = store::TakeGrowthSample(loc->logdir, loc->dir, policy, loc->walk);
     if (!s.ok()) {
       PrintError("watch", s.status().message());
       return false;
     }
-    Status saved = store::SaveGrowthSample(loc->dir, *s, &series);
+    Status saved = store::SaveGrowthSample(loc->own_dir, *s, &series);
     if (!saved.ok()) {
       PrintError("watch", "keeping the sample: " + saved.message());
       return false;
@@ -148,7 +148,7 @@ void RegisterWatch(CLI::App& app, int* exit_code) {
                "full; keeps a series of samples in the store folder; exit 1 above --warn-at or "
                "when full within --warn-within");
   cmd->add_option("LOGDIR", args->logdir, "the logdir")->required();
-  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs)");
+  cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_option("--interval", args->interval,
                   "without a sample this old, wait this long for a second one")->capture_default_str();
   cmd->add_option("--window", args->window, "rates over the samples this recent")->capture_default_str();

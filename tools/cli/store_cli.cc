@@ -9,6 +9,7 @@
 #include "fs/mount.h"
 #include "store/classify.h"
 #include "store/migrate.h"
+#include "store/rados_backend.h"
 #include "fmt/format.h"
 #include "tools/cli/commands.h"
 
@@ -38,6 +39,7 @@ Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& 
   StoreLocation loc;
   loc.logdir = logdir;
   loc.dir = store_flag.empty() ? JoinPath(logdir, store::kStoreDirName) : store_flag;
+  loc.own_dir = store::IsRadosUrl(loc.dir) ? JoinPath(logdir, store::kStoreDirName) : loc.dir;
   // Whatever the store's name, a walk of the logdir must never enter it.
   std::string root = RealPath(logdir) + "/";
   std::string dir = RealPath(loc.dir);

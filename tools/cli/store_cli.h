@@ -11,13 +11,18 @@
 
 namespace tbfs::cli {
 
+// What --store says in every command's help.
+inline constexpr char kStoreOptionHelp[] =
+    "store folder (default LOGDIR/.tbfs), or a shared store on Ceph: rados://POOL[/PREFIX]?conf=FILE";
+
 struct StoreLocation {
   std::string logdir;  // as given
-  std::string dir;     // the store folder
+  std::string dir;     // the store folder, or its rados:// address
+  std::string own_dir; // where tbfs keeps files of its own: the store folder, or LOGDIR/.tbfs
   WalkOptions walk;    // skips the store when it lies inside the logdir
 };
 
-// --store DIR, or LOGDIR/.tbfs. InvalidArgument when LOGDIR is not a folder.
+// --store DIR (or rados://...), or LOGDIR/.tbfs. InvalidArgument when LOGDIR is not a folder.
 Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& store_flag);
 
 // True when `path` (which need not exist yet) is `dir` or lies inside it,
