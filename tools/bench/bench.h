@@ -3,6 +3,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 namespace tbfs::bench {
 
 void RegisterVerifyBench(CLI::App& app, int* exit_code);
@@ -11,5 +15,14 @@ void RegisterMountBench(CLI::App& app, int* exit_code);
 void RegisterSoakBench(CLI::App& app, int* exit_code);
 void RegisterFaultsBench(CLI::App& app, int* exit_code);
 void RegisterBackendsBench(CLI::App& app, int* exit_code);  // RocksDB vs RADOS
+void RegisterStoresBench(CLI::App& app, int* exit_code);    // the same, through a mount
+
+// What the mount benchmarks share (bench_util.cc).
+// Drops the page cache (root only; a no-op otherwise).
+void DropCaches();
+// Reads the files sequentially with 1 MiB reads; returns seconds.
+double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes);
+// `tbfs status --json MOUNTPOINT`'s output ("{}" when it cannot run).
+std::string MountStatus(const std::string& tbfs, const std::string& mnt);
 
 }  // namespace tbfs::bench

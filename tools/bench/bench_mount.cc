@@ -33,23 +33,6 @@ struct Args {
   std::string tbfs = "tbfs";
 };
 
-void DropCaches() { std::system("sync; echo 3 > /proc/sys/vm/drop_caches"); }
-
-// Reads files sequentially with 1 MiB reads; returns seconds.
-double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes) {
-  std::vector<char> buf(1 << 20);
-  *bytes = 0;
-  double t0 = cli::NowSeconds();
-  for (const auto& p : paths) {
-    int fd = ::open(p.c_str(), O_RDONLY);
-    if (fd < 0) continue;
-    ssize_t n;
-    while ((n = ::read(fd, buf.data(), buf.size())) > 0) *bytes += static_cast<uint64_t>(n);
-    ::close(fd);
-  }
-  return cli::NowSeconds() - t0;
-}
-
 uint64_t g_walked = 0;
 int CountStat(const char* path, const struct stat*, int type, struct FTW*) {
   struct stat st;
@@ -63,17 +46,6 @@ double Walk(const std::string& root) {
   double t0 = cli::NowSeconds();
   ::nftw(root.c_str(), CountStat, 64, FTW_PHYS);
   return cli::NowSeconds() - t0;
-}
-
-std::string Status(const std::string& tbfs, const std::string& mnt) {
-  std::string out;
-  FILE* p = ::popen(fmt::format("{} status --json {}", tbfs, mnt).c_str(), "r");
-  if (p == nullptr) return "{}";
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
 }
 
 uint64_t PeakRssKb(int pid) {
@@ -121,7 +93,7 @@ int Run(const Args& a) {
   if (std::system(fmt::format("{} mount {} {} --no-migrate --cold-after 0", a.tbfs, logdir, mnt).c_str()) != 0) {
     return 2;
   }
-  int pid = nlohmann::json::parse(Status(a.tbfs, mnt))["pid"].get<int>();
+  int pid = nlohmann::json::parse(MountStatus(a.tbfs, mnt))["pid"].get<int>();
   auto paths = [](const std::string& root, const std::vector<std::string>& rels) {
     std::vector<std::string> out;
     for (const auto& r : rels) out.push_back(root + "/" + r);
@@ -164,7 +136,7 @@ int Run(const Args& a) {
   if (std::system(fmt::format("{} mount {} {} --no-migrate", a.tbfs, logdir, mnt).c_str()) != 0) {
     return 2;
   }
-  pid = nlohmann::json::parse(Status(a.tbfs, mnt))["pid"].get<int>();
+  pid = nlohmann::json::parse(MountStatus(a.tbfs, mnt))["pid"].get<int>();
   std::vector<double> first_byte;
   for (const auto& t : traces) {
     double t0 = cli::NowSeconds();
@@ -194,7 +166,7 @@ int Run(const Args& a) {
              cmb / cold_read, cmb / zstd_s, zstd_s / cold_read);
 
   // 4. peak RSS, default cache.
-  auto st = nlohmann::json::parse(Status(a.tbfs, mnt));
+  auto st = nlohmann::json::parse(MountStatus(a.tbfs, mnt));
   fmt::print("daemon peak RSS: {:.1f} MB while migrating the logdir, {:.1f} MB while reading it "
              "back (cache capacity {:.0f} MB; {:.1f} GB cold)\n",
              static_cast<double>(rss_migrating_kb) / 1024, static_cast<double>(PeakRssKb(pid)) / 1024,

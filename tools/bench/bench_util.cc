@@ -1,0 +1,42 @@
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "fmt/format.h"
+#include "tools/bench/bench.h"
+#include "tools/cli/progress.h"
+
+namespace tbfs::bench {
+
+void DropCaches() { std::system("sync; echo 3 > /proc/sys/vm/drop_caches"); }
+
+// Reads files sequentially with 1 MiB reads; returns seconds.
+double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes) {
+  std::vector<char> buf(1 << 20);
+  *bytes = 0;
+  double t0 = cli::NowSeconds();
+  for (const auto& p : paths) {
+    int fd = ::open(p.c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ssize_t n;
+    while ((n = ::read(fd, buf.data(), buf.size())) > 0) *bytes += static_cast<uint64_t>(n);
+    ::close(fd);
+  }
+  return cli::NowSeconds() - t0;
+}
+
+std::string MountStatus(const std::string& tbfs, const std::string& mnt) {
+  std::string out;
+  FILE* p = ::popen(fmt::format("{} status --json {}", tbfs, mnt).c_str(), "r");
+  if (p == nullptr) return "{}";
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+}  // namespace tbfs::bench
