@@ -249,6 +249,9 @@ int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
     case Kind::kColdFile: ColdAttr(*v.manifest, v.shown_ino, st); return 0;
     case Kind::kColdDir: ColdDirAttr(v.cold_path, v.shown_ino, st); return 0;
     case Kind::kHot:
+      // A file handle whose file is gone: ESTALE has the kernel look the
+      // name up again (another host may have moved the file to the store).
+      if (!v.fd->valid()) return -ESTALE;
       if (::fstatat(v.fd->get(), "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
       st->st_ino = v.shown_ino;
       return 0;
@@ -522,6 +525,7 @@ int Filesystem::Rmdir(uint64_t parent, const char* name) {
   std::string rel = JoinPath(prel, name);
   auto has_cold = store_->HasChildren(rel);
   if (!has_cold.ok()) return StoreError(has_cold.status(), "rmdir");
+  if (!store_->writer() && store_->GetEntry(rel).ok()) return -EROFS;  // see Rename
   InodeView v = inodes_.View(parent);
   bool hot_gone = false;
   if (v.kind == Kind::kHot) {
@@ -559,6 +563,12 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
                  ::fstatat(pv.fd->get(), name, &sst, AT_SYMLINK_NOFOLLOW) == 0;
   auto dst_entry = store_->GetEntry(dst);
   bool dst_cold = dst_entry.ok();
+  if (!store_->writer()) {
+    // A mount that reads a shared store another one writes changes nothing
+    // the store holds: refused before anything moves (fs/mount.h).
+    const bool src_in_store = !src_hot || (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok());
+    if (src_in_store || dst_cold) return -EROFS;
+  }
   auto dst_cold_children = [&]() -> int {
     if (!dst_cold || dst_entry->kind() != storepb::Entry::DIR) return 0;
     auto kids = store_->HasChildren(dst);
@@ -611,12 +621,15 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
   const bool src_dir = src_entry->kind() == storepb::Entry::DIR;
   InodeView npv = inodes_.View(newparent);
   if (npv.kind == Kind::kColdFile) return -ENOTDIR;
+  bool dst_hot_file = false;  // replaced once the store has the file at dst
   if (npv.kind == Kind::kHot) {
     struct stat dst_st;
     if (::fstatat(npv.fd->get(), newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (flags & RENAME_NOREPLACE) return -EEXIST;
       if (S_ISDIR(dst_st.st_mode) != src_dir) return src_dir ? -ENOTDIR : -EISDIR;
-      if (::unlinkat(npv.fd->get(), newname, src_dir ? AT_REMOVEDIR : 0) != 0) return Errno();
+      // An (empty) folder goes first: should it not, nothing has changed.
+      if (src_dir && ::unlinkat(npv.fd->get(), newname, AT_REMOVEDIR) != 0) return Errno();
+      dst_hot_file = !src_dir;
     }
   }
   if (dst_cold) {
@@ -635,6 +648,13 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
   Status st = store_->Rename(&batch, src, dst, store::LogdirFolders(config_.logdir));
   if (st.ok()) st = store_->Commit(batch, true);
   if (!st.ok()) return StoreError(st, "rename");
+  // The hot file it replaces goes only now: a store that failed the
+  // rename has left it in place.
+  if (dst_hot_file && ::unlinkat(npv.fd->get(), newname, 0) != 0 && errno != ENOENT) {
+    const int err = errno;
+    spdlog::error("rename {} -> {}: the hot file it replaces stays (and hides it): {}", src, dst, std::strerror(err));
+    return -err;
+  }
   if (src_dir) {
     inodes_.RenameColdDirs(src, dst);
   } else {

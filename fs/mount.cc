@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <malloc.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -41,7 +42,6 @@ std::string RealPath(const std::string& p) {
   return ::realpath(p.c_str(), buf) ? std::string(buf) : std::string();
 }
 
-// The absolute path `p` will have: its deepest existing part resolved.
 std::string HostName() {
   char name[256] = {};
   return ::gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("?");
@@ -61,9 +61,65 @@ std::string EscapePath(const std::string& path) {
       out += fmt::format("%{:02X}", c);
     }
   }
+  if (out.size() > 200) {
+    // A file name has 255 bytes at most: a long one keeps its start and a
+    // hash of the whole (FNV-1a, 64 bits).
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : path) h = (h ^ c) * 0x100000001b3ull;
+    out = fmt::format("{}-{:016x}", out.substr(0, 160), h);
+  }
   return out.empty() ? "-" : out;
 }
 
+// The folder a RADOS mount keeps its own files in (log, control socket,
+// growth series; the lock that keeps it to one mount): made 0700 when
+// missing, and refused unless no other user can change it or anything
+// on the way to it: no symlink, each folder owned by root or this user,
+// none writable by others but sticky ones (like /tmp), and the folder
+// itself this user's and not writable by others. Returns the lock's fd.
+Result<UniqueFd> PrepareStateDir(const std::string& dir) {
+  if (dir.empty() || dir[0] != '/') return Status::InvalidArgument("state=" + dir + ": not an absolute path");
+  TBFS_RETURN_IF_ERROR(MakeDirs(dir, 0700));
+  std::string path;
+  size_t start = 1;
+  for (;;) {
+    const size_t slash = dir.find('/', start);
+    path = dir.substr(0, slash);
+    struct stat st;
+    if (::lstat(path.empty() ? "/" : path.c_str(), &st) != 0) return Status::FromErrno(errno, "lstat", path);
+    const bool last = slash == std::string::npos || dir.find_first_not_of('/', slash) == std::string::npos;
+    auto unsafe = [&](const std::string& why) {
+      return Status::InvalidArgument(fmt::format("state folder {}: {} {}; tbfs keeps a mount's state where no "
+                                                 "other user can change it (name another with -o state=DIR)",
+                                                 dir, path, why));
+    };
+    if (S_ISLNK(st.st_mode)) return unsafe("is a symlink");
+    if (!S_ISDIR(st.st_mode)) return unsafe("is not a folder");
+    if (st.st_uid != 0 && st.st_uid != ::geteuid()) return unsafe(fmt::format("is owned by uid {}", st.st_uid));
+    if (last && st.st_uid != ::geteuid()) return unsafe("is not this user's");
+    if ((st.st_mode & 022) != 0 && (last || !(st.st_mode & S_ISVTX))) return unsafe("is writable by other users");
+    if (last) break;
+    start = slash + 1;
+  }
+  if (::chmod(dir.c_str(), 0700) != 0) return Status::FromErrno(errno, "chmod", dir);
+  const std::string lock_path = JoinPath(dir, "state.lock");
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!lock.valid()) return Status::FromErrno(errno, "open", lock_path);
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    std::string who(64, '\0');
+    const ssize_t n = ::pread(lock.get(), who.data(), who.size(), 0);
+    who.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    return Status::Busy(fmt::format("state folder {} is in use by another tbfs mount ({}); give each mount its own "
+                                    "state=DIR", dir, who.empty() ? "?" : who));
+  }
+  const std::string me = fmt::format("pid {}", ::getpid());
+  if (::ftruncate(lock.get(), 0) != 0 || ::pwrite(lock.get(), me.data(), me.size(), 0) < 0) {
+    spdlog::warn("{}: cannot record the holder: {}", lock_path, std::strerror(errno));
+  }
+  return lock;
+}
+
+// The absolute path `p` will have: its deepest existing part resolved.
 std::string ResolveExisting(const std::string& p) {
   std::string head = p, tail;
   while (!head.empty() && head != "/" && RealPath(head).empty()) {
@@ -158,6 +214,7 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
       {"logdir", mc.logdir},
       {"mountpoint", mc.mountpoint},
       {"store", store_dir},
+      {"state", mc.state_dir},
       {"store_role", !fs.store().shared() ? "writer"
                      : fs.store().writer() ? "writer (holds the shared store's lease)"
                                            : "reader: " + fs.store().refusal()},
@@ -433,7 +490,12 @@ int RunMount(const MountConfig& mc_in) {
     if (auto where = store::ParseRadosUrl(mc.store_dir); !where.ok()) return Fail(verdict, where.status().message());
     // The mount's own files: on this host, one folder per mount point.
     if (mc.state_dir.empty()) mc.state_dir = JoinPath(kDefaultStateRoot, EscapePath(mc.mountpoint));
-    mc.state_dir = ResolveExisting(mc.state_dir);
+    // Made absolute, symlinks left for PrepareStateDir to refuse.
+    if (mc.state_dir[0] != '/') {
+      char cwd[PATH_MAX];
+      if (::getcwd(cwd, sizeof(cwd)) == nullptr) return Fail(verdict, "getcwd: " + std::string(std::strerror(errno)));
+      mc.state_dir = JoinPath(cwd, mc.state_dir);
+    }
     if (covers(mc.state_dir)) {
       return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain the mount's state " + mc.state_dir);
     }
@@ -477,18 +539,18 @@ int RunMount(const MountConfig& mc_in) {
                      : fmt::format("the tbfs mount on {} (pid {})", mc.mountpoint, ::getpid());
   so.lock_wait_ms = 5000;  // a mount of this logdir just unmounted may still be closing
   std::unique_ptr<store::ColdStore> store;
+  UniqueFd state_lock;  // a RADOS mount's hold on its state folder
   if (shared) {
     // The writer when the lease is free; a reader otherwise, which the
     // migrator's passes make the writer when the lease comes free.
     so.lock_wait_ms = 0;
     so.reader_if_busy = true;
+    auto prepared = PrepareStateDir(mc.state_dir);
+    if (!prepared.ok()) return Fail(verdict, prepared.status().message());
+    state_lock = std::move(prepared).value();
     auto opened = store::ColdStore::Open(store_dir, so);
     if (!opened.ok()) return Fail(verdict, opened.status().message());
     store = std::move(opened).value();
-    if (Status made = MakeDirs(mc.state_dir, 0700); !made.ok()) return Fail(verdict, made.message());
-    if (::chmod(mc.state_dir.c_str(), 0700) != 0) {
-      return Fail(verdict, Status::FromErrno(errno, "chmod", mc.state_dir).message());
-    }
   } else {
     auto opened = store::ColdStore::Open(store_dir, so);
     if (!opened.ok()) return Fail(verdict, opened.status().message());

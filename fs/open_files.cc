@@ -162,7 +162,9 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
     }
     int fd = ::open(ProcPath(v.fd->get()).c_str(), BackingFlags(flags));
     if (fd < 0) {
-      int err = v.fd->valid() ? errno : ENOENT;  // a file handle of a file gone
+      // A file handle of a file gone: ESTALE has the kernel look the name
+      // up again (another host may have moved the file to the store).
+      int err = v.fd->valid() ? errno : ESTALE;
       inodes_.CloseHandle(ino, writable, 0);
       return -err;
     }

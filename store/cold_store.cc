@@ -72,7 +72,7 @@ Result<std::unique_ptr<ColdStore>> ColdStore::OpenShared(const std::string& url,
 }
 
 bool ColdStore::writer() const {
-  if (!fence_) return true;  // a local store open read-only refuses writes in its engine
+  if (!fence_) return !read_only_;
   auto lease = fence_->lease();
   return lease && lease->held();
 }
@@ -125,6 +125,10 @@ void ColdStore::DropWriterRole() {
 Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
                                                    const OpenOptions& options) {
   if (IsRadosUrl(dir)) return OpenShared(dir, options);
+  if (LooksLikeAddress(dir)) {
+    return Status::InvalidArgument(dir + ": not a store folder, and not a store address this tbfs knows "
+                                         "(rados://POOL[/PREFIX]?conf=FILE)");
+  }
   BackendOptions bo;
   bo.create_if_missing = options.create_if_missing;
   bo.read_only = options.read_only;
@@ -178,6 +182,7 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
   if (!backend.ok()) return damaged(backend.status());
   std::unique_ptr<ColdStore> store(new ColdStore(dir, std::move(backend).value()));
   store->logdir_lock_ = std::move(lock);
+  store->read_only_ = options.read_only;
   if (Status st = store->Init(options, existed); !st.ok()) return damaged(st);
   return store;
 }
@@ -216,6 +221,12 @@ void ColdStore::LoadIds() {
   uint64_t floor = 1;
   std::string bytes;
   if (backend_->Get(Space::kMeta, kMetaNextFileIdKey, &bytes).ok() && !DecodeId(bytes, &floor)) floor = 1;
+  std::vector<storepb::JournalRecord> journal;
+  if (ListJournal(&journal).ok()) {
+    for (const auto& record : journal) {
+      for (const auto& e : record.entries()) floor = std::max(floor, e.file_id() + 1);
+    }
+  }
   next_file_id_ = std::max({NextAfterLast(*backend_, Space::kManifests),
                             NextAfterLast(*backend_, Space::kChunks), floor});
   next_batch_id_ = NextAfterLast(*backend_, Space::kJournal);
@@ -605,6 +616,14 @@ Status ColdStore::ReadRange(const storepb::Manifest& m, uint64_t offset, size_t 
 Status ColdStore::PutJournal(const storepb::JournalRecord& record) {
   WriteBatch batch;
   batch.Put(Space::kJournal, EncodeId(record.batch_id()), record.SerializeAsString());
+  // A journaled file id may have chunks written under it next: the record
+  // that makes it unavailable to every later writer is durable first, in
+  // the same (fenced) commit. Read and committed under one lock, so these
+  // records land in increasing order.
+  std::lock_guard<std::mutex> lock(journal_mu_);
+  uint64_t next = next_file_id_.load();
+  for (const auto& e : record.entries()) next = std::max(next, e.file_id() + 1);
+  batch.Put(Space::kMeta, kMetaNextFileIdKey, EncodeId(next));
   return backend_->Commit(batch, true);
 }
 

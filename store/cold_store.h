@@ -82,8 +82,8 @@ class ColdStore {
   const std::string& dir() const { return dir_; }
   // A RADOS store: no folder of its own, and shared with other hosts.
   bool shared() const { return fence_ != nullptr; }
-  // Whether this process may write: a writer's Open of a local store, the
-  // live lease of a shared one.
+  // Whether this process may write: a local store opened for writing, or
+  // the live lease of a shared one.
   bool writer() const;
   // Shared stores: takes the writer's lease (and options.logdir's lock,
   // which keeps a local-store writer of the same logdir off it), then reads
@@ -218,8 +218,10 @@ class ColdStore {
   void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
 
   UniqueFd logdir_lock_;  // held while open (OpenOptions::logdir) or, shared, while the writer
+  bool read_only_ = false;             // local stores: opened read-only
   std::shared_ptr<RadosFence> fence_;  // shared stores: the writer's lease, when held
   RadosLocation rados_;
+  std::mutex journal_mu_;  // PutJournal: kMetaNextFileIdKey lands in order
   mutable std::mutex role_mu_;
   std::string refusal_;  // guarded by role_mu_
   std::string dir_;

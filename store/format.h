@@ -15,8 +15,10 @@ inline constexpr uint32_t kFormatVersionV1 = 1;
 
 inline constexpr char kMetaInfoKey[] = "info";
 // Above every file id ever handed out (8 bytes big endian), written with
-// every manifest: a writer that takes a shared store over never hands out an
-// id another host's reader may have seen, even one whose batch was undone.
+// every journal record and every added file: a writer that takes a shared
+// store over never hands out an id another host's reader may have seen, or
+// a stale writer may still write chunks under, even one whose batch was
+// undone.
 inline constexpr char kMetaNextFileIdKey[] = "next_file_id";
 // Meta: "retired/" + file id (8 bytes BE) -> "": a file that left the store
 // while open handles of a mount still read it; its chunks stay until the

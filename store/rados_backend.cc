@@ -18,6 +18,9 @@
 #include "store/rados_backend.h"
 
 #include <rados/librados.hpp>
+#include <unistd.h>
+
+#include <climits>
 
 #include <algorithm>
 #include <cctype>
@@ -490,6 +493,14 @@ Result<std::unique_ptr<RadosLease>> RadosLease::Acquire(const RadosLocation& whe
 
 bool IsRadosUrl(const std::string& store) { return store.starts_with("rados://"); }
 
+bool LooksLikeAddress(const std::string& store) {
+  const size_t colon = store.find(":/");
+  if (colon == std::string::npos || colon == 0 || !std::isalpha(static_cast<unsigned char>(store[0]))) return false;
+  return std::all_of(store.begin(), store.begin() + static_cast<std::ptrdiff_t>(colon), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+  });
+}
+
 Result<RadosLocation> ParseRadosUrl(const std::string& url) {
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument(url + ": " + why + " (use rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR&lease=DUR])");
@@ -536,6 +547,11 @@ Result<RadosLocation> ParseRadosUrl(const std::string& url) {
     }
     if (key == "conf") {
       where.conf = value;
+      if (where.conf[0] != '/') {
+        char cwd[PATH_MAX];
+        if (::getcwd(cwd, sizeof(cwd)) == nullptr) return bad("conf: the current folder is unknown");
+        where.conf = std::string(cwd) + "/" + where.conf;
+      }
     } else if (key == "id") {
       where.user = value;
     } else if (key == "timeout") {

@@ -23,8 +23,14 @@ struct RadosLocation {
 // "rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR&lease=DUR]" (%XX escapes
 // allowed): the form --store and the config take. The prefix ends in '/'
 // when given. InvalidArgument, one line, for anything else.
+// A relative conf= is made absolute against the current folder (a daemon
+// changes to /).
 Result<RadosLocation> ParseRadosUrl(const std::string& url);
 bool IsRadosUrl(const std::string& store);
+// True for anything of the form SCHEME:/..., rados:// or not: a store
+// that looks like an address but is no rados:// one is a mistake
+// ("RADOS://", "rados:/pool"), never a folder to create.
+bool LooksLikeAddress(const std::string& store);
 
 class RadosLease;
 

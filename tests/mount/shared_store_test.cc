@@ -42,12 +42,12 @@ class SharedStore : public MountTest {
     MountTest::TearDown();
   }
 
-  std::string Options(const std::string& state) const {
-    return " -o 'store=" + url_ + ",state=" + (dir_ / state) + ",cold_after=0,migrate_interval=1'";
+  std::string Options(const std::string& state, const std::string& extra = "") const {
+    return " -o 'store=" + url_ + ",state=" + (dir_ / state) + ",cold_after=0,migrate_interval=1" + extra + "'";
   }
   // Mount A on mnt_ (pid_), as MountTest's; `env` before the command.
-  void MountA(const std::string& env = "") {
-    auto r = RunCommand(env + Tbfs("mount " + logdir_ + " " + mnt_ + Options("state-a") + " 2>&1"));
+  void MountA(const std::string& env = "", const std::string& extra = "") {
+    auto r = RunCommand(env + Tbfs("mount " + logdir_ + " " + mnt_ + Options("state-a", extra) + " 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_ = Status()["pid"].get<int>();
   }
@@ -102,18 +102,22 @@ class SharedStore : public MountTest {
 };
 
 TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNothing) {
-  MountA();
+  MountA("", ",no_migrate");  // migrates on request only: B looks at every file first
   MountB();
   EXPECT_TRUE(IsWriter(Status())) << Status().dump();
   nlohmann::json b = StatusOf(mnt_b_);
   EXPECT_NE(b.value("store_role", "").find("reader: "), std::string::npos) << b.dump();
   EXPECT_NE(b.value("store_role", "").find(mnt_), std::string::npos) << "the reader names the writer: " << b.dump();
+  ExpectOriginals(mnt_b_);  // the reader knows every file as a hot one now
 
-  ASSERT_TRUE(WaitFor(mnt_, 60, [&](const nlohmann::json& s) {
-    return s["migrations"]["files_moved"].get<size_t>() == traces_;
-  })) << Status().dump();
-  // The reader sees the files turn cold within its attribute timeout, and
-  // reads them from the store.
+  auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(Status()["migrations"]["files_moved"].get<size_t>(), traces_) << Status().dump();
+  // At once, before its caches expire, the reader still serves every file
+  // (a file it knew as hot is looked up again and found cold).
+  ExpectOriginals(mnt_b_);
+  // It sees them turn cold within its attribute timeout, and reads them
+  // from the store.
   for (int i = 0; i < 50 && ColdCount(mnt_b_) < traces_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(ColdCount(mnt_b_), traces_);
   ExpectOriginals(mnt_);
@@ -133,7 +137,21 @@ TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNoth
   EXPECT_EQ(errno, EROFS);
   EXPECT_EQ(::open((mnt_b_ + "/" + cold).c_str(), O_WRONLY), -1);
   EXPECT_EQ(errno, EROFS);
-  auto r = RunCommand(Tbfs("migrate --now " + mnt_b_ + " 2>&1"));
+  // Renames that involve the store are refused before anything moves: a
+  // cold file over a hot one (the hot one stays), a hot one over a cold
+  // one, a hot folder holding cold files.
+  const std::string run = cold.substr(0, cold.find('/'));
+  WriteBytes(M(run + "/notes.txt"), "precious");
+  EXPECT_EQ(::rename((mnt_b_ + "/" + cold).c_str(), (mnt_b_ + "/" + run + "/notes.txt").c_str()), -1);
+  EXPECT_EQ(errno, EROFS);
+  EXPECT_EQ(ReadBytes(L(run + "/notes.txt")), "precious");
+  EXPECT_EQ(::rename((mnt_b_ + "/" + run + "/notes.txt").c_str(), (mnt_b_ + "/" + cold).c_str()), -1);
+  EXPECT_EQ(errno, EROFS);
+  EXPECT_EQ(::rename((mnt_b_ + "/" + run).c_str(), (mnt_b_ + "/renamed").c_str()), -1);
+  EXPECT_EQ(errno, EROFS);
+  EXPECT_FALSE(std::filesystem::exists(L("renamed")));
+  EXPECT_EQ(ReadBytes(L(run + "/notes.txt")), "precious");
+  r = RunCommand(Tbfs("migrate --now " + mnt_b_ + " 2>&1"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("another one writes it"), std::string::npos) << r.out;
   ExpectOriginals(mnt_b_);
@@ -147,6 +165,63 @@ TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNoth
   r = RunCommand(Tbfs("ls " + logdir_ + " --store '" + url_ + "' --json"));
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out, nullptr, false).size(), traces_) << r.out;
+}
+
+// A RADOS mount's state folder (its log, its control socket) is root's
+// alone: a symlink, a folder another user can write, or one another mount
+// holds is refused, with one line, and nothing is mounted.
+TEST_F(SharedStore, TheStateFolderIsPrivateAndOneMountsOwn) {
+  auto mount_b = [&](const std::string& state) {
+    return RunCommand(Tbfs("mount " + logdir_ + " " + mnt_b_ + " -o 'store=" + url_ + ",state=" + state + "' 2>&1"));
+  };
+  std::filesystem::create_directories(dir_ / "target");
+  struct stat target_st;
+  ASSERT_EQ(::stat((dir_ / "target").c_str(), &target_st), 0);
+  const mode_t target_mode = target_st.st_mode & 07777;
+  ASSERT_EQ(::symlink((dir_ / "target").c_str(), (dir_ / "link").c_str()), 0);
+  std::filesystem::create_directories(dir_ / "open");
+  ASSERT_EQ(::chmod((dir_ / "open").c_str(), 0777), 0);
+  std::filesystem::create_directories(dir_ / "theirs/state");
+  ASSERT_EQ(::chown((dir_ / "theirs").c_str(), 65534, 65534), 0);
+  for (const std::string& state : {dir_ / "link", dir_ / "link/below", dir_ / "open", dir_ / "theirs/state"}) {
+    auto r = mount_b(state);
+    EXPECT_EQ(r.exit_code, 2) << state << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find("no other user can change"), std::string::npos) << r.out;
+    EXPECT_FALSE(IsMounted(mnt_b_));
+  }
+  struct stat st;
+  ASSERT_EQ(::stat((dir_ / "target").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, target_mode) << "a refused state folder was changed";
+  ASSERT_EQ(::stat((dir_ / "open").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u) << "a refused state folder was changed";
+  MountA();
+  auto r = mount_b(dir_ / "state-a");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("in use by another tbfs mount"), std::string::npos) << r.out;
+  EXPECT_FALSE(IsMounted(mnt_b_));
+  EXPECT_TRUE(IsWriter(Status())) << "the first mount lost its control socket: " << Status().dump();
+}
+
+// Without state=, a RADOS mount keeps its files in /var/lib/tbfs/mounts/
+// under its mount point as one file name, also for a mount point too long
+// to be one.
+TEST_F(SharedStore, TheDefaultStateFolderFitsAnyMountPoint) {
+  const std::string mnt = dir_ / (std::string(120, 'm') + "/" + std::string(110, 'n') + "\xff");
+  std::filesystem::create_directories(mnt);
+  auto r = RunCommand(Tbfs("mount " + logdir_ + " '" + mnt + "' -o 'store=" + url_ + "' 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json s = StatusOf(mnt);
+  const std::string state = s.value("state", "");
+  EXPECT_TRUE(state.starts_with("/var/lib/tbfs/mounts/")) << s.dump();
+  EXPECT_LE(state.size() - std::string("/var/lib/tbfs/mounts/").size(), 255u) << state;
+  pid_b_ = s["pid"].get<int>();
+  EXPECT_TRUE(ReadBytes(mnt + "/" + originals_.begin()->first) == originals_.begin()->second);
+  RunCommand("fusermount3 -u '" + mnt + "'");
+  std::swap(pid_, pid_b_);
+  WaitForExit();
+  std::swap(pid_, pid_b_);
+  if (!state.empty()) std::filesystem::remove_all(state);
 }
 
 // The writer dies in the middle of a batch (a file already unlinked from the

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -433,6 +434,27 @@ TEST(SharedColdStore, AFileIdOnceCommittedIsNeverHandedOutAgain) {
   EXPECT_GT((*b)->NewFileId(), used);
 }
 
+// A journaled id may get chunks written under it by a writer that is about
+// to lose its lease (chunk writes are not fenced): no later writer hands it
+// out, also once recovery has dropped the journal record.
+TEST(SharedColdStore, AJournaledFileIdIsNeverHandedOutAgain) {
+  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  const std::string url = SharedUrl("journal-ids-");
+  uint64_t used = 0;
+  {
+    auto a = ColdStore::Open(url, Writer("host-a", true));
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    storepb::JournalRecord record;
+    record.set_batch_id((*a)->NewBatchId());
+    for (int i = 0; i < 5; ++i) record.add_entries()->set_file_id(used = (*a)->NewFileId());
+    ASSERT_TRUE((*a)->PutJournal(record).ok());
+    ASSERT_TRUE((*a)->DeleteJournal(record.batch_id()).ok());  // as recovery would
+  }
+  auto b = ColdStore::Open(url, Writer("host-b", false));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_GT((*b)->NewFileId(), used);
+}
+
 // gc --garbage: chunks no record names go; a stored file's, a retired
 // file's and an unfinished batch's stay.
 class GarbageTest : public ::testing::TestWithParam<std::string> {};
@@ -500,8 +522,23 @@ TEST(RadosUrl, ReadsPoolPrefixAndParameters) {
   EXPECT_EQ(b->timeout_s, 30);
   EXPECT_TRUE(IsRadosUrl("rados://x"));
   EXPECT_FALSE(IsRadosUrl("/data/store"));
+  // A relative conf= is the current folder's: a daemon changes to /.
+  auto c = ParseRadosUrl("rados://pool?conf=ceph.conf&lease=10s");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->conf[0], '/');
+  EXPECT_TRUE(c->conf.ends_with("/ceph.conf"));
+  EXPECT_EQ(c->lease_s, 10);
+  // Mistyped addresses are never taken for a folder to create.
+  for (const char* typo : {"RADOS://tbfs/p", "Rados://tbfs", "rados:/tbfs", "s3://bucket"}) {
+    EXPECT_TRUE(LooksLikeAddress(typo)) << typo;
+    auto opened = ColdStore::Open(typo, Writer("typo", true));
+    ASSERT_FALSE(opened.ok()) << typo;
+    EXPECT_EQ(opened.status().code(), Code::kInvalidArgument) << typo;
+    EXPECT_FALSE(std::filesystem::exists(std::string(typo).substr(0, std::string(typo).find(':') + 1))) << typo;
+  }
+  for (const char* folder : {"/data/store", "store", "./a:b", "1a:/x"}) EXPECT_FALSE(LooksLikeAddress(folder)) << folder;
   for (const char* url : {"rados://", "rados:///prefix", "rados://p?conf", "rados://p?conf=", "rados://p?user=x",
-                          "rados://p?timeout=0s", "rados://p?timeout=soon", "rados://p/%zz", "rados://p/%4", "/tmp/x"}) {
+                          "rados://p?timeout=0s", "rados://p?timeout=soon", "rados://p?lease=1s", "rados://p/%zz", "rados://p/%4", "/tmp/x"}) {
     auto r = ParseRadosUrl(url);
     ASSERT_FALSE(r.ok()) << url;
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << url;
