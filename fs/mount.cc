@@ -14,6 +14,7 @@
 #include <cctype>
 #include <climits>
 #include <filesystem>
+#include <set>
 #include <thread>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@
 #include "store/classify.h"
 #include "store/config.h"
 #include "store/migrate.h"
+#include "store/store_dir.h"
 
 namespace tbfs::fs {
 
@@ -79,27 +81,53 @@ std::string EscapePath(const std::string& path) {
 // itself this user's and not writable by others. Returns the lock's fd.
 Result<UniqueFd> PrepareStateDir(const std::string& dir) {
   if (dir.empty() || dir[0] != '/') return Status::InvalidArgument("state=" + dir + ": not an absolute path");
-  TBFS_RETURN_IF_ERROR(MakeDirs(dir, 0700));
-  std::string path;
-  size_t start = 1;
-  for (;;) {
+  if (("/" + dir + "/").find("/../") != std::string::npos) {
+    return Status::InvalidArgument("state=" + dir + ": give the folder without '..'");
+  }
+  auto unsafe = [&](const std::string& path, const std::string& why) {
+    return Status::InvalidArgument(fmt::format("state folder {}: {} {}; tbfs keeps a mount's state where no "
+                                               "other user can change it (name another with -o state=DIR)",
+                                               dir, path, why));
+  };
+  // Each folder on the way is checked before the next is looked at (or
+  // made): nothing is created beneath one that is not safe.
+  bool made_last = false;
+  for (size_t start = 1;;) {
     const size_t slash = dir.find('/', start);
-    path = dir.substr(0, slash);
-    struct stat st;
-    if (::lstat(path.empty() ? "/" : path.c_str(), &st) != 0) return Status::FromErrno(errno, "lstat", path);
+    const std::string path = dir.substr(0, slash);
     const bool last = slash == std::string::npos || dir.find_first_not_of('/', slash) == std::string::npos;
-    auto unsafe = [&](const std::string& why) {
-      return Status::InvalidArgument(fmt::format("state folder {}: {} {}; tbfs keeps a mount's state where no "
-                                                 "other user can change it (name another with -o state=DIR)",
-                                                 dir, path, why));
-    };
-    if (S_ISLNK(st.st_mode)) return unsafe("is a symlink");
-    if (!S_ISDIR(st.st_mode)) return unsafe("is not a folder");
-    if (st.st_uid != 0 && st.st_uid != ::geteuid()) return unsafe(fmt::format("is owned by uid {}", st.st_uid));
-    if (last && st.st_uid != ::geteuid()) return unsafe("is not this user's");
-    if ((st.st_mode & 022) != 0 && (last || !(st.st_mode & S_ISVTX))) return unsafe("is writable by other users");
+    if (path.size() > 1 && path.back() != '/') {
+      struct stat st;
+      made_last = false;
+      if (::lstat(path.c_str(), &st) != 0) {
+        if (errno != ENOENT) return Status::FromErrno(errno, "lstat", path);
+        if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno(errno, "mkdir", path);
+        if (::lstat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "lstat", path);
+        made_last = true;
+      }
+      if (S_ISLNK(st.st_mode)) return unsafe(path, "is a symlink");
+      if (!S_ISDIR(st.st_mode)) return unsafe(path, "is not a folder");
+      if (st.st_uid != 0 && st.st_uid != ::geteuid()) return unsafe(path, fmt::format("is owned by uid {}", st.st_uid));
+      if (last && st.st_uid != ::geteuid()) return unsafe(path, "is not this user's");
+      if ((st.st_mode & 022) != 0 && (last || !(st.st_mode & S_ISVTX))) return unsafe(path, "is writable by other users");
+    }
     if (last) break;
     start = slash + 1;
+  }
+  if (!made_last) {
+    // An existing folder is taken only when it is a mount's state already
+    // (or empty): never a folder of other files made private by mistake.
+    static const std::set<std::string> kOwn = {"state.lock", "tbfs-mount.log", kControlSocketName, kMountInfoFile,
+                                               store::kGrowthFileName};
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!kOwn.count(name) && !name.starts_with(".tbfs-tmp")) {
+        return Status::InvalidArgument(fmt::format("state folder {} holds other files ({}); give an empty or a new "
+                                                   "folder with -o state=DIR", dir, name));
+      }
+    }
+    if (ec) return Status::FromErrno(ec.value(), "list", dir);
   }
   if (::chmod(dir.c_str(), 0700) != 0) return Status::FromErrno(errno, "chmod", dir);
   const std::string lock_path = JoinPath(dir, "state.lock");
@@ -486,6 +514,10 @@ int RunMount(const MountConfig& mc_in) {
     return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain LOGDIR " + mc.logdir);
   }
   const bool shared = store::IsRadosUrl(mc.store_dir);
+  if (!shared && store::LooksLikeAddress(mc.store_dir)) {
+    return Fail(verdict, "store=" + mc.store_dir + ": not a store folder, and not a store address this tbfs knows "
+                                                   "(rados://POOL[/PREFIX]?conf=FILE)");
+  }
   if (shared) {
     if (auto where = store::ParseRadosUrl(mc.store_dir); !where.ok()) return Fail(verdict, where.status().message());
     // The mount's own files: on this host, one folder per mount point.
@@ -496,10 +528,20 @@ int RunMount(const MountConfig& mc_in) {
       if (::getcwd(cwd, sizeof(cwd)) == nullptr) return Fail(verdict, "getcwd: " + std::string(std::strerror(errno)));
       mc.state_dir = JoinPath(cwd, mc.state_dir);
     }
+    mc.state_dir = std::filesystem::path(mc.state_dir).lexically_normal().string();
+    while (mc.state_dir.size() > 1 && mc.state_dir.back() == '/') mc.state_dir.pop_back();
     if (covers(mc.state_dir)) {
       return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain the mount's state " + mc.state_dir);
     }
+    if (mc.state_dir == mc.logdir || mc.state_dir.starts_with(mc.logdir + "/") ||
+        mc.logdir.starts_with(mc.state_dir + "/")) {
+      return Fail(verdict, "state folder " + mc.state_dir + " must not be LOGDIR " + mc.logdir +
+                               ", lie inside it or contain it");
+    }
   } else {
+    if (!mc.state_dir.empty()) {
+      return Fail(verdict, "state= is for a RADOS store; a mount of a store folder keeps its files there");
+    }
     std::string store_abs = mc.store_dir.empty() ? JoinPath(mc.logdir, store::kStoreDirName)
                                                  : ResolveExisting(mc.store_dir);
     if (covers(store_abs)) {

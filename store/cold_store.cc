@@ -27,14 +27,6 @@ Status ParseRecord(std::string_view bytes, Msg* msg, const std::string& what) {
   return Status::OK();
 }
 
-// Next id after the largest key of a space whose keys start with an id.
-uint64_t NextAfterLast(Backend& backend, Space space) {
-  std::string key;
-  uint64_t id = 0;
-  if (backend.LastKey(space, &key).ok() && DecodeId(key, &id)) return id + 1;
-  return 1;
-}
-
 }  // namespace
 
 uint32_t ChunkLength(const storepb::Manifest& m, uint64_t index) {
@@ -111,7 +103,10 @@ Status ColdStore::TakeWriterRole(const OpenOptions& options) {
     logdir_lock_ = std::move(lock);
   }
   fence_->Set(std::move(lease).value());
-  LoadIds();
+  if (Status st = LoadIds(); !st.ok()) {
+    DropWriterRole();
+    return refused(st);
+  }
   return Status::OK();
 }
 
@@ -213,23 +208,53 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
       TBFS_RETURN_IF_ERROR(UpgradeFromV1());
     }
   }
-  LoadIds();
+  // A shared store's writer must know its ids (TakeWriterRole read them
+  // already); a local store opens whatever its damage, as it always did
+  // (fsck and salvage name the damage).
+  if (Status ids = LoadIds(); !ids.ok() && !shared()) {
+    spdlog::warn("store {}: reading the last ids: {}", dir_, ids.message());
+  } else if (!ids.ok() && writer()) {
+    return ids;
+  }
   return Status::OK();
 }
 
-void ColdStore::LoadIds() {
-  uint64_t floor = 1;
+Status ColdStore::LoadIds() {
+  // Every read counts (an id started too low could be one in use): the
+  // first error is returned, after what could be read is taken.
+  Status first;
+  auto keep = [&](const Status& st) {
+    if (first.ok() && !st.ok() && !st.IsNotFound()) first = st;
+  };
+  auto next_after_last = [&](Space space, uint64_t* next) {
+    std::string key;
+    uint64_t id = 0;
+    Status st = backend_->LastKey(space, &key);
+    keep(st);
+    if (st.ok() && DecodeId(key, &id)) *next = std::max(*next, id + 1);
+  };
+  uint64_t next = 1;
   std::string bytes;
-  if (backend_->Get(Space::kMeta, kMetaNextFileIdKey, &bytes).ok() && !DecodeId(bytes, &floor)) floor = 1;
+  Status st = backend_->Get(Space::kMeta, kMetaNextFileIdKey, &bytes);
+  keep(st);
+  uint64_t floor = 1;
+  const bool has_floor = st.ok() && DecodeId(bytes, &floor);
+  if (has_floor) next = floor;
   std::vector<storepb::JournalRecord> journal;
-  if (ListJournal(&journal).ok()) {
-    for (const auto& record : journal) {
-      for (const auto& e : record.entries()) floor = std::max(floor, e.file_id() + 1);
-    }
+  keep(ListJournal(&journal));
+  for (const auto& record : journal) {
+    for (const auto& e : record.entries()) next = std::max(next, e.file_id() + 1);
   }
-  next_file_id_ = std::max({NextAfterLast(*backend_, Space::kManifests),
-                            NextAfterLast(*backend_, Space::kChunks), floor});
-  next_batch_id_ = NextAfterLast(*backend_, Space::kJournal);
+  next_after_last(Space::kManifests, &next);
+  // Chunks are written only under ids a journal record or an added file
+  // put below the floor: with one, the chunk space (a listing of the
+  // whole pool on RADOS) need not be read. Stores from before it have none.
+  if (!has_floor) next_after_last(Space::kChunks, &next);
+  uint64_t batch = 1;
+  next_after_last(Space::kJournal, &batch);
+  next_file_id_ = next;
+  next_batch_id_ = batch;
+  return first;
 }
 
 Status ColdStore::UpgradeFromV1() {

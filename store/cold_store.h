@@ -211,7 +211,7 @@ class ColdStore {
   static Result<std::unique_ptr<ColdStore>> OpenShared(const std::string& url, const OpenOptions& options);
   Status Init(const OpenOptions& options, bool existed);
   // Next file and batch ids after what the store holds (and kMetaNextFileIdKey).
-  void LoadIds();
+  Status LoadIds();
   Status UpgradeFromV1();
   void RemoveChunks(WriteBatch* batch, uint64_t file_id);
   // The manifest and its copy in the chunks space (store/format.h).

@@ -494,6 +494,14 @@ Result<std::unique_ptr<RadosLease>> RadosLease::Acquire(const RadosLocation& whe
 bool IsRadosUrl(const std::string& store) { return store.starts_with("rados://"); }
 
 bool LooksLikeAddress(const std::string& store) {
+  if (store.empty()) return false;
+  // Blanks around it (a YAML or fstab value), or rados: without //.
+  if (std::isspace(static_cast<unsigned char>(store.front())) || std::isspace(static_cast<unsigned char>(store.back()))) {
+    return true;
+  }
+  std::string head = store.substr(0, 6);
+  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (head == "rados:") return true;
   const size_t colon = store.find(":/");
   if (colon == std::string::npos || colon == 0 || !std::isalpha(static_cast<unsigned char>(store[0]))) return false;
   return std::all_of(store.begin(), store.begin() + static_cast<std::ptrdiff_t>(colon), [](char c) {
@@ -525,6 +533,7 @@ Result<RadosLocation> ParseRadosUrl(const std::string& url) {
     return true;
   };
   if (!IsRadosUrl(url)) return bad("not a rados:// address");
+  if (std::isspace(static_cast<unsigned char>(url.back()))) return bad("blanks at its end");
   std::string_view rest = std::string_view(url).substr(8);
   const size_t q = rest.find('?');
   std::string_view path = rest.substr(0, q), query = q == std::string_view::npos ? "" : rest.substr(q + 1);

@@ -27,9 +27,10 @@ struct RadosLocation {
 // changes to /).
 Result<RadosLocation> ParseRadosUrl(const std::string& url);
 bool IsRadosUrl(const std::string& store);
-// True for anything of the form SCHEME:/..., rados:// or not: a store
-// that looks like an address but is no rados:// one is a mistake
-// ("RADOS://", "rados:/pool"), never a folder to create.
+// True for anything of the form SCHEME:/..., anything starting "rados:"
+// (any case), and anything with blanks at either end, rados:// or not: a
+// store that looks like an address but is no rados:// one is a mistake
+// ("RADOS://", "rados:/pool", " rados://pool"), never a folder to create.
 bool LooksLikeAddress(const std::string& store);
 
 class RadosLease;

@@ -183,13 +183,34 @@ TEST_F(SharedStore, TheStateFolderIsPrivateAndOneMountsOwn) {
   ASSERT_EQ(::chmod((dir_ / "open").c_str(), 0777), 0);
   std::filesystem::create_directories(dir_ / "theirs/state");
   ASSERT_EQ(::chown((dir_ / "theirs").c_str(), 65534, 65534), 0);
-  for (const std::string& state : {dir_ / "link", dir_ / "link/below", dir_ / "open", dir_ / "theirs/state"}) {
+  for (const std::string& state : {dir_ / "link", dir_ / "link/below", dir_ / "open", dir_ / "open/below",
+                                    dir_ / "theirs/state", dir_ / "theirs/new"}) {
     auto r = mount_b(state);
     EXPECT_EQ(r.exit_code, 2) << state << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     EXPECT_NE(r.out.find("no other user can change"), std::string::npos) << r.out;
     EXPECT_FALSE(IsMounted(mnt_b_));
   }
+  // Nothing was made beneath a folder that was refused.
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "target/below"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "open/below"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "theirs/new"));
+  // Nor is a folder of other files (or the logdir) taken over and made private.
+  std::filesystem::create_directories(dir_ / "full/bin");
+  for (const std::string& state : {dir_ / "full", logdir_, logdir_ + "/sub", dir_.path()}) {
+    auto r = mount_b(state);
+    EXPECT_EQ(r.exit_code, 2) << state << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_FALSE(IsMounted(mnt_b_));
+  }
+  ASSERT_EQ(::stat((dir_ / "full").c_str(), &target_st), 0);
+  EXPECT_NE(target_st.st_mode & 07777, 0700u) << "a refused state folder was made private";
+  EXPECT_FALSE(std::filesystem::exists(logdir_ + "/sub"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "full/state.lock"));
+  // state= with a store folder would be ignored: said, not done.
+  auto local = RunCommand(Tbfs("mount " + logdir_ + " " + mnt_b_ + " -o state=" + (dir_ / "s") + " 2>&1"));
+  EXPECT_EQ(local.exit_code, 2) << local.out;
+  EXPECT_FALSE(IsMounted(mnt_b_));
   struct stat st;
   ASSERT_EQ(::stat((dir_ / "target").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, target_mode) << "a refused state folder was changed";

@@ -529,12 +529,14 @@ TEST(RadosUrl, ReadsPoolPrefixAndParameters) {
   EXPECT_TRUE(c->conf.ends_with("/ceph.conf"));
   EXPECT_EQ(c->lease_s, 10);
   // Mistyped addresses are never taken for a folder to create.
-  for (const char* typo : {"RADOS://tbfs/p", "Rados://tbfs", "rados:/tbfs", "s3://bucket"}) {
-    EXPECT_TRUE(LooksLikeAddress(typo)) << typo;
+  for (const char* typo : {"RADOS://tbfs/p", "Rados://tbfs", "rados:/tbfs", "s3://bucket", "rados:tbfs",
+                           " rados://tbfs/p", "rados://tbfs/p "}) {
+    EXPECT_TRUE(LooksLikeAddress(typo) || IsRadosUrl(typo)) << typo;
     auto opened = ColdStore::Open(typo, Writer("typo", true));
     ASSERT_FALSE(opened.ok()) << typo;
     EXPECT_EQ(opened.status().code(), Code::kInvalidArgument) << typo;
-    EXPECT_FALSE(std::filesystem::exists(std::string(typo).substr(0, std::string(typo).find(':') + 1))) << typo;
+    const std::string made = std::string(typo).substr(0, std::string(typo).find(':') + 1);
+    EXPECT_FALSE(std::filesystem::exists(made)) << typo;
   }
   for (const char* folder : {"/data/store", "store", "./a:b", "1a:/x"}) EXPECT_FALSE(LooksLikeAddress(folder)) << folder;
   for (const char* url : {"rados://", "rados:///prefix", "rados://p?conf", "rados://p?conf=", "rados://p?user=x",

@@ -38,6 +38,7 @@ Result<StoreLocation> Locate(const FsckArgs& args) {
     return Status::InvalidArgument("give LOGDIR or --store DIR");
   }
   if (args.logdir.empty()) {
+    TBFS_RETURN_IF_ERROR(CheckStoreFlag(args.store));
     StoreLocation loc;
     loc.logdir = ".";
     loc.dir = args.store;

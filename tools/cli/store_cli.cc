@@ -32,7 +32,17 @@ bool IsInside(const std::string& path, const std::string& dir) {
   return p == d || p.starts_with(d + "/");
 }
 
+Status CheckStoreFlag(const std::string& store_flag) {
+  if (store::IsRadosUrl(store_flag)) return store::ParseRadosUrl(store_flag).status();
+  if (store::LooksLikeAddress(store_flag)) {
+    return Status::InvalidArgument(store_flag + ": not a store folder, and not a store address this tbfs knows "
+                                                "(rados://POOL[/PREFIX]?conf=FILE)");
+  }
+  return Status::OK();
+}
+
 Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& store_flag) {
+  TBFS_RETURN_IF_ERROR(CheckStoreFlag(store_flag));
   struct stat st;
   if (::stat(logdir.c_str(), &st) != 0) return Status::FromErrno(errno, "stat", logdir);
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(logdir + " is not a directory");

@@ -22,6 +22,10 @@ struct StoreLocation {
   WalkOptions walk;    // skips the store when it lies inside the logdir
 };
 
+// OK for "" (the default), a folder, or a rados:// address that parses;
+// InvalidArgument, one line, for a mistyped address.
+Status CheckStoreFlag(const std::string& store_flag);
+
 // --store DIR (or rados://...), or LOGDIR/.tbfs. InvalidArgument when LOGDIR is not a folder.
 Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& store_flag);
 
