@@ -24,5 +24,7 @@ void DropCaches();
 double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes);
 // `tbfs status --json MOUNTPOINT`'s output ("{}" when it cannot run).
 std::string MountStatus(const std::string& tbfs, const std::string& mnt);
+// A process's peak resident set (VmHWM), in KiB; 0 when unknown.
+uint64_t PeakRssKb(int pid);
 
 }  // namespace tbfs::bench

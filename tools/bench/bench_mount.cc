@@ -48,15 +48,6 @@ double Walk(const std::string& root) {
   return cli::NowSeconds() - t0;
 }
 
-uint64_t PeakRssKb(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6));
-  }
-  return 0;
-}
-
 int Run(const Args& a) {
   std::string logdir = a.dir + "/logdir", mnt = a.dir + "/mnt";
   std::system(("fusermount3 -u " + mnt + " 2>/dev/null").c_str());

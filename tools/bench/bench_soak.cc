@@ -488,33 +488,13 @@ void FinalCheck(Soak& soak, Model& model, Tally& tally, const std::string& mnt, 
   }
 }
 
-std::string Status(const Args& a, const std::string& mnt) {
-  std::string out;
-  FILE* p = ::popen(fmt::format("{} status --json {}", a.tbfs, mnt).c_str(), "r");
-  if (p == nullptr) return "{}";
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
-}
-
-uint64_t PeakRssKb(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6));
-  }
-  return 0;
-}
-
 int Mount(const Args& a, const std::string& logdir, const std::string& mnt, int* pid) {
   if (std::system(fmt::format("{} mount {} {} --cold-after 0 -o migrate_interval=2s", a.tbfs,
                               logdir, mnt)
                       .c_str()) != 0) {
     return 2;
   }
-  auto st = nlohmann::json::parse(Status(a, mnt), nullptr, false);
+  auto st = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
   if (st.is_discarded() || !st.contains("pid")) return 2;
   *pid = st["pid"].get<int>();
   return 0;
@@ -548,7 +528,7 @@ int Run(const Args& a) {
   soak.Run(model, tally);
   std::system(fmt::format("{} migrate --now {} >/dev/null", a.tbfs, mnt).c_str());
   FinalCheck(soak, model, tally, mnt, "at the end");
-  auto status = nlohmann::json::parse(Status(a, mnt), nullptr, false);
+  auto status = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
   uint64_t rss_kb = PeakRssKb(pid);
   std::system(("fusermount3 -u " + mnt).c_str());
   for (int i = 0; i < 500 && stdfs::exists("/proc/" + std::to_string(pid)); ++i) ::usleep(10000);

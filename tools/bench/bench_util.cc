@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "fmt/format.h"
@@ -37,6 +39,15 @@ std::string MountStatus(const std::string& tbfs, const std::string& mnt) {
   while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   ::pclose(p);
   return out;
+}
+
+uint64_t PeakRssKb(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  return 0;
 }
 
 }  // namespace tbfs::bench
