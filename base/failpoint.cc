@@ -1,11 +1,15 @@
 #include "base/failpoint.h"
 
+#ifdef TBFS_FAILPOINTS
+
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <string>
+#include <map>
+#include <mutex>
 #include <thread>
 
 namespace tbfs {
@@ -15,6 +19,18 @@ namespace {
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
+}
+
+// The points armed by ScopedFailpoint in this process, with their hooks.
+struct Armed {
+  std::mutex mu;
+  std::map<std::string, std::function<void(const std::string&)>, std::less<>> points;
+  std::atomic<int> count{0};  // spares the lock when nothing is armed
+};
+
+Armed& ArmedPoints() {
+  static Armed* armed = new Armed;  // never destroyed: points may fire at exit
+  return *armed;
 }
 
 }  // namespace
@@ -39,4 +55,43 @@ void MaybePause(std::string_view point) {
   }
 }
 
+bool ShouldFail(std::string_view point) {
+  static const std::string from_env = Env("TBFS_FAIL");
+  if (!from_env.empty() && from_env == point) return true;
+  Armed& a = ArmedPoints();
+  if (a.count.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard lock(a.mu);
+  return a.points.find(point) != a.points.end();
+}
+
+void FailpointHook(std::string_view point, const std::string& arg) {
+  Armed& a = ArmedPoints();
+  if (a.count.load(std::memory_order_acquire) == 0) return;
+  std::function<void(const std::string&)> hook;
+  {
+    std::lock_guard lock(a.mu);
+    auto it = a.points.find(point);
+    if (it == a.points.end() || !it->second) return;
+    hook = it->second;
+  }
+  hook(arg);  // outside the lock: a hook may take its time or arm others
+}
+
+ScopedFailpoint::ScopedFailpoint(std::string point, std::function<void(const std::string&)> hook)
+    : point_(std::move(point)) {
+  Armed& a = ArmedPoints();
+  std::lock_guard lock(a.mu);
+  a.points[point_] = std::move(hook);
+  a.count.store(static_cast<int>(a.points.size()), std::memory_order_release);
+}
+
+ScopedFailpoint::~ScopedFailpoint() {
+  Armed& a = ArmedPoints();
+  std::lock_guard lock(a.mu);
+  a.points.erase(point_);
+  a.count.store(static_cast<int>(a.points.size()), std::memory_order_release);
+}
+
 }  // namespace tbfs
+
+#endif  // TBFS_FAILPOINTS

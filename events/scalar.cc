@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "tfevents.pb.h"
+#include "events/proto/tfevents.pb.h"
 
 namespace tbfs::events {
 

@@ -62,7 +62,7 @@
 
 #include "base/fs_util.h"
 #include "base/thread_annotations.h"
-#include "store.pb.h"
+#include "store/proto/store.pb.h"
 
 namespace tbfs::fs {
 

@@ -15,6 +15,7 @@ packages=(
   libcli11-dev libxxhash-dev libyaml-cpp-dev libisal-dev nlohmann-json3-dev libarchive-dev
   prometheus-cpp-dev
   librados-dev libradospp-dev
+  libmount-dev
 )
 missing=()
 for p in "${packages[@]}"; do

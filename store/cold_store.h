@@ -31,7 +31,7 @@
 #include "store/backend.h"
 #include "store/chunk.h"
 #include "store/rados_backend.h"
-#include "store.pb.h"
+#include "store/proto/store.pb.h"
 
 namespace tbfs::store {
 

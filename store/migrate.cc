@@ -238,7 +238,9 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   Status verified = VerifyStoredFile(store_, *manifest, &pool_);
   if (!verified.ok()) return give_up(Outcome::kFailed, verified.message());
   MaybeCrash("migrate.read_back");
-  if (options_.after_copy_hook) options_.after_copy_hook(path);
+  // Tests: a writer can appear here, after the copy, before the checks
+  // that precede the unlink.
+  FailpointHook("migrate.copied", path);
 
   auto lock = NamespaceLock();
   // I2: only the file that was copied, unchanged, and no writer anywhere.
@@ -491,8 +493,8 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   for (events::Failure& f : events::CheckMustHave(*full, options_.must_have)) {
     result.failures.push_back(std::move(f));
   }
-  if (options_.inject_verify_failure) {
-    result.failures.push_back({"*", "", "", 0, "failure injected for testing"});
+  if (ShouldFail("migrate.verify")) {
+    result.failures.push_back({"*", "", "", 0, "failure injected for testing (failpoint migrate.verify)"});
   }
 
   // 5. Commit or roll back.

@@ -101,10 +101,6 @@ struct MigrateOptions {
   uint64_t batch_bytes = 4ull << 30;   // a batch closes at this many bytes...
   size_t batch_files = 512;            // ...or files
   std::atomic<uint64_t>* progress = nullptr;  // bytes copied
-  bool inject_verify_failure = false;  // tests: the verifier reports a failure
-  // Tests: called after a file's copy is stored and read back, before the
-  // checks that precede its unlink (a writer can be simulated here).
-  std::function<void(const std::string& path)> after_copy_hook;
   // The mount, which serves files while they move (see MoveObserver); with
   // one, files leave the store by ColdStore::Retire.
   class MoveObserver* observer = nullptr;

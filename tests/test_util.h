@@ -12,15 +12,6 @@
 #include <sstream>
 #include <string>
 
-#include "store/cold_store.h"
-
-namespace tbfs::store {
-// The engine under a ColdStore, for tests that damage records in it.
-struct StoreInternals {
-  static Backend& Of(ColdStore& store) { return store.backend(); }
-};
-}  // namespace tbfs::store
-
 namespace tbfs::testing {
 
 // A fresh folder under $TMPDIR (or /tmp), removed with everything in it.

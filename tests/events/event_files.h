@@ -6,7 +6,7 @@
 
 #include "events/record.h"
 #include "tests/test_util.h"
-#include "tfevents.pb.h"
+#include "events/proto/tfevents.pb.h"
 
 namespace tbfs::testing {
 

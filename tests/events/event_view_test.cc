@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tfevents.pb.h"
+#include "events/proto/tfevents.pb.h"
 
 namespace tbfs::events {
 namespace {

@@ -9,6 +9,7 @@
 #include "base/work_pool.h"
 #include "store/file_io.h"
 #include "store/format.h"
+#include "tests/store/store_internals.h"
 #include "tests/test_util.h"
 
 namespace tbfs::fs {

@@ -25,6 +25,7 @@
 #include "store/maintenance.h"
 #include "store/rados_backend.h"
 #include "tests/ceph_cluster.h"
+#include "tests/store/store_internals.h"
 #include "tests/test_util.h"
 
 namespace tbfs::store {

@@ -12,6 +12,7 @@
 #include "store/file_io.h"
 #include "store/format.h"
 #include "store/maintenance.h"
+#include "tests/store/store_internals.h"
 #include "tests/test_util.h"
 
 namespace tbfs::store {

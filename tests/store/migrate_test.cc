@@ -16,6 +16,7 @@
 #include "store/file_io.h"
 #include "store/restore.h"
 #include "store/maintenance.h"
+#include "tests/store/migrate_fixture.h"
 #include "tests/test_util.h"
 #include "tools/gen/gen.h"
 
@@ -26,75 +27,6 @@ using testing::ReadBytes;
 using testing::RunCommand;
 using testing::TempDir;
 using testing::WriteBytes;
-
-struct FileState {
-  std::string bytes;
-  mode_t mode;
-  int64_t mtime_ns;
-};
-
-std::map<std::string, FileState> Snapshot(const std::string& logdir) {
-  std::map<std::string, FileState> out;
-  WalkOptions w;
-  w.skip_dirs = {kStoreDirName};
-  EXPECT_TRUE(WalkTree(logdir, w, [&](const WalkEntry& e) {
-                out[e.rel] = {ReadBytes(JoinPath(logdir, e.rel)), e.st.st_mode,
-                              static_cast<int64_t>(e.st.st_mtim.tv_sec) * 1'000'000'000 +
-                                  e.st.st_mtim.tv_nsec};
-              }).ok());
-  return out;
-}
-
-std::vector<events::FileDigest> Baseline(const std::string& logdir) {
-  events::VerifyOptions o;
-  o.walk.skip_dirs = {kStoreDirName};
-  auto r = events::VerifyLogdir(logdir, o);
-  EXPECT_TRUE(r.ok());
-  return r->digest.files;
-}
-
-class MigrateTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    gen::GenOptions g;
-    g.runs = 2;
-    g.steps = 100;
-    g.trace_mb = 2;
-    gen::GenReport report;
-    ASSERT_TRUE(gen::GenerateLogdir(logdir_, g, &report).ok());
-    before_ = Snapshot(logdir_);
-    baseline_ = Baseline(logdir_);
-    OpenOptions o;
-    o.create_if_missing = true;
-    auto s = ColdStore::Open(JoinPath(logdir_, kStoreDirName), o);
-    ASSERT_TRUE(s.ok());
-    store_ = std::move(s).value();
-  }
-
-  std::vector<Candidate> Candidates() {
-    CandidateOptions c;
-    c.older_than_s = 0;
-    c.walk.skip_dirs = {kStoreDirName};
-    std::vector<Candidate> out;
-    std::vector<Skipped> skipped;
-    EXPECT_TRUE(FindCandidates(logdir_, c, &out, &skipped).ok());
-    return out;
-  }
-
-  MigrateOptions Options() {
-    MigrateOptions o;
-    o.chunk_bytes = 64 << 10;
-    o.level = 3;
-    o.walk.skip_dirs = {kStoreDirName};
-    return o;
-  }
-
-  TempDir dir_;
-  std::string logdir_ = dir_ / "logdir";
-  std::map<std::string, FileState> before_;
-  std::vector<events::FileDigest> baseline_;
-  std::unique_ptr<ColdStore> store_;
-};
 
 TEST_F(MigrateTest, MovesEveryTraceAndNoTfevents) {
   auto candidates = Candidates();
@@ -121,14 +53,14 @@ TEST_F(MigrateTest, FileModifiedDuringItsMigrationIsLeftInPlace) {
   auto candidates = Candidates();
   std::string victim = candidates[0].path;
   MigrateOptions o = Options();
-  o.after_copy_hook = [&](const std::string& path) {
+  ScopedFailpoint hook("migrate.copied", [&](const std::string& path) {
     if (path == JoinPath(logdir_, victim)) {
       // An editor's save: a new file renamed over the old one (a writer
       // that opens the file itself waits for the lease: see below).
       WriteBytes(path + ".new", ReadBytes(path) + "appended by a writer");
       ASSERT_EQ(::rename((path + ".new").c_str(), path.c_str()), 0);
     }
-  };
+  });
   auto result = Migrate(*store_, logdir_, candidates, o);
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(result->files_moved, candidates.size() - 1);
@@ -167,7 +99,7 @@ TEST_F(MigrateTest, AWriterOpeningDuringTheCopyKeepsIt) {
   std::atomic<bool> opened{false};
   std::thread writer;
   MigrateOptions o = Options();
-  o.after_copy_hook = [&](const std::string& path) {
+  ScopedFailpoint hook("migrate.copied", [&](const std::string& path) {
     if (path != victim || writer.joinable()) return;
     writer = std::thread([&, migrated_f] {
       auto fd = OpenFile(victim, O_WRONLY | O_APPEND);  // waits while the file is leased
@@ -179,7 +111,7 @@ TEST_F(MigrateTest, AWriterOpeningDuringTheCopyKeepsIt) {
     for (int i = 0; i < 1000 && !opened && !LeaseBreaking(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-  };
+  });
   auto result = Migrate(*store_, logdir_, candidates, o);
   migrated.set_value();
   writer.join();
@@ -221,7 +153,7 @@ TEST_F(MigrateTest, VerifierFailureRollsBackByteIdenticalWithModeAndTimes) {
   ASSERT_EQ(::chmod(JoinPath(logdir_, Candidates()[0].path).c_str(), 0600), 0);
   before_ = Snapshot(logdir_);
   MigrateOptions o = Options();
-  o.inject_verify_failure = true;
+  ScopedFailpoint fail("migrate.verify");
   auto result = Migrate(*store_, logdir_, Candidates(), o);
   ASSERT_TRUE(result.ok());
   EXPECT_FALSE(result->ok());
@@ -279,60 +211,6 @@ TEST_F(MigrateTest, CandidatesSkipRecentLinkedAndProtectedFiles) {
   EXPECT_TRUE(out.empty());  // everything was written seconds ago
 }
 
-TEST_F(MigrateTest, RestoreBringsEverythingBackAndExportLeavesTheStore) {
-  auto result = Migrate(*store_, logdir_, Candidates(), Options());
-  ASSERT_TRUE(result.ok() && result->ok());
-  WorkPool pool(2);
-  std::vector<storepb::Manifest> cold;
-  std::vector<std::string> missing;
-  ASSERT_TRUE(SelectCold(*store_, {}, &cold, &missing).ok());
-  ASSERT_EQ(cold.size(), result->files_moved);
-
-  std::string out = dir_ / "export";
-  auto exported = Export(*store_, out, cold, false, &pool, nullptr);
-  ASSERT_TRUE(exported.ok());
-  EXPECT_EQ(exported->files, cold.size());
-  for (const auto& m : cold) EXPECT_TRUE(ReadBytes(JoinPath(out, m.path())) == before_[m.path()].bytes);
-  EXPECT_EQ(store_->ComputeTotals()->files, cold.size());
-
-  auto blob_bytes = [&] {
-    uint64_t total = 0;
-    for (const auto& e : std::filesystem::directory_iterator(JoinPath(logdir_, kStoreDirName))) {
-      if (e.path().extension() == ".blob") total += e.file_size();
-    }
-    return total;
-  };
-  uint64_t blobs_before = blob_bytes();
-  ASSERT_GT(blobs_before, 0u);
-  // A file that reappeared at its path keeps the cold copy cold.
-  WriteBytes(JoinPath(logdir_, cold[0].path()), "new file");
-  auto restored = Restore(*store_, logdir_, cold, &pool, nullptr);
-  ASSERT_TRUE(restored.ok());
-  EXPECT_EQ(restored->files, cold.size() - 1);
-  ASSERT_EQ(restored->failed.size(), 1u);
-  EXPECT_TRUE(store_->Lookup(cold[0].path()).ok());
-  // Restoring gives the space back: blob files are garbage collected down
-  // to what the one file still cold needs.
-  EXPECT_LE(blob_bytes(), cold[0].stored_bytes() + 4096);
-  EXPECT_LT(blob_bytes(), blobs_before);
-  auto after = Snapshot(logdir_);
-  for (size_t i = 1; i < cold.size(); ++i) {
-    EXPECT_TRUE(after[cold[i].path()].bytes == before_[cold[i].path()].bytes);
-    EXPECT_EQ(after[cold[i].path()].mtime_ns, before_[cold[i].path()].mtime_ns);
-  }
-}
-
-TEST(NormalizeUserPath, RejectsEscapes) {
-  EXPECT_EQ(NormalizeUserPath("/l", "run/x").value(), "run/x");
-  EXPECT_EQ(NormalizeUserPath("/l", "./run/").value(), "run");
-  EXPECT_EQ(NormalizeUserPath("/l/", "/l/run/x").value(), "run/x");
-  EXPECT_EQ(NormalizeUserPath("/l", ".").value(), "");
-  EXPECT_FALSE(NormalizeUserPath("/l", "../x").ok());
-  EXPECT_FALSE(NormalizeUserPath("/l", "run/../../x").ok());
-  EXPECT_FALSE(NormalizeUserPath("/l", "/etc/passwd").ok());
-  EXPECT_FALSE(NormalizeUserPath("/l", "/lx/y").ok());
-}
-
 // --- crash safety: kill the migration at every phase boundary --------------
 
 struct CrashCase {
@@ -357,7 +235,7 @@ TEST_P(CrashTest, EveryFileIsPresentExactlyOnceAfterRecovery) {
   auto baseline = Baseline(logdir);
 
   std::string env = std::string("TBFS_FAILPOINT=") + c.point;
-  if (c.inject_failure) env += " TBFS_TEST_INJECT_VERIFY_FAILURE=1";
+  if (c.inject_failure) env += " TBFS_FAIL=migrate.verify";
   auto run = RunCommand(env + " " + TBFS_BINARY + " migrate " + logdir +
                         " --older-than 0 --apply --chunk-size 64K >/dev/null 2>&1");
   ASSERT_EQ(run.exit_code, kFailpointExitCode) << c.point << " was not reached";

@@ -43,7 +43,7 @@
 #include "events/record.h"
 #include "fmt/format.h"
 #include "fs/filesystem.h"
-#include "tfevents.pb.h"
+#include "events/proto/tfevents.pb.h"
 #include "tools/bench/bench.h"
 #include "tools/cli/progress.h"
 

@@ -262,7 +262,6 @@ int RunMigrate(MigrateArgs args) {
   mopt.level = args.level;
   mopt.threads = args.threads;
   mopt.walk = loc->walk;
-  mopt.inject_verify_failure = std::getenv("TBFS_TEST_INJECT_VERIFY_FAILURE") != nullptr;
   double start = NowSeconds();
   auto run = [&] {
     Progress progress("migrate", total);

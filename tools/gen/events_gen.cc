@@ -8,7 +8,7 @@
 #include "base/fs_util.h"
 #include "events/record.h"
 #include "fmt/format.h"
-#include "tfevents.pb.h"
+#include "events/proto/tfevents.pb.h"
 #include "tools/gen/gen_internal.h"
 
 namespace tbfs::gen {

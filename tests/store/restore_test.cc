@@ -1,0 +1,73 @@
+#include "store/restore.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "base/work_pool.h"
+#include "store/maintenance.h"
+#include "tests/store/migrate_fixture.h"
+#include "tests/test_util.h"
+
+namespace tbfs::store {
+namespace {
+
+using tbfs::testing::ReadBytes;
+using tbfs::testing::WriteBytes;
+
+TEST_F(MigrateTest, RestoreBringsEverythingBackAndExportLeavesTheStore) {
+  auto result = Migrate(*store_, logdir_, Candidates(), Options());
+  ASSERT_TRUE(result.ok() && result->ok());
+  WorkPool pool(2);
+  std::vector<storepb::Manifest> cold;
+  std::vector<std::string> missing;
+  ASSERT_TRUE(SelectCold(*store_, {}, &cold, &missing).ok());
+  ASSERT_EQ(cold.size(), result->files_moved);
+
+  std::string out = dir_ / "export";
+  auto exported = Export(*store_, out, cold, false, &pool, nullptr);
+  ASSERT_TRUE(exported.ok());
+  EXPECT_EQ(exported->files, cold.size());
+  for (const auto& m : cold) EXPECT_TRUE(ReadBytes(JoinPath(out, m.path())) == before_[m.path()].bytes);
+  EXPECT_EQ(store_->ComputeTotals()->files, cold.size());
+
+  auto blob_bytes = [&] {
+    uint64_t total = 0;
+    for (const auto& e : std::filesystem::directory_iterator(JoinPath(logdir_, kStoreDirName))) {
+      if (e.path().extension() == ".blob") total += e.file_size();
+    }
+    return total;
+  };
+  uint64_t blobs_before = blob_bytes();
+  ASSERT_GT(blobs_before, 0u);
+  // A file that reappeared at its path keeps the cold copy cold.
+  WriteBytes(JoinPath(logdir_, cold[0].path()), "new file");
+  auto restored = Restore(*store_, logdir_, cold, &pool, nullptr);
+  ASSERT_TRUE(restored.ok());
+  EXPECT_EQ(restored->files, cold.size() - 1);
+  ASSERT_EQ(restored->failed.size(), 1u);
+  EXPECT_TRUE(store_->Lookup(cold[0].path()).ok());
+  // Restoring gives the space back: blob files are garbage collected down
+  // to what the one file still cold needs.
+  EXPECT_LE(blob_bytes(), cold[0].stored_bytes() + 4096);
+  EXPECT_LT(blob_bytes(), blobs_before);
+  auto after = Snapshot(logdir_);
+  for (size_t i = 1; i < cold.size(); ++i) {
+    EXPECT_TRUE(after[cold[i].path()].bytes == before_[cold[i].path()].bytes);
+    EXPECT_EQ(after[cold[i].path()].mtime_ns, before_[cold[i].path()].mtime_ns);
+  }
+}
+
+TEST(NormalizeUserPath, RejectsEscapes) {
+  EXPECT_EQ(NormalizeUserPath("/l", "run/x").value(), "run/x");
+  EXPECT_EQ(NormalizeUserPath("/l", "./run/").value(), "run");
+  EXPECT_EQ(NormalizeUserPath("/l/", "/l/run/x").value(), "run/x");
+  EXPECT_EQ(NormalizeUserPath("/l", ".").value(), "");
+  EXPECT_FALSE(NormalizeUserPath("/l", "../x").ok());
+  EXPECT_FALSE(NormalizeUserPath("/l", "run/../../x").ok());
+  EXPECT_FALSE(NormalizeUserPath("/l", "/etc/passwd").ok());
+  EXPECT_FALSE(NormalizeUserPath("/l", "/lx/y").ok());
+}
+
+}  // namespace
+}  // namespace tbfs::store
