@@ -1,7 +1,11 @@
 #include "events/crc32c.h"
 
 #include <isa-l/crc.h>
+
+#if defined(__x86_64__)
 #include <nmmintrin.h>
+#define TBFS_CRC_SSE42 1
+#endif
 
 #include <climits>
 #include <cstring>
@@ -14,6 +18,7 @@ namespace {
 // headers (8 bytes) and small scalar records land here.
 constexpr size_t kSmallBytes = 256;
 
+#ifdef TBFS_CRC_SSE42
 const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
 
 __attribute__((target("sse4.2"))) uint32_t SmallSse42(const unsigned char* p, size_t n,
@@ -33,6 +38,7 @@ __attribute__((target("sse4.2"))) uint32_t SmallSse42(const unsigned char* p, si
   }
   return c32;
 }
+#endif  // TBFS_CRC_SSE42
 
 }  // namespace
 
@@ -40,7 +46,10 @@ uint32_t Crc32c(const void* data, size_t n, uint32_t init) {
   // Both kernels work on the raw register: pre- and post-inversion are ours.
   uint32_t crc = ~init;
   auto* p = static_cast<unsigned char*>(const_cast<void*>(data));
+#ifdef TBFS_CRC_SSE42
   if (n <= kSmallBytes && kHaveSse42) return ~SmallSse42(p, n, crc);
+#endif
+  // Elsewhere (arm64) isa-l alone, which has its own kernels for the CPU.
   while (n > 0) {
     int step = n > static_cast<size_t>(INT_MAX) ? INT_MAX : static_cast<int>(n);
     crc = crc32_iscsi(p, step, crc);

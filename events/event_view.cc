@@ -1,9 +1,9 @@
 #include "events/event_view.h"
 
 #include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/wire_format_lite.h>
 
 #include <bit>
+#include <climits>
 #include <cstring>
 
 namespace tbfs::events {
@@ -11,12 +11,23 @@ namespace tbfs::events {
 namespace {
 
 using google::protobuf::io::CodedInputStream;
-using google::protobuf::internal::WireFormatLite;
 
-constexpr int kFixed64 = WireFormatLite::WIRETYPE_FIXED64;
-constexpr int kFixed32 = WireFormatLite::WIRETYPE_FIXED32;
-constexpr int kVarint = WireFormatLite::WIRETYPE_VARINT;
-constexpr int kLen = WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+// The protobuf wire format (protobuf.dev/programming-guides/encoding): a
+// tag is (field number << 3) | wire type.
+constexpr int kVarint = 0;
+constexpr int kFixed64 = 1;
+constexpr int kLen = 2;
+constexpr int kStartGroup = 3;
+constexpr int kEndGroup = 4;
+constexpr int kFixed32 = 5;
+// Groups nested deeper than protobuf's own parser allows are malformed.
+constexpr int kMaxGroupDepth = 100;
+
+constexpr int FieldOf(uint32_t tag) { return static_cast<int>(tag >> 3); }
+constexpr int WireOf(uint32_t tag) { return static_cast<int>(tag & 7); }
+constexpr uint32_t MakeTag(int field, int wire) {
+  return (static_cast<uint32_t>(field) << 3) | static_cast<uint32_t>(wire);
+}
 
 // A CodedInputStream over a view that can hand out sub-views.
 class WireReader {
@@ -41,7 +52,35 @@ class WireReader {
   bool ReadFixed64(uint64_t* v) { return in_.ReadLittleEndian64(v); }
   bool ReadFixed32(uint32_t* v) { return in_.ReadLittleEndian32(v); }
   bool ReadVarint64(uint64_t* v) { return in_.ReadVarint64(v); }
-  bool Skip(uint32_t tag) { return WireFormatLite::SkipField(&in_, tag); }
+  // Skips the value of the field `tag` opened; false when it is malformed.
+  bool Skip(uint32_t tag, int depth = 0) {
+    switch (WireOf(tag)) {
+      case kVarint: {
+        uint64_t v;
+        return in_.ReadVarint64(&v);
+      }
+      case kFixed64:
+        return in_.Skip(8);
+      case kLen: {
+        uint32_t len;
+        return in_.ReadVarint32(&len) && len <= static_cast<uint32_t>(INT32_MAX) &&
+               in_.Skip(static_cast<int>(len));
+      }
+      case kFixed32:
+        return in_.Skip(4);
+      case kStartGroup: {  // deprecated, still valid: skip to its end tag
+        if (depth >= kMaxGroupDepth) return false;
+        uint32_t inner;
+        while ((inner = in_.ReadTag()) != 0) {
+          if (inner == MakeTag(FieldOf(tag), kEndGroup)) return true;
+          if (!Skip(inner, depth + 1)) return false;
+        }
+        return false;
+      }
+      default:  // an end tag with no group open, or wire types 6 and 7
+        return false;
+    }
+  }
   // After NextTag() returned false: true for a clean end of the bytes,
   // false when a malformed tag stopped the walk.
   bool AtCleanEnd() { return in_.ConsumedEntireMessage(); }
@@ -55,8 +94,8 @@ bool ParseValue(std::string_view bytes, ValueView* v) {
   WireReader r(bytes);
   uint32_t tag;
   while (r.NextTag(&tag)) {
-    int field = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag));
-    int wire = WireFormatLite::GetTagWireType(tag);
+    int field = FieldOf(tag);
+    int wire = WireOf(tag);
     bool ok = true;
     if (field == 1 && wire == kLen) {
       ok = r.ReadLen(&v->tag);
@@ -85,7 +124,7 @@ bool ParseSummary(std::string_view bytes, std::vector<ValueView>* values) {
   WireReader r(bytes);
   uint32_t tag;
   while (r.NextTag(&tag)) {
-    if (tag == WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+    if (tag == MakeTag(1, kLen)) {
       std::string_view value_bytes;
       if (!r.ReadLen(&value_bytes)) return false;
       values->emplace_back();
@@ -111,8 +150,8 @@ Status ParseEvent(std::string_view record, EventView* event) {
   WireReader r(record);
   uint32_t tag;
   while (r.NextTag(&tag)) {
-    int field = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag));
-    int wire = WireFormatLite::GetTagWireType(tag);
+    int field = FieldOf(tag);
+    int wire = WireOf(tag);
     bool ok = true;
     if (field == 1 && wire == kFixed64) {
       uint64_t bits;
@@ -148,7 +187,7 @@ std::string_view PluginName(std::string_view metadata) {
   std::string_view plugin_data;
   bool found = false;
   while (r.NextTag(&tag)) {
-    if (tag == WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+    if (tag == MakeTag(1, kLen)) {
       found = r.ReadLen(&plugin_data);
       if (!found) return {};
     } else if (!r.Skip(tag)) {
@@ -159,7 +198,7 @@ std::string_view PluginName(std::string_view metadata) {
   WireReader p(plugin_data);
   std::string_view name;
   while (p.NextTag(&tag)) {
-    if (tag == WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+    if (tag == MakeTag(1, kLen)) {
       if (!p.ReadLen(&name)) return {};
     } else if (!p.Skip(tag)) {
       return {};

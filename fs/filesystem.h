@@ -1,6 +1,11 @@
 // The mounted filesystem's core: the union of the backing logdir (hot) and
-// the cold store, operation by operation, with no FUSE types. The adapters
-// in fuse_ops.cc turn each FUSE request into one call here and one reply.
+// the cold store, operation by operation, with no FUSE types and no
+// accessor to its parts. The adapters in fuse_ops.cc turn each FUSE request
+// into one call here and one reply. Implemented by concern in
+// filesystem.cc (paths of inodes, store errors), lookup.cc (names and
+// attributes), namespace_ops.cc (create, unlink, rename, ...), open_files.cc
+// (open files, cold reads, rehydration, files changing place), readdir.cc
+// and xattr.cc.
 //
 // Error convention (one, everywhere): methods return 0 or -errno.
 //
@@ -19,16 +24,19 @@
 #include <sys/statvfs.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/fs_util.h"
 #include "fs/chunk_cache.h"
 #include "fs/inode_table.h"
-#include "fs/op_latency.h"
 #include "store/cold_store.h"
 #include "store/migrate.h"
 
@@ -50,7 +58,7 @@ inline constexpr double kStableTtlS = 10.0;
 // the store's private folder and answers root and the mount's owner only.
 inline constexpr char kControlXattr[] = "user.tbfs.control";
 
-struct FsConfig {
+struct FsOptions {
   std::string logdir;                   // backing folder (absolute)
   std::string store_skip;               // relative path of the store inside it, or ""
   uint64_t cache_bytes = 256ull << 20;  // cold chunk cache
@@ -101,6 +109,28 @@ struct DirHandle {
   std::vector<DirEntryOut> entries;  // snapshot taken at offset 0
 };
 
+// Each place an operation can answer EIO: its tag in the log ("[EIO:tag]")
+// and its own counter (status: eio.by_site; metrics: tbfs_eio_sites_total).
+enum class EioSite {
+  kLookup,
+  kLookupManifest,
+  kSetattr,
+  kUnlink,
+  kRetention,
+  kRmdir,
+  kRename,
+  kRenameReplace,
+  kRenameColdChildren,
+  kRehydrate,
+  kOpen,
+  kReaddir,
+  kColdChunk,
+  kBackingDir,
+  kInodeKind,
+};
+inline constexpr const char* kEioSiteNames[] = {"lookup", "lookup-manifest", "setattr", "unlink", "retention", "rmdir", "rename", "rename-replace", "rename-cold-children", "rehydrate", "open", "readdir", "cold-chunk", "backing-dir", "inode-kind"};
+inline constexpr int kNumEioSites = static_cast<int>(std::size(kEioSiteNames));
+
 struct Counters {
   std::atomic<uint64_t> rehydrations{0};
   std::atomic<uint64_t> cold_reads{0};
@@ -109,11 +139,19 @@ struct Counters {
   std::atomic<uint64_t> eio_rehydrate{0};
   std::atomic<uint64_t> eio_store{0};
   std::atomic<uint64_t> eio_store_by[kNumStoreFaults] = {};  // indexed by StoreFault
+  std::atomic<uint64_t> eio_by_site[kNumEioSites] = {};       // indexed by EioSite
 };
 
 class Filesystem : public store::MoveObserver {
  public:
-  Filesystem(const FsConfig& config, store::ColdStore* store, UniqueFd root_fd);
+  // `namespace_lock` (the caller's, shared with the migrator, which takes
+  // it shared step by step and exclusive for recovery) is taken shared by
+  // rehydrations and most namespace changes, exclusive by renames and
+  // rmdir. Lock order: Migrator's pass lock -> rehydrate_mu_ ->
+  // namespace_lock -> InodeTable's mutex; the chunk cache's is a leaf.
+  // root_st: fstat of root_fd (the logdir), taken by the caller.
+  Filesystem(const FsOptions& options, store::ColdStore* store, UniqueFd root_fd,
+             const struct stat& root_st, std::shared_mutex* namespace_lock);
 
   int Lookup(uint64_t parent, const char* name, EntryOut* out);
   void Forget(uint64_t ino, uint64_t nlookup);
@@ -151,6 +189,9 @@ class Filesystem : public store::MoveObserver {
   };
   ssize_t ReadCold(FileHandle* fh, size_t size, off_t off, std::vector<ColdSlice>* slices);
   void Release(std::unique_ptr<FileHandle> fh);
+  int Fsync(FileHandle* fh, bool datasync);
+  // fallocate(2) on the handle's backing file; EBADF for a cold handle.
+  int Fallocate(FileHandle* fh, int mode, off_t offset, off_t length);
   int FsyncDir(uint64_t ino, bool datasync);
 
   int OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out);
@@ -200,6 +241,7 @@ class Filesystem : public store::MoveObserver {
     uint64_t eio_rehydrate = 0;
     uint64_t eio_store = 0;
     uint64_t eio_store_by[kNumStoreFaults] = {};
+    uint64_t eio_by_site[kNumEioSites] = {};
     size_t inodes = 0;
   };
   // Retention (the daemon's own gc): deletes the cold file `m` names if its
@@ -210,16 +252,7 @@ class Filesystem : public store::MoveObserver {
   int DeleteColdFile(const storepb::Manifest& m);
 
   Stats stats();
-  // Latency of the FUSE operations, recorded by the adapters in fuse_ops.cc.
-  OpLatency& latency() { return latency_; }
-  const FsConfig& config() const { return config_; }
-  store::ColdStore& store() { return *store_; }
-  // Taken shared by the migrator's short steps (see MigrateOptions), by
-  // rehydrations and by most namespace changes; exclusive by renames and
-  // rmdir. Comes after rehydrate_mu_, before InodeTable's mutex.
-  std::shared_mutex& namespace_lock() { return ns_mu_; }
-  // Set once the kernel's INIT has been answered.
-  std::atomic<bool> initialized{false};
+  const FsOptions& options() const { return options_; }
 
  private:
   // The path of an inode relative to the logdir ("" for the root), or
@@ -238,7 +271,11 @@ class Filesystem : public store::MoveObserver {
   void ColdAttr(const storepb::Manifest& m, ino_t shown_ino, struct stat* st);
   void ColdDirAttr(const std::string& rel, ino_t shown_ino, struct stat* st);
   bool IsHidden(uint64_t parent, const char* name);
-  int StoreError(const Status& st, const char* tag);
+  // The answer to a failed store operation at `site`: ENOENT, EROFS (a
+  // shared store this mount only reads), or an error counted and logged.
+  int StoreError(const Status& st, EioSite site);
+  // Logs "[EIO:site] what", counts it, returns -EIO.
+  int Eio(EioSite site, std::string_view what);
   int UnlinkCold(const std::string& rel);
   // Gives what a caller created to the caller, keeping the mode it asked
   // for (a chown clears set-id bits).
@@ -254,17 +291,15 @@ class Filesystem : public store::MoveObserver {
   // the store, fd -1), chosen when the inode's generation was `generation`.
   std::unique_ptr<FileHandle> NewHandle(uint64_t ino, uint64_t generation, int fd, bool writable);
 
-  FsConfig config_;
+  const FsOptions options_;
   KernelCache* kernel_ = nullptr;
-  store::ColdStore* store_;
+  store::ColdStore* const store_;
   InodeTable inodes_;
   ChunkCache cache_;
   Counters counters_;
-  OpLatency latency_;
-  // Lock order: rehydrate_mu_ -> ns_mu_ -> InodeTable's mutex; the chunk
-  // cache's mutex is a leaf. None is held across a FUSE reply.
-  Mutex rehydrate_mu_;       // one rehydration at a time (they are rare)
-  std::shared_mutex ns_mu_;  // see namespace_lock()
+  // Lock order: see the constructor. None is held across a FUSE reply.
+  Mutex rehydrate_mu_;  // one rehydration at a time (they are rare)
+  std::shared_mutex& ns_mu_;
 };
 
 // "/proc/self/fd/N": how O_PATH fds are turned back into paths.

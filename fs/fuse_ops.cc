@@ -19,7 +19,9 @@ static_assert(kSetMode == FUSE_SET_ATTR_MODE && kSetUid == FUSE_SET_ATTR_UID &&
               kSetAtime == FUSE_SET_ATTR_ATIME && kSetMtime == FUSE_SET_ATTR_MTIME &&
               kSetAtimeNow == FUSE_SET_ATTR_ATIME_NOW && kSetMtimeNow == FUSE_SET_ATTR_MTIME_NOW);
 
-Filesystem& Fs(fuse_req_t req) { return *static_cast<Filesystem*>(fuse_req_userdata(req)); }
+FuseContext& Context(fuse_req_t req) { return *static_cast<FuseContext*>(fuse_req_userdata(req)); }
+Filesystem& Fs(fuse_req_t req) { return *Context(req).fs; }
+OpLatency& Latency(fuse_req_t req) { return *Context(req).latency; }
 
 Caller CallerOf(fuse_req_t req) {
   const struct fuse_ctx* ctx = fuse_req_ctx(req);
@@ -47,17 +49,17 @@ void ReplyEntry(fuse_req_t req, int err, const EntryOut& out) {
 }
 
 void OpInit(void* userdata, struct fuse_conn_info* conn) {
-  static_cast<Filesystem*>(userdata)->initialized = true;
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
   if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;  // writes reach the backing file at once
+  static_cast<FuseContext*>(userdata)->initialized.set_value();  // INIT comes once
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  OpLatency::Timer timer(Fs(req).latency(), FuseOp::kLookup);
+  OpLatency::Timer timer(Latency(req), FuseOp::kLookup);
   EntryOut out;
   int err = Fs(req).Lookup(parent, name, &out);
   if (err == -ENOENT) {
@@ -78,7 +80,7 @@ void OpForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forget
 }
 
 void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  OpLatency::Timer timer(Fs(req).latency(), FuseOp::kGetAttr);
+  OpLatency::Timer timer(Latency(req), FuseOp::kGetAttr);
   struct stat st;
   int err = Fs(req).GetAttr(ino, &st, fi ? Fh(fi) : nullptr);
   if (err != 0) {
@@ -188,7 +190,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
-  OpLatency::Timer timer(Fs(req).latency(), FuseOp::kRead);
+  OpLatency::Timer timer(Latency(req), FuseOp::kRead);
   FileHandle* h = Fh(fi);
   const int fd = Fs(req).IoFd(h);
   if (fd < 0) {
@@ -216,7 +218,7 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file
 
 void OpWriteBuf(fuse_req_t req, fuse_ino_t, struct fuse_bufvec* in, off_t off,
                 struct fuse_file_info* fi) {
-  OpLatency::Timer timer(Fs(req).latency(), FuseOp::kWrite);
+  OpLatency::Timer timer(Latency(req), FuseOp::kWrite);
   FileHandle* h = Fh(fi);
   const int fd = Fs(req).IoFd(h);
   if (!h->writable || fd < 0) {
@@ -236,10 +238,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t, struct fuse_bufvec* in, off_t off,
 }
 
 void OpFsync(fuse_req_t req, fuse_ino_t, int datasync, struct fuse_file_info* fi) {
-  const int fd = Fs(req).IoFd(Fh(fi));
-  int err = 0;
-  if (fd >= 0 && (datasync ? ::fdatasync(fd) : ::fsync(fd)) != 0) err = errno;
-  fuse_reply_err(req, err);
+  fuse_reply_err(req, -Fs(req).Fsync(Fh(fi), datasync != 0));
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
@@ -265,7 +264,7 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 
 void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi,
                bool plus) {
-  OpLatency::Timer timer(Fs(req).latency(), FuseOp::kReadDir);
+  OpLatency::Timer timer(Latency(req), FuseOp::kReadDir);
   DirHandle* dh = Dh(fi);
   Filesystem& fs = Fs(req);
   if (off == 0) {
@@ -376,14 +375,7 @@ void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 
 void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,
                  struct fuse_file_info* fi) {
-  const int fd = Fs(req).IoFd(Fh(fi));
-  int err = 0;
-  if (fd < 0) {
-    err = EBADF;
-  } else if (::fallocate(fd, mode, offset, length) != 0) {
-    err = errno;
-  }
-  fuse_reply_err(req, err);
+  fuse_reply_err(req, -Fs(req).Fallocate(Fh(fi), mode, offset, length));
 }
 
 const struct fuse_lowlevel_ops kOps = [] {

@@ -23,9 +23,7 @@ std::string HandleOfAny(int fd, int* mount_id) {
 
 }  // namespace
 
-InodeTable::InodeTable(UniqueFd root_fd) {
-  struct stat st;
-  ::fstat(root_fd.get(), &st);
+InodeTable::InodeTable(UniqueFd root_fd, const struct stat& st) {
   root_dev_ = st.st_dev;
   root_.kind = Kind::kHot;
   root_.dev = st.st_dev;

@@ -117,8 +117,9 @@ class InodeTable {
  public:
   static constexpr uint64_t kRootId = 1;
 
-  // The root is the backing logdir, open as root_fd (O_PATH).
-  explicit InodeTable(UniqueFd root_fd);
+  // The root is the backing logdir, open as root_fd (O_PATH); root_st is
+  // its fstat, taken (and checked) by the caller.
+  InodeTable(UniqueFd root_fd, const struct stat& root_st);
 
   // Node ids are inode addresses (the root is 1).
   InodeView View(uint64_t id);

@@ -89,7 +89,7 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   Families f(mountpoint_);
   const MigratorStats m = migrator_.stats();
   const Filesystem::Stats k = fs_.stats();
-  auto totals = fs_.store().ComputeTotals();
+  auto totals = store_.ComputeTotals();
   const double cold_files = totals.ok() ? static_cast<double>(totals->files) : 0;
   const double cold_bytes = totals.ok() ? static_cast<double>(totals->logical_bytes) : 0;
   const double stored = totals.ok() ? static_cast<double>(totals->stored_bytes) : 0;
@@ -126,11 +126,15 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
             static_cast<double>(k.cache.misses));
   f.Gauge("tbfs_chunk_cache_bytes", "Bytes held by the cold chunk cache", static_cast<double>(k.cache.bytes));
   f.Gauge("tbfs_chunk_cache_capacity_bytes", "Capacity of the cold chunk cache",
-          static_cast<double>(fs_.config().cache_bytes));
+          static_cast<double>(fs_.options().cache_bytes));
   f.Counter("tbfs_eio_total", "Operations answered EIO, by cause", static_cast<double>(k.eio_cold_chunk),
             {{"cause", "cold_chunk"}});
   f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_rehydrate), {{"cause", "rehydrate"}});
   f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_store), {{"cause", "store"}});
+  for (int i = 0; i < kNumEioSites; ++i) {
+    f.Counter("tbfs_eio_sites_total", i == 0 ? "Operations answered EIO, by the place that answered" : "",
+              static_cast<double>(k.eio_by_site[i]), {{"site", kEioSiteNames[i]}});
+  }
   for (int i = 0; i < kNumStoreFaults; ++i) {
     f.Counter("tbfs_store_errors_total", i == 0 ? "Operations failed by the cold store, by what failed and why" : "",
               static_cast<double>(k.eio_cold_chunk_by[i]), {{"op", "cold_chunk"}, {"cause", kStoreFaultNames[i]}});
@@ -139,7 +143,7 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   }
   f.Gauge("tbfs_inodes", "Inodes the kernel holds through the mount", static_cast<double>(k.inodes));
   struct statvfs vfs;
-  if (::statvfs(fs_.config().logdir.c_str(), &vfs) == 0) {
+  if (::statvfs(fs_.options().logdir.c_str(), &vfs) == 0) {
     f.Gauge("tbfs_fs_free_bytes", "Bytes free for users on the logdir's filesystem",
             static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize));
     f.Gauge("tbfs_fs_size_bytes", "Size of the logdir's filesystem",
@@ -164,7 +168,7 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   for (FuseOp op : {FuseOp::kLookup, FuseOp::kGetAttr, FuseOp::kRead, FuseOp::kWrite, FuseOp::kReadDir}) {
     f.Histogram("tbfs_fuse_operation_duration_seconds",
                 op == FuseOp::kLookup ? "Time from a FUSE request reaching the daemon to its reply, by operation" : "",
-                fs_.latency().Read(op), {{"op", FuseOpName(op)}});
+                latency_.Read(op), {{"op", FuseOpName(op)}});
   }
   f.Gauge("tbfs_resident_memory_bytes", "Resident memory of the daemon", ResidentBytes());
   return f.Take();

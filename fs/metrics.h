@@ -15,17 +15,25 @@
 
 #include "fs/filesystem.h"
 #include "fs/migrator.h"
+#include "fs/op_latency.h"
 
 namespace tbfs::fs {
 
 class MountMetrics final : public prometheus::Collectable {
  public:
-  MountMetrics(Filesystem& fs, Migrator& migrator, std::string mountpoint)
-      : fs_(fs), migrator_(migrator), mountpoint_(std::move(mountpoint)) {}
+  MountMetrics(Filesystem& fs, store::ColdStore& store, OpLatency& latency, Migrator& migrator,
+               std::string mountpoint)
+      : fs_(fs),
+        store_(store),
+        latency_(latency),
+        migrator_(migrator),
+        mountpoint_(std::move(mountpoint)) {}
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
   Filesystem& fs_;
+  store::ColdStore& store_;
+  OpLatency& latency_;
   Migrator& migrator_;
   std::string mountpoint_;
 };

@@ -10,14 +10,20 @@
 
 namespace tbfs::fs {
 
-Migrator::Migrator(Filesystem& fs, MigratorConfig config) : fs_(fs), config_(std::move(config)) {}
+Migrator::Migrator(store::ColdStore& store, std::string logdir, std::shared_mutex* namespace_lock,
+                   Filesystem& fs, MigratorOptions options)
+    : store_(store),
+      logdir_(std::move(logdir)),
+      ns_mu_(*namespace_lock),
+      fs_(fs),
+      config_(std::move(options)) {}
 
 Migrator::~Migrator() { Stop(); }
 
 void Migrator::Start() {
   // Without background passes a mount of a shared store still keeps (or
   // takes back) the writer's role.
-  if (config_.background || fs_.store().shared()) thread_ = std::thread([this] { Loop(); });
+  if (config_.background || store_.shared()) thread_ = std::thread([this] { Loop(); });
 }
 
 void Migrator::Stop() {
@@ -46,7 +52,7 @@ void Migrator::Loop() {
 
 Status Migrator::KeepWriterRole() {
   MutexLock one(pass_mu_);
-  if (fs_.store().writer()) return Status::OK();
+  if (store_.writer()) return Status::OK();
   Status st = TakeWriterRole();
   return st.code() == Code::kBusy ? Status::OK() : st;
 }
@@ -75,13 +81,13 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
 }
 
 Status Migrator::TakeWriterRole() {
-  store::ColdStore& store = fs_.store();
+  store::ColdStore& store = store_;
   // No change to the namespace while the last writer's unfinished batches
   // are undone (reads go on).
-  std::unique_lock<std::shared_mutex> ns(fs_.namespace_lock());
+  std::unique_lock<std::shared_mutex> ns(ns_mu_);
   Status st = store.TakeWriterRole(config_.writer);
   if (!st.ok()) return st;
-  auto recovered = store::Recover(store, fs_.config().logdir);
+  auto recovered = store::Recover(store, logdir_);
   if (!recovered.ok()) {
     store.DropWriterRole();
     return Status::FromErrno(EIO, "recovery", store.dir() + ": " + recovered.status().message());
@@ -94,7 +100,7 @@ Status Migrator::TakeWriterRole() {
 
 Status Migrator::Pass() {
   MutexLock one(pass_mu_);
-  if (fs_.store().shared() && !fs_.store().writer()) {
+  if (store_.shared() && !store_.writer()) {
     // Another mount writes the store (or did, until its lease ran out).
     Status role = TakeWriterRole();
     if (!role.ok()) {
@@ -112,7 +118,7 @@ Status Migrator::Pass() {
   std::vector<std::string> unwalked;  // named in the log; the rest goes on
   WalkOptions walk = config_.walk;
   walk.warnings = &unwalked;
-  auto sample = store::TakeGrowthSample(fs_.config().logdir, &fs_.store(), config_.policy, walk);
+  auto sample = store::TakeGrowthSample(logdir_, &store_, config_.policy, walk);
   for (const std::string& w : unwalked) spdlog::warn("migrator: {}", w);
   if (!sample.ok()) {
     spdlog::warn("migrator: growth sample: {}", sample.status().message());
@@ -130,7 +136,7 @@ Status Migrator::Pass() {
 Status Migrator::ApplyRetention() {
   std::vector<storepb::Manifest> chosen;
   std::vector<std::string> why;
-  Status st = store::SelectForRetention(fs_.store(), config_.retention, &chosen, &why);
+  Status st = store::SelectForRetention(store_, config_.retention, &chosen, &why);
   if (!st.ok()) return st;
   uint64_t files = 0, bytes = 0;
   for (size_t i = 0; i < chosen.size() && !stop_flag_; ++i) {
@@ -161,7 +167,7 @@ Status Migrator::ApplyRetention() {
       stats_.retention_bytes += bytes;
     }
     // The space comes back when the engine rewrites what held them.
-    if (Status c = fs_.store().Compact(); !c.ok()) spdlog::warn("retention: compact: {}", c.message());
+    if (Status c = store_.Compact(); !c.ok()) spdlog::warn("retention: compact: {}", c.message());
     spdlog::info("retention: deleted {} cold files, {} bytes", files, bytes);
   }
   return st;
@@ -174,7 +180,7 @@ Status Migrator::MovePass() {
   copt.walk = config_.walk;
   std::vector<store::Candidate> candidates;
   std::vector<store::Skipped> skipped;
-  Status st = store::FindCandidates(fs_.config().logdir, copt, &candidates, &skipped);
+  Status st = store::FindCandidates(logdir_, copt, &candidates, &skipped);
   {
     MutexLock lock(mu_);
     stats_.passes++;
@@ -193,8 +199,8 @@ Status Migrator::MovePass() {
   mopt.stop = &stop_flag_;
   mopt.observer = &fs_;  // files stay visible and open handles keep reading as they move
   mopt.after_batch = [this](const store::BatchResult& b) { AfterBatch(b); };
-  mopt.batch_lock = &fs_.namespace_lock();
-  auto result = store::Migrate(fs_.store(), fs_.config().logdir, candidates, mopt);
+  mopt.batch_lock = &ns_mu_;
+  auto result = store::Migrate(store_, logdir_, candidates, mopt);
   if (!result.ok()) return result.status();
   MutexLock lock(mu_);
   if (result->store_full) {

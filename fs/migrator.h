@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <shared_mutex>
 #include <thread>
 #include <vector>
 
@@ -24,7 +25,7 @@
 
 namespace tbfs::fs {
 
-struct MigratorConfig {
+struct MigratorOptions {
   int64_t cold_after_s = 300;
   int64_t interval_s = 30;
   bool background = true;               // false: only on RunNow (--no-migrate)
@@ -61,7 +62,11 @@ struct MigratorStats {
 
 class Migrator {
  public:
-  Migrator(Filesystem& fs, MigratorConfig config);
+  // Moves files of `logdir` into `store`, with `fs` watching them move
+  // (store::MoveObserver) and deleting what retention selects;
+  // `namespace_lock` is the one `fs` was given.
+  Migrator(store::ColdStore& store, std::string logdir, std::shared_mutex* namespace_lock,
+           Filesystem& fs, MigratorOptions options);
   ~Migrator();
 
   void Start();
@@ -88,10 +93,13 @@ class Migrator {
   void KeepGrowthSample(const store::GrowthSample& sample) TBFS_REQUIRES(pass_mu_);
   void AfterBatch(const store::BatchResult& batch);
 
+  store::ColdStore& store_;
+  const std::string logdir_;
+  std::shared_mutex& ns_mu_;
   Filesystem& fs_;
-  MigratorConfig config_;
+  MigratorOptions config_;
   // One pass at a time. Taken before the filesystem's locks (the pass
-  // takes Filesystem::namespace_lock() shared, step by step).
+  // takes the namespace lock shared, step by step).
   Mutex pass_mu_;
   Mutex mu_;  // a leaf, for the fields below
   std::condition_variable_any cv_;

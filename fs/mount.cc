@@ -9,12 +9,15 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <climits>
 #include <filesystem>
+#include <future>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -27,6 +30,7 @@
 #include "fs/fuse_ops.h"
 #include "fs/metrics.h"
 #include "fs/migrator.h"
+#include "fs/mount_table.h"
 #include "prometheus/exposer.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/spdlog.h"
@@ -231,9 +235,15 @@ nlohmann::json ByFault(const uint64_t (&counts)[kNumStoreFaults]) {
   return by;
 }
 
-std::string StatusJson(const MountConfig& mc, const std::string& store_dir, Filesystem& fs,
-                       Migrator& migrator) {
-  auto totals = fs.store().ComputeTotals();
+nlohmann::json BySite(const uint64_t (&counts)[kNumEioSites]) {
+  nlohmann::json by;
+  for (int i = 0; i < kNumEioSites; ++i) by[kEioSiteNames[i]] = counts[i];
+  return by;
+}
+
+std::string StatusJson(const MountOptions& mc, const std::string& store_dir, store::ColdStore& store,
+                       Filesystem& fs, Migrator& migrator) {
+  auto totals = store.ComputeTotals();
   MigratorStats m = migrator.stats();
   Filesystem::Stats k = fs.stats();
   const ChunkCache::Stats& c = k.cache;
@@ -243,9 +253,9 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
       {"mountpoint", mc.mountpoint},
       {"store", store_dir},
       {"state", mc.state_dir},
-      {"store_role", !fs.store().shared() ? "writer"
-                     : fs.store().writer() ? "writer (holds the shared store's lease)"
-                                           : "reader: " + fs.store().refusal()},
+      {"store_role", !store.shared() ? "writer"
+                     : store.writer() ? "writer (holds the shared store's lease)"
+                                      : "reader: " + store.refusal()},
       {"pid", ::getpid()},
       {"hot", {{"files", m.hot_files}, {"bytes", m.hot_bytes}}},
       {"cold",
@@ -272,13 +282,14 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
         {"misses", c.misses},
         {"hit_ratio", lookups ? static_cast<double>(c.hits) / static_cast<double>(lookups) : 0.0},
         {"bytes", c.bytes},
-        {"capacity_bytes", fs.config().cache_bytes}}},
+        {"capacity_bytes", fs.options().cache_bytes}}},
       {"eio",
        {{"cold_chunk", k.eio_cold_chunk},
         {"cold_chunk_by_cause", ByFault(k.eio_cold_chunk_by)},
         {"store_by_cause", ByFault(k.eio_store_by)},
         {"rehydrate", k.eio_rehydrate},
-        {"store", k.eio_store}}},
+        {"store", k.eio_store},
+        {"by_site", BySite(k.eio_by_site)}}},
       {"inodes", k.inodes},
       {"retention", {{"enabled", migrator.retention_enabled()},
                      {"deleted_files", m.retention_files},
@@ -308,19 +319,19 @@ std::string StatusJson(const MountConfig& mc, const std::string& store_dir, File
 }
 
 // Answers the control socket's requests (fs/control.h).
-std::string Control(const std::string& request, const MountConfig& mc, const std::string& store_dir,
-                    Filesystem& fs, Migrator& migrator) {
-  if (request == "status") return StatusJson(mc, store_dir, fs, migrator);
+std::string Control(const std::string& request, const MountOptions& mc, const std::string& store_dir,
+                    store::ColdStore& store, Filesystem& fs, Migrator& migrator) {
+  if (request == "status") return StatusJson(mc, store_dir, store, fs, migrator);
   if (request == "migrate-now") {
     if (migrator.RunNow() != 0) {
       return Compact({{"error", "the migration pass failed: " + migrator.stats().last_error +
                                     " (the log is " + JoinPath(mc.state_dir, "tbfs-mount.log") + ")"}});
     }
-    if (!fs.store().writer()) {
+    if (!store.writer()) {
       return Compact({{"error", "this mount reads the shared store " + store_dir +
-                                    " and another one writes it: " + fs.store().refusal()}});
+                                    " and another one writes it: " + store.refusal()}});
     }
-    return StatusJson(mc, store_dir, fs, migrator);
+    return StatusJson(mc, store_dir, store, fs, migrator);
   }
   return Compact({{"error", "unknown request: " + request}});
 }
@@ -366,31 +377,10 @@ void RaiseFdLimit() {
 }
 
 // Cold files are read sequentially in big runs; the kernel's default
-// readahead for a FUSE mount is 128 KiB. As root, raise it to a chunk. The
-// mount's device number comes from /proc/self/mountinfo: a stat of the
-// mount point would wait for this very daemon, which is not serving yet.
-void RaiseReadahead(const std::string& mountpoint) {
-  std::string info;
-  if (!ReadFileToString("/proc/self/mountinfo", &info).ok()) return;
-  std::string device;
-  size_t start = 0;
-  while (start < info.size()) {
-    size_t end = info.find('\n', start);
-    if (end == std::string::npos) end = info.size();
-    std::string line = info.substr(start, end - start);
-    start = end + 1;
-    // "ID PARENT MAJ:MIN ROOT MOUNTPOINT ..."
-    std::vector<std::string> f;
-    size_t p = 0;
-    while (f.size() < 5 && p <= line.size()) {
-      size_t sp = line.find(' ', p);
-      if (sp == std::string::npos) sp = line.size();
-      f.push_back(line.substr(p, sp - p));
-      p = sp + 1;
-    }
-    if (f.size() == 5 && f[4] == mountpoint) device = f[2];
-  }
-  if (device.empty()) return;
+// readahead for a FUSE mount is 128 KiB. As root, raise it to a chunk, on
+// the mount's device `dev`.
+void RaiseReadahead(dev_t dev) {
+  const std::string device = fmt::format("{}:{}", major(dev), minor(dev));
   int fd = ::open(fmt::format("/sys/class/bdi/{}/read_ahead_kb", device).c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return;  // not root, or no sysfs: keep the default
   std::string kb = std::to_string(store::kDefaultChunkBytes / 1024);
@@ -400,84 +390,123 @@ void RaiseReadahead(const std::string& mountpoint) {
 
 }  // namespace
 
-std::string ParseMountOptions(const std::string& opts, MountConfig* config) {
-  size_t start = 0;
-  while (start <= opts.size()) {
-    size_t comma = opts.find(',', start);
-    if (comma == std::string::npos) comma = opts.size();
-    std::string opt = opts.substr(start, comma - start);
-    start = comma + 1;
-    if (opt.empty()) continue;
-    size_t eq = opt.find('=');
-    std::string key = opt.substr(0, eq), value = eq == std::string::npos ? "" : opt.substr(eq + 1);
-    if (key == "store") {
-      config->store_dir = value;
-    } else if (key == "state") {
-      config->state_dir = value;
-    } else if (key == "cold_after") {
+namespace {
+
+// The -o keys tbfs takes for itself; the rest go to libfuse.
+enum OptKey {
+  kOptStore, kOptState, kOptColdAfter, kOptMigrateInterval, kOptCache, kOptMetrics,
+  kOptNoMigrate, kOptConfig, kOptForeground, kOptNonempty,
+};
+
+const struct fuse_opt kMountOpts[] = {
+    FUSE_OPT_KEY("store=", kOptStore),
+    FUSE_OPT_KEY("state=", kOptState),
+    FUSE_OPT_KEY("cold_after=", kOptColdAfter),
+    FUSE_OPT_KEY("migrate_interval=", kOptMigrateInterval),
+    FUSE_OPT_KEY("cache=", kOptCache),
+    FUSE_OPT_KEY("metrics=", kOptMetrics),
+    FUSE_OPT_KEY("no_migrate", kOptNoMigrate),
+    FUSE_OPT_KEY("config=", kOptConfig),
+    FUSE_OPT_KEY("foreground", kOptForeground),
+    FUSE_OPT_KEY("nonempty", kOptNonempty),  // libfuse 3 mounts over anything; we ask first
+    // fstab's own words, not for libfuse.
+    FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("noauto", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("user", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("users", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("defaults", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_END,
+};
+
+struct OptParse {
+  MountOptions* config;
+  std::string error;  // the first one
+};
+
+// fuse_opt_parse's callback: `arg` is one option, unescaped ("key=value").
+int ProcessMountOpt(void* data, const char* arg, int key, struct fuse_args*) {
+  auto* p = static_cast<OptParse*>(data);
+  MountOptions* config = p->config;
+  const std::string opt = arg;
+  const size_t eq = opt.find('=');
+  const std::string value = eq == std::string::npos ? "" : opt.substr(eq + 1);
+  auto fail = [&](std::string msg) {
+    if (p->error.empty()) p->error = std::move(msg);
+    return -1;
+  };
+  switch (key) {
+    case kOptStore: config->store_dir = value; return 0;
+    case kOptState: config->state_dir = value; return 0;
+    case kOptConfig: config->config_file = value; return 0;
+    case kOptNoMigrate: config->migrate = false; return 0;
+    case kOptForeground: config->foreground = true; return 0;
+    case kOptNonempty: config->nonempty = true; return 0;
+    case kOptColdAfter: {
       auto s = ParseDurationSeconds(value);
-      if (!s.ok()) return "cold_after: " + s.status().message();
+      if (!s.ok()) return fail("cold_after: " + s.status().message());
       config->cold_after_s = *s;
-    } else if (key == "migrate_interval") {
+      return 0;
+    }
+    case kOptMigrateInterval: {
       auto s = ParseDurationSeconds(value);
-      if (!s.ok() || *s < 1) return "migrate_interval: use a duration of at least 1s";
+      if (!s.ok() || *s < 1) return fail("migrate_interval: use a duration of at least 1s");
       config->migrate_interval_s = *s;
-    } else if (key == "cache") {
+      return 0;
+    }
+    case kOptCache: {
       auto b = ParseSizeBytes(value);
-      if (!b.ok()) return "cache: " + b.status().message();
+      if (!b.ok()) return fail("cache: " + b.status().message());
       config->cache_bytes = *b;
-    } else if (key == "metrics") {
+      return 0;
+    }
+    case kOptMetrics: {
       std::string err;
       config->metrics_address = MetricsAddress(value, &err);
-      if (!err.empty()) return err;
-    } else if (key == "no_migrate") {
-      config->migrate = false;
-    } else if (key == "config") {
-      config->config_file = value;
-    } else if (key == "foreground") {
-      config->foreground = true;
-    } else if (key == "nonempty") {
-      config->nonempty = true;  // libfuse 3 mounts over anything; we ask first
-    } else if (key == "nofail" || key == "_netdev" || key == "auto" || key == "noauto" ||
-               key == "user" || key == "users" || key == "defaults") {
-      // fstab-only words, not for libfuse.
-    } else {
-      config->fuse_options.push_back(opt);
+      if (!err.empty()) return fail(err);
+      return 0;
     }
+    default:  // FUSE_OPT_KEY_OPT: not ours
+      if (!opt.empty()) config->fuse_options.push_back(opt);
+      return 0;
   }
+}
+
+// One option as libfuse's -o list wants it: ',' and '\\' escaped.
+std::string EscapeFuseOpt(const std::string& opt) {
+  std::string out;
+  for (char c : opt) {
+    if (c == ',' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ParseMountOptions(const std::string& opts, MountOptions* config) {
+  // libfuse's own parser, so that an option is read as libfuse itself reads
+  // it (a comma inside a value is written "\\,").
+  std::string prog = "tbfs", dash_o = "-o", list = opts;
+  char* argv[] = {prog.data(), dash_o.data(), list.data(), nullptr};
+  struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+  OptParse parse{config, ""};
+  int rc = fuse_opt_parse(&args, &parse, kMountOpts, ProcessMountOpt);
+  fuse_opt_free_args(&args);
+  if (rc != 0) return parse.error.empty() ? "cannot parse the -o options: " + opts : parse.error;
   return "";
 }
 
-// True when /proc/self/mounts shows a tbfs mount at `mountpoint` (an
-// absolute, normal path).
+// True when the topmost mount at `mountpoint` (an absolute, normal path)
+// is a tbfs mount.
 bool IsTbfsMountPoint(const std::string& mountpoint) {
-  std::string mounts;
-  if (!ReadFileToString("/proc/self/mounts", &mounts).ok()) return false;
-  std::string escaped;  // /proc/mounts writes a space as \040, and so on
-  for (char c : mountpoint) {
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\\') {
-      escaped += fmt::format("\\{:03o}", static_cast<unsigned char>(c));
-    } else {
-      escaped += c;
-    }
-  }
-  size_t start = 0;
-  while (start < mounts.size()) {
-    size_t end = mounts.find('\n', start);
-    if (end == std::string::npos) end = mounts.size();
-    std::string_view line(mounts.data() + start, end - start);
-    start = end + 1;
-    size_t a = line.find(' ');
-    if (a == std::string_view::npos) continue;
-    size_t b = line.find(' ', a + 1);
-    if (b == std::string_view::npos) continue;
-    if (line.substr(a + 1, b - a - 1) == escaped && line.substr(b + 1).starts_with("fuse.tbfs ")) return true;
-  }
-  return false;
+  auto mount = FindMount(mountpoint);
+  return mount && mount->fstype == "fuse.tbfs";
 }
 
-int RunMount(const MountConfig& mc_in) {
-  MountConfig mc = mc_in;
+int RunMount(const MountOptions& mc_in) {
+  MountOptions mc = mc_in;
   Verdict verdict;
   struct stat st;
   if (::stat(mc.logdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -552,9 +581,9 @@ int RunMount(const MountConfig& mc_in) {
     return Fail(verdict, "MOUNTPOINT " + mc.mountpoint +
                              " is not empty; its files would be hidden (-o nonempty to mount anyway)");
   }
-  store::MigrateConfig policy;
+  store::ConfigFile policy;
   if (!mc.config_file.empty()) {
-    auto loaded = store::LoadMigrateConfig(mc.config_file);
+    auto loaded = store::LoadConfigFile(mc.config_file);
     if (!loaded.ok()) return Fail(verdict, loaded.status().message());
     policy = *loaded;
   }
@@ -620,7 +649,7 @@ int RunMount(const MountConfig& mc_in) {
     spdlog::info("{}: serving it read-only; {}", store_dir, store->refusal());
   }
 
-  FsConfig fc;
+  FsOptions fc;
   fc.logdir = mc.logdir;
   fc.cache_bytes = mc.cache_bytes;
   fc.as_root_owner_fixup = ::geteuid() == 0;
@@ -628,9 +657,16 @@ int RunMount(const MountConfig& mc_in) {
   fc.control_socket = JoinPath(state_dir, kControlSocketName);
   auto root = OpenFile(mc.logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return Fail(verdict, root.status().message());
-  Filesystem fs(fc, store.get(), std::move(root).value());
+  struct stat root_st;
+  if (::fstat(root->get(), &root_st) != 0) {
+    return Fail(verdict, fmt::format("fstat {}: {}", mc.logdir, std::strerror(errno)));
+  }
+  // The logdir's namespace lock, shared by the filesystem and the migrator
+  // (lock order in fs/filesystem.h).
+  std::shared_mutex namespace_lock;
+  Filesystem fs(fc, store.get(), std::move(root).value(), root_st, &namespace_lock);
 
-  MigratorConfig migc;
+  MigratorOptions migc;
   migc.cold_after_s = mc.cold_after_s;
   migc.interval_s = mc.migrate_interval_s;
   migc.background = mc.migrate;
@@ -643,9 +679,9 @@ int RunMount(const MountConfig& mc_in) {
   if (policy.retention.any()) spdlog::info("retention policy of {} applies after each migrator pass", mc.config_file);
   migc.walk.skip_dirs = {store::kStoreDirName};
   if (!fc.store_skip.empty()) migc.walk.skip_dirs.push_back(fc.store_skip);
-  Migrator migrator(fs, migc);
+  Migrator migrator(*store, fc.logdir, &namespace_lock, fs, migc);
   auto control = ControlServer::Start(state_dir, ::getuid(), [&](const std::string& request) {
-    return Control(request, mc, store_dir, fs, migrator);
+    return Control(request, mc, store_dir, *store, fs, migrator);
   });
   if (!control.ok()) return Fail(verdict, "control socket: " + control.status().message());
   // Prometheus metrics, when asked for: an HTTP server of its own threads.
@@ -654,6 +690,7 @@ int RunMount(const MountConfig& mc_in) {
   // request at once): a handful of such clients delay a scrape by seconds.
   // The server is a thread per connection, so a local user who keeps ~80
   // stalled connections open can still push scrapes past Prometheus's 10 s.
+  OpLatency latency;  // of the FUSE operations, recorded by the adapters
   std::shared_ptr<MountMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!mc.metrics_address.empty()) {
@@ -667,18 +704,23 @@ int RunMount(const MountConfig& mc_in) {
     } catch (const std::exception& e) {
       return Fail(verdict, "metrics: cannot listen on " + mc.metrics_address + ": " + e.what());
     }
-    metrics = std::make_shared<MountMetrics>(fs, migrator, mc.mountpoint);
+    metrics = std::make_shared<MountMetrics>(fs, *store, latency, migrator, mc.mountpoint);
     exposer->RegisterCollectable(metrics);
     spdlog::info("metrics on http://{}/metrics", mc.metrics_address);
   }
 
   std::string opts = fmt::format("default_permissions,fsname=tbfs:{},subtype=tbfs", mc.logdir);
-  for (const std::string& o : mc.fuse_options) opts += "," + o;
+  for (const std::string& o : mc.fuse_options) opts += "," + EscapeFuseOpt(o);
   std::vector<std::string> argv_s = {"tbfs", "-o", opts};
   std::vector<char*> argv;
   for (auto& s : argv_s) argv.push_back(s.data());
   struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
-  struct fuse_session* se = fuse_session_new(&args, TbfsOps(), sizeof(struct fuse_lowlevel_ops), &fs);
+  FuseContext context;
+  context.fs = &fs;
+  context.latency = &latency;
+  std::future<void> initialized = context.initialized.get_future();
+  struct fuse_session* se =
+      fuse_session_new(&args, TbfsOps(), sizeof(struct fuse_lowlevel_ops), &context);
   fuse_opt_free_args(&args);
   if (se == nullptr) return Fail(verdict, "bad FUSE options: " + opts);
   SessionCache kernel_cache;
@@ -713,13 +755,14 @@ int RunMount(const MountConfig& mc_in) {
     verdict.Send("ok");
   }
 
-  // The kernel sets the mount's readahead when INIT is answered; raise it after.
+  // The kernel sets the mount's readahead when it takes INIT's reply, and
+  // holds every other request of the mount until then: once a stat of the
+  // mount point (answered by this daemon's other threads) returns, it has.
   std::thread readahead([&] {
-    for (int i = 0; i < 100 && !fs.initialized; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    RaiseReadahead(mc.mountpoint);
+    if (initialized.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return;
+    struct stat root_st;
+    if (::stat(mc.mountpoint.c_str(), &root_st) != 0) return;  // unmounted already
+    RaiseReadahead(root_st.st_dev);
   });
   struct fuse_loop_config* loop = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(loop, 0);

@@ -19,7 +19,7 @@
 
 namespace tbfs::fs {
 
-struct MountConfig {
+struct MountOptions {
   std::string logdir;
   std::string mountpoint;
   std::string store_dir;          // "" : LOGDIR/.tbfs; or rados://POOL[/PREFIX]?...
@@ -41,10 +41,10 @@ struct MountConfig {
 // Parses a mount -o string: our keys (store=, state=, cold_after=, cache=,
 // no_migrate, config=, migrate_interval=, nonempty, metrics=) go into *config, the
 // rest into config->fuse_options. Returns "" or a one-line error.
-std::string ParseMountOptions(const std::string& opts, MountConfig* config);
+std::string ParseMountOptions(const std::string& opts, MountOptions* config);
 
 // Runs the mount; returns the process exit status (0 clean unmount, 2 error).
-int RunMount(const MountConfig& config);
+int RunMount(const MountOptions& config);
 
 // Where a mount of a RADOS store keeps its own files by default.
 inline constexpr char kDefaultStateRoot[] = "/var/lib/tbfs/mounts";

@@ -66,7 +66,7 @@ int Filesystem::Rehydrate(uint64_t ino) {
     auto m = store_->GetManifest(v.manifest->file_id());  // its current path
     if (!m.ok()) {
       inodes_.EndRehydrate(ino, false);
-      return StoreError(m.status(), "rehydrate");
+      return StoreError(m.status(), EioSite::kRehydrate);
     }
     storepb::JournalRecord record;
     record.set_kind(storepb::JournalRecord::RESTORE);
@@ -90,7 +90,7 @@ int Filesystem::Rehydrate(uint64_t ino) {
       placed = true;
     };
     Status st = store_->PutJournal(record);
-    if (st.ok()) st = store::RestoreOne(*store_, config_.logdir, *m, options);
+    if (st.ok()) st = store::RestoreOne(*store_, options_.logdir, *m, options);
     if (!placed) inodes_.EndRehydrate(ino, false);
     if (placed && !st.ok()) {
       // In place but still in the store too: the journal record stays, and
@@ -114,8 +114,7 @@ int Filesystem::Rehydrate(uint64_t ino) {
         return -err;
       }
       counters_.eio_rehydrate++;
-      spdlog::error("[EIO:rehydrate] {}: {}", m->path(), st.message());
-      return -EIO;
+      return Eio(EioSite::kRehydrate, m->path() + ": " + st.message());
     }
     counters_.rehydrations++;
     spdlog::info("rehydrated {}", m->path());
@@ -147,7 +146,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
         inodes_.CloseHandle(ino, false, id);
         if (inodes_.KindOf(ino) != Kind::kColdFile) continue;  // rehydrated meanwhile
         ReapRetired(id);
-        return m.status().IsNotFound() ? -ENOENT : StoreError(m.status(), "open");
+        return m.status().IsNotFound() ? -ENOENT : StoreError(m.status(), EioSite::kOpen);
       }
       auto fh = NewHandle(ino, generation, -1, false);
       fh->cold = true;
@@ -253,7 +252,8 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
     if (!chunk.ok()) {
       counters_.eio_cold_chunk++;
       counters_.eio_cold_chunk_by[static_cast<int>(ClassifyStoreFault(chunk.status()))]++;
-      return -EIO;  // logged with its tag by the cache
+      counters_.eio_by_site[static_cast<int>(EioSite::kColdChunk)]++;
+      return -EIO;  // logged with its tag ([EIO:cold-chunk]) by the cache
     }
     size_t within = static_cast<size_t>(pos - index * cb);
     size_t n = std::min((*chunk)->size - within, size - done);
@@ -278,6 +278,20 @@ void Filesystem::Release(std::unique_ptr<FileHandle> fh) {
   const uint64_t cold_id = fh->cold ? fh->manifest->file_id() : 0;
   int left = inodes_.CloseHandle(fh->inode, fh->writable, cold_id);
   if (cold_id != 0 && left == 0) ReapRetired(cold_id);
+}
+
+int Filesystem::Fsync(FileHandle* fh, bool datasync) {
+  const int fd = IoFd(fh);
+  if (fd < 0) return 0;  // a cold file: nothing of it is unwritten
+  if ((datasync ? ::fdatasync(fd) : ::fsync(fd)) != 0) return -errno;
+  return 0;
+}
+
+int Filesystem::Fallocate(FileHandle* fh, int mode, off_t offset, off_t length) {
+  const int fd = IoFd(fh);
+  if (fd < 0) return -EBADF;
+  if (::fallocate(fd, mode, offset, length) != 0) return -errno;
+  return 0;
 }
 
 int Filesystem::FsyncDir(uint64_t ino, bool datasync) {
@@ -338,6 +352,7 @@ Filesystem::Stats Filesystem::stats() {
   s.eio_rehydrate = counters_.eio_rehydrate;
   s.eio_store = counters_.eio_store;
   for (int i = 0; i < kNumStoreFaults; ++i) s.eio_store_by[i] = counters_.eio_store_by[i];
+  for (int i = 0; i < kNumEioSites; ++i) s.eio_by_site[i] = counters_.eio_by_site[i];
   s.inodes = inodes_.size();
   return s;
 }

@@ -581,7 +581,12 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
     batch->Delete(Space::kNamespace, m.old_key);
     batch->Put(Space::kNamespace, EntryKey(m.new_path), m.value);
     storepb::Entry e;
-    if (e.ParseFromString(m.value) && e.kind() == storepb::Entry::FILE) {
+    if (!e.ParseFromString(m.value)) {
+      // Moving it blind could leave its manifest at the old path.
+      return Status::Corruption("rename " + from + ": the entry of " + PathOfEntryKey(m.old_key) +
+                                " in the store is damaged (tbfs fsck)");
+    }
+    if (e.kind() == storepb::Entry::FILE) {
       auto manifest = GetManifest(e.file_id());
       if (!manifest.ok()) return manifest.status();
       manifest->set_path(m.new_path);

@@ -49,8 +49,8 @@ std::vector<std::string> StringList(const YAML::Node& node) {
 
 }  // namespace
 
-Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::string& origin) {
-  MigrateConfig config;
+Result<ConfigFile> ParseConfigFile(const std::string& text, const std::string& origin) {
+  ConfigFile config;
   try {
     YAML::Node root = YAML::Load(text);
     if (root.IsNull()) return config;  // an empty file: all defaults
@@ -136,11 +136,11 @@ Result<MigrateConfig> ParseMigrateConfig(const std::string& text, const std::str
   return config;
 }
 
-Result<MigrateConfig> LoadMigrateConfig(const std::string& path) {
+Result<ConfigFile> LoadConfigFile(const std::string& path) {
   std::string text;
   Status st = ReadFileToString(path, &text);
   if (!st.ok()) return st;
-  auto config = ParseMigrateConfig(text, path);
+  auto config = ParseConfigFile(text, path);
   if (!config.ok()) return config;
   // Relative paths are the file's: the same wherever the command runs.
   const size_t slash = path.rfind('/');

@@ -52,7 +52,9 @@ struct MountSection {
   std::vector<std::string> options;
 };
 
-struct MigrateConfig {
+// What a tbfs.yaml holds (the example in packaging/tbfs.yaml). In memory,
+// knobs are *Options structs; this is the file they are read from.
+struct ConfigFile {
   std::optional<std::string> logdir;
   bool dry_run = true;
   bool backup_enabled = false;
@@ -65,7 +67,7 @@ struct MigrateConfig {
 };
 
 // InvalidArgument with the file, and the line where yaml-cpp knows it.
-Result<MigrateConfig> LoadMigrateConfig(const std::string& path);
-Result<MigrateConfig> ParseMigrateConfig(const std::string& yaml_text, const std::string& origin);
+Result<ConfigFile> LoadConfigFile(const std::string& path);
+Result<ConfigFile> ParseConfigFile(const std::string& yaml_text, const std::string& origin);
 
 }  // namespace tbfs::store

@@ -6,12 +6,14 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "fmt/format.h"
+#include "spdlog/spdlog.h"
 #include "store/classify.h"
 #include "store/format.h"
 
@@ -189,8 +191,13 @@ Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::
     if (!options.folders_as_stored) return;
     auto entry = store.GetEntry(folder);
     if (!entry.ok()) return;
-    if (options.keep_owner) (void)::fchown(fd, entry->uid(), entry->gid());
-    (void)::fchmod(fd, entry->mode() & 07777);  // after the chown, which clears set-id bits
+    // The folder exists either way; an owner or mode not given back is said.
+    if (options.keep_owner && ::fchown(fd, entry->uid(), entry->gid()) != 0) {
+      spdlog::warn("{}: chown folder {}: {}", root, folder, std::strerror(errno));
+    }
+    if (::fchmod(fd, entry->mode() & 07777) != 0) {  // after the chown, which clears set-id bits
+      spdlog::warn("{}: chmod folder {}: {}", root, folder, std::strerror(errno));
+    }
   };
   auto read = [&](uint64_t index, ChunkCodec* codec, std::string* raw) {
     return store.ReadChunk(m, index, codec, raw);

@@ -19,6 +19,7 @@
 #include "events/logdir_digest.h"
 #include "events/verifier.h"
 #include "fmt/format.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "store/file_io.h"
 #include "store/format.h"
@@ -283,8 +284,9 @@ Result<UniqueFd> BatchRunner::FolderFor(const std::string& rel, std::string* nam
     start = slash + 1;
     auto entry = store_.GetEntry(sofar);
     mode_t mode = entry.ok() ? entry->mode() & 07777 : 0755;
-    if (::mkdirat(dir.get(), part.c_str(), mode) == 0 && entry.ok()) {
-      (void)::fchownat(dir.get(), part.c_str(), entry->uid(), entry->gid(), AT_SYMLINK_NOFOLLOW);
+    if (::mkdirat(dir.get(), part.c_str(), mode) == 0 && entry.ok() &&
+        ::fchownat(dir.get(), part.c_str(), entry->uid(), entry->gid(), AT_SYMLINK_NOFOLLOW) != 0) {
+      spdlog::warn("migrate: chown folder {}: {}", sofar, std::strerror(errno));
     }
     int next = ::openat(dir.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next < 0) return Status::FromErrno(errno, "open", sofar);
@@ -336,13 +338,21 @@ void BatchRunner::Finish(Staged s, FileResult* result, std::vector<storepb::Mani
   const std::string reason = !LeaseHeld(s.file.get()) ? "opened for writing as it moved; left in place"
                                                        : "a new file took its path as it moved";
   const int fd = s.file.get();
-  if ((now->mode() & 07777) != (s.manifest.mode() & 07777)) (void)::fchmod(fd, now->mode() & 07777);
-  if (now->uid() != s.manifest.uid() || now->gid() != s.manifest.gid()) {
-    (void)::fchown(fd, now->uid(), now->gid());
+  // The bytes go back whatever happens below; an attribute that cannot be
+  // given back is said, with the file.
+  auto warn = [&](const char* op) {
+    spdlog::warn("migrate: {} {} as it goes back: {}", op, now->path(), std::strerror(errno));
+  };
+  if ((now->mode() & 07777) != (s.manifest.mode() & 07777) && ::fchmod(fd, now->mode() & 07777) != 0) {
+    warn("chmod");
+  }
+  if ((now->uid() != s.manifest.uid() || now->gid() != s.manifest.gid()) &&
+      ::fchown(fd, now->uid(), now->gid()) != 0) {
+    warn("chown");
   }
   if (now->mtime_ns() != s.manifest.mtime_ns() || now->atime_ns() != s.manifest.atime_ns()) {
     struct timespec times[2] = {FromNs(now->atime_ns()), FromNs(now->mtime_ns())};
-    (void)::futimens(fd, times);
+    if (::futimens(fd, times) != 0) warn("set the times of");
   }
   std::string where = now->path();
   int to = target.ok() ? target->get() : dir;
@@ -476,7 +486,12 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   for (const std::string& dir : folders) {
     auto fd = dir.empty() ? OpenFile(logdir_, O_RDONLY | O_DIRECTORY)
                           : OpenBeneath(root_fd_, dir, O_RDONLY | O_DIRECTORY);
-    if (fd.ok()) ::fsync(fd->get());
+    // The unlinks reach the disk before the verdict. A folder that cannot
+    // be synced leaves them to the journal: recovery finishes or undoes the
+    // batch whichever way the disk kept it.
+    Status synced = fd.status();
+    if (fd.ok() && ::fsync(fd->get()) != 0) synced = Status::FromErrno(errno, "fsync", JoinPath(logdir_, dir));
+    if (!synced.ok()) spdlog::error("migrate: batch {}: {}", result.batch_id, synced.message());
   }
   MaybeCrash("migrate.all_unlinked");
 
@@ -506,9 +521,11 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   WriteBatch commit;
   commit.Delete(Space::kJournal, EncodeId(result.batch_id));
   commit.Put(Space::kBaselines, kLastBaselineKey,
-             fmt::format("{{\"batch\":{},\"time_ns\":{},\"intact\":{},\"files_checked\":{}}}",
-                         result.batch_id, NowNs(), result.failures.empty() ? "true" : "false",
-                         before.size()));
+             nlohmann::json{{"batch", result.batch_id},
+                            {"time_ns", NowNs()},
+                            {"intact", result.failures.empty()},
+                            {"files_checked", before.size()}}
+                 .dump());
   st = store_.Commit(commit, true);
   if (!st.ok()) spdlog::error("migrate: commit batch {}: {}", result.batch_id, st.message());
   MaybeCrash("migrate.committed");

@@ -21,6 +21,9 @@ struct stat Stat(const std::string& p) {
   return st;
 }
 
+// A table whose root is the folder p (guaranteed elision: no move needed).
+InodeTable NewTable(const std::string& p) { return InodeTable(OpenPath(p), Stat(p)); }
+
 std::shared_ptr<const storepb::Manifest> Manifest(uint64_t id, const std::string& path) {
   auto m = std::make_shared<storepb::Manifest>();
   m->set_file_id(id);
@@ -36,7 +39,7 @@ class InodeTableTest : public ::testing::Test {
     return table_.HandleAt(root.get(), name.c_str(), Stat(dir_ / name));
   }
   TempDir dir_;
-  InodeTable table_{OpenPath(dir_.path())};
+  InodeTable table_ = NewTable(dir_.path());
 };
 
 TEST_F(InodeTableTest, HardLinksShareOneInodeAndLookupsCount) {
@@ -195,7 +198,7 @@ TEST(InodeTableReuse, AReusedInodeNumberIsANewInode) {
   testing::TempDir dir;
   testing::WriteBytes(dir / "a", "old");
   testing::WriteBytes(dir / "b", "new");
-  InodeTable table{UniqueFd(::open(dir.path().c_str(), O_PATH | O_CLOEXEC))};
+  InodeTable table = NewTable(dir.path());
   struct stat a;
   ASSERT_EQ(::stat((dir / "a").c_str(), &a), 0);
   int root = ::open(dir.path().c_str(), O_PATH | O_CLOEXEC);

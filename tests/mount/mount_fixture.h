@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -21,11 +22,28 @@ namespace tbfs::testing {
 
 inline std::string Tbfs(const std::string& args) { return std::string(TBFS_BINARY) + " " + args; }
 
+// A path as one shell word.
+inline std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 inline bool IsMounted(const std::string& mountpoint) {
+  std::string escaped;  // as /proc/mounts writes it: a space is \040
+  for (char c : mountpoint) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\\') {
+      char buf[5];
+      std::snprintf(buf, sizeof(buf), "\\%03o", static_cast<unsigned char>(c));
+      escaped += buf;
+    } else {
+      escaped += c;
+    }
+  }
   std::ifstream in("/proc/mounts");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.find(" " + mountpoint + " ") != std::string::npos) return true;
+    if (line.find(" " + escaped + " ") != std::string::npos) return true;
   }
   return false;
 }
@@ -53,7 +71,7 @@ class MountTest : public ::testing::Test {
 
   // Mounts logdir_ on mnt_ (a daemon; returns once the mount serves).
   void Mount(const std::string& extra = "--no-migrate") {
-    auto r = RunCommand(Tbfs("mount " + logdir_ + " " + mnt_ + " " + extra + " 2>&1"));
+    auto r = RunCommand(Tbfs("mount " + Quote(logdir_) + " " + Quote(mnt_) + " " + extra + " 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     ASSERT_TRUE(IsMounted(mnt_));
     pid_ = Status()["pid"].get<int>();
@@ -61,8 +79,8 @@ class MountTest : public ::testing::Test {
 
   void Unmount() {
     if (!IsMounted(mnt_)) return;
-    RunCommand("fusermount3 -u " + mnt_ + " 2>/dev/null");
-    if (IsMounted(mnt_)) RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+    RunCommand("fusermount3 -u " + Quote(mnt_) + " 2>/dev/null");
+    if (IsMounted(mnt_)) RunCommand("fusermount3 -u -z " + Quote(mnt_) + " 2>/dev/null");
     WaitForExit();
   }
 
@@ -87,7 +105,7 @@ class MountTest : public ::testing::Test {
   }
 
   nlohmann::json Status() {
-    auto r = RunCommand(Tbfs("status --json " + mnt_));
+    auto r = RunCommand(Tbfs("status --json " + Quote(mnt_)));
     EXPECT_EQ(r.exit_code, 0);
     return nlohmann::json::parse(r.out, nullptr, false);
   }

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 
 #include <map>
@@ -21,6 +22,7 @@
 #include "events/record.h"
 #include "events/verifier.h"
 #include "fs/inode_table.h"
+#include "store/cold_store.h"
 #include "tests/mount/mount_fixture.h"
 
 namespace tbfs::testing {
@@ -293,7 +295,9 @@ TEST_F(Mounted, AFolderOnlyTheColdStoreHasIsListedAndCanBeEntered) {
   std::set<std::string> names = List(M(profile_dir));
   EXPECT_FALSE(names.empty());
   for (const auto& t : traces_) {
-    if (ParentPath(t) == profile_dir) EXPECT_TRUE(ReadBytes(M(t)) == originals_[t]) << t;
+    if (ParentPath(t) == profile_dir) {
+      EXPECT_TRUE(ReadBytes(M(t)) == originals_[t]) << t;
+    }
   }
   // Creating a file there brings the folders back into the logdir.
   WriteBytes(M(profile_dir + "/notes.txt"), "mine");
@@ -566,6 +570,28 @@ TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {
   Mount();
   for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
   EXPECT_EQ(RunCommand(Tbfs("verify " + mnt_ + " --baseline " + (dir_ / "b.json") + " >/dev/null")).exit_code, 0);
+}
+
+// The mount table writes a space as \040; read through libmount, a mount
+// point with one is found like any other, and its readahead is raised to a
+// chunk (the kernel's default for FUSE is 128 KiB).
+TEST_F(MountTest, AMountPointWithASpaceGetsItsReadaheadRaised) {
+  mnt_ = dir_ / "mnt with\ta space";
+  std::filesystem::create_directories(mnt_);
+  Gen("--runs 1 --steps 10 --trace-mb 1");
+  Mount();
+  struct stat st;
+  ASSERT_EQ(::stat(mnt_.c_str(), &st), 0);
+  const std::string knob = "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
+                           std::to_string(minor(st.st_dev)) + "/read_ahead_kb";
+  ASSERT_TRUE(std::filesystem::exists(knob)) << knob;
+  const std::string want = std::to_string(store::kDefaultChunkBytes / 1024) + "\n";
+  std::string got;
+  for (int i = 0; i < 100 && (got = ReadBytes(knob)) != want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // raised once INIT is answered
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(Status()["mountpoint"], mnt_);
 }
 
 TEST_F(MountTest, BadArgumentsAreOneLineErrors) {

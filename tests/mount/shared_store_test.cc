@@ -307,7 +307,9 @@ TEST_F(UnreachableStore, ColdReadsFailWithEioAfterTheTimeoutHotFilesKeepWorkingA
   }
   ASSERT_EQ(RunCommand("kill -STOP " + osd_pid_).exit_code, 0);
   for (const auto& [rel, bytes] : originals_) {
-    if (rel.find("tfevents") != std::string::npos) EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+    if (rel.find("tfevents") != std::string::npos) {
+      EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+    }
   }
   // Neither opened nor read through the mount before: nothing is cached.
   // (The bound below only catches a hang; the timeout is 3 s.)
@@ -325,7 +327,9 @@ TEST_F(UnreachableStore, ColdReadsFailWithEioAfterTheTimeoutHotFilesKeepWorkingA
   EXPECT_EQ(err, EIO) << std::strerror(err);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
   for (const auto& [rel, bytes] : originals_) {
-    if (rel.find("tfevents") != std::string::npos) EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+    if (rel.find("tfevents") != std::string::npos) {
+      EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+    }
   }
   nlohmann::json eio = Status()["eio"];
   EXPECT_GT(eio["store_by_cause"]["unreachable"].get<uint64_t>() + eio["cold_chunk_by_cause"]["unreachable"].get<uint64_t>(),

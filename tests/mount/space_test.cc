@@ -54,7 +54,9 @@ class NoRoom : public MountTest {
       bool hot = std::filesystem::exists(logdir + "/" + rel);
       bool cold = ls.out.find(rel) != std::string::npos;
       EXPECT_NE(hot, cold) << rel << (hot ? " in both places" : " lost");
-      if (hot) EXPECT_TRUE(ReadBytes(logdir + "/" + rel) == bytes) << rel;
+      if (hot) {
+        EXPECT_TRUE(ReadBytes(logdir + "/" + rel) == bytes) << rel;
+      }
     }
   }
   std::string small_;

@@ -290,7 +290,9 @@ TEST_F(Transitions, AWriterInTheLogdirKeepsItsFile) {
   EXPECT_TRUE(ReadBytes(L(rel)) == traces_[rel] + "+late");
   EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel] + "+late");
   for (const auto& [other, bytes] : traces_) {
-    if (other != rel) EXPECT_EQ(State(M(other)), "cold") << other;
+    if (other != rel) {
+      EXPECT_EQ(State(M(other)), "cold") << other;
+    }
   }
 }
 

@@ -10,8 +10,8 @@
 namespace tbfs::store {
 namespace {
 
-TEST(MigrateConfig, ReadsEveryKey) {
-  auto c = ParseMigrateConfig(R"(
+TEST(ConfigFile, ReadsEveryKey) {
+  auto c = ParseConfigFile(R"(
 logdir: /data/logs
 dry_run: false
 backup: {enabled: true, dir: /backup}
@@ -32,33 +32,33 @@ validate:
   EXPECT_EQ(c->must_have_tags, (std::vector<std::string>{"loss/train", "lr"}));
 }
 
-TEST(MigrateConfig, EmptyFileMeansDefaults) {
-  auto c = ParseMigrateConfig("", "empty.yaml");
+TEST(ConfigFile, EmptyFileMeansDefaults) {
+  auto c = ParseConfigFile("", "empty.yaml");
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->dry_run);
   EXPECT_FALSE(c->logdir);
 }
 
-TEST(MigrateConfig, GarbageGivesOneLineErrors) {
+TEST(ConfigFile, GarbageGivesOneLineErrors) {
   for (const char* text : {"dry_run: maybe", "logdir: [1, 2", "unknown_key: 1",
                            "criteria: {trace_markers: [x]}", "criteria: {trace_marker: x}",
                            "backup: {enabled: true}", "- just\n- a list", "validate: 3"}) {
-    auto c = ParseMigrateConfig(text, "bad.yaml");
+    auto c = ParseConfigFile(text, "bad.yaml");
     ASSERT_FALSE(c.ok()) << text;
     EXPECT_EQ(c.status().message().find('\n'), std::string::npos) << c.status().message();
     EXPECT_NE(c.status().message().find("bad.yaml"), std::string::npos) << c.status().message();
   }
 }
 
-TEST(MigrateConfig, MissingFileNamesIt) {
-  auto c = LoadMigrateConfig("/nonexistent/policy.yaml");
+TEST(ConfigFile, MissingFileNamesIt) {
+  auto c = LoadConfigFile("/nonexistent/policy.yaml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("/nonexistent/policy.yaml"), std::string::npos);
 }
 
 
-TEST(MigrateConfig, ReadsTheMountSection) {
-  auto c = ParseMigrateConfig(R"(
+TEST(ConfigFile, ReadsTheMountSection) {
+  auto c = ParseConfigFile(R"(
 logdir: /data/logs
 mount:
   mountpoint: /mnt/logs
@@ -80,20 +80,20 @@ mount:
   EXPECT_EQ(c->mount.options, (std::vector<std::string>{"allow_other", "ro"}));
   for (const char* text : {"mount: {mountpont: /m}", "mount: {options: allow_other}",
                            "mount: {migrate: sometimes}", "mount: [1]"}) {
-    auto bad = ParseMigrateConfig(text, "bad.yaml");
+    auto bad = ParseConfigFile(text, "bad.yaml");
     EXPECT_FALSE(bad.ok()) << text;
   }
 }
 
-TEST(MigrateConfig, ReadsTheRetentionPolicy) {
-  auto c = ParseMigrateConfig("retention: {migrated_before: 90d, older_than: 1h, keep_last: 5, max_store: 2G}",
+TEST(ConfigFile, ReadsTheRetentionPolicy) {
+  auto c = ParseConfigFile("retention: {migrated_before: 90d, older_than: 1h, keep_last: 5, max_store: 2G}",
                               "r.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(*c->retention.migrated_before_s, 90 * 86400);
   EXPECT_EQ(*c->retention.older_than_s, 3600);
   EXPECT_EQ(*c->retention.keep_last, 5u);
   EXPECT_EQ(*c->retention.max_store_bytes, 2ull << 30);
-  auto none = ParseMigrateConfig("mount: {cold_after: 1m}", "n.yaml");
+  auto none = ParseConfigFile("mount: {cold_after: 1m}", "n.yaml");
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->retention.any()) << "no retention: section, no deletions";
   for (const char* text : {"retention: {keep_last: -1}", "retention: {keep_last: five}",
@@ -102,19 +102,19 @@ TEST(MigrateConfig, ReadsTheRetentionPolicy) {
                            "retention: {keep_last: 0}", "retention: {older_than: 0s}",
                            "retention: {migrated_before: 0}", "retention: {max_store: 0}",
                            "retention: [keep_last]"}) {
-    auto bad = ParseMigrateConfig(text, "bad.yaml");
+    auto bad = ParseConfigFile(text, "bad.yaml");
     ASSERT_FALSE(bad.ok()) << text;
     EXPECT_NE(bad.status().message().find("bad.yaml"), std::string::npos) << bad.status().message();
     EXPECT_EQ(bad.status().message().find('\n'), std::string::npos) << bad.status().message();
   }
 }
 
-TEST(MigrateConfig, RelativePathsAreTheFilesNotTheCallers) {
+TEST(ConfigFile, RelativePathsAreTheFilesNotTheCallers) {
   testing::TempDir dir;
   const std::string file = dir.path() + "/etc/tbfs.yaml";
   std::filesystem::create_directories(dir.path() + "/etc");
   ASSERT_TRUE(WriteFileAtomic(file, "logdir: logs\nbackup: {dir: ../bak}\nmount: {mountpoint: /mnt/x, store: cold}\n", 0600).ok());
-  auto c = LoadMigrateConfig(file);
+  auto c = LoadConfigFile(file);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(*c->logdir, dir.path() + "/etc/logs");
   EXPECT_EQ(c->backup_dir, dir.path() + "/etc/../bak");

@@ -86,9 +86,9 @@ double Ratio(uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>
 // Merges the config file into the arguments (flags win) and builds the
 // candidate options. Returns an error message, or "".
 std::string Prepare(MigrateArgs* args, store::CandidateOptions* copt, bool* apply) {
-  store::MigrateConfig config;
+  store::ConfigFile config;
   if (!args->config.empty()) {
-    auto loaded = store::LoadMigrateConfig(args->config);
+    auto loaded = store::LoadConfigFile(args->config);
     if (!loaded.ok()) return loaded.status().message();
     config = *loaded;
   }

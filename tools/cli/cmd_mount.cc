@@ -36,7 +36,7 @@ struct MountArgs {
 };
 
 int RunMountCmd(const MountArgs& args) {
-  fs::MountConfig config;
+  fs::MountOptions config;
   auto apply = [&](const std::string& opts, const std::string& where) {
     std::string err = fs::ParseMountOptions(opts, &config);
     if (!err.empty()) PrintError("mount", where + err);
@@ -45,11 +45,11 @@ int RunMountCmd(const MountArgs& args) {
   // The config file: from --config, or config= among the -o options.
   std::string file = args.config_file;
   for (const std::string& o : args.options) {
-    fs::MountConfig probe;
+    fs::MountOptions probe;
     if (fs::ParseMountOptions(o, &probe).empty() && !probe.config_file.empty()) file = probe.config_file;
   }
   if (!file.empty()) {
-    auto loaded = store::LoadMigrateConfig(file);
+    auto loaded = store::LoadConfigFile(file);
     if (!loaded.ok()) {
       PrintError("mount", loaded.status().message());
       return kExitError;

@@ -109,20 +109,20 @@ std::vector<Layer> BuildStep(Rng& rng, int batch) {
             {{"autograd::engine::evaluate_function: ConvolutionBackward0", "ConvolutionBackward0",
               "aten::convolution_backward"},
              fmt::format("[{}, {}, {}]", out, act, wt), "[\"float\", \"float\", \"float\"]",
-             kConvKernels[rng.Below(3)], us * 2.1, s.size * s.size * 4, 256});
+             kConvKernels[rng.Below(3)], us * 2.1, s.size * s.size * 4, 256, ""});
         backward.push_back({{"autograd::engine::evaluate_function: CudnnBatchNormBackward0",
                              "CudnnBatchNormBackward0", "aten::cudnn_batch_norm_backward"},
                             fmt::format("[{}, {}, [{}]]", out, out, w[1]),
-                            "[\"float\", \"float\", \"float\"]", kBnKernel, us * 0.5, w[1], 512});
+                            "[\"float\", \"float\", \"float\"]", kBnKernel, us * 0.5, w[1], 512, ""});
         backward.push_back({{"autograd::engine::evaluate_function: ReluBackward0",
                              "ReluBackward0", "aten::threshold_backward"},
                             fmt::format("[{}, {}, []]", out, out),
                             "[\"float\", \"float\", \"Scalar\"]", kReluKernel, us * 0.2,
-                            s.size * s.size * 8, 128});
+                            s.size * s.size * 8, 128, ""});
         optim.push_back({{"aten::mul_"}, fmt::format("[{}, []]", wt), "[\"float\", \"Scalar\"]",
-                         kMulKernel, 4.0, 80, 128});
+                         kMulKernel, 4.0, 80, 128, ""});
         optim.push_back({{"aten::add_"}, fmt::format("[{}, {}, []]", wt, wt),
-                         "[\"float\", \"float\", \"Scalar\"]", kAddKernel, 5.0, 80, 128});
+                         "[\"float\", \"float\", \"Scalar\"]", kAddKernel, 5.0, 80, 128, ""});
         in_ch = w[1];
       }
     }

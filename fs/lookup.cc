@@ -1,0 +1,214 @@
+// Filesystem: looking names up, attributes (hot, cold, folders mixing both), links, statfs.
+#include "fs/filesystem.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/time_util.h"
+#include "fmt/format.h"
+#include "fs/setattr_bits.h"
+#include "spdlog/spdlog.h"
+#include "store/classify.h"
+
+#include "fs/filesystem_internal.h"
+
+namespace tbfs::fs {
+
+void Filesystem::ColdAttr(const storepb::Manifest& m, ino_t shown_ino, struct stat* st) {
+  *st = {};
+  st->st_ino = shown_ino;
+  st->st_mode = m.mode();
+  st->st_nlink = 1;
+  st->st_uid = m.uid();
+  st->st_gid = m.gid();
+  st->st_size = static_cast<off_t>(m.size());
+  st->st_blksize = 1 << 16;
+  st->st_blocks = static_cast<blkcnt_t>((m.stored_bytes() + 511) / 512);
+  st->st_atim = FromNs(m.atime_ns());
+  st->st_mtim = FromNs(m.mtime_ns());
+  st->st_ctim = FromNs(m.ctime_ns());
+}
+
+void Filesystem::ColdDirAttr(const std::string& rel, ino_t shown_ino, struct stat* st) {
+  *st = {};
+  st->st_ino = shown_ino;
+  st->st_mode = S_IFDIR | 0755;
+  st->st_nlink = 2;
+  auto entry = store_->GetEntry(rel);
+  if (entry.ok()) {
+    st->st_mode = S_IFDIR | (entry->mode() & 07777);
+    st->st_uid = entry->uid();
+    st->st_gid = entry->gid();
+    st->st_mtim = st->st_ctim = st->st_atim = FromNs(entry->mtime_ns());
+  }
+}
+
+int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
+  // One stat finds an inode the table already holds (a walk of a known tree);
+  // only a new one is opened.
+  struct stat st;
+  if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+  // Folders (whose listings TensorBoard polls) and tfevents files (which grow
+  // in place) must look fresh; the rest may be cached longer.
+  const bool fresh = S_ISDIR(st.st_mode) || events::IsEventsFileName(name);
+  InodeRef ref = inodes_.RefHot(st, inodes_.HandleAt(dir_fd, name, st), fresh);
+  if (ref.id == 0) {
+    int fd = ::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return Errno();
+    UniqueFd owned(fd);
+    if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+    ref = inodes_.AddHot(std::move(owned), st, fresh);
+  }
+  out->id = ref.id;
+  if (ref.manifest) {
+    ColdAttr(*ref.manifest, ref.shown_ino, &out->attr);  // on its way to the store
+  } else {
+    out->attr = st;
+    out->attr.st_ino = ref.shown_ino;
+  }
+  return 0;
+}
+
+int Filesystem::LookupCold(const std::string& rel, EntryOut* out) {
+  auto entry = store_->GetEntry(rel);
+  if (!entry.ok()) return StoreError(entry.status(), EioSite::kLookup);
+  if (entry->kind() == storepb::Entry::DIR) {
+    out->id = inodes_.AddColdDir(rel);
+    ColdDirAttr(rel, inodes_.ShownIno(out->id), &out->attr);
+    return 0;
+  }
+  auto m = store_->GetManifest(entry->file_id());
+  if (!m.ok()) return StoreError(m.status(), EioSite::kLookupManifest);
+  InodeRef ref = inodes_.AddColdFile(std::make_shared<const storepb::Manifest>(std::move(m).value()));
+  out->id = ref.id;
+  if (ref.manifest) {
+    ColdAttr(*ref.manifest, ref.shown_ino, &out->attr);
+    return 0;
+  }
+  // Back in the logdir since the store was asked: the inode serves it there.
+  int r = GetAttr(ref.id, &out->attr);
+  if (r != 0) inodes_.Forget(ref.id, 1);
+  return r;
+}
+
+int Filesystem::Lookup(uint64_t parent, const char* name, EntryOut* out) {
+  if (IsHidden(parent, name) || IsTransientName(name)) return -ENOENT;
+  InodeView v = inodes_.View(parent);
+  if (v.kind == Kind::kColdFile) return -ENOTDIR;
+  if (v.kind == Kind::kHot) {
+    int r = HotLookupAt(v.fd->get(), name, out);
+    if (r != -ENOENT) return r;
+  }
+  std::string rel;
+  if (int r = RelPath(parent, &rel); r != 0) return r == -ENOENT ? -ENOENT : r;
+  return LookupCold(JoinPath(rel, name), out);
+}
+
+void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }
+
+int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
+  // A handle's own fd: the only way to a file deleted while open.
+  int hfd = fh != nullptr && inodes_.KindOf(ino) == Kind::kHot ? IoFd(fh) : -1;
+  if (hfd >= 0) {
+    if (::fstat(hfd, st) != 0) return Errno();
+    st->st_ino = inodes_.ShownIno(ino);
+    return 0;
+  }
+  InodeView v = inodes_.View(ino);
+  switch (v.kind) {
+    case Kind::kColdFile: ColdAttr(*v.manifest, v.shown_ino, st); return 0;
+    case Kind::kColdDir: ColdDirAttr(v.cold_path, v.shown_ino, st); return 0;
+    case Kind::kHot:
+      // A file handle whose file is gone: ESTALE has the kernel look the
+      // name up again (another host may have moved the file to the store).
+      if (!v.fd->valid()) return -ESTALE;
+      if (::fstatat(v.fd->get(), "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+      st->st_ino = v.shown_ino;
+      return 0;
+  }
+  return Eio(EioSite::kInodeKind, fmt::format("getattr: inode {} of no known kind", ino));
+}
+
+int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileHandle* fh,
+                        struct stat* out) {
+  InodeView v = inodes_.View(ino);
+  if (v.kind == Kind::kColdFile && !(to_set & kSetSize)) {
+    // Metadata of a cold file changes in its manifest; no rehydration.
+    std::shared_lock<std::shared_mutex> ns(ns_mu_);
+    auto m = store_->GetManifest(v.manifest->file_id());
+    if (!m.ok()) return StoreError(m.status(), EioSite::kSetattr);
+    if (to_set & kSetMode) m->set_mode((m->mode() & S_IFMT) | (attr.st_mode & 07777));
+    if (to_set & kSetUid) m->set_uid(attr.st_uid);
+    if (to_set & kSetGid) m->set_gid(attr.st_gid);
+    const int64_t now = NowNs();
+    if (to_set & kSetAtimeNow) m->set_atime_ns(now);
+    else if (to_set & kSetAtime) m->set_atime_ns(ToNs(attr.st_atim));
+    if (to_set & kSetMtimeNow) m->set_mtime_ns(now);
+    else if (to_set & kSetMtime) m->set_mtime_ns(ToNs(attr.st_mtim));
+    m->set_ctime_ns(now);
+    store::WriteBatch batch;
+    store_->UpdateManifest(&batch, *m);
+    Status st = store_->Commit(batch, true);
+    if (!st.ok()) return StoreError(st, EioSite::kSetattr);
+    auto shared = std::make_shared<const storepb::Manifest>(std::move(m).value());
+    inodes_.UpdateManifest(shared);
+    ColdAttr(*shared, v.shown_ino, out);
+    return 0;
+  }
+  if (v.kind == Kind::kColdFile) {
+    if (int r = Rehydrate(ino); r != 0) return r;
+  } else if (v.kind == Kind::kColdDir) {
+    std::shared_ptr<UniqueFd> ignored;
+    if (int r = EnsureBackingDir(ino, &ignored); r != 0) return r;
+  }
+  v = inodes_.View(ino);
+  const int fd = v.fd->get();
+  const std::string proc = ProcPath(fd);
+  const int hfd = fh != nullptr ? IoFd(fh) : -1;
+  const bool have_fh = hfd >= 0;
+  if (to_set & kSetMode) {
+    int r = have_fh ? ::fchmod(hfd, attr.st_mode & 07777) : ::chmod(proc.c_str(), attr.st_mode & 07777);
+    if (r != 0) return Errno();
+  }
+  if (to_set & (kSetUid | kSetGid)) {
+    uid_t uid = (to_set & kSetUid) ? attr.st_uid : static_cast<uid_t>(-1);
+    gid_t gid = (to_set & kSetGid) ? attr.st_gid : static_cast<gid_t>(-1);
+    if (::fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+  }
+  if (to_set & kSetSize) {
+    int r = have_fh && fh->writable ? ::ftruncate(hfd, attr.st_size) : ::truncate(proc.c_str(), attr.st_size);
+    if (r != 0) return Errno();
+  }
+  if (to_set & (kSetAtime | kSetMtime | kSetAtimeNow | kSetMtimeNow)) {
+    struct timespec tv[2] = {{0, UTIME_OMIT}, {0, UTIME_OMIT}};
+    if (to_set & kSetAtimeNow) tv[0].tv_nsec = UTIME_NOW;
+    else if (to_set & kSetAtime) tv[0] = attr.st_atim;
+    if (to_set & kSetMtimeNow) tv[1].tv_nsec = UTIME_NOW;
+    else if (to_set & kSetMtime) tv[1] = attr.st_mtim;
+    int r = have_fh ? ::futimens(hfd, tv) : ::utimensat(AT_FDCWD, proc.c_str(), tv, 0);
+    if (r != 0) return Errno();
+  }
+  return GetAttr(ino, out);
+}
+
+int Filesystem::ReadLink(uint64_t ino, std::string* target) {
+  InodeView v = inodes_.View(ino);
+  if (v.kind != Kind::kHot) return -EINVAL;
+  char buf[PATH_MAX + 1];
+  ssize_t n = ::readlinkat(v.fd->get(), "", buf, sizeof(buf));
+  if (n < 0) return Errno();
+  target->assign(buf, static_cast<size_t>(n));
+  return 0;
+}
+
+int Filesystem::StatFs(struct statvfs* st) {
+  if (::fstatvfs(inodes_.RootFd(), st) != 0) {
+    if (::statvfs(ProcPath(inodes_.RootFd()).c_str(), st) != 0) return Errno();
+  }
+  return 0;
+}
+
+}  // namespace tbfs::fs

@@ -1,0 +1,365 @@
+// Filesystem: changes of the namespace (create, link, unlink, rmdir, rename), on hot and cold entries and on folders mixing both.
+#include "fs/filesystem.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+
+#include "base/time_util.h"
+#include "spdlog/spdlog.h"
+#include "store/classify.h"
+#include "store/file_io.h"
+#include "store/restore.h"
+
+#include "fs/filesystem_internal.h"
+
+namespace tbfs::fs {
+
+int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
+  InodeView v = inodes_.View(ino);
+  if (v.kind == Kind::kHot) {
+    *fd = v.fd;
+    return 0;
+  }
+  if (v.kind != Kind::kColdDir) return -ENOTDIR;
+  // Recreate the folder chain the cold namespace remembers, beneath the
+  // logdir without following a symlink a user may have put on the way.
+  const std::string& rel = v.cold_path;
+  auto made = MakeDirsBeneath(inodes_.RootFd(), rel, 0755,
+                              [&](const std::string& folder, int fd) {
+                                auto entry = store_->GetEntry(folder);
+                                if (!entry.ok()) return;
+                                // The folder is made; only its owner or
+                                // mode could not be given back: say so.
+                                if (::fchown(fd, entry->uid(), entry->gid()) != 0 ||
+                                    ::fchmod(fd, entry->mode() & 07777) != 0) {
+                                  spdlog::warn("backing folder {}: chown/chmod: {}", folder,
+                                               std::strerror(errno));
+                                }
+                              });
+  if (!made.ok()) {
+    if (int err = made.status().sys_errno(); err != 0) return -err;
+    return Eio(EioSite::kBackingDir, made.status().message());
+  }
+  auto opened = OpenBeneath(inodes_.RootFd(), rel, O_PATH | O_DIRECTORY);
+  if (!opened.ok()) {
+    if (int err = opened.status().sys_errno(); err != 0) return -err;
+    return Eio(EioSite::kBackingDir, opened.status().message());
+  }
+  UniqueFd owned = std::move(opened).value();
+  struct stat st;
+  if (::fstat(owned.get(), &st) != 0) return Errno();
+  inodes_.ColdDirToHot(ino, std::move(owned), st);
+  Invalidate(ino);  // a backing folder's number now
+  *fd = inodes_.View(ino).fd;
+  return 0;
+}
+
+void Filesystem::FixOwner(int dir_fd, const char* name, int fd, const Caller& c, mode_t mode) {
+  if (!options_.as_root_owner_fixup || (c.uid == 0 && c.gid == 0)) return;
+  // Everything through an fd of the object just made, never by name: the
+  // caller may have swapped the name for a symlink meanwhile.
+  UniqueFd path_fd;
+  if (fd < 0) {
+    path_fd.reset(::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    fd = path_fd.get();
+  }
+  struct stat st;
+  if (fd < 0 || ::fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != (mode & S_IFMT)) {
+    spdlog::warn("chown {} to {}:{}: it changed as it was made; left alone", name, c.uid, c.gid);
+    return;
+  }
+  // In a set-group-ID folder the new entry keeps the folder's group.
+  struct stat dir;
+  gid_t gid = ::fstat(dir_fd, &dir) == 0 && (dir.st_mode & S_ISGID) ? static_cast<gid_t>(-1) : c.gid;
+  if (::fchownat(fd, "", c.uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+    spdlog::warn("chown {} to {}:{}: {}", name, c.uid, c.gid, std::strerror(errno));
+    return;
+  }
+  // chown cleared the set-id bits the caller asked for; give them back, on
+  // the same file (a regular file or a folder, as checked above).
+  if (!(mode & (S_ISUID | S_ISGID)) || !(S_ISREG(mode) || S_ISDIR(mode))) return;
+  UniqueFd real;
+  if (path_fd.valid()) {
+    real.reset(::open(ProcPath(fd).c_str(), (S_ISDIR(mode) ? O_RDONLY | O_DIRECTORY : O_RDONLY | O_NONBLOCK) | O_CLOEXEC));
+  }
+  if (::fchmod(real.valid() ? real.get() : fd, mode & 07777) != 0) {
+    spdlog::warn("chmod {} to {:o}: {}", name, mode & 07777, std::strerror(errno));
+  }
+}
+
+// Creating a name that exists cold is EEXIST, as it would be on a disk.
+#define TBFS_REFUSE_IF_COLD(parent, name)                          \
+  do {                                                             \
+    std::string rel_;                                              \
+    if (RelPath(parent, &rel_) == 0 &&                             \
+        store_->GetEntry(JoinPath(rel_, name)).ok()) {             \
+      return -EEXIST;                                              \
+    }                                                              \
+  } while (0)
+
+int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev,
+                      const Caller& c, EntryOut* out) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::shared_ptr<UniqueFd> pfd;
+  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
+  TBFS_REFUSE_IF_COLD(parent, name);
+  if (::mknodat(pfd->get(), name, mode, rdev) != 0) return Errno();
+  FixOwner(pfd->get(), name, -1, c, mode);
+  return HotLookupAt(pfd->get(), name, out);
+}
+
+int Filesystem::Mkdir(uint64_t parent, const char* name, mode_t mode, const Caller& c,
+                      EntryOut* out) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::shared_ptr<UniqueFd> pfd;
+  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
+  TBFS_REFUSE_IF_COLD(parent, name);
+  if (::mkdirat(pfd->get(), name, mode) != 0) return Errno();
+  FixOwner(pfd->get(), name, -1, c, S_IFDIR | mode);
+  return HotLookupAt(pfd->get(), name, out);
+}
+
+int Filesystem::Symlink(const char* target, uint64_t parent, const char* name, const Caller& c,
+                        EntryOut* out) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::shared_ptr<UniqueFd> pfd;
+  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
+  TBFS_REFUSE_IF_COLD(parent, name);
+  if (::symlinkat(target, pfd->get(), name) != 0) return Errno();
+  FixOwner(pfd->get(), name, -1, c, S_IFLNK | 0777);
+  return HotLookupAt(pfd->get(), name, out);
+}
+
+int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out) {
+  if (IsHidden(parent, name)) return -EPERM;
+  if (inodes_.View(ino).kind == Kind::kColdFile) {
+    if (int r = Rehydrate(ino); r != 0) return r;
+  }
+  InodeView v = inodes_.View(ino);
+  if (v.kind != Kind::kHot) return -EPERM;
+  std::shared_ptr<UniqueFd> pfd;
+  if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
+  TBFS_REFUSE_IF_COLD(parent, name);
+  if (::linkat(AT_FDCWD, ProcPath(v.fd->get()).c_str(), pfd->get(), name, AT_SYMLINK_FOLLOW) != 0) {
+    return Errno();
+  }
+  return HotLookupAt(pfd->get(), name, out);
+}
+
+int Filesystem::UnlinkCold(const std::string& rel) {
+  auto entry = store_->GetEntry(rel);
+  if (!entry.ok()) return StoreError(entry.status(), EioSite::kUnlink);
+  if (entry->kind() == storepb::Entry::DIR) return -EISDIR;
+  auto m = store_->GetManifest(entry->file_id());
+  if (!m.ok()) return StoreError(m.status(), EioSite::kUnlink);
+  // A file still open keeps its chunks until the last release.
+  store::WriteBatch batch;
+  store_->Retire(&batch, *m);
+  Status st = store_->Commit(batch, true);
+  if (!st.ok()) return StoreError(st, EioSite::kUnlink);
+  ReapRetired(m->file_id());
+  return 0;
+}
+
+int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
+  {
+    MutexLock one(rehydrate_mu_);  // not while it is being rehydrated
+    std::shared_lock<std::shared_mutex> ns(ns_mu_);
+    auto entry = store_->GetEntry(m.path());
+    if (!entry.ok()) return StoreError(entry.status(), EioSite::kRetention);
+    if (entry->kind() != storepb::Entry::FILE || entry->file_id() != m.file_id()) return -ENOENT;
+    store::WriteBatch batch;
+    store_->Retire(&batch, m);
+    Status st = store_->Commit(batch, true);
+    if (!st.ok()) return StoreError(st, EioSite::kRetention);
+  }
+  ReapRetired(m.file_id());
+  if (kernel_ == nullptr) return 0;
+  // The kernel may hold the name for up to kStableTtlS, and the folder's
+  // listing until its mtime changes (a cold folder's never does): tell it.
+  // Its folder's id, by the lookups the kernel would make (then forgotten).
+  std::vector<uint64_t> looked_up;
+  uint64_t parent = InodeTable::kRootId;
+  const std::string dir = ParentPath(m.path());
+  for (size_t start = 0; !dir.empty() && start <= dir.size();) {
+    size_t end = dir.find('/', start);
+    if (end == std::string::npos) end = dir.size();
+    EntryOut out;
+    if (Lookup(parent, dir.substr(start, end - start).c_str(), &out) != 0) {
+      parent = 0;  // the folder went too: nothing the kernel can still list
+      break;
+    }
+    looked_up.push_back(out.id);
+    parent = out.id;
+    start = end + 1;
+  }
+  if (parent != 0) kernel_->InvalidateEntry(parent, std::string(BaseName(m.path())));
+  for (uint64_t id : looked_up) Forget(id, 1);
+  return 0;
+}
+
+int Filesystem::Unlink(uint64_t parent, const char* name) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::shared_lock<std::shared_mutex> ns(ns_mu_);
+  InodeView v = inodes_.View(parent);
+  if (v.kind == Kind::kHot) {
+    if (::unlinkat(v.fd->get(), name, 0) == 0) return 0;
+    if (errno != ENOENT) return Errno();
+  }
+  std::string rel;
+  if (int r = RelPath(parent, &rel); r != 0) return r;
+  return UnlinkCold(JoinPath(rel, name));
+}
+
+int Filesystem::Rmdir(uint64_t parent, const char* name) {
+  if (IsHidden(parent, name)) return -EPERM;
+  std::unique_lock<std::shared_mutex> ns(ns_mu_);
+  std::string prel;
+  if (int r = RelPath(parent, &prel); r != 0) return r;
+  std::string rel = JoinPath(prel, name);
+  auto has_cold = store_->HasChildren(rel);
+  if (!has_cold.ok()) return StoreError(has_cold.status(), EioSite::kRmdir);
+  if (!store_->writer() && store_->GetEntry(rel).ok()) return -EROFS;  // see Rename
+  InodeView v = inodes_.View(parent);
+  bool hot_gone = false;
+  if (v.kind == Kind::kHot) {
+    struct stat st;
+    if (::fstatat(v.fd->get(), name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (*has_cold) return -ENOTEMPTY;
+      if (::unlinkat(v.fd->get(), name, AT_REMOVEDIR) != 0) return Errno();
+      hot_gone = true;
+    }
+  }
+  auto entry = store_->GetEntry(rel);
+  if (!entry.ok()) return hot_gone ? 0 : StoreError(entry.status(), EioSite::kRmdir);
+  if (entry->kind() != storepb::Entry::DIR) return -ENOTDIR;
+  if (*has_cold) return -ENOTEMPTY;
+  store::WriteBatch batch;
+  store_->RemoveEntry(&batch, rel);
+  Status st = store_->Commit(batch, true);
+  return st.ok() ? 0 : StoreError(st, EioSite::kRmdir);
+}
+
+int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, const char* newname,
+                       unsigned flags) {
+  if (IsHidden(parent, name) || IsHidden(newparent, newname)) return -EPERM;
+  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return -EINVAL;
+  std::unique_lock<std::shared_mutex> ns(ns_mu_);
+  std::string prel, nrel;
+  if (int r = RelPath(parent, &prel); r != 0) return r;
+  if (int r = RelPath(newparent, &nrel); r != 0) return r;
+  const std::string src = JoinPath(prel, name), dst = JoinPath(nrel, newname);
+  if (dst.compare(0, src.size() + 1, src + "/") == 0) return -EINVAL;  // into itself
+
+  InodeView pv = inodes_.View(parent);
+  struct stat sst;
+  bool src_hot = pv.kind == Kind::kHot &&
+                 ::fstatat(pv.fd->get(), name, &sst, AT_SYMLINK_NOFOLLOW) == 0;
+  auto dst_entry = store_->GetEntry(dst);
+  bool dst_cold = dst_entry.ok();
+  if (!store_->writer()) {
+    // A mount that reads a shared store another one writes changes nothing
+    // the store holds: refused before anything moves (fs/mount.h).
+    const bool src_in_store = !src_hot || (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok());
+    if (src_in_store || dst_cold) return -EROFS;
+  }
+  auto dst_cold_children = [&]() -> int {
+    if (!dst_cold || dst_entry->kind() != storepb::Entry::DIR) return 0;
+    auto kids = store_->HasChildren(dst);
+    if (!kids.ok()) return StoreError(kids.status(), EioSite::kRename);
+    return *kids ? -ENOTEMPTY : 0;
+  };
+
+  if (src_hot) {
+    std::shared_ptr<UniqueFd> npfd;
+    if (int r = EnsureBackingDir(newparent, &npfd); r != 0) return r;
+    struct stat dst_st;
+    bool dst_hot = ::fstatat(npfd->get(), newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (flags & RENAME_EXCHANGE) {
+      if (!dst_hot) return dst_cold ? -EINVAL : -ENOENT;
+    } else if (dst_cold && !dst_hot) {
+      if (flags & RENAME_NOREPLACE) return -EEXIST;
+      if (int r = dst_cold_children(); r != 0) return r;
+    }
+    pv = inodes_.View(parent);
+    if (::renameat2(pv.fd->get(), name, npfd->get(), newname, flags) != 0) return Errno();
+    if (!(flags & RENAME_EXCHANGE) && dst_cold && !dst_hot) {
+      // The hot file replaced the cold one: the cold one goes. Should that
+      // fail, the hot file still wins at this path; the log says so.
+      int r = 0;
+      if (dst_entry->kind() == storepb::Entry::FILE) {
+        r = UnlinkCold(dst);
+      } else {
+        store::WriteBatch b;
+        store_->RemoveEntry(&b, dst);
+        Status st = store_->Commit(b, true);
+        if (!st.ok()) r = StoreError(st, EioSite::kRenameReplace);
+      }
+      if (r != 0) spdlog::error("rename over cold {}: its store entry stays: {}", dst, std::strerror(-r));
+    }
+    if (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok()) {
+      // The folder's cold contents move with it.
+      store::WriteBatch b;
+      Status st = store_->Rename(&b, src, dst, store::LogdirFolders(options_.logdir));
+      if (st.ok()) st = store_->Commit(b, true);
+      if (!st.ok()) return StoreError(st, EioSite::kRenameColdChildren);
+      inodes_.RenameColdDirs(src, dst);
+    }
+    return 0;
+  }
+
+  // The source is cold (a file, or a folder only the store has).
+  if (flags & RENAME_EXCHANGE) return -EINVAL;
+  auto src_entry = store_->GetEntry(src);
+  if (!src_entry.ok()) return StoreError(src_entry.status(), EioSite::kRename);
+  const bool src_dir = src_entry->kind() == storepb::Entry::DIR;
+  InodeView npv = inodes_.View(newparent);
+  if (npv.kind == Kind::kColdFile) return -ENOTDIR;
+  bool dst_hot_file = false;  // replaced once the store has the file at dst
+  if (npv.kind == Kind::kHot) {
+    struct stat dst_st;
+    if (::fstatat(npv.fd->get(), newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (flags & RENAME_NOREPLACE) return -EEXIST;
+      if (S_ISDIR(dst_st.st_mode) != src_dir) return src_dir ? -ENOTDIR : -EISDIR;
+      // An (empty) folder goes first: should it not, nothing has changed.
+      if (src_dir && ::unlinkat(npv.fd->get(), newname, AT_REMOVEDIR) != 0) return Errno();
+      dst_hot_file = !src_dir;
+    }
+  }
+  if (dst_cold) {
+    if (flags & RENAME_NOREPLACE) return -EEXIST;
+    if ((dst_entry->kind() == storepb::Entry::DIR) != src_dir) return src_dir ? -ENOTDIR : -EISDIR;
+    if (int r = dst_cold_children(); r != 0) return r;
+    if (src_dir) {
+      store::WriteBatch b;
+      store_->RemoveEntry(&b, dst);
+      if (Status st = store_->Commit(b, true); !st.ok()) return StoreError(st, EioSite::kRename);
+    } else if (int r = UnlinkCold(dst); r != 0) {
+      return r;
+    }
+  }
+  store::WriteBatch batch;
+  Status st = store_->Rename(&batch, src, dst, store::LogdirFolders(options_.logdir));
+  if (st.ok()) st = store_->Commit(batch, true);
+  if (!st.ok()) return StoreError(st, EioSite::kRename);
+  // The hot file it replaces goes only now: a store that failed the
+  // rename has left it in place.
+  if (dst_hot_file && ::unlinkat(npv.fd->get(), newname, 0) != 0 && errno != ENOENT) {
+    const int err = errno;
+    spdlog::error("rename {} -> {}: the hot file it replaces stays (and hides it): {}", src, dst, std::strerror(err));
+    return -err;
+  }
+  if (src_dir) {
+    inodes_.RenameColdDirs(src, dst);
+  } else {
+    auto m = store_->GetManifest(src_entry->file_id());
+    if (m.ok()) inodes_.UpdateManifest(std::make_shared<const storepb::Manifest>(std::move(m).value()));
+  }
+  return 0;
+}
+
+}  // namespace tbfs::fs
