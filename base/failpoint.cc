@@ -42,8 +42,8 @@ void MaybeCrash(std::string_view point) {
 
 void MaybePause(std::string_view point) {
   static const std::string armed = Env("TBFS_PAUSE");
-  if (armed.empty() || armed.compare(0, point.size(), point) != 0 ||
-      armed.size() <= point.size() || armed[point.size()] != ':') {
+  if (armed.empty() || armed.compare(0, point.size(), point) != 0 || armed.size() <= point.size() ||
+      armed[point.size()] != ':') {
     return;
   }
   const std::string marker = armed.substr(point.size() + 1);

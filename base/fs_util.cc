@@ -1,17 +1,16 @@
 #include "base/fs_util.h"
 
-#include "fmt/format.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <climits>
-
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+
+#include "fmt/format.h"
 
 namespace tbfs {
 
@@ -136,7 +135,8 @@ int OpenAt2(int dir_fd, const char* path, int flags, mode_t mode, uint64_t resol
 
 Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t mode) {
   const std::string path(rel);
-  if (!IsSafeRelativePath(rel)) return Status::InvalidArgument("not a path beneath a folder: " + path);
+  if (!IsSafeRelativePath(rel))
+    return Status::InvalidArgument("not a path beneath a folder: " + path);
   flags |= O_CLOEXEC | O_NOFOLLOW;
   if (path.size() < PATH_MAX) {
     int fd;
@@ -152,7 +152,8 @@ Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t
   size_t start = 0;
   for (;;) {
     size_t slash = path.find('/', start);
-    std::string part = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    std::string part =
+        path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
     if (slash == std::string::npos) {
       int fd;
       do {
@@ -318,9 +319,11 @@ Status WalkFrom(UniqueFd root, const WalkOptions& options,
     sub.rel = entry.rel;
     Status st;
     if (stack.size() > kMaxWalkDepth) {
-      st = Status::InvalidArgument(fmt::format("{}: nested more than {} folders deep", entry.rel, kMaxWalkDepth));
+      st = Status::InvalidArgument(
+          fmt::format("{}: nested more than {} folders deep", entry.rel, kMaxWalkDepth));
     } else {
-      sub.dir.reset(::openat(top.dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      sub.dir.reset(
+          ::openat(top.dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       st = sub.dir.valid() ? ListFolder(sub.dir.get(), sub.rel, &sub.names)
                            : Status::FromErrno(errno, "open", entry.rel);
     }

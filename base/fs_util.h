@@ -69,15 +69,17 @@ Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t
 Result<UniqueFd> OpenParentBeneath(int dir_fd, std::string_view rel, std::string* name);
 // OpenBeneath from the folder `root` (a path the administrator gave, such
 // as the logdir, which may itself be reached through symlinks).
-Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int flags, mode_t mode = 0);
+Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int flags,
+                           mode_t mode = 0);
 // The folder `rel` beneath dir_fd, made (mkdirat, `mode`) where missing, one
 // component at a time without following symlinks; opened O_RDONLY |
 // O_DIRECTORY (it can be fsynced). made(rel_so_far, fd) is called for every
 // folder it creates, with that folder open (O_RDONLY, not through a
 // symlink): give it its owner and mode through that fd, never by name
 // ("" rel: dir_fd itself, duplicated).
-Result<UniqueFd> MakeDirsBeneath(int dir_fd, std::string_view rel, mode_t mode,
-                                 const std::function<void(const std::string& rel, int fd)>& made = {});
+Result<UniqueFd> MakeDirsBeneath(
+    int dir_fd, std::string_view rel, mode_t mode,
+    const std::function<void(const std::string& rel, int fd)>& made = {});
 
 // "a" + "b" -> "a/b"; either side may be empty.
 std::string JoinPath(std::string_view a, std::string_view b);
@@ -90,9 +92,9 @@ bool IsSafeRelativePath(std::string_view rel);
 std::string_view BaseName(std::string_view path);
 
 struct WalkEntry {
-  std::string rel;   // path relative to the walk root, '/'-separated (any length)
-  struct stat st;    // lstat of the entry
-  int dir_fd = -1;   // its folder, open during the visit only
+  std::string rel;             // path relative to the walk root, '/'-separated (any length)
+  struct stat st;              // lstat of the entry
+  int dir_fd = -1;             // its folder, open during the visit only
   const char* name = nullptr;  // its name in dir_fd
 };
 

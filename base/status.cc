@@ -16,14 +16,22 @@ std::string Status::ToString() const {
 
 int Status::ToErrno() const {
   switch (code_) {
-    case Code::kOk: return 0;
-    case Code::kNotFound: return ENOENT;
-    case Code::kCorruption: return EIO;
-    case Code::kIOError: return errno_ != 0 ? errno_ : EIO;
-    case Code::kInvalidArgument: return EINVAL;
-    case Code::kNotSupported: return ENOTSUP;
-    case Code::kBusy: return EBUSY;
-    case Code::kAborted: return EAGAIN;
+    case Code::kOk:
+      return 0;
+    case Code::kNotFound:
+      return ENOENT;
+    case Code::kCorruption:
+      return EIO;
+    case Code::kIOError:
+      return errno_ != 0 ? errno_ : EIO;
+    case Code::kInvalidArgument:
+      return EINVAL;
+    case Code::kNotSupported:
+      return ENOTSUP;
+    case Code::kBusy:
+      return EBUSY;
+    case Code::kAborted:
+      return EAGAIN;
   }
   return EIO;
 }

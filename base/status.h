@@ -53,7 +53,8 @@ class [[nodiscard]] Status {
   int ToErrno() const;
 
  private:
-  Status(Code code, std::string msg, int err = 0) : code_(code), errno_(err), msg_(std::move(msg)) {}
+  Status(Code code, std::string msg, int err = 0)
+      : code_(code), errno_(err), msg_(std::move(msg)) {}
 
   Code code_ = Code::kOk;
   int errno_ = 0;
@@ -64,7 +65,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit on purpose
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit on purpose
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: must not be OK
 
   bool ok() const { return value_.has_value(); }
@@ -84,8 +85,8 @@ class [[nodiscard]] Result {
 }  // namespace tbfs
 
 // Returns the Status of `expr` from the enclosing function when it is not OK.
-#define TBFS_RETURN_IF_ERROR(expr)              \
-  do {                                          \
-    ::tbfs::Status _tbfs_st = (expr);           \
-    if (!_tbfs_st.ok()) return _tbfs_st;        \
+#define TBFS_RETURN_IF_ERROR(expr)       \
+  do {                                   \
+    ::tbfs::Status _tbfs_st = (expr);    \
+    if (!_tbfs_st.ok()) return _tbfs_st; \
   } while (0)

@@ -48,7 +48,8 @@ Result<int64_t> ParseDurationSeconds(std::string_view text) {
                                    "' (use s, m, h, d or w)");
   }
   double secs = n * mult;
-  if (secs > 1e12) return Status::InvalidArgument("duration too large: '" + std::string(text) + "'");
+  if (secs > 1e12)
+    return Status::InvalidArgument("duration too large: '" + std::string(text) + "'");
   return static_cast<int64_t>(std::llround(secs));
 }
 

@@ -3,7 +3,8 @@
 namespace tbfs {
 
 WorkPool::WorkPool(int threads) {
-  int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int n =
+      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int w = 1; w < n; ++w) helpers_.emplace_back([this, w] { HelperLoop(w); });
 }
 

@@ -73,9 +73,8 @@ std::string BaselineToJson(const std::vector<FileDigest>& files) {
     for (const Checkpoint& c : f.checkpoints) cps.push_back({c.offset, Hex(c.hash)});
     json& tags = jf["tags"] = json::object();
     for (const auto& [name, t] : f.tags) {
-      json jt{{"plugin", t.plugin},         {"count", t.count},
-              {"first_step", t.first_step}, {"last_step", t.last_step},
-              {"hash", Hex(t.hash)},        {"record_bytes", t.record_bytes}};
+      json jt{{"plugin", t.plugin},       {"count", t.count},    {"first_step", t.first_step},
+              {"last_step", t.last_step}, {"hash", Hex(t.hash)}, {"record_bytes", t.record_bytes}};
       if (t.last_scalar) jt["last_scalar"] = ScalarToJson(*t.last_scalar);
       tags[name] = std::move(jt);
     }
@@ -167,8 +166,8 @@ std::vector<Failure> CompareFileDigests(const FileDigest& before, const FileDige
   for (const auto& [name, tb] : before.tags) {
     auto it = now.tags.find(name);
     if (it == now.tags.end()) {
-      out.push_back({run, name, before.path, region,
-                     "all " + std::to_string(tb.count) + " values are gone"});
+      out.push_back(
+          {run, name, before.path, region, "all " + std::to_string(tb.count) + " values are gone"});
     } else if (it->second.count != tb.count) {
       out.push_back({run, name, before.path, region,
                      std::to_string(it->second.count) + " values where the baseline has " +
@@ -202,7 +201,7 @@ std::vector<Failure> CheckBaseline(const std::string& logdir,
       if (!fd.ok() || ::fstat(fd->get(), &st) != 0) {
         per_file[i].push_back({run, "", before.path, 0,
                                !fd.ok() && fd.status().IsNotFound() ? "file is gone"
-                               : !fd.ok() ? fd.status().message()
+                               : !fd.ok()                           ? fd.status().message()
                                           : Status::FromErrno(errno, "stat", path).message()});
         continue;
       }

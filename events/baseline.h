@@ -20,8 +20,8 @@ namespace tbfs::events {
 
 struct Failure {
   std::string run;
-  std::string tag;    // "" when the failure is not about one tag
-  std::string file;   // relative path
+  std::string tag;   // "" when the failure is not about one tag
+  std::string file;  // relative path
   uint64_t offset = 0;
   std::string reason;
 

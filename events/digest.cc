@@ -1,7 +1,6 @@
 #include "events/digest.h"
 
 #include <fcntl.h>
-
 #include <xxhash.h>
 
 #include <bit>
@@ -20,12 +19,17 @@ void PutLE64(uint64_t v, unsigned char* p) {
 
 std::string_view ImplicitPlugin(ValueKind kind) {
   switch (kind) {
-    case ValueKind::kSimpleValue: return kPluginScalars;
+    case ValueKind::kSimpleValue:
+      return kPluginScalars;
     case ValueKind::kOldHistogram:
-    case ValueKind::kHisto: return kPluginHistograms;
-    case ValueKind::kImage: return kPluginImages;
-    case ValueKind::kAudio: return kPluginAudio;
-    default: return {};
+    case ValueKind::kHisto:
+      return kPluginHistograms;
+    case ValueKind::kImage:
+      return kPluginImages;
+    case ValueKind::kAudio:
+      return kPluginAudio;
+    default:
+      return {};
   }
 }
 
@@ -73,7 +77,8 @@ Status DigestFile(const std::string& root, const std::string& rel_path, FileDige
   const std::string abs_path = JoinPath(root, rel_path);
   auto fd = OpenUnder(root, rel_path, O_RDONLY);
   if (!fd.ok()) return fd.status();
-  std::unique_ptr<RecordReader> reader = RecordReader::Open(std::move(fd).value(), abs_path, 0, limit_offset);
+  std::unique_ptr<RecordReader> reader =
+      RecordReader::Open(std::move(fd).value(), abs_path, 0, limit_offset);
 
   uint64_t next_checkpoint = kCheckpointBytes;
   EventView event;

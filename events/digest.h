@@ -78,7 +78,6 @@ inline constexpr char kPluginAudio[] = "audio";
 // covering the records before the error. `bytes_done`, when given, is
 // advanced as bytes are digested.
 Status DigestFile(const std::string& root, const std::string& rel_path, FileDigest* out,
-                  uint64_t limit_offset = kNoLimit,
-                  std::atomic<uint64_t>* bytes_done = nullptr);
+                  uint64_t limit_offset = kNoLimit, std::atomic<uint64_t>* bytes_done = nullptr);
 
 }  // namespace tbfs::events

@@ -34,8 +34,8 @@ struct ValueView {
   std::string_view metadata;  // serialized SummaryMetadata; empty when absent
   bool has_metadata = false;
   ValueKind kind = ValueKind::kNone;
-  float simple_value = 0;     // when kind == kSimpleValue
-  std::string_view payload;   // raw bytes of the oneof field otherwise
+  float simple_value = 0;    // when kind == kSimpleValue
+  std::string_view payload;  // raw bytes of the oneof field otherwise
 };
 
 // Field numbers of the Event `what` oneof that tbfs cares about.
@@ -45,9 +45,9 @@ inline constexpr int kEventSummary = 5;
 struct EventView {
   double wall_time = 0;
   int64_t step = 0;
-  int what = 0;                     // field number of `what`; 0 when unset
+  int what = 0;  // field number of `what`; 0 when unset
   std::string_view file_version;
-  std::vector<ValueView> values;    // the summary's values, in order
+  std::vector<ValueView> values;  // the summary's values, in order
 };
 
 // Parses one Event record into *event (reusing its storage). Returns

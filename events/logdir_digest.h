@@ -47,20 +47,20 @@ struct RunDigest {
 
 // A tfevents file that could not be read to its end.
 struct FileError {
-  std::string path;    // relative
-  uint64_t offset = 0; // where reading stopped (the bad record's offset)
+  std::string path;     // relative
+  uint64_t offset = 0;  // where reading stopped (the bad record's offset)
   Status status;
 };
 
 struct LogdirDigest {
-  std::vector<FileDigest> files;     // sorted by path; partial for files in errors
-  std::vector<FileError> errors;     // in path order
+  std::vector<FileDigest> files;  // sorted by path; partial for files in errors
+  std::vector<FileError> errors;  // in path order
   std::map<std::string, RunDigest> runs;
 };
 
 struct DigestOptions {
-  WalkOptions walk;                  // folders to skip (the store)
-  int threads = 0;                   // 0: one per core
+  WalkOptions walk;                             // folders to skip (the store)
+  int threads = 0;                              // 0: one per core
   std::atomic<uint64_t>* bytes_done = nullptr;  // progress, optional
 };
 

@@ -1,14 +1,12 @@
 #include "events/record.h"
 
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include <bit>
 #include <cstring>
-
-#include <xxhash.h>
 
 #include "events/crc32c.h"
 
@@ -167,8 +165,7 @@ bool RecordReader::Next(RecordView* record) {
   if (length > kMaxRecordBytes) {
     return Fail(Status::Corruption(path_ + ": record at offset " + std::to_string(end_offset_) +
                                    " claims " + std::to_string(length) +
-                                   " bytes, over the limit of " +
-                                   std::to_string(kMaxRecordBytes)));
+                                   " bytes, over the limit of " + std::to_string(kMaxRecordBytes)));
   }
   size_t framed = kRecordHeaderBytes + length + kRecordFooterBytes;
   if (framed > buf_cap_) {

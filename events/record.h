@@ -57,7 +57,7 @@ class RecordWriter {
 struct RecordView {
   std::string_view data;    // valid until the next call to Next()
   std::string_view framed;  // header + data + footer, as on disk
-  uint64_t offset = 0;    // file offset of the record's header
+  uint64_t offset = 0;      // file offset of the record's header
 };
 
 class RecordReader {
@@ -106,9 +106,9 @@ class RecordReader {
   uint64_t limit_;
   std::unique_ptr<char[]> buf_;
   size_t buf_cap_ = 0;
-  size_t buf_pos_ = 0;   // next unread byte in buf_
-  size_t buf_len_ = 0;   // valid bytes in buf_
-  uint64_t file_pos_;    // file offset of buf_[buf_len_]
+  size_t buf_pos_ = 0;  // next unread byte in buf_
+  size_t buf_len_ = 0;  // valid bytes in buf_
+  uint64_t file_pos_;   // file offset of buf_[buf_len_]
   uint64_t end_offset_;
   bool partial_tail_ = false;
   bool eof_ = false;

@@ -33,32 +33,59 @@ size_t ElementCount(const pb::TensorShapeProto& shape) {
 std::optional<ScalarValue> FromContent(pb::DataType dtype, const std::string& c) {
   auto need = [&](size_t n) { return c.size() == n; };
   switch (dtype) {
-    case pb::DT_FLOAT: if (need(4)) return Float(LoadLE<float>(c.data())); break;
-    case pb::DT_DOUBLE: if (need(8)) return Float(LoadLE<double>(c.data())); break;
-    case pb::DT_HALF: if (need(2)) return Float(HalfToFloat(LoadLE<uint16_t>(c.data()))); break;
+    case pb::DT_FLOAT:
+      if (need(4)) return Float(LoadLE<float>(c.data()));
+      break;
+    case pb::DT_DOUBLE:
+      if (need(8)) return Float(LoadLE<double>(c.data()));
+      break;
+    case pb::DT_HALF:
+      if (need(2)) return Float(HalfToFloat(LoadLE<uint16_t>(c.data())));
+      break;
     case pb::DT_BFLOAT16:
       if (need(2)) return Float(Bfloat16ToFloat(LoadLE<uint16_t>(c.data())));
       break;
-    case pb::DT_INT8: if (need(1)) return Int(LoadLE<int8_t>(c.data())); break;
-    case pb::DT_UINT8: if (need(1)) return Int(LoadLE<uint8_t>(c.data())); break;
-    case pb::DT_INT16: if (need(2)) return Int(LoadLE<int16_t>(c.data())); break;
-    case pb::DT_UINT16: if (need(2)) return Int(LoadLE<uint16_t>(c.data())); break;
-    case pb::DT_INT32: if (need(4)) return Int(LoadLE<int32_t>(c.data())); break;
-    case pb::DT_UINT32: if (need(4)) return Int(LoadLE<uint32_t>(c.data())); break;
-    case pb::DT_INT64: if (need(8)) return Int(LoadLE<int64_t>(c.data())); break;
+    case pb::DT_INT8:
+      if (need(1)) return Int(LoadLE<int8_t>(c.data()));
+      break;
+    case pb::DT_UINT8:
+      if (need(1)) return Int(LoadLE<uint8_t>(c.data()));
+      break;
+    case pb::DT_INT16:
+      if (need(2)) return Int(LoadLE<int16_t>(c.data()));
+      break;
+    case pb::DT_UINT16:
+      if (need(2)) return Int(LoadLE<uint16_t>(c.data()));
+      break;
+    case pb::DT_INT32:
+      if (need(4)) return Int(LoadLE<int32_t>(c.data()));
+      break;
+    case pb::DT_UINT32:
+      if (need(4)) return Int(LoadLE<uint32_t>(c.data()));
+      break;
+    case pb::DT_INT64:
+      if (need(8)) return Int(LoadLE<int64_t>(c.data()));
+      break;
     case pb::DT_UINT64:
       if (need(8)) return Int(static_cast<int64_t>(LoadLE<uint64_t>(c.data())));
       break;
-    case pb::DT_BOOL: if (need(1)) return Int(c[0] != 0); break;
-    default: break;
+    case pb::DT_BOOL:
+      if (need(1)) return Int(c[0] != 0);
+      break;
+    default:
+      break;
   }
   return std::nullopt;
 }
 
 std::optional<ScalarValue> FromTypedField(const pb::TensorProto& t) {
   switch (t.dtype()) {
-    case pb::DT_FLOAT: if (t.float_val_size() == 1) return Float(t.float_val(0)); break;
-    case pb::DT_DOUBLE: if (t.double_val_size() == 1) return Float(t.double_val(0)); break;
+    case pb::DT_FLOAT:
+      if (t.float_val_size() == 1) return Float(t.float_val(0));
+      break;
+    case pb::DT_DOUBLE:
+      if (t.double_val_size() == 1) return Float(t.double_val(0));
+      break;
     case pb::DT_HALF:
       if (t.half_val_size() == 1) return Float(HalfToFloat(static_cast<uint16_t>(t.half_val(0))));
       break;
@@ -67,17 +94,27 @@ std::optional<ScalarValue> FromTypedField(const pb::TensorProto& t) {
         return Float(Bfloat16ToFloat(static_cast<uint16_t>(t.half_val(0))));
       }
       break;
-    case pb::DT_INT8: case pb::DT_UINT8: case pb::DT_INT16: case pb::DT_UINT16:
+    case pb::DT_INT8:
+    case pb::DT_UINT8:
+    case pb::DT_INT16:
+    case pb::DT_UINT16:
     case pb::DT_INT32:
       if (t.int_val_size() == 1) return Int(t.int_val(0));
       break;
-    case pb::DT_INT64: if (t.int64_val_size() == 1) return Int(t.int64_val(0)); break;
-    case pb::DT_UINT32: if (t.uint32_val_size() == 1) return Int(t.uint32_val(0)); break;
+    case pb::DT_INT64:
+      if (t.int64_val_size() == 1) return Int(t.int64_val(0));
+      break;
+    case pb::DT_UINT32:
+      if (t.uint32_val_size() == 1) return Int(t.uint32_val(0));
+      break;
     case pb::DT_UINT64:
       if (t.uint64_val_size() == 1) return Int(static_cast<int64_t>(t.uint64_val(0)));
       break;
-    case pb::DT_BOOL: if (t.bool_val_size() == 1) return Int(t.bool_val(0)); break;
-    default: break;
+    case pb::DT_BOOL:
+      if (t.bool_val_size() == 1) return Int(t.bool_val(0));
+      break;
+    default:
+      break;
   }
   return std::nullopt;
 }

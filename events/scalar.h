@@ -17,8 +17,8 @@ namespace tbfs::events {
 
 struct ScalarValue {
   bool is_integer = false;
-  double f = 0;      // when !is_integer
-  int64_t i = 0;     // when is_integer (uint64 values keep their bits)
+  double f = 0;   // when !is_integer
+  int64_t i = 0;  // when is_integer (uint64 values keep their bits)
 
   double AsDouble() const { return is_integer ? static_cast<double>(i) : f; }
   // 9 bytes, fixed byte order: the form hashed by digests.

@@ -17,17 +17,17 @@
 namespace tbfs::events {
 
 struct VerifyOptions {
-  WalkOptions walk;                          // folders to skip (the store)
-  std::vector<std::string> must_have;        // tags some run must hold
+  WalkOptions walk;                    // folders to skip (the store)
+  std::vector<std::string> must_have;  // tags some run must hold
   const std::vector<FileDigest>* baseline = nullptr;
-  int threads = 0;                           // 0: one per core
+  int threads = 0;  // 0: one per core
   std::atomic<uint64_t>* bytes_done = nullptr;
 };
 
 struct VerifyReport {
   LogdirDigest digest;
   std::vector<Failure> failures;
-  uint64_t bytes = 0;     // bytes digested
+  uint64_t bytes = 0;  // bytes digested
   uint64_t records = 0;
 
   bool intact() const { return failures.empty(); }

@@ -6,9 +6,12 @@ namespace tbfs::fs {
 
 StoreFault ClassifyStoreFault(const Status& st) {
   switch (st.code()) {
-    case Code::kCorruption: return StoreFault::kCorrupt;
-    case Code::kNotFound: return StoreFault::kMissing;
-    default: break;
+    case Code::kCorruption:
+      return StoreFault::kCorrupt;
+    case Code::kNotFound:
+      return StoreFault::kMissing;
+    default:
+      break;
   }
   switch (st.sys_errno()) {
     case ETIMEDOUT:
@@ -131,7 +134,8 @@ void ChunkCache::PrefetchLoop() {
     std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t> job;
     {
       MutexLock lock(mu_);
-      prefetch_cv_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !queue_.empty(); });
+      prefetch_cv_.wait(lock,
+                        [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !queue_.empty(); });
       if (stop_) return;
       job = std::move(queue_.front());
       queue_.pop_front();

@@ -40,7 +40,8 @@ struct Chunk {
 // Why a cold chunk could not be read, as status and metrics count it.
 enum class StoreFault { kCorrupt, kMissing, kUnreachable, kOther };
 inline constexpr int kNumStoreFaults = 4;
-inline constexpr const char* kStoreFaultNames[kNumStoreFaults] = {"corrupt", "missing", "unreachable", "other"};
+inline constexpr const char* kStoreFaultNames[kNumStoreFaults] = {"corrupt", "missing",
+                                                                  "unreachable", "other"};
 // corrupt: its checksum or framing is wrong (I5); missing: the store has no
 // such chunk (a file deleted by another host, damage); unreachable: the
 // store did not answer in time or the connection is gone (a RADOS cluster
@@ -53,8 +54,8 @@ class ChunkCache {
   ~ChunkCache();
 
   // Chunk `index` of the file, decompressed and checked.
-  Result<std::shared_ptr<const Chunk>> Get(
-      const std::shared_ptr<const storepb::Manifest>& m, uint64_t index);
+  Result<std::shared_ptr<const Chunk>> Get(const std::shared_ptr<const storepb::Manifest>& m,
+                                           uint64_t index);
   // Loads the chunk in the background if it is not cached.
   void Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uint64_t index);
   // Drops every cached chunk of a file (it left the store).
@@ -75,7 +76,9 @@ class ChunkCache {
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
-    size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.file_id * 0x9e3779b97f4a7c15ull ^ k.index); }
+    size_t operator()(const Key& k) const {
+      return std::hash<uint64_t>()(k.file_id * 0x9e3779b97f4a7c15ull ^ k.index);
+    }
   };
   struct Loaded {
     Status status;
@@ -99,7 +102,8 @@ class ChunkCache {
   Stats stats_ TBFS_GUARDED_BY(mu_);
 
   std::condition_variable_any prefetch_cv_;
-  std::deque<std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t>> queue_ TBFS_GUARDED_BY(mu_);
+  std::deque<std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t>> queue_
+      TBFS_GUARDED_BY(mu_);
   bool stop_ TBFS_GUARDED_BY(mu_) = false;
   std::vector<std::thread> prefetchers_;
 };

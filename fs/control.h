@@ -39,7 +39,7 @@ class ControlServer {
   // Binds STORE_DIR/control.sock (replacing a stale one) and starts
   // serving. owner: the uid allowed besides root.
   static Result<std::unique_ptr<ControlServer>> Start(const std::string& store_dir, uid_t owner,
-                                                       Handler handler);
+                                                      Handler handler);
   ~ControlServer();  // stops, waits for the connections in flight, unlinks the socket
 
   const std::string& path() const { return path_; }
@@ -50,7 +50,7 @@ class ControlServer {
   void Serve(int conn);
 
   std::string path_;
-  UniqueFd dir_;     // the store folder (O_PATH): binds and unlinks go through it
+  UniqueFd dir_;  // the store folder (O_PATH): binds and unlinks go through it
   UniqueFd listen_;
   UniqueFd wake_[2];  // a pipe that ends Loop
   uid_t owner_ = 0;

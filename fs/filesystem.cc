@@ -150,5 +150,4 @@ int Filesystem::RelPathByWalk(int fd, std::string* rel) {
   return 0;
 }
 
-
 }  // namespace tbfs::fs

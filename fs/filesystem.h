@@ -97,8 +97,8 @@ struct FileHandle {
   const std::atomic<uint64_t>* generation = nullptr;  // the inode's (InodeTable::Generation)
   std::atomic<uint64_t> seen{0};                      // the generation fd was chosen at
   std::atomic<int> fd{-1};
-  std::mutex mu;                 // a change of fd
-  dev_t dev = 0;                 // fd's file; guarded by mu
+  std::mutex mu;  // a change of fd
+  dev_t dev = 0;  // fd's file; guarded by mu
   ino_t ino = 0;
   std::vector<int> earlier_fds;  // guarded by mu; closed with the handle (reads may use them)
   std::atomic<uint64_t> next_offset{0};  // where a sequential reader goes next
@@ -128,7 +128,21 @@ enum class EioSite {
   kBackingDir,
   kInodeKind,
 };
-inline constexpr const char* kEioSiteNames[] = {"lookup", "lookup-manifest", "setattr", "unlink", "retention", "rmdir", "rename", "rename-replace", "rename-cold-children", "rehydrate", "open", "readdir", "cold-chunk", "backing-dir", "inode-kind"};
+inline constexpr const char* kEioSiteNames[] = {"lookup",
+                                                "lookup-manifest",
+                                                "setattr",
+                                                "unlink",
+                                                "retention",
+                                                "rmdir",
+                                                "rename",
+                                                "rename-replace",
+                                                "rename-cold-children",
+                                                "rehydrate",
+                                                "open",
+                                                "readdir",
+                                                "cold-chunk",
+                                                "backing-dir",
+                                                "inode-kind"};
 inline constexpr int kNumEioSites = static_cast<int>(std::size(kEioSiteNames));
 
 struct Counters {
@@ -139,7 +153,7 @@ struct Counters {
   std::atomic<uint64_t> eio_rehydrate{0};
   std::atomic<uint64_t> eio_store{0};
   std::atomic<uint64_t> eio_store_by[kNumStoreFaults] = {};  // indexed by StoreFault
-  std::atomic<uint64_t> eio_by_site[kNumEioSites] = {};       // indexed by EioSite
+  std::atomic<uint64_t> eio_by_site[kNumEioSites] = {};      // indexed by EioSite
 };
 
 class Filesystem : public store::MoveObserver {
@@ -158,8 +172,7 @@ class Filesystem : public store::MoveObserver {
   // With an open handle of the file (fstat on a deleted-but-open file).
   int GetAttr(uint64_t ino, struct stat* st, FileHandle* fh = nullptr);
   // to_set: FUSE_SET_ATTR_* bits (same values as the kernel's FATTR_*).
-  int SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileHandle* fh,
-              struct stat* out);
+  int SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileHandle* fh, struct stat* out);
   int ReadLink(uint64_t ino, std::string* target);
   int MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev, const Caller& c,
             EntryOut* out);
@@ -204,9 +217,7 @@ class Filesystem : public store::MoveObserver {
   int RemoveXattr(uint64_t ino, const char* name);
 
   // Seconds the kernel may cache this inode's entry and attributes.
-  double CacheTtl(uint64_t ino) {
-    return inodes_.VolatileAttrs(ino) ? kFreshTtlS : kStableTtlS;
-  }
+  double CacheTtl(uint64_t ino) { return inodes_.VolatileAttrs(ino) ? kFreshTtlS : kStableTtlS; }
 
   // Where the kernel hears that an inode's attributes changed behind its
   // back (a file turning cold or hot shows another st_ino): the FUSE

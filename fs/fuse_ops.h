@@ -15,7 +15,7 @@ namespace tbfs::fs {
 
 struct FuseContext {
   Filesystem* fs = nullptr;
-  OpLatency* latency = nullptr;  // where the adapters record each operation's time
+  OpLatency* latency = nullptr;    // where the adapters record each operation's time
   std::promise<void> initialized;  // set when the kernel's INIT has been answered
 };
 

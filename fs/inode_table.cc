@@ -36,8 +36,8 @@ InodeTable::InodeTable(UniqueFd root_fd, const struct stat& st) {
   mount_fd_.reset(::openat(root_.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   std::string probe = HandleOfAny(root_.fd->get(), &mount_id_);
   if (mount_fd_.valid() && !probe.empty()) {
-    int fd = ::open_by_handle_at(mount_fd_.get(), reinterpret_cast<struct file_handle*>(probe.data()),
-                                 O_PATH | O_CLOEXEC);
+    int fd = ::open_by_handle_at(
+        mount_fd_.get(), reinterpret_cast<struct file_handle*>(probe.data()), O_PATH | O_CLOEXEC);
     if (fd >= 0) {
       use_handles_ = true;
       ::close(fd);
@@ -123,7 +123,8 @@ bool InodeTable::VolatileAttrs(uint64_t id) {
          inode->kind == Kind::kColdDir;
 }
 
-void InodeTable::SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, const struct stat& st) {
+void InodeTable::SetHotLocked(Inode* inode, UniqueFd fd, std::string handle,
+                              const struct stat& st) {
   inode->kind = Kind::kHot;
   if (handle.empty()) {
     inode->fd = std::make_shared<UniqueFd>(std::move(fd));
@@ -386,7 +387,8 @@ InodeTable::Rehydrate InodeTable::BeginRehydrate(uint64_t id) {
 void InodeTable::RehydrateTarget(uint64_t id, int fd, const struct stat& st) {
   std::string handle = HandleOf(fd, st);
   UniqueFd path_fd;
-  if (handle.empty()) path_fd.reset(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_PATH | O_CLOEXEC));
+  if (handle.empty())
+    path_fd.reset(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_PATH | O_CLOEXEC));
   MutexLock lock(mu_);
   Inode* inode = Get(id);
   if (!inode->in_transition || inode->kind != Kind::kColdFile) return;
@@ -448,7 +450,8 @@ void InodeTable::ColdDirToHot(uint64_t id, UniqueFd fd, const struct stat& st) {
 void InodeTable::UpdateManifest(std::shared_ptr<const storepb::Manifest> m) {
   MutexLock lock(mu_);
   auto it = cold_files_.find(m->file_id());
-  if (it != cold_files_.end() && it->second->kind == Kind::kColdFile) it->second->manifest = std::move(m);
+  if (it != cold_files_.end() && it->second->kind == Kind::kColdFile)
+    it->second->manifest = std::move(m);
 }
 
 void InodeTable::RenameColdDirs(const std::string& from, const std::string& to) {

@@ -82,15 +82,15 @@ struct Inode {
   ino_t ino = 0;
   ino_t hot_ino = 0;                                  // st_ino shown while hot
   std::shared_ptr<const storepb::Manifest> manifest;  // kColdFile
-  uint64_t file_id = 0;  // the cold file id that finds it (kept when it turns hot)
-  std::string cold_path;                              // kColdDir
-  ino_t shown_ino = 0;                                // st_ino shown now
+  uint64_t file_id = 0;   // the cold file id that finds it (kept when it turns hot)
+  std::string cold_path;  // kColdDir
+  ino_t shown_ino = 0;    // st_ino shown now
   uint64_t nlookup = 0;
   int open_handles = 0;
-  int write_handles = 0;                              // ... of them writable
-  int pins = 0;                                       // transitions holding it
-  bool in_transition = false;                         // writable opens wait
-  bool volatile_attrs = false;                        // a folder or a tfevents file: short TTL
+  int write_handles = 0;        // ... of them writable
+  int pins = 0;                 // transitions holding it
+  bool in_transition = false;   // writable opens wait
+  bool volatile_attrs = false;  // a folder or a tfevents file: short TTL
   // Bumped at every change of what the inode serves (Generation). Read
   // without the lock by open handles.
   std::atomic<uint64_t> generation{0};
@@ -206,7 +206,9 @@ class InodeTable {
     }
   };
   Inode* Get(uint64_t id);
-  uint64_t Id(Inode* inode) { return inode == &root_ ? kRootId : reinterpret_cast<uintptr_t>(inode); }
+  uint64_t Id(Inode* inode) {
+    return inode == &root_ ? kRootId : reinterpret_cast<uintptr_t>(inode);
+  }
   Inode* NewLocked() TBFS_REQUIRES(mu_);
   // The indexed hot inode of (dev, ino) if it is the file with `handle`; a
   // stale one (a reused inode number) is dropped from the index.
@@ -237,7 +239,7 @@ class InodeTable {
   std::unordered_map<uint64_t, Inode*> cold_files_ TBFS_GUARDED_BY(mu_);
   std::map<std::string, Inode*> cold_dirs_ TBFS_GUARDED_BY(mu_);
   std::map<std::string, ino_t> cold_dir_inos_ TBFS_GUARDED_BY(mu_);  // for the mount's life
-  std::unordered_map<uint64_t, int> readers_ TBFS_GUARDED_BY(mu_);    // file id -> open cold handles
+  std::unordered_map<uint64_t, int> readers_ TBFS_GUARDED_BY(mu_);   // file id -> open cold handles
 };
 
 }  // namespace tbfs::fs

@@ -1,6 +1,4 @@
 // Filesystem: looking names up, attributes (hot, cold, folders mixing both), links, statfs.
-#include "fs/filesystem.h"
-
 #include <fcntl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -9,11 +7,11 @@
 
 #include "base/time_util.h"
 #include "fmt/format.h"
+#include "fs/filesystem.h"
+#include "fs/filesystem_internal.h"
 #include "fs/setattr_bits.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
-
-#include "fs/filesystem_internal.h"
 
 namespace tbfs::fs {
 
@@ -82,7 +80,8 @@ int Filesystem::LookupCold(const std::string& rel, EntryOut* out) {
   }
   auto m = store_->GetManifest(entry->file_id());
   if (!m.ok()) return StoreError(m.status(), EioSite::kLookupManifest);
-  InodeRef ref = inodes_.AddColdFile(std::make_shared<const storepb::Manifest>(std::move(m).value()));
+  InodeRef ref =
+      inodes_.AddColdFile(std::make_shared<const storepb::Manifest>(std::move(m).value()));
   out->id = ref.id;
   if (ref.manifest) {
     ColdAttr(*ref.manifest, ref.shown_ino, &out->attr);
@@ -119,8 +118,12 @@ int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
   }
   InodeView v = inodes_.View(ino);
   switch (v.kind) {
-    case Kind::kColdFile: ColdAttr(*v.manifest, v.shown_ino, st); return 0;
-    case Kind::kColdDir: ColdDirAttr(v.cold_path, v.shown_ino, st); return 0;
+    case Kind::kColdFile:
+      ColdAttr(*v.manifest, v.shown_ino, st);
+      return 0;
+    case Kind::kColdDir:
+      ColdDirAttr(v.cold_path, v.shown_ino, st);
+      return 0;
     case Kind::kHot:
       // A file handle whose file is gone: ESTALE has the kernel look the
       // name up again (another host may have moved the file to the store).
@@ -144,10 +147,14 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     if (to_set & kSetUid) m->set_uid(attr.st_uid);
     if (to_set & kSetGid) m->set_gid(attr.st_gid);
     const int64_t now = NowNs();
-    if (to_set & kSetAtimeNow) m->set_atime_ns(now);
-    else if (to_set & kSetAtime) m->set_atime_ns(ToNs(attr.st_atim));
-    if (to_set & kSetMtimeNow) m->set_mtime_ns(now);
-    else if (to_set & kSetMtime) m->set_mtime_ns(ToNs(attr.st_mtim));
+    if (to_set & kSetAtimeNow)
+      m->set_atime_ns(now);
+    else if (to_set & kSetAtime)
+      m->set_atime_ns(ToNs(attr.st_atim));
+    if (to_set & kSetMtimeNow)
+      m->set_mtime_ns(now);
+    else if (to_set & kSetMtime)
+      m->set_mtime_ns(ToNs(attr.st_mtim));
     m->set_ctime_ns(now);
     store::WriteBatch batch;
     store_->UpdateManifest(&batch, *m);
@@ -170,7 +177,8 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
   const int hfd = fh != nullptr ? IoFd(fh) : -1;
   const bool have_fh = hfd >= 0;
   if (to_set & kSetMode) {
-    int r = have_fh ? ::fchmod(hfd, attr.st_mode & 07777) : ::chmod(proc.c_str(), attr.st_mode & 07777);
+    int r =
+        have_fh ? ::fchmod(hfd, attr.st_mode & 07777) : ::chmod(proc.c_str(), attr.st_mode & 07777);
     if (r != 0) return Errno();
   }
   if (to_set & (kSetUid | kSetGid)) {
@@ -179,15 +187,20 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     if (::fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
   }
   if (to_set & kSetSize) {
-    int r = have_fh && fh->writable ? ::ftruncate(hfd, attr.st_size) : ::truncate(proc.c_str(), attr.st_size);
+    int r = have_fh && fh->writable ? ::ftruncate(hfd, attr.st_size)
+                                    : ::truncate(proc.c_str(), attr.st_size);
     if (r != 0) return Errno();
   }
   if (to_set & (kSetAtime | kSetMtime | kSetAtimeNow | kSetMtimeNow)) {
     struct timespec tv[2] = {{0, UTIME_OMIT}, {0, UTIME_OMIT}};
-    if (to_set & kSetAtimeNow) tv[0].tv_nsec = UTIME_NOW;
-    else if (to_set & kSetAtime) tv[0] = attr.st_atim;
-    if (to_set & kSetMtimeNow) tv[1].tv_nsec = UTIME_NOW;
-    else if (to_set & kSetMtime) tv[1] = attr.st_mtim;
+    if (to_set & kSetAtimeNow)
+      tv[0].tv_nsec = UTIME_NOW;
+    else if (to_set & kSetAtime)
+      tv[0] = attr.st_atim;
+    if (to_set & kSetMtimeNow)
+      tv[1].tv_nsec = UTIME_NOW;
+    else if (to_set & kSetMtime)
+      tv[1] = attr.st_mtim;
     int r = have_fh ? ::futimens(hfd, tv) : ::utimensat(AT_FDCWD, proc.c_str(), tv, 0);
     if (r != 0) return Errno();
   }

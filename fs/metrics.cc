@@ -105,43 +105,53 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
           std::max(0.0, cold_bytes - stored));
   f.Counter("tbfs_migration_passes_total", "Migrator passes", static_cast<double>(m.passes));
   f.Counter("tbfs_migration_batches_total", "Migration batches", static_cast<double>(m.batches));
-  f.Counter("tbfs_migration_rollbacks_total", "Migration batches rolled back (the verifier "
-            "found a difference)", static_cast<double>(m.rolled_back));
+  f.Counter("tbfs_migration_rollbacks_total",
+            "Migration batches rolled back (the verifier "
+            "found a difference)",
+            static_cast<double>(m.rolled_back));
   f.Counter("tbfs_migration_store_full_total", "Migrator passes cut short: the store had no room",
             static_cast<double>(m.stopped_store_full));
-  f.Counter("tbfs_migrated_files_total", "Files moved into the cold store", static_cast<double>(m.files_moved));
+  f.Counter("tbfs_migrated_files_total", "Files moved into the cold store",
+            static_cast<double>(m.files_moved));
   f.Counter("tbfs_migrated_bytes_total", "Logical bytes moved into the cold store",
             static_cast<double>(m.bytes_moved));
-  f.Gauge("tbfs_verifier_ok", "1 when the last verification of a migrated batch found every "
+  f.Gauge("tbfs_verifier_ok",
+          "1 when the last verification of a migrated batch found every "
           "scalar curve intact (or none ran yet), 0 when it failed",
           m.last_verifier.empty() || m.last_verifier == "intact" ? 1 : 0);
   f.Gauge("tbfs_last_pass_timestamp_seconds", "When the migrator last finished a pass",
           static_cast<double>(m.last_pass_unix));
   f.Counter("tbfs_rehydrations_total", "Cold files brought back to the logdir (opened for writing)",
             static_cast<double>(k.rehydrations));
-  f.Counter("tbfs_cold_reads_total", "Reads served from the cold store", static_cast<double>(k.cold_reads));
+  f.Counter("tbfs_cold_reads_total", "Reads served from the cold store",
+            static_cast<double>(k.cold_reads));
   f.Counter("tbfs_chunk_cache_hits_total", "Cold chunk reads served from the cache",
             static_cast<double>(k.cache.hits));
   f.Counter("tbfs_chunk_cache_misses_total", "Cold chunk reads that went to the store",
             static_cast<double>(k.cache.misses));
-  f.Gauge("tbfs_chunk_cache_bytes", "Bytes held by the cold chunk cache", static_cast<double>(k.cache.bytes));
+  f.Gauge("tbfs_chunk_cache_bytes", "Bytes held by the cold chunk cache",
+          static_cast<double>(k.cache.bytes));
   f.Gauge("tbfs_chunk_cache_capacity_bytes", "Capacity of the cold chunk cache",
           static_cast<double>(fs_.options().cache_bytes));
-  f.Counter("tbfs_eio_total", "Operations answered EIO, by cause", static_cast<double>(k.eio_cold_chunk),
-            {{"cause", "cold_chunk"}});
+  f.Counter("tbfs_eio_total", "Operations answered EIO, by cause",
+            static_cast<double>(k.eio_cold_chunk), {{"cause", "cold_chunk"}});
   f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_rehydrate), {{"cause", "rehydrate"}});
   f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_store), {{"cause", "store"}});
   for (int i = 0; i < kNumEioSites; ++i) {
-    f.Counter("tbfs_eio_sites_total", i == 0 ? "Operations answered EIO, by the place that answered" : "",
+    f.Counter("tbfs_eio_sites_total",
+              i == 0 ? "Operations answered EIO, by the place that answered" : "",
               static_cast<double>(k.eio_by_site[i]), {{"site", kEioSiteNames[i]}});
   }
   for (int i = 0; i < kNumStoreFaults; ++i) {
-    f.Counter("tbfs_store_errors_total", i == 0 ? "Operations failed by the cold store, by what failed and why" : "",
-              static_cast<double>(k.eio_cold_chunk_by[i]), {{"op", "cold_chunk"}, {"cause", kStoreFaultNames[i]}});
+    f.Counter("tbfs_store_errors_total",
+              i == 0 ? "Operations failed by the cold store, by what failed and why" : "",
+              static_cast<double>(k.eio_cold_chunk_by[i]),
+              {{"op", "cold_chunk"}, {"cause", kStoreFaultNames[i]}});
     f.Counter("tbfs_store_errors_total", "", static_cast<double>(k.eio_store_by[i]),
               {{"op", "metadata"}, {"cause", kStoreFaultNames[i]}});
   }
-  f.Gauge("tbfs_inodes", "Inodes the kernel holds through the mount", static_cast<double>(k.inodes));
+  f.Gauge("tbfs_inodes", "Inodes the kernel holds through the mount",
+          static_cast<double>(k.inodes));
   struct statvfs vfs;
   if (::statvfs(fs_.options().logdir.c_str(), &vfs) == 0) {
     f.Gauge("tbfs_fs_free_bytes", "Bytes free for users on the logdir's filesystem",
@@ -150,11 +160,15 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
             static_cast<double>(vfs.f_blocks) * static_cast<double>(vfs.f_frsize));
   }
   if (auto g = store::SummarizeGrowth(migrator_.growth(), 24 * 3600, 0)) {
-    const char* help = "Bytes of the logdir at the last migrator pass, by class (cold: the cold "
-                       "files' logical bytes)";
-    f.Gauge("tbfs_logdir_bytes", help, static_cast<double>(g->last.tfevents_bytes), {{"class", "tfevents"}});
-    f.Gauge("tbfs_logdir_bytes", "", static_cast<double>(g->last.trace_bytes), {{"class", "traces"}});
-    f.Gauge("tbfs_logdir_bytes", "", static_cast<double>(g->last.other_bytes), {{"class", "other"}});
+    const char* help =
+        "Bytes of the logdir at the last migrator pass, by class (cold: the cold "
+        "files' logical bytes)";
+    f.Gauge("tbfs_logdir_bytes", help, static_cast<double>(g->last.tfevents_bytes),
+            {{"class", "tfevents"}});
+    f.Gauge("tbfs_logdir_bytes", "", static_cast<double>(g->last.trace_bytes),
+            {{"class", "traces"}});
+    f.Gauge("tbfs_logdir_bytes", "", static_cast<double>(g->last.other_bytes),
+            {{"class", "other"}});
     f.Gauge("tbfs_logdir_bytes", "", static_cast<double>(g->last.cold_bytes), {{"class", "cold"}});
     f.Gauge("tbfs_logdir_growth_bytes_per_second",
             "How fast the logdir (hot and cold, logical bytes) grew over the last day, fitted to "
@@ -163,11 +177,16 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   }
   f.Counter("tbfs_retention_deleted_files_total", "Cold files deleted by the retention policy",
             static_cast<double>(m.retention_files));
-  f.Counter("tbfs_retention_deleted_bytes_total", "Logical bytes of the cold files deleted by the "
-            "retention policy", static_cast<double>(m.retention_bytes));
-  for (FuseOp op : {FuseOp::kLookup, FuseOp::kGetAttr, FuseOp::kRead, FuseOp::kWrite, FuseOp::kReadDir}) {
+  f.Counter("tbfs_retention_deleted_bytes_total",
+            "Logical bytes of the cold files deleted by the "
+            "retention policy",
+            static_cast<double>(m.retention_bytes));
+  for (FuseOp op :
+       {FuseOp::kLookup, FuseOp::kGetAttr, FuseOp::kRead, FuseOp::kWrite, FuseOp::kReadDir}) {
     f.Histogram("tbfs_fuse_operation_duration_seconds",
-                op == FuseOp::kLookup ? "Time from a FUSE request reaching the daemon to its reply, by operation" : "",
+                op == FuseOp::kLookup
+                    ? "Time from a FUSE request reaching the daemon to its reply, by operation"
+                    : "",
                 latency_.Read(op), {{"op", FuseOpName(op)}});
   }
   f.Gauge("tbfs_resident_memory_bytes", "Resident memory of the daemon", ResidentBytes());
@@ -194,7 +213,8 @@ std::string CheckCanListen(const std::string& address) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(std::atoi(address.c_str() + colon + 1)));
-  if (::inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr) != 1) return "not an IPv4 address";
+  if (::inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr) != 1)
+    return "not an IPv4 address";
   UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   const int one = 1;
   ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as the server will

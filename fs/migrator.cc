@@ -1,4 +1,3 @@
-#include "base/time_util.h"
 #include "fs/migrator.h"
 
 #include <fcntl.h>
@@ -6,6 +5,7 @@
 #include <chrono>
 
 #include "base/text.h"
+#include "base/time_util.h"
 #include "spdlog/spdlog.h"
 
 namespace tbfs::fs {
@@ -73,8 +73,8 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
   stats_.batches++;
   if (batch.rolled_back) {
     stats_.rolled_back++;
-    stats_.last_verifier = "failed: " + (batch.failures.empty() ? std::string("?")
-                                                               : batch.failures[0].ToString());
+    stats_.last_verifier =
+        "failed: " + (batch.failures.empty() ? std::string("?") : batch.failures[0].ToString());
   } else {
     stats_.last_verifier = "intact";
   }
@@ -92,9 +92,11 @@ Status Migrator::TakeWriterRole() {
     store.DropWriterRole();
     return Status::FromErrno(EIO, "recovery", store.dir() + ": " + recovered.status().message());
   }
-  spdlog::warn("migrator: this mount writes {} now; recovery undid {} unfinished batch(es) of the last writer "
-               "({} file(s) written back, {} store copies dropped)",
-               store.dir(), recovered->batches, recovered->restored, recovered->dropped);
+  spdlog::warn(
+      "migrator: this mount writes {} now; recovery undid {} unfinished batch(es) of the last "
+      "writer "
+      "({} file(s) written back, {} store copies dropped)",
+      store.dir(), recovered->batches, recovered->restored, recovered->dropped);
   return Status::OK();
 }
 
@@ -224,7 +226,8 @@ void Migrator::KeepGrowthSample(const store::GrowthSample& sample) {
   {
     MutexLock lock(mu_);
     latest_ = sample;
-    due = !config_.growth_dir.empty() && (series_.empty() || sample.unix_s - series_.back().unix_s >= every);
+    due = !config_.growth_dir.empty() &&
+          (series_.empty() || sample.unix_s - series_.back().unix_s >= every);
   }
   if (!due) return;
   // Read afresh: `tbfs watch` may have kept samples of its own meanwhile.

@@ -12,8 +12,8 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <shared_mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,7 +28,7 @@ namespace tbfs::fs {
 struct MigratorOptions {
   int64_t cold_after_s = 300;
   int64_t interval_s = 30;
-  bool background = true;               // false: only on RunNow (--no-migrate)
+  bool background = true;  // false: only on RunNow (--no-migrate)
   store::Policy policy;
   std::vector<std::string> must_have;
   WalkOptions walk;
@@ -51,7 +51,7 @@ struct MigratorStats {
   uint64_t files_moved = 0;
   uint64_t bytes_moved = 0;
   uint64_t stored_bytes = 0;
-  uint64_t hot_files = 0;     // at the last pass
+  uint64_t hot_files = 0;  // at the last pass
   uint64_t hot_bytes = 0;
   std::string last_verifier;  // "intact", "failed: ...", or "" before any batch
   int64_t last_pass_unix = 0;

@@ -5,8 +5,8 @@
 #include <fuse_lowlevel.h>
 #include <malloc.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
@@ -14,13 +14,13 @@
 
 #include <cctype>
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <shared_mutex>
 #include <thread>
-#include <cstdlib>
-#include <nlohmann/json.hpp>
 
 #include "base/fs_util.h"
 #include "base/units.h"
@@ -84,14 +84,16 @@ std::string EscapePath(const std::string& path) {
 // none writable by others but sticky ones (like /tmp), and the folder
 // itself this user's and not writable by others. Returns the lock's fd.
 Result<UniqueFd> PrepareStateDir(const std::string& dir) {
-  if (dir.empty() || dir[0] != '/') return Status::InvalidArgument("state=" + dir + ": not an absolute path");
+  if (dir.empty() || dir[0] != '/')
+    return Status::InvalidArgument("state=" + dir + ": not an absolute path");
   if (("/" + dir + "/").find("/../") != std::string::npos) {
     return Status::InvalidArgument("state=" + dir + ": give the folder without '..'");
   }
   auto unsafe = [&](const std::string& path, const std::string& why) {
-    return Status::InvalidArgument(fmt::format("state folder {}: {} {}; tbfs keeps a mount's state where no "
-                                               "other user can change it (name another with -o state=DIR)",
-                                               dir, path, why));
+    return Status::InvalidArgument(
+        fmt::format("state folder {}: {} {}; tbfs keeps a mount's state where no "
+                    "other user can change it (name another with -o state=DIR)",
+                    dir, path, why));
   };
   // Each folder on the way is checked before the next is looked at (or
   // made): nothing is created beneath one that is not safe.
@@ -99,21 +101,25 @@ Result<UniqueFd> PrepareStateDir(const std::string& dir) {
   for (size_t start = 1;;) {
     const size_t slash = dir.find('/', start);
     const std::string path = dir.substr(0, slash);
-    const bool last = slash == std::string::npos || dir.find_first_not_of('/', slash) == std::string::npos;
+    const bool last =
+        slash == std::string::npos || dir.find_first_not_of('/', slash) == std::string::npos;
     if (path.size() > 1 && path.back() != '/') {
       struct stat st;
       made_last = false;
       if (::lstat(path.c_str(), &st) != 0) {
         if (errno != ENOENT) return Status::FromErrno(errno, "lstat", path);
-        if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno(errno, "mkdir", path);
+        if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
+          return Status::FromErrno(errno, "mkdir", path);
         if (::lstat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "lstat", path);
         made_last = true;
       }
       if (S_ISLNK(st.st_mode)) return unsafe(path, "is a symlink");
       if (!S_ISDIR(st.st_mode)) return unsafe(path, "is not a folder");
-      if (st.st_uid != 0 && st.st_uid != ::geteuid()) return unsafe(path, fmt::format("is owned by uid {}", st.st_uid));
+      if (st.st_uid != 0 && st.st_uid != ::geteuid())
+        return unsafe(path, fmt::format("is owned by uid {}", st.st_uid));
       if (last && st.st_uid != ::geteuid()) return unsafe(path, "is not this user's");
-      if ((st.st_mode & 022) != 0 && (last || !(st.st_mode & S_ISVTX))) return unsafe(path, "is writable by other users");
+      if ((st.st_mode & 022) != 0 && (last || !(st.st_mode & S_ISVTX)))
+        return unsafe(path, "is writable by other users");
     }
     if (last) break;
     start = slash + 1;
@@ -121,14 +127,16 @@ Result<UniqueFd> PrepareStateDir(const std::string& dir) {
   if (!made_last) {
     // An existing folder is taken only when it is a mount's state already
     // (or empty): never a folder of other files made private by mistake.
-    static const std::set<std::string> kOwn = {"state.lock", "tbfs-mount.log", kControlSocketName, kMountInfoFile,
-                                               store::kGrowthFileName};
+    static const std::set<std::string> kOwn = {"state.lock", "tbfs-mount.log", kControlSocketName,
+                                               kMountInfoFile, store::kGrowthFileName};
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
       if (!kOwn.count(name) && !name.starts_with(".tbfs-tmp")) {
-        return Status::InvalidArgument(fmt::format("state folder {} holds other files ({}); give an empty or a new "
-                                                   "folder with -o state=DIR", dir, name));
+        return Status::InvalidArgument(
+            fmt::format("state folder {} holds other files ({}); give an empty or a new "
+                        "folder with -o state=DIR",
+                        dir, name));
       }
     }
     if (ec) return Status::FromErrno(ec.value(), "list", dir);
@@ -141,8 +149,10 @@ Result<UniqueFd> PrepareStateDir(const std::string& dir) {
     std::string who(64, '\0');
     const ssize_t n = ::pread(lock.get(), who.data(), who.size(), 0);
     who.resize(n > 0 ? static_cast<size_t>(n) : 0);
-    return Status::Busy(fmt::format("state folder {} is in use by another tbfs mount ({}); give each mount its own "
-                                    "state=DIR", dir, who.empty() ? "?" : who));
+    return Status::Busy(
+        fmt::format("state folder {} is in use by another tbfs mount ({}); give each mount its own "
+                    "state=DIR",
+                    dir, who.empty() ? "?" : who));
   }
   const std::string me = fmt::format("pid {}", ::getpid());
   if (::ftruncate(lock.get(), 0) != 0 || ::pwrite(lock.get(), me.data(), me.size(), 0) < 0) {
@@ -241,8 +251,8 @@ nlohmann::json BySite(const uint64_t (&counts)[kNumEioSites]) {
   return by;
 }
 
-std::string StatusJson(const MountOptions& mc, const std::string& store_dir, store::ColdStore& store,
-                       Filesystem& fs, Migrator& migrator) {
+std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
+                       store::ColdStore& store, Filesystem& fs, Migrator& migrator) {
   auto totals = store.ComputeTotals();
   MigratorStats m = migrator.stats();
   Filesystem::Stats k = fs.stats();
@@ -253,7 +263,7 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir, sto
       {"mountpoint", mc.mountpoint},
       {"store", store_dir},
       {"state", mc.state_dir},
-      {"store_role", !store.shared() ? "writer"
+      {"store_role", !store.shared()  ? "writer"
                      : store.writer() ? "writer (holds the shared store's lease)"
                                       : "reader: " + store.refusal()},
       {"pid", ::getpid()},
@@ -262,9 +272,9 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir, sto
        {{"files", totals.ok() ? totals->files : 0},
         {"bytes", totals.ok() ? totals->logical_bytes : 0},
         {"stored_bytes", totals.ok() ? totals->stored_bytes : 0}}},
-      {"bytes_saved", totals.ok() ? totals->logical_bytes - std::min(totals->logical_bytes,
-                                                                      totals->stored_bytes)
-                                  : 0},
+      {"bytes_saved",
+       totals.ok() ? totals->logical_bytes - std::min(totals->logical_bytes, totals->stored_bytes)
+                   : 0},
       {"migrations",
        {{"passes", m.passes},
         {"batches", m.batches},
@@ -291,9 +301,10 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir, sto
         {"store", k.eio_store},
         {"by_site", BySite(k.eio_by_site)}}},
       {"inodes", k.inodes},
-      {"retention", {{"enabled", migrator.retention_enabled()},
-                     {"deleted_files", m.retention_files},
-                     {"deleted_bytes", m.retention_bytes}}},
+      {"retention",
+       {{"enabled", migrator.retention_enabled()},
+        {"deleted_files", m.retention_files},
+        {"deleted_bytes", m.retention_bytes}}},
   };
   // How fast the logdir grows and when its filesystem is full: what `tbfs
   // watch` reports, from the samples the migrator's passes take.
@@ -302,14 +313,20 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir, sto
       return v ? nlohmann::json(*v * scale) : nlohmann::json(nullptr);
     };
     nlohmann::json runs = nlohmann::json::array();
-    for (const auto& [run, rate] : g->top_runs) runs.push_back({{"run", run}, {"bytes_per_hour", rate * 3600}});
+    for (const auto& [run, rate] : g->top_runs)
+      runs.push_back({{"run", run}, {"bytes_per_hour", rate * 3600}});
     j["growth"] = {{"window_seconds", kStatusGrowthWindowS},
                    {"samples", g->samples},
                    {"span_seconds", g->span_s},
-                   {"bytes", {{"tfevents", g->last.tfevents_bytes}, {"traces_hot", g->last.trace_bytes},
-                              {"other", g->last.other_bytes}, {"cold", g->last.cold_bytes}}},
-                   {"filesystem", {{"size", g->last.fs_size}, {"free", g->last.fs_free},
-                                   {"used_percent", 100 * g->last.fs_used_fraction()}}},
+                   {"bytes",
+                    {{"tfevents", g->last.tfevents_bytes},
+                     {"traces_hot", g->last.trace_bytes},
+                     {"other", g->last.other_bytes},
+                     {"cold", g->last.cold_bytes}}},
+                   {"filesystem",
+                    {{"size", g->last.fs_size},
+                     {"free", g->last.fs_free},
+                     {"used_percent", 100 * g->last.fs_used_fraction()}}},
                    {"logdir_bytes_per_hour", opt(g->logdir_rate, 3600)},
                    {"filesystem_bytes_per_hour", opt(g->filesystem_rate, 3600)},
                    {"full_in_seconds", opt(g->full_in_s, 1)},
@@ -319,13 +336,15 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir, sto
 }
 
 // Answers the control socket's requests (fs/control.h).
-std::string Control(const std::string& request, const MountOptions& mc, const std::string& store_dir,
-                    store::ColdStore& store, Filesystem& fs, Migrator& migrator) {
+std::string Control(const std::string& request, const MountOptions& mc,
+                    const std::string& store_dir, store::ColdStore& store, Filesystem& fs,
+                    Migrator& migrator) {
   if (request == "status") return StatusJson(mc, store_dir, store, fs, migrator);
   if (request == "migrate-now") {
     if (migrator.RunNow() != 0) {
-      return Compact({{"error", "the migration pass failed: " + migrator.stats().last_error +
-                                    " (the log is " + JoinPath(mc.state_dir, "tbfs-mount.log") + ")"}});
+      return Compact(
+          {{"error", "the migration pass failed: " + migrator.stats().last_error + " (the log is " +
+                         JoinPath(mc.state_dir, "tbfs-mount.log") + ")"}});
     }
     if (!store.writer()) {
       return Compact({{"error", "this mount reads the shared store " + store_dir +
@@ -381,10 +400,12 @@ void RaiseFdLimit() {
 // the mount's device `dev`.
 void RaiseReadahead(dev_t dev) {
   const std::string device = fmt::format("{}:{}", major(dev), minor(dev));
-  int fd = ::open(fmt::format("/sys/class/bdi/{}/read_ahead_kb", device).c_str(), O_WRONLY | O_CLOEXEC);
+  int fd =
+      ::open(fmt::format("/sys/class/bdi/{}/read_ahead_kb", device).c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return;  // not root, or no sysfs: keep the default
   std::string kb = std::to_string(store::kDefaultChunkBytes / 1024);
-  if (::write(fd, kb.data(), kb.size()) < 0) spdlog::info("read_ahead_kb: {}", std::strerror(errno));
+  if (::write(fd, kb.data(), kb.size()) < 0)
+    spdlog::info("read_ahead_kb: {}", std::strerror(errno));
   ::close(fd);
 }
 
@@ -394,8 +415,16 @@ namespace {
 
 // The -o keys tbfs takes for itself; the rest go to libfuse.
 enum OptKey {
-  kOptStore, kOptState, kOptColdAfter, kOptMigrateInterval, kOptCache, kOptMetrics,
-  kOptNoMigrate, kOptConfig, kOptForeground, kOptNonempty,
+  kOptStore,
+  kOptState,
+  kOptColdAfter,
+  kOptMigrateInterval,
+  kOptCache,
+  kOptMetrics,
+  kOptNoMigrate,
+  kOptConfig,
+  kOptForeground,
+  kOptNonempty,
 };
 
 const struct fuse_opt kMountOpts[] = {
@@ -437,12 +466,24 @@ int ProcessMountOpt(void* data, const char* arg, int key, struct fuse_args*) {
     return -1;
   };
   switch (key) {
-    case kOptStore: config->store_dir = value; return 0;
-    case kOptState: config->state_dir = value; return 0;
-    case kOptConfig: config->config_file = value; return 0;
-    case kOptNoMigrate: config->migrate = false; return 0;
-    case kOptForeground: config->foreground = true; return 0;
-    case kOptNonempty: config->nonempty = true; return 0;
+    case kOptStore:
+      config->store_dir = value;
+      return 0;
+    case kOptState:
+      config->state_dir = value;
+      return 0;
+    case kOptConfig:
+      config->config_file = value;
+      return 0;
+    case kOptNoMigrate:
+      config->migrate = false;
+      return 0;
+    case kOptForeground:
+      config->foreground = true;
+      return 0;
+    case kOptNonempty:
+      config->nonempty = true;
+      return 0;
     case kOptColdAfter: {
       auto s = ParseDurationSeconds(value);
       if (!s.ok()) return fail("cold_after: " + s.status().message());
@@ -537,30 +578,35 @@ int RunMount(const MountOptions& mc_in) {
   // The daemon must reach the logdir and its store without going through
   // its own mount (it would wait for itself forever).
   auto covers = [&](const std::string& path) {
-    return path == mc.mountpoint || path.starts_with(mc.mountpoint == "/" ? "/" : mc.mountpoint + "/");
+    return path == mc.mountpoint ||
+           path.starts_with(mc.mountpoint == "/" ? "/" : mc.mountpoint + "/");
   };
   if (covers(mc.logdir)) {
     return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain LOGDIR " + mc.logdir);
   }
   const bool shared = store::IsRadosUrl(mc.store_dir);
   if (!shared && store::LooksLikeAddress(mc.store_dir)) {
-    return Fail(verdict, "store=" + mc.store_dir + ": not a store folder, and not a store address this tbfs knows "
-                                                   "(rados://POOL[/PREFIX]?conf=FILE)");
+    return Fail(verdict, "store=" + mc.store_dir +
+                             ": not a store folder, and not a store address this tbfs knows "
+                             "(rados://POOL[/PREFIX]?conf=FILE)");
   }
   if (shared) {
-    if (auto where = store::ParseRadosUrl(mc.store_dir); !where.ok()) return Fail(verdict, where.status().message());
+    if (auto where = store::ParseRadosUrl(mc.store_dir); !where.ok())
+      return Fail(verdict, where.status().message());
     // The mount's own files: on this host, one folder per mount point.
     if (mc.state_dir.empty()) mc.state_dir = JoinPath(kDefaultStateRoot, EscapePath(mc.mountpoint));
     // Made absolute, symlinks left for PrepareStateDir to refuse.
     if (mc.state_dir[0] != '/') {
       char cwd[PATH_MAX];
-      if (::getcwd(cwd, sizeof(cwd)) == nullptr) return Fail(verdict, "getcwd: " + std::string(std::strerror(errno)));
+      if (::getcwd(cwd, sizeof(cwd)) == nullptr)
+        return Fail(verdict, "getcwd: " + std::string(std::strerror(errno)));
       mc.state_dir = JoinPath(cwd, mc.state_dir);
     }
     mc.state_dir = std::filesystem::path(mc.state_dir).lexically_normal().string();
     while (mc.state_dir.size() > 1 && mc.state_dir.back() == '/') mc.state_dir.pop_back();
     if (covers(mc.state_dir)) {
-      return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain the mount's state " + mc.state_dir);
+      return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain the mount's state " +
+                               mc.state_dir);
     }
     if (mc.state_dir == mc.logdir || mc.state_dir.starts_with(mc.logdir + "/") ||
         mc.logdir.starts_with(mc.state_dir + "/")) {
@@ -569,17 +615,20 @@ int RunMount(const MountOptions& mc_in) {
     }
   } else {
     if (!mc.state_dir.empty()) {
-      return Fail(verdict, "state= is for a RADOS store; a mount of a store folder keeps its files there");
+      return Fail(verdict,
+                  "state= is for a RADOS store; a mount of a store folder keeps its files there");
     }
     std::string store_abs = mc.store_dir.empty() ? JoinPath(mc.logdir, store::kStoreDirName)
                                                  : ResolveExisting(mc.store_dir);
     if (covers(store_abs)) {
-      return Fail(verdict, "MOUNTPOINT " + mc.mountpoint + " must not contain the store " + store_abs);
+      return Fail(verdict,
+                  "MOUNTPOINT " + mc.mountpoint + " must not contain the store " + store_abs);
     }
   }
   if (!mc.nonempty && !IsEmptyDir(mc.mountpoint)) {
-    return Fail(verdict, "MOUNTPOINT " + mc.mountpoint +
-                             " is not empty; its files would be hidden (-o nonempty to mount anyway)");
+    return Fail(verdict,
+                "MOUNTPOINT " + mc.mountpoint +
+                    " is not empty; its files would be hidden (-o nonempty to mount anyway)");
   }
   store::ConfigFile policy;
   if (!mc.config_file.empty()) {
@@ -587,8 +636,8 @@ int RunMount(const MountOptions& mc_in) {
     if (!loaded.ok()) return Fail(verdict, loaded.status().message());
     policy = *loaded;
   }
-  std::string store_dir = mc.store_dir.empty() ? JoinPath(mc.logdir, store::kStoreDirName)
-                                               : mc.store_dir;
+  std::string store_dir =
+      mc.store_dir.empty() ? JoinPath(mc.logdir, store::kStoreDirName) : mc.store_dir;
   if (::access("/dev/fuse", R_OK | W_OK) != 0) {
     return Fail(verdict, std::string("cannot open /dev/fuse: ") + std::strerror(errno));
   }
@@ -606,7 +655,8 @@ int RunMount(const MountOptions& mc_in) {
   store::OpenOptions so;
   so.create_if_missing = true;
   so.logdir = mc.logdir;
-  so.holder = shared ? fmt::format("the tbfs mount on {}:{} (pid {})", HostName(), mc.mountpoint, ::getpid())
+  so.holder = shared ? fmt::format("the tbfs mount on {}:{} (pid {})", HostName(), mc.mountpoint,
+                                   ::getpid())
                      : fmt::format("the tbfs mount on {} (pid {})", mc.mountpoint, ::getpid());
   so.lock_wait_ms = 5000;  // a mount of this logdir just unmounted may still be closing
   std::unique_ptr<store::ColdStore> store;
@@ -653,7 +703,8 @@ int RunMount(const MountOptions& mc_in) {
   fc.logdir = mc.logdir;
   fc.cache_bytes = mc.cache_bytes;
   fc.as_root_owner_fixup = ::geteuid() == 0;
-  if (store_dir.starts_with(mc.logdir + "/")) fc.store_skip = store_dir.substr(mc.logdir.size() + 1);
+  if (store_dir.starts_with(mc.logdir + "/"))
+    fc.store_skip = store_dir.substr(mc.logdir.size() + 1);
   fc.control_socket = JoinPath(state_dir, kControlSocketName);
   auto root = OpenFile(mc.logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return Fail(verdict, root.status().message());
@@ -676,7 +727,8 @@ int RunMount(const MountOptions& mc_in) {
   migc.retention = policy.retention;
   migc.growth_dir = state_dir;
   migc.writer = so;  // a reader's passes take the writer's role when it comes free
-  if (policy.retention.any()) spdlog::info("retention policy of {} applies after each migrator pass", mc.config_file);
+  if (policy.retention.any())
+    spdlog::info("retention policy of {} applies after each migrator pass", mc.config_file);
   migc.walk.skip_dirs = {store::kStoreDirName};
   if (!fc.store_skip.empty()) migc.walk.skip_dirs.push_back(fc.store_skip);
   Migrator migrator(*store, fc.logdir, &namespace_lock, fs, migc);
@@ -698,9 +750,9 @@ int RunMount(const MountOptions& mc_in) {
       return Fail(verdict, "metrics: cannot listen on " + mc.metrics_address + ": " + why);
     }
     try {
-      exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-          "listening_ports", mc.metrics_address, "num_threads", "8", "request_timeout_ms", "1000",
-          "enable_keep_alive", "no"});
+      exposer = std::make_unique<prometheus::Exposer>(
+          std::vector<std::string>{"listening_ports", mc.metrics_address, "num_threads", "8",
+                                   "request_timeout_ms", "1000", "enable_keep_alive", "no"});
     } catch (const std::exception& e) {
       return Fail(verdict, "metrics: cannot listen on " + mc.metrics_address + ": " + e.what());
     }

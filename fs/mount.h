@@ -22,7 +22,7 @@ namespace tbfs::fs {
 struct MountOptions {
   std::string logdir;
   std::string mountpoint;
-  std::string store_dir;          // "" : LOGDIR/.tbfs; or rados://POOL[/PREFIX]?...
+  std::string store_dir;  // "" : LOGDIR/.tbfs; or rados://POOL[/PREFIX]?...
   // Where the mount keeps its own files (log, control socket, growth
   // series): the store folder, or for a RADOS store this folder
   // ("" : /var/lib/tbfs/mounts/ + the mount point, escaped).
@@ -30,12 +30,12 @@ struct MountOptions {
   int64_t cold_after_s = 300;
   int64_t migrate_interval_s = 30;
   uint64_t cache_bytes = 256ull << 20;
-  bool migrate = true;            // background migration
+  bool migrate = true;  // background migration
   bool foreground = false;
-  bool nonempty = false;          // allow a mount point that is not empty
-  std::string config_file;        // YAML policy (store/config.h)
+  bool nonempty = false;                  // allow a mount point that is not empty
+  std::string config_file;                // YAML policy (store/config.h)
   std::vector<std::string> fuse_options;  // passed to libfuse as -o
-  std::string metrics_address;    // "ADDR:PORT" for /metrics; "" : none
+  std::string metrics_address;            // "ADDR:PORT" for /metrics; "" : none
 };
 
 // Parses a mount -o string: our keys (store=, state=, cold_after=, cache=,

@@ -1,6 +1,5 @@
-// Filesystem: changes of the namespace (create, link, unlink, rmdir, rename), on hot and cold entries and on folders mixing both.
-#include "fs/filesystem.h"
-
+// Filesystem: changes of the namespace (create, link, unlink, rmdir, rename), on hot and cold
+// entries and on folders mixing both.
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <unistd.h>
@@ -9,12 +8,12 @@
 #include <set>
 
 #include "base/time_util.h"
+#include "fs/filesystem.h"
+#include "fs/filesystem_internal.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
 #include "store/file_io.h"
 #include "store/restore.h"
-
-#include "fs/filesystem_internal.h"
 
 namespace tbfs::fs {
 
@@ -28,18 +27,15 @@ int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
   // Recreate the folder chain the cold namespace remembers, beneath the
   // logdir without following a symlink a user may have put on the way.
   const std::string& rel = v.cold_path;
-  auto made = MakeDirsBeneath(inodes_.RootFd(), rel, 0755,
-                              [&](const std::string& folder, int fd) {
-                                auto entry = store_->GetEntry(folder);
-                                if (!entry.ok()) return;
-                                // The folder is made; only its owner or
-                                // mode could not be given back: say so.
-                                if (::fchown(fd, entry->uid(), entry->gid()) != 0 ||
-                                    ::fchmod(fd, entry->mode() & 07777) != 0) {
-                                  spdlog::warn("backing folder {}: chown/chmod: {}", folder,
-                                               std::strerror(errno));
-                                }
-                              });
+  auto made = MakeDirsBeneath(inodes_.RootFd(), rel, 0755, [&](const std::string& folder, int fd) {
+    auto entry = store_->GetEntry(folder);
+    if (!entry.ok()) return;
+    // The folder is made; only its owner or
+    // mode could not be given back: say so.
+    if (::fchown(fd, entry->uid(), entry->gid()) != 0 || ::fchmod(fd, entry->mode() & 07777) != 0) {
+      spdlog::warn("backing folder {}: chown/chmod: {}", folder, std::strerror(errno));
+    }
+  });
   if (!made.ok()) {
     if (int err = made.status().sys_errno(); err != 0) return -err;
     return Eio(EioSite::kBackingDir, made.status().message());
@@ -74,7 +70,8 @@ void Filesystem::FixOwner(int dir_fd, const char* name, int fd, const Caller& c,
   }
   // In a set-group-ID folder the new entry keeps the folder's group.
   struct stat dir;
-  gid_t gid = ::fstat(dir_fd, &dir) == 0 && (dir.st_mode & S_ISGID) ? static_cast<gid_t>(-1) : c.gid;
+  gid_t gid =
+      ::fstat(dir_fd, &dir) == 0 && (dir.st_mode & S_ISGID) ? static_cast<gid_t>(-1) : c.gid;
   if (::fchownat(fd, "", c.uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
     spdlog::warn("chown {} to {}:{}: {}", name, c.uid, c.gid, std::strerror(errno));
     return;
@@ -84,7 +81,9 @@ void Filesystem::FixOwner(int dir_fd, const char* name, int fd, const Caller& c,
   if (!(mode & (S_ISUID | S_ISGID)) || !(S_ISREG(mode) || S_ISDIR(mode))) return;
   UniqueFd real;
   if (path_fd.valid()) {
-    real.reset(::open(ProcPath(fd).c_str(), (S_ISDIR(mode) ? O_RDONLY | O_DIRECTORY : O_RDONLY | O_NONBLOCK) | O_CLOEXEC));
+    real.reset(
+        ::open(ProcPath(fd).c_str(),
+               (S_ISDIR(mode) ? O_RDONLY | O_DIRECTORY : O_RDONLY | O_NONBLOCK) | O_CLOEXEC));
   }
   if (::fchmod(real.valid() ? real.get() : fd, mode & 07777) != 0) {
     spdlog::warn("chmod {} to {:o}: {}", name, mode & 07777, std::strerror(errno));
@@ -92,17 +91,16 @@ void Filesystem::FixOwner(int dir_fd, const char* name, int fd, const Caller& c,
 }
 
 // Creating a name that exists cold is EEXIST, as it would be on a disk.
-#define TBFS_REFUSE_IF_COLD(parent, name)                          \
-  do {                                                             \
-    std::string rel_;                                              \
-    if (RelPath(parent, &rel_) == 0 &&                             \
-        store_->GetEntry(JoinPath(rel_, name)).ok()) {             \
-      return -EEXIST;                                              \
-    }                                                              \
+#define TBFS_REFUSE_IF_COLD(parent, name)                                             \
+  do {                                                                                \
+    std::string rel_;                                                                 \
+    if (RelPath(parent, &rel_) == 0 && store_->GetEntry(JoinPath(rel_, name)).ok()) { \
+      return -EEXIST;                                                                 \
+    }                                                                                 \
   } while (0)
 
-int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev,
-                      const Caller& c, EntryOut* out) {
+int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev, const Caller& c,
+                      EntryOut* out) {
   if (IsHidden(parent, name)) return -EPERM;
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
@@ -257,8 +255,8 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
 
   InodeView pv = inodes_.View(parent);
   struct stat sst;
-  bool src_hot = pv.kind == Kind::kHot &&
-                 ::fstatat(pv.fd->get(), name, &sst, AT_SYMLINK_NOFOLLOW) == 0;
+  bool src_hot =
+      pv.kind == Kind::kHot && ::fstatat(pv.fd->get(), name, &sst, AT_SYMLINK_NOFOLLOW) == 0;
   auto dst_entry = store_->GetEntry(dst);
   bool dst_cold = dst_entry.ok();
   if (!store_->writer()) {
@@ -299,7 +297,8 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
         Status st = store_->Commit(b, true);
         if (!st.ok()) r = StoreError(st, EioSite::kRenameReplace);
       }
-      if (r != 0) spdlog::error("rename over cold {}: its store entry stays: {}", dst, std::strerror(-r));
+      if (r != 0)
+        spdlog::error("rename over cold {}: its store entry stays: {}", dst, std::strerror(-r));
     }
     if (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok()) {
       // The folder's cold contents move with it.
@@ -350,14 +349,16 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
   // rename has left it in place.
   if (dst_hot_file && ::unlinkat(npv.fd->get(), newname, 0) != 0 && errno != ENOENT) {
     const int err = errno;
-    spdlog::error("rename {} -> {}: the hot file it replaces stays (and hides it): {}", src, dst, std::strerror(err));
+    spdlog::error("rename {} -> {}: the hot file it replaces stays (and hides it): {}", src, dst,
+                  std::strerror(err));
     return -err;
   }
   if (src_dir) {
     inodes_.RenameColdDirs(src, dst);
   } else {
     auto m = store_->GetManifest(src_entry->file_id());
-    if (m.ok()) inodes_.UpdateManifest(std::make_shared<const storepb::Manifest>(std::move(m).value()));
+    if (m.ok())
+      inodes_.UpdateManifest(std::make_shared<const storepb::Manifest>(std::move(m).value()));
   }
   return 0;
 }

@@ -4,11 +4,16 @@ namespace tbfs::fs {
 
 const char* FuseOpName(FuseOp op) {
   switch (op) {
-    case FuseOp::kLookup: return "lookup";
-    case FuseOp::kGetAttr: return "getattr";
-    case FuseOp::kRead: return "read";
-    case FuseOp::kWrite: return "write";
-    case FuseOp::kReadDir: return "readdir";
+    case FuseOp::kLookup:
+      return "lookup";
+    case FuseOp::kGetAttr:
+      return "getattr";
+    case FuseOp::kRead:
+      return "read";
+    case FuseOp::kWrite:
+      return "write";
+    case FuseOp::kReadDir:
+      return "readdir";
   }
   return "?";
 }

@@ -19,9 +19,9 @@ const char* FuseOpName(FuseOp op);  // "lookup", "getattr", ...
 class OpLatency {
  public:
   // Upper bounds of the buckets, in seconds; one more bucket (+Inf) follows.
-  static constexpr std::array<double, 14> kBounds = {
-      25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3,
-      5e-3,  10e-3, 25e-3,  100e-3, 250e-3, 1.0,  5.0};
+  static constexpr std::array<double, 14> kBounds = {25e-6,  50e-6,  100e-6, 250e-6, 500e-6,
+                                                     1e-3,   2.5e-3, 5e-3,   10e-3,  25e-3,
+                                                     100e-3, 250e-3, 1.0,    5.0};
 
   struct Snapshot {
     std::array<uint64_t, kBounds.size() + 1> buckets{};  // per bucket, not cumulative

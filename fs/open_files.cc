@@ -57,10 +57,12 @@ int Filesystem::Rehydrate(uint64_t ino) {
     MutexLock one(rehydrate_mu_);
     std::shared_lock<std::shared_mutex> ns(ns_mu_);
     switch (inodes_.BeginRehydrate(ino)) {
-      case InodeTable::Rehydrate::kBusy: continue;
+      case InodeTable::Rehydrate::kBusy:
+        continue;
       case InodeTable::Rehydrate::kNotCold:
         return inodes_.KindOf(ino) == Kind::kColdDir ? -EISDIR : 0;
-      case InodeTable::Rehydrate::kStarted: break;
+      case InodeTable::Rehydrate::kStarted:
+        break;
     }
     InodeView v = inodes_.View(ino);
     auto m = store_->GetManifest(v.manifest->file_id());  // its current path
@@ -155,9 +157,13 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
       return 0;
     }
     switch (inodes_.OpenHandle(ino, writable, nullptr)) {
-      case InodeTable::Open::kRetry: continue;
-      case InodeTable::Open::kWait: inodes_.WaitSettled(ino); continue;
-      case InodeTable::Open::kOk: break;
+      case InodeTable::Open::kRetry:
+        continue;
+      case InodeTable::Open::kWait:
+        inodes_.WaitSettled(ino);
+        continue;
+      case InodeTable::Open::kOk:
+        break;
     }
     int fd = ::open(ProcPath(v.fd->get()).c_str(), BackingFlags(flags));
     if (fd < 0) {
@@ -211,7 +217,8 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
 
 int Filesystem::IoFd(FileHandle* fh) {
   uint64_t now = fh->generation->load(std::memory_order_acquire);
-  if (now == fh->seen.load(std::memory_order_acquire)) return fh->fd.load(std::memory_order_acquire);
+  if (now == fh->seen.load(std::memory_order_acquire))
+    return fh->fd.load(std::memory_order_acquire);
   std::lock_guard<std::mutex> lock(fh->mu);
   now = fh->generation->load(std::memory_order_acquire);
   int current = fh->fd.load(std::memory_order_acquire);
@@ -268,7 +275,8 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
   uint64_t distance = expected > static_cast<uint64_t>(off) ? expected - static_cast<uint64_t>(off)
                                                             : static_cast<uint64_t>(off) - expected;
   if (distance <= 2 * cb) {
-    for (uint64_t ahead = 1; ahead <= kReadaheadChunks; ++ahead) cache_.Prefetch(m, last_index + ahead);
+    for (uint64_t ahead = 1; ahead <= kReadaheadChunks; ++ahead)
+      cache_.Prefetch(m, last_index + ahead);
   }
   counters_.cold_reads++;
   return static_cast<ssize_t>(done);
@@ -333,7 +341,9 @@ bool Filesystem::BeginMove(int fd, const struct stat& st, const storepb::Manifes
   return id != 0;
 }
 
-void Filesystem::EndMove(uint64_t file_id, bool moved) { Invalidate(inodes_.EndMove(file_id, moved)); }
+void Filesystem::EndMove(uint64_t file_id, bool moved) {
+  Invalidate(inodes_.EndMove(file_id, moved));
+}
 
 void Filesystem::PutBack(uint64_t file_id, int fd, const struct stat& st) {
   UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));

@@ -1,6 +1,4 @@
 // Filesystem: folder listings, the merge of the backing folder and the store's entries.
-#include "fs/filesystem.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,11 +6,11 @@
 #include <algorithm>
 #include <set>
 
+#include "base/time_util.h"
+#include "fs/filesystem.h"
+#include "fs/filesystem_internal.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
-
-#include "base/time_util.h"
-#include "fs/filesystem_internal.h"
 
 namespace tbfs::fs {
 
@@ -51,7 +49,8 @@ int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
     while (struct dirent* de = ::readdir(dir)) {
       std::string_view n = de->d_name;
       if (n == "." || n == "..") continue;
-      if (ino == InodeTable::kRootId && (n == options_.store_skip || n == store::kStoreDirName)) continue;
+      if (ino == InodeTable::kRootId && (n == options_.store_skip || n == store::kStoreDirName))
+        continue;
       if (IsTransientName(n)) continue;
       hot_names.emplace(n);
       dh->entries.push_back({std::string(n), static_cast<mode_t>(DTTOIF(de->d_type)),
@@ -67,8 +66,9 @@ int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
   for (const auto& c : cold) {
     if (hot_names.count(c.name)) continue;  // hot wins
     bool dir = c.entry.kind() == storepb::Entry::DIR;
-    dh->entries.push_back({c.name, static_cast<mode_t>(dir ? S_IFDIR : S_IFREG),
-                           dir ? inodes_.ColdDirIno(JoinPath(rel, c.name)) : ColdIno(c.entry.file_id())});
+    dh->entries.push_back(
+        {c.name, static_cast<mode_t>(dir ? S_IFDIR : S_IFREG),
+         dir ? inodes_.ColdDirIno(JoinPath(rel, c.name)) : ColdIno(c.entry.file_id())});
   }
   if (!options_.store_skip.empty() && options_.store_skip.find('/') != std::string::npos) {
     std::erase_if(dh->entries, [&](const DirEntryOut& e) {

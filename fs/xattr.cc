@@ -1,6 +1,5 @@
-// Filesystem: extended attributes, including user.tbfs.state and the control socket's path on the root.
-#include "fs/filesystem.h"
-
+// Filesystem: extended attributes, including user.tbfs.state and the control socket's path on the
+// root.
 #include <fcntl.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -8,6 +7,7 @@
 #include <cstring>
 
 #include "base/time_util.h"
+#include "fs/filesystem.h"
 #include "fs/filesystem_internal.h"
 
 namespace tbfs::fs {
@@ -20,7 +20,8 @@ int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
       return 0;
     }
     struct stat st;
-    if (v.kind == Kind::kHot && ::fstatat(v.fd->get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 &&
+    if (v.kind == Kind::kHot &&
+        ::fstatat(v.fd->get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISREG(st.st_mode)) {
       *value = "hot";
       return 0;

@@ -18,8 +18,7 @@ run() {
     asan) sanitize=address,undefined
           ctest_args=(-E '^(Packaging|ThreadSafety)\.') ;;
     tsan) sanitize=thread
-          ctest_args=(-L mount -E '^Soak' -R '.' )
-          ctest_args=(-R '^(Mount|Transitions|Security|Space|SharedStore|UnreachableStore|InodeTable|ChunkCache|WorkPool)') ;;
+          ctest_args=(-R '^(Mount|Mounted|Transitions|Confined|NoRoom|SharedStore|UnreachableStore|InodeTable|ChunkCache|WorkPool)') ;;
     *) echo "check.sh: unknown check '$kind' (asan or tsan)" >&2; return 2 ;;
   esac
   local build=$root/build-$kind logs=$root/build-$kind/sanitizer-logs

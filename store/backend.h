@@ -81,9 +81,9 @@ class Backend {
   virtual Status Get(Space space, std::string_view key, std::string* value) = 0;
   // Calls fn on every key starting with prefix, in key order, until it
   // returns false.
-  virtual Status Scan(Space space, std::string_view prefix,
-                      const std::function<bool(std::string_view key, std::string_view value)>&
-                          fn) = 0;
+  virtual Status Scan(
+      Space space, std::string_view prefix,
+      const std::function<bool(std::string_view key, std::string_view value)>& fn) = 0;
   // The largest key of the space; NotFound when it is empty.
   virtual Status LastKey(Space space, std::string* key) = 0;
   // Bytes the engine uses on disk (live and obsolete files).

@@ -42,10 +42,9 @@ Status WriteBackup(const std::string& logdir, const std::vector<std::string>& re
   time_t now = ::time(nullptr);
   struct tm tm;
   gmtime_r(&now, &tm);
-  std::string final_path =
-      fmt::format("{}/tbfs-backup-{:04}{:02}{:02}-{:02}{:02}{:02}-{}.tar.zst", dir,
-                  tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                  ::getpid());
+  std::string final_path = fmt::format("{}/tbfs-backup-{:04}{:02}{:02}-{:02}{:02}{:02}-{}.tar.zst",
+                                       dir, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                                       tm.tm_hour, tm.tm_min, tm.tm_sec, ::getpid());
   std::string tmp = final_path + ".partial";
 
   // 0600: the backup holds files whose modes kept others out.

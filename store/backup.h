@@ -14,8 +14,7 @@ namespace tbfs::store {
 // Writes DIR/tbfs-backup-<UTC time>.tar.zst holding rel_paths (relative to
 // logdir, stored under those names) and returns its path in *archive.
 Status WriteBackup(const std::string& logdir, const std::vector<std::string>& rel_paths,
-                   const std::string& dir, std::string* archive,
-                   std::atomic<uint64_t>* progress);
+                   const std::string& dir, std::string* archive, std::atomic<uint64_t>* progress);
 
 // True when a and b are on the same filesystem (a backup there protects
 // against mistakes, not against losing the disk).

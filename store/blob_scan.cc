@@ -73,8 +73,10 @@ Status ScanBlobFile(const std::string& path, const std::function<void(const Blob
                            len <= kMaxValueBytes && value_at + len <= size;
     if (!header_ok) len = LengthFromValue(data + value_at, size - value_at);
     BlobCandidate c;
-    if (len == 0 || !DecodeChunkKey(std::string_view(reinterpret_cast<const char*>(h + kRecordHeaderBytes), kKeyBytes),
-                                    &c.file_id, &c.index)) {
+    if (len == 0 ||
+        !DecodeChunkKey(
+            std::string_view(reinterpret_cast<const char*>(h + kRecordHeaderBytes), kKeyBytes),
+            &c.file_id, &c.index)) {
       pos = rec + 1;
       continue;
     }

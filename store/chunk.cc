@@ -20,11 +20,12 @@ void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::stri
   value->resize(kChunkHeaderBytes + bound);
   char* out = value->data();
   uint32_t len = static_cast<uint32_t>(raw.size());
-  uint64_t hash = XXH3_64bits_withSeed(raw.data(), raw.size(), ChunkSeed(pos.file_id, pos.index, len));
+  uint64_t hash =
+      XXH3_64bits_withSeed(raw.data(), raw.size(), ChunkSeed(pos.file_id, pos.index, len));
   std::memcpy(out + 1, &len, 4);
   std::memcpy(out + 5, &hash, 8);
-  size_t z = ZSTD_compressCCtx(cctx_, out + kChunkHeaderBytes, bound, raw.data(), raw.size(),
-                               level);
+  size_t z =
+      ZSTD_compressCCtx(cctx_, out + kChunkHeaderBytes, bound, raw.data(), raw.size(), level);
   if (!ZSTD_isError(z) && z < raw.size() - raw.size() / 64) {
     out[0] = static_cast<char>(kChunkZstd);
     value->resize(kChunkHeaderBytes + z);
@@ -65,8 +66,9 @@ Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected
   uint64_t want = v1 ? XXH3_64bits(out, len)
                      : XXH3_64bits_withSeed(out, len, ChunkSeed(pos.file_id, pos.index, len));
   if (want != hash) {
-    return Status::Corruption(v1 ? "chunk checksum mismatch"
-                                 : "chunk checksum mismatch (damaged, or not this file's chunk at this index)");
+    return Status::Corruption(
+        v1 ? "chunk checksum mismatch"
+           : "chunk checksum mismatch (damaged, or not this file's chunk at this index)");
   }
   return Status::OK();
 }
@@ -85,7 +87,8 @@ Status ChunkCodec::Rebind(std::string_view value, size_t expected, ChunkPos pos,
   if (codec != kChunkRawV1 && codec != kChunkZstdV1) return Status::OK();
   (*out)[0] = static_cast<char>(codec == kChunkRawV1 ? kChunkRaw : kChunkZstd);
   uint32_t len = static_cast<uint32_t>(expected);
-  uint64_t hash = XXH3_64bits_withSeed(raw.data(), raw.size(), ChunkSeed(pos.file_id, pos.index, len));
+  uint64_t hash =
+      XXH3_64bits_withSeed(raw.data(), raw.size(), ChunkSeed(pos.file_id, pos.index, len));
   std::memcpy(out->data() + 5, &hash, 8);
   return Status::OK();
 }

@@ -30,8 +30,7 @@ std::string_view ClassName(FileClass c);
 // Parses "tf_profile", "pytorch_trace", ... Returns false for an unknown name.
 bool ParseClassName(std::string_view name, FileClass* out);
 inline bool IsTraceClass(FileClass c) {
-  return c == FileClass::kTfProfile || c == FileClass::kPytorchTrace ||
-         c == FileClass::kOtherTrace;
+  return c == FileClass::kTfProfile || c == FileClass::kPytorchTrace || c == FileClass::kOtherTrace;
 }
 
 struct Policy {

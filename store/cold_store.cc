@@ -1,4 +1,3 @@
-#include "base/time_util.h"
 #include "store/cold_store.h"
 
 #include <fcntl.h>
@@ -10,6 +9,7 @@
 #include <thread>
 
 #include "base/fs_util.h"
+#include "base/time_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/format.h"
@@ -40,7 +40,8 @@ ColdStore::~ColdStore() {
   DropWriterRole();
 }
 
-Result<std::unique_ptr<ColdStore>> ColdStore::OpenShared(const std::string& url, const OpenOptions& options) {
+Result<std::unique_ptr<ColdStore>> ColdStore::OpenShared(const std::string& url,
+                                                         const OpenOptions& options) {
   auto where = ParseRadosUrl(url);
   if (!where.ok()) return where.status();
   BackendOptions bo;
@@ -58,7 +59,8 @@ Result<std::unique_ptr<ColdStore>> ColdStore::OpenShared(const std::string& url,
   // A shared store has no folder to say it existed: its format record does.
   std::string bytes;
   Status st = store->backend_->Get(Space::kMeta, kMetaInfoKey, &bytes);
-  if (st.IsNotFound() && !store->writer()) return Status::NotFound(url + ": no tbfs store there yet");
+  if (st.IsNotFound() && !store->writer())
+    return Status::NotFound(url + ": no tbfs store there yet");
   TBFS_RETURN_IF_ERROR(store->Init(options, false));
   return store;
 }
@@ -85,7 +87,8 @@ Status ColdStore::TakeWriterRole(const OpenOptions& options) {
   };
   const std::string holder = options.holder.empty() ? "a tbfs writer" : options.holder;
   auto lease = RadosLease::Acquire(rados_, holder, rados_.lease_s);
-  for (int waited = 0; !lease.ok() && lease.status().code() == Code::kBusy && waited < options.lock_wait_ms;
+  for (int waited = 0;
+       !lease.ok() && lease.status().code() == Code::kBusy && waited < options.lock_wait_ms;
        waited += 200) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     lease = RadosLease::Acquire(rados_, holder, rados_.lease_s);
@@ -121,8 +124,9 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
                                                    const OpenOptions& options) {
   if (IsRadosUrl(dir)) return OpenShared(dir, options);
   if (LooksLikeAddress(dir)) {
-    return Status::InvalidArgument(dir + ": not a store folder, and not a store address this tbfs knows "
-                                         "(rados://POOL[/PREFIX]?conf=FILE)");
+    return Status::InvalidArgument(dir +
+                                   ": not a store folder, and not a store address this tbfs knows "
+                                   "(rados://POOL[/PREFIX]?conf=FILE)");
   }
   BackendOptions bo;
   bo.create_if_missing = options.create_if_missing;
@@ -130,7 +134,8 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
   UniqueFd lock;
   if (!options.read_only && !options.logdir.empty()) {
     auto taken = LockLogdir(options.logdir, options.holder);
-    for (int waited = 0; !taken.ok() && taken.status().code() == Code::kBusy && waited < options.lock_wait_ms;
+    for (int waited = 0;
+         !taken.ok() && taken.status().code() == Code::kBusy && waited < options.lock_wait_ms;
          waited += 50) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       taken = LockLogdir(options.logdir, options.holder);
@@ -151,8 +156,9 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
   // writes out every file that verifies.
   auto damaged = [&](const Status& st) {
     if (st.code() != Code::kCorruption) return st;
-    return Status::Corruption(st.message() + " (the store is damaged: tbfs fsck names what, and "
-                                             "tbfs salvage writes out every intact file)");
+    return Status::Corruption(st.message() +
+                              " (the store is damaged: tbfs fsck names what, and "
+                              "tbfs salvage writes out every intact file)");
   };
   struct stat current;
   const bool existed = ::stat(JoinPath(dir, "CURRENT").c_str(), &current) == 0;
@@ -168,7 +174,8 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
     std::string bytes;
     Status st = (*reader)->Get(Space::kMeta, kMetaInfoKey, &bytes);
     if (st.IsNotFound()) {
-      st = Status::Corruption("store " + dir + " opens without its format record (its engine "
+      st = Status::Corruption("store " + dir +
+                              " opens without its format record (its engine "
                               "MANIFEST is damaged or cut short); nothing was changed");
     }
     if (!st.ok()) return damaged(st);
@@ -187,9 +194,11 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
   Status st = backend_->Get(Space::kMeta, kMetaInfoKey, &bytes);
   if (st.IsNotFound()) {
     // Only a store made just now may lack it.
-    if (options.read_only || existed) return Status::Corruption("store " + dir_ + " has no format record");
+    if (options.read_only || existed)
+      return Status::Corruption("store " + dir_ + " has no format record");
     info_.set_format_version(kFormatVersion);
-    info_.set_store_id(fmt::format("{:016x}", static_cast<uint64_t>(NowNs()) ^ 0x7462667300000000ull));
+    info_.set_store_id(
+        fmt::format("{:016x}", static_cast<uint64_t>(NowNs()) ^ 0x7462667300000000ull));
     info_.set_created_ns(NowNs());
     info_.set_chunk_bytes(options.chunk_bytes);
     info_.set_level(options.level);
@@ -200,9 +209,9 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
     TBFS_RETURN_IF_ERROR(st);
     TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &info_, "store info"));
     if (info_.format_version() != kFormatVersion && info_.format_version() != kFormatVersionV1) {
-      return Status::NotSupported(fmt::format(
-          "store {} has format version {}; this tbfs reads versions {} and {} only", dir_,
-          info_.format_version(), kFormatVersionV1, kFormatVersion));
+      return Status::NotSupported(
+          fmt::format("store {} has format version {}; this tbfs reads versions {} and {} only",
+                      dir_, info_.format_version(), kFormatVersionV1, kFormatVersion));
     }
     if (info_.format_version() == kFormatVersionV1 && !options.read_only) {
       TBFS_RETURN_IF_ERROR(UpgradeFromV1());
@@ -295,7 +304,8 @@ Status ColdStore::UpgradeFromV1() {
   batch.Put(Space::kMeta, kMetaInfoKey, info_.SerializeAsString());
   TBFS_RETURN_IF_ERROR(CheckRoom(batch.bytes()));
   TBFS_RETURN_IF_ERROR(backend_->Commit(batch, true));
-  spdlog::warn("store {}: upgraded from format 1 to 2 ({} chunks bound to their place)", dir_, rebound);
+  spdlog::warn("store {}: upgraded from format 1 to 2 ({} chunks bound to their place)", dir_,
+               rebound);
   return Status::OK();
 }
 
@@ -309,16 +319,19 @@ Status ColdStore::CheckRoom(uint64_t bytes) {
   // with all the log holds already: room for both.
   const uint64_t need = 2 * bytes + backend_->UnflushedBytes();
   if (free >= need + margin) return Status::OK();
-  return Status::FromErrno(ENOSPC, "store", fmt::format(
-      "{} has no room: {} bytes free, {} needed (twice the {} to write, and {} of the engine's log "
-      "to flush) and {} kept free", dir_, free, need, bytes, need - 2 * bytes, margin));
+  return Status::FromErrno(ENOSPC, "store",
+                           fmt::format("{} has no room: {} bytes free, {} needed (twice the {} to "
+                                       "write, and {} of the engine's log "
+                                       "to flush) and {} kept free",
+                                       dir_, free, need, bytes, need - 2 * bytes, margin));
 }
 
 Result<storepb::Manifest> ColdStore::GetManifest(uint64_t file_id) {
   std::string bytes;
   Status st = backend_->Get(Space::kManifests, EncodeId(file_id), &bytes);
   if (!st.ok()) {
-    if (st.IsNotFound()) return Status::NotFound(fmt::format("no manifest for file id {}", file_id));
+    if (st.IsNotFound())
+      return Status::NotFound(fmt::format("no manifest for file id {}", file_id));
     return st;
   }
   storepb::Manifest m;
@@ -354,36 +367,34 @@ Status ColdStore::ListChildren(std::string_view folder, std::vector<ChildEntry>*
   out->clear();
   std::string prefix = ChildPrefix(folder);
   Status parse_error;
-  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kNamespace, prefix,
-                                      [&](std::string_view key, std::string_view value) {
-                                        ChildEntry c;
-                                        c.name.assign(key.substr(prefix.size()));
-                                        if (!c.entry.ParseFromArray(value.data(),
-                                                                    static_cast<int>(value.size()))) {
-                                          parse_error = Status::Corruption(
-                                              "store entry does not parse: " + c.name);
-                                          return false;
-                                        }
-                                        out->push_back(std::move(c));
-                                        return true;
-                                      }));
+  TBFS_RETURN_IF_ERROR(
+      backend_->Scan(Space::kNamespace, prefix, [&](std::string_view key, std::string_view value) {
+        ChildEntry c;
+        c.name.assign(key.substr(prefix.size()));
+        if (!c.entry.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          parse_error = Status::Corruption("store entry does not parse: " + c.name);
+          return false;
+        }
+        out->push_back(std::move(c));
+        return true;
+      }));
   return parse_error;
 }
 
 Status ColdStore::ForEachManifest(const std::function<bool(const storepb::Manifest&)>& fn) {
   Status inner;
-  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kManifests, "", [&](std::string_view key,
-                                                                 std::string_view value) {
-    storepb::Manifest m;
-    if (!m.ParseFromArray(value.data(), static_cast<int>(value.size())) ||
-        !IsSafeRelativePath(m.path())) {
-      uint64_t id = 0;
-      DecodeId(key, &id);
-      inner = Status::Corruption(fmt::format("manifest {} does not parse", id));
-      return false;
-    }
-    return fn(m);
-  }));
+  TBFS_RETURN_IF_ERROR(
+      backend_->Scan(Space::kManifests, "", [&](std::string_view key, std::string_view value) {
+        storepb::Manifest m;
+        if (!m.ParseFromArray(value.data(), static_cast<int>(value.size())) ||
+            !IsSafeRelativePath(m.path())) {
+          uint64_t id = 0;
+          DecodeId(key, &id);
+          inner = Status::Corruption(fmt::format("manifest {} does not parse", id));
+          return false;
+        }
+        return fn(m);
+      }));
   return inner;
 }
 
@@ -409,16 +420,18 @@ Status ColdStore::ForEachChunkKey(const std::function<bool(uint64_t, uint64_t)>&
   });
 }
 
-Status ColdStore::ForEachEntry(const std::function<bool(const std::string&, const storepb::Entry&)>& fn) {
+Status ColdStore::ForEachEntry(
+    const std::function<bool(const std::string&, const storepb::Entry&)>& fn) {
   Status inner;
-  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kNamespace, "", [&](std::string_view key, std::string_view value) {
-    storepb::Entry e;
-    if (!e.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-      inner = Status::Corruption("namespace entry does not parse: " + PathOfEntryKey(key));
-      return false;
-    }
-    return fn(PathOfEntryKey(key), e);
-  }));
+  TBFS_RETURN_IF_ERROR(
+      backend_->Scan(Space::kNamespace, "", [&](std::string_view key, std::string_view value) {
+        storepb::Entry e;
+        if (!e.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          inner = Status::Corruption("namespace entry does not parse: " + PathOfEntryKey(key));
+          return false;
+        }
+        return fn(PathOfEntryKey(key), e);
+      }));
   return inner;
 }
 
@@ -457,8 +470,7 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const F
     auto old = GetEntry(path);
     if (!old.ok()) return old.status();
     if (old->kind() == storepb::Entry::DIR) {
-      return folder_ok ? Status::OK()
-                       : Status::Aborted(path + " is a folder in the cold store");
+      return folder_ok ? Status::OK() : Status::Aborted(path + " is a folder in the cold store");
     }
     if (old->file_id() == m.file_id()) return Status::OK();
     auto manifest = GetManifest(old->file_id());
@@ -476,7 +488,8 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const F
   PutManifest(batch, m);
   // Files are added by one thread at a time (the migrator, or an offline
   // migrate), so these records land in the order the ids were handed out.
-  batch->Put(Space::kMeta, kMetaNextFileIdKey, EncodeId(std::max(next_file_id_.load(), m.file_id() + 1)));
+  batch->Put(Space::kMeta, kMetaNextFileIdKey,
+             EncodeId(std::max(next_file_id_.load(), m.file_id() + 1)));
   storepb::Entry file;
   file.set_kind(storepb::Entry::FILE);
   file.set_file_id(m.file_id());
@@ -485,7 +498,8 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const F
     Status st = replace(folder, /*folder_ok=*/true);
     if (st.ok()) break;  // a folder entry: its ancestors are there too
     if (!st.IsNotFound()) return st;
-    batch->Put(Space::kNamespace, EntryKey(folder), FolderEntry(folders, folder, m.mtime_ns()).SerializeAsString());
+    batch->Put(Space::kNamespace, EntryKey(folder),
+               FolderEntry(folders, folder, m.mtime_ns()).SerializeAsString());
   }
   return Status::OK();
 }
@@ -568,14 +582,12 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
   TBFS_RETURN_IF_ERROR(st);
   moves.push_back({EntryKey(from), to, own});
   for (const std::string& prefix : {ChildPrefix(from), from + "/"}) {
-    TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kNamespace, prefix,
-                                        [&](std::string_view key, std::string_view value) {
-                                          std::string path = PathOfEntryKey(key);
-                                          moves.push_back({std::string(key),
-                                                           to + path.substr(from.size()),
-                                                           std::string(value)});
-                                          return true;
-                                        }));
+    TBFS_RETURN_IF_ERROR(backend_->Scan(
+        Space::kNamespace, prefix, [&](std::string_view key, std::string_view value) {
+          std::string path = PathOfEntryKey(key);
+          moves.push_back({std::string(key), to + path.substr(from.size()), std::string(value)});
+          return true;
+        }));
   }
   for (const Move& m : moves) {
     batch->Delete(Space::kNamespace, m.old_key);
@@ -599,7 +611,8 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
     Status g = backend_->Get(Space::kNamespace, EntryKey(folder), &ignored);
     if (g.ok()) break;
     if (!g.IsNotFound()) return g;
-    batch->Put(Space::kNamespace, EntryKey(folder), FolderEntry(folders, folder, 0).SerializeAsString());
+    batch->Put(Space::kNamespace, EntryKey(folder),
+               FolderEntry(folders, folder, 0).SerializeAsString());
   }
   return Status::OK();
 }
@@ -609,12 +622,14 @@ Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, Chun
   std::string value;
   Status st = backend_->Get(Space::kChunks, ChunkKey(m.file_id(), index), &value);
   if (st.IsNotFound()) {
-    return Status::Corruption(fmt::format("{}: chunk {} is missing from the store", m.path(), index));
+    return Status::Corruption(
+        fmt::format("{}: chunk {} is missing from the store", m.path(), index));
   }
   TBFS_RETURN_IF_ERROR(st);
   st = codec->DecodeInto(value, out, ChunkLength(m, index), {m.file_id(), index},
                          info_.format_version() == kFormatVersionV1);
-  if (!st.ok()) return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
+  if (!st.ok())
+    return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
   return Status::OK();
 }
 
@@ -666,15 +681,16 @@ Status ColdStore::DeleteJournal(uint64_t batch_id) {
 Status ColdStore::ListJournal(std::vector<storepb::JournalRecord>* out) {
   out->clear();
   Status inner;
-  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kJournal, "", [&](std::string_view, std::string_view v) {
-    storepb::JournalRecord r;
-    if (!r.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-      inner = Status::Corruption("journal record does not parse");
-      return false;
-    }
-    out->push_back(std::move(r));
-    return true;
-  }));
+  TBFS_RETURN_IF_ERROR(
+      backend_->Scan(Space::kJournal, "", [&](std::string_view, std::string_view v) {
+        storepb::JournalRecord r;
+        if (!r.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+          inner = Status::Corruption("journal record does not parse");
+          return false;
+        }
+        out->push_back(std::move(r));
+        return true;
+      }));
   return inner;
 }
 

@@ -30,8 +30,8 @@
 #include "base/status.h"
 #include "store/backend.h"
 #include "store/chunk.h"
-#include "store/rados_backend.h"
 #include "store/proto/store.pb.h"
+#include "store/rados_backend.h"
 
 namespace tbfs::store {
 
@@ -116,7 +116,8 @@ class ColdStore {
   Status ForEachChunkKey(const std::function<bool(uint64_t file_id, uint64_t index)>& fn);
   // Every namespace entry with its path, in key order; entries that do not
   // parse are Corruption.
-  Status ForEachEntry(const std::function<bool(const std::string& path, const storepb::Entry&)>& fn);
+  Status ForEachEntry(
+      const std::function<bool(const std::string& path, const storepb::Entry&)>& fn);
   // Whether a retired file's mark is still there.
   bool IsRetired(uint64_t file_id);
 
@@ -172,8 +173,7 @@ class ColdStore {
   // --- content
   // Chunk `index` of the file, decoded and checked (I5). Corruption names the
   // file and the chunk.
-  Status ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
-                   std::string* raw);
+  Status ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec, std::string* raw);
   // Same, into out, which holds ChunkLength(m, index) bytes.
   Status ReadChunkInto(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec, char* out);
   // Up to `length` bytes at `offset`; *got is short only at end of file.
@@ -208,7 +208,8 @@ class ColdStore {
   Backend& backend() { return *backend_; }
   ColdStore(std::string dir, std::unique_ptr<Backend> backend)
       : dir_(std::move(dir)), backend_(std::move(backend)) {}
-  static Result<std::unique_ptr<ColdStore>> OpenShared(const std::string& url, const OpenOptions& options);
+  static Result<std::unique_ptr<ColdStore>> OpenShared(const std::string& url,
+                                                       const OpenOptions& options);
   Status Init(const OpenOptions& options, bool existed);
   // Next file and batch ids after what the store holds (and kMetaNextFileIdKey).
   Status LoadIds();
@@ -217,8 +218,8 @@ class ColdStore {
   // The manifest and its copy in the chunks space (store/format.h).
   void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
 
-  UniqueFd logdir_lock_;  // held while open (OpenOptions::logdir) or, shared, while the writer
-  bool read_only_ = false;             // local stores: opened read-only
+  UniqueFd logdir_lock_;    // held while open (OpenOptions::logdir) or, shared, while the writer
+  bool read_only_ = false;  // local stores: opened read-only
   std::shared_ptr<RadosFence> fence_;  // shared stores: the writer's lease, when held
   RadosLocation rados_;
   std::mutex journal_mu_;  // PutJournal: kMetaNextFileIdKey lands in order

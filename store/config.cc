@@ -1,10 +1,9 @@
 #include "store/config.h"
 
-#include <yaml-cpp/depthguard.h>
-#include <yaml-cpp/yaml.h>
-
 #include <limits.h>
 #include <unistd.h>
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <set>
@@ -55,7 +54,8 @@ Result<ConfigFile> ParseConfigFile(const std::string& text, const std::string& o
     YAML::Node root = YAML::Load(text);
     if (root.IsNull()) return config;  // an empty file: all defaults
     TBFS_RETURN_IF_ERROR(CheckKeys(
-        root, {"logdir", "dry_run", "backup", "criteria", "validate", "mount", "retention"}, origin));
+        root, {"logdir", "dry_run", "backup", "criteria", "validate", "mount", "retention"},
+        origin));
     if (root["logdir"]) config.logdir = root["logdir"].as<std::string>();
     if (root["dry_run"]) config.dry_run = root["dry_run"].as<bool>();
     if (const YAML::Node b = root["backup"]) {
@@ -77,8 +77,9 @@ Result<ConfigFile> ParseConfigFile(const std::string& text, const std::string& o
       config.must_have_tags = StringList(v["must_have_tags"]);
     }
     if (const YAML::Node m = root["mount"]) {
-      TBFS_RETURN_IF_ERROR(CheckKeys(m, {"mountpoint", "store", "cold_after", "migrate_interval",
-                                         "cache", "migrate", "options", "metrics"},
+      TBFS_RETURN_IF_ERROR(CheckKeys(m,
+                                     {"mountpoint", "store", "cold_after", "migrate_interval",
+                                      "cache", "migrate", "options", "metrics"},
                                      origin + ": mount"));
       auto text = [&](const char* key, std::optional<std::string>* out) {
         if (m[key]) *out = m[key].as<std::string>();
@@ -101,7 +102,8 @@ Result<ConfigFile> ParseConfigFile(const std::string& text, const std::string& o
       };
       // A zero would delete every cold file after each pass: said, not done
       // (gc's options take it, for a one-off run that is listed first).
-      const std::string all = "0 would delete every cold file after each pass; leave the key out for no limit";
+      const std::string all =
+          "0 would delete every cold file after each pass; leave the key out for no limit";
       for (const char* key : {"older_than", "migrated_before"}) {
         if (!r[key]) continue;
         auto s = ParseDurationSeconds(r[key].as<std::string>());
@@ -147,7 +149,8 @@ Result<ConfigFile> LoadConfigFile(const std::string& path) {
   std::string folder = slash == std::string::npos ? "" : slash == 0 ? "/" : path.substr(0, slash);
   if (folder.empty() || folder[0] != '/') {
     std::string cwd(PATH_MAX, '\0');
-    if (::getcwd(cwd.data(), cwd.size()) == nullptr) return Status::FromErrno(errno, "getcwd", path);
+    if (::getcwd(cwd.data(), cwd.size()) == nullptr)
+      return Status::FromErrno(errno, "getcwd", path);
     folder = JoinPath(cwd.c_str(), folder);
   }
   auto anchor = [&](std::string* p) {

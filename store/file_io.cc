@@ -1,4 +1,3 @@
-#include "base/time_util.h"
 #include "store/file_io.h"
 
 #include <fcntl.h>
@@ -12,6 +11,7 @@
 
 #include "base/failpoint.h"
 #include "base/fs_util.h"
+#include "base/time_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
@@ -136,9 +136,12 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
 }
 
 Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* pool) {
-  return VerifyFrom(m, [&](uint64_t index, ChunkCodec* codec, std::string* raw) {
-    return store.ReadChunk(m, index, codec, raw);
-  }, pool);
+  return VerifyFrom(
+      m,
+      [&](uint64_t index, ChunkCodec* codec, std::string* raw) {
+        return store.ReadChunk(m, index, codec, raw);
+      },
+      pool);
 }
 
 Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool* pool) {
@@ -160,7 +163,8 @@ Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool*
     }
   }
   if (total != m.size() || !(hash.Digest() == ManifestHash(m))) {
-    return Status::Corruption(m.path() + ": content read back from the store differs from the file");
+    return Status::Corruption(m.path() +
+                              ": content read back from the store differs from the file");
   }
   return Status::OK();
 }
@@ -227,7 +231,8 @@ Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
   const std::string tmp = TempNameFor(name, m.file_id());
   const int dfd = dir->get();
   ::unlinkat(dfd, tmp.c_str(), 0);  // left over by a crash
-  UniqueFd fd(::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  UniqueFd fd(
+      ::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return Status::FromErrno(errno, "create", JoinPath(ParentPath(dest), tmp));
   auto fail = [&](Status st) {
     ::unlinkat(dfd, tmp.c_str(), 0);
@@ -258,7 +263,8 @@ Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
   if (options.keep_owner && ::fchown(fd.get(), m.uid(), m.gid()) != 0 && errno != EPERM) {
     return fail(Status::FromErrno(errno, "chown", dest));
   }
-  if (::fchmod(fd.get(), m.mode() & 07777) != 0) return fail(Status::FromErrno(errno, "chmod", dest));
+  if (::fchmod(fd.get(), m.mode() & 07777) != 0)
+    return fail(Status::FromErrno(errno, "chmod", dest));
   struct timespec times[2] = {FromNs(m.atime_ns()), FromNs(m.mtime_ns())};
   if (::futimens(fd.get(), times) != 0) return fail(Status::FromErrno(errno, "utimens", dest));
   if (options.sync && ::fsync(fd.get()) != 0) return fail(Status::FromErrno(errno, "fsync", dest));

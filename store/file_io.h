@@ -63,13 +63,13 @@ Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* 
 Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool* pool);
 
 struct MaterializeOptions {
-  bool keep_owner = true;      // chown to the manifest's uid/gid (EPERM ignored when not root)
-  bool replace = false;        // replace an existing file at the destination
-  bool sync = true;            // fsync the file and its folder (export does not need it)
+  bool keep_owner = true;  // chown to the manifest's uid/gid (EPERM ignored when not root)
+  bool replace = false;    // replace an existing file at the destination
+  bool sync = true;        // fsync the file and its folder (export does not need it)
   // Folders missing on the way are made as the store's namespace remembers
   // them (mode, owner); otherwise 0755, owned by whoever runs tbfs.
   bool folders_as_stored = false;
-  WorkPool* pool = nullptr;    // required
+  WorkPool* pool = nullptr;  // required
   std::atomic<uint64_t>* progress = nullptr;
   // Called with the finished temporary file (content, mode and times in
   // place, synced) just before it takes its name.

@@ -41,10 +41,10 @@ struct FileEntry {
 struct Footprint {
   std::array<ClassTotal, kNumClasses> classes{};  // indexed by FileClass
   EventsSplit events;
-  std::vector<FileEntry> largest;   // the largest files, biggest first
+  std::vector<FileEntry> largest;  // the largest files, biggest first
   uint64_t total_files = 0;
   uint64_t total_bytes = 0;
-  uint64_t trace_files = 0;         // files of a trace class, not protected
+  uint64_t trace_files = 0;  // files of a trace class, not protected
   uint64_t trace_bytes = 0;
   std::vector<std::string> warnings;  // unreadable or corrupt tfevents files
 

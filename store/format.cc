@@ -40,7 +40,8 @@ namespace {
 
 uint64_t CopyChecksum(uint64_t file_id, std::string_view manifest) {
   const uint32_t len = static_cast<uint32_t>(manifest.size());
-  return XXH3_64bits_withSeed(manifest.data(), manifest.size(), ChunkSeed(file_id, kManifestCopyIndex, len));
+  return XXH3_64bits_withSeed(manifest.data(), manifest.size(),
+                              ChunkSeed(file_id, kManifestCopyIndex, len));
 }
 
 }  // namespace
@@ -57,7 +58,8 @@ std::string ManifestCopyValue(uint64_t file_id, std::string_view manifest) {
 }
 
 bool ParseManifestCopy(uint64_t file_id, std::string_view value, std::string* manifest) {
-  if (value.size() < kChunkHeaderBytes || static_cast<uint8_t>(value[0]) != kManifestCopy) return false;
+  if (value.size() < kChunkHeaderBytes || static_cast<uint8_t>(value[0]) != kManifestCopy)
+    return false;
   uint32_t len;
   uint64_t sum;
   std::memcpy(&len, value.data() + 1, 4);

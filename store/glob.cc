@@ -59,8 +59,6 @@ bool GlobMatch(std::string_view pattern, std::string_view path) {
   return Matcher(pat, parts).Match(0, 0);
 }
 
-bool HasGlobChars(std::string_view s) {
-  return s.find_first_of("*?[") != std::string_view::npos;
-}
+bool HasGlobChars(std::string_view s) { return s.find_first_of("*?[") != std::string_view::npos; }
 
 }  // namespace tbfs::store

@@ -1,12 +1,11 @@
 #include "store/growth.h"
 
+#include <fcntl.h>
 #include <sys/statvfs.h>
 
-#include <fcntl.h>
-
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -21,9 +20,15 @@ namespace {
 using nlohmann::json;
 
 json ToJson(const GrowthSample& s) {
-  return {{"t", s.unix_s},           {"tfevents", s.tfevents_bytes}, {"traces", s.trace_bytes},
-          {"other", s.other_bytes},  {"cold", s.cold_bytes},         {"cold_stored", s.cold_stored_bytes},
-          {"fs_size", s.fs_size},    {"fs_free", s.fs_free},         {"hot_files", s.hot_files},
+  return {{"t", s.unix_s},
+          {"tfevents", s.tfevents_bytes},
+          {"traces", s.trace_bytes},
+          {"other", s.other_bytes},
+          {"cold", s.cold_bytes},
+          {"cold_stored", s.cold_stored_bytes},
+          {"fs_size", s.fs_size},
+          {"fs_free", s.fs_free},
+          {"hot_files", s.hot_files},
           {"runs", s.runs}};
 }
 
@@ -115,20 +120,24 @@ std::vector<GrowthSample> LoadGrowthSeries(const std::string& store_dir) {
       out.push_back(std::move(s));
     }
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.unix_s < b.unix_s; });
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.unix_s < b.unix_s; });
   return out;
 }
 
 Status SaveGrowthSample(const std::string& store_dir, const GrowthSample& s,
                         std::vector<GrowthSample>* series) {
   series->push_back(s);
-  std::sort(series->begin(), series->end(), [](const auto& a, const auto& b) { return a.unix_s < b.unix_s; });
+  std::sort(series->begin(), series->end(),
+            [](const auto& a, const auto& b) { return a.unix_s < b.unix_s; });
   const double cutoff = s.unix_s - kGrowthHistorySeconds;
   series->erase(series->begin(), std::find_if(series->begin(), series->end(),
                                               [&](const auto& x) { return x.unix_s >= cutoff; }));
-  if (series->size() > kMaxGrowthSamples) series->erase(series->begin(), series->end() - kMaxGrowthSamples);
+  if (series->size() > kMaxGrowthSamples)
+    series->erase(series->begin(), series->end() - kMaxGrowthSamples);
   std::string text;
-  for (const auto& x : *series) text += ToJson(x).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  for (const auto& x : *series)
+    text += ToJson(x).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   TBFS_RETURN_IF_ERROR(MakeDirs(store_dir, 0700));
   // The store folder's rules: ours (not another user's), private, never
   // reached through a symlink.
@@ -136,7 +145,8 @@ Status SaveGrowthSample(const std::string& store_dir, const GrowthSample& s,
   return WriteFileAtomic(JoinPath(store_dir, kGrowthFileName), text, 0600);
 }
 
-std::optional<double> FitSlope(const std::vector<std::pair<double, double>>& points, double min_span) {
+std::optional<double> FitSlope(const std::vector<std::pair<double, double>>& points,
+                               double min_span) {
   if (points.size() < 2) return std::nullopt;
   const double t0 = points.front().first;
   double n = 0, st = 0, sv = 0, stt = 0, stv = 0, last = t0;
@@ -163,8 +173,8 @@ std::optional<double> GrowthRate(const std::vector<GrowthSample>& series, double
   return FitSlope(points, 1);
 }
 
-std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& series, double window_s,
-                                             size_t top_runs) {
+std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& series,
+                                             double window_s, size_t top_runs) {
   if (series.empty()) return std::nullopt;
   GrowthSummary g;
   g.last = series.back();
@@ -177,7 +187,8 @@ std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& se
     }
   }
   g.span_s = g.last.unix_s - first_t;
-  g.logdir_rate = GrowthRate(series, since, [](const auto& s) { return static_cast<double>(s.logdir_bytes()); });
+  g.logdir_rate = GrowthRate(series, since,
+                             [](const auto& s) { return static_cast<double>(s.logdir_bytes()); });
   g.filesystem_rate = GrowthRate(series, since, [](const auto& s) {
     return static_cast<double>(s.fs_size - std::min(s.fs_size, s.fs_free));
   });
@@ -192,7 +203,8 @@ std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& se
     });
     if (r) g.top_runs.push_back({run, *r});
   }
-  std::sort(g.top_runs.begin(), g.top_runs.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::sort(g.top_runs.begin(), g.top_runs.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
   if (g.top_runs.size() > top_runs) g.top_runs.resize(top_runs);
   return g;
 }

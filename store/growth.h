@@ -33,11 +33,11 @@ struct GrowthSample {
   uint64_t tfevents_bytes = 0;  // hot, by class
   uint64_t trace_bytes = 0;
   uint64_t other_bytes = 0;
-  uint64_t cold_bytes = 0;        // logical bytes of the cold files
+  uint64_t cold_bytes = 0;  // logical bytes of the cold files
   uint64_t cold_stored_bytes = 0;
-  uint64_t fs_size = 0;  // the logdir's filesystem
-  uint64_t fs_free = 0;  // available to unprivileged users (statvfs f_bavail)
-  uint64_t hot_files = 0;  // regular files in the logdir
+  uint64_t fs_size = 0;                  // the logdir's filesystem
+  uint64_t fs_free = 0;                  // available to unprivileged users (statvfs f_bavail)
+  uint64_t hot_files = 0;                // regular files in the logdir
   std::map<std::string, uint64_t> runs;  // top-level folder ("." for the top) -> logical bytes
 
   uint64_t hot_bytes() const { return tfevents_bytes + trace_bytes + other_bytes; }
@@ -66,7 +66,8 @@ Status SaveGrowthSample(const std::string& store_dir, const GrowthSample& s,
 
 // Least-squares slope of (t, value) points (value units per second of t);
 // none with fewer than two points at least min_span apart.
-std::optional<double> FitSlope(const std::vector<std::pair<double, double>>& points, double min_span);
+std::optional<double> FitSlope(const std::vector<std::pair<double, double>>& points,
+                               double min_span);
 
 // Change per second of value(sample) over the samples since `since_unix_s`
 // (least squares); none with fewer than two samples a second apart.
@@ -77,15 +78,15 @@ std::optional<double> GrowthRate(const std::vector<GrowthSample>& series, double
 // over the samples of its last window_s seconds.
 struct GrowthSummary {
   GrowthSample last;
-  size_t samples = 0;       // in the window
-  double span_s = 0;        // from the first of them to the last
+  size_t samples = 0;                     // in the window
+  double span_s = 0;                      // from the first of them to the last
   std::optional<double> logdir_rate;      // bytes per second, hot and cold
   std::optional<double> filesystem_rate;  // bytes in use on the logdir's filesystem, per second
   std::optional<double> full_in_s;        // at filesystem_rate, when it is positive
   std::vector<std::pair<std::string, double>> top_runs;  // fastest first, bytes per second
 };
 // None for an empty series.
-std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& series, double window_s,
-                                             size_t top_runs);
+std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& series,
+                                             double window_s, size_t top_runs);
 
 }  // namespace tbfs::store

@@ -1,4 +1,3 @@
-#include "base/time_util.h"
 #include "store/maintenance.h"
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "base/time_util.h"
 #include "store/file_io.h"
 #include "store/format.h"
 #include "store/store_dir.h"
@@ -36,18 +36,21 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
     if (!st.ok()) result.damaged.push_back({m.path(), st.message()});
     auto entry = store.GetEntry(m.path());
     if (!entry.ok() || entry->file_id() != m.file_id()) {
-      result.damaged.push_back({m.path(), entry.ok() || entry.status().IsNotFound()
-                                              ? "no namespace entry points to this file"
-                                              : "its namespace entry: " + entry.status().message()});
+      result.damaged.push_back(
+          {m.path(), entry.ok() || entry.status().IsNotFound()
+                         ? "no namespace entry points to this file"
+                         : "its namespace entry: " + entry.status().message()});
     }
     if (progress) progress->fetch_add(m.size(), std::memory_order_relaxed);
   }
   std::vector<uint64_t> retired;
-  if (Status st = store.ListRetired(&retired); !st.ok()) result.problems.push_back("retired files: " + st.message());
+  if (Status st = store.ListRetired(&retired); !st.ok())
+    result.problems.push_back("retired files: " + st.message());
   result.retired_files = retired.size();
   std::set<uint64_t> chunk_ids;
   Status chunks = store.ForEachChunkKey([&](uint64_t id, uint64_t) {
-    if (!ids.count(id) && !std::binary_search(retired.begin(), retired.end(), id)) chunk_ids.insert(id);
+    if (!ids.count(id) && !std::binary_search(retired.begin(), retired.end(), id))
+      chunk_ids.insert(id);
     return true;
   });
   if (!chunks.ok()) result.problems.push_back("chunks: " + chunks.message());
@@ -58,10 +61,12 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
   });
   if (!names.ok()) result.problems.push_back("namespace: " + names.message());
   std::vector<storepb::JournalRecord> journal;
-  if (Status st = store.ListJournal(&journal); !st.ok()) result.problems.push_back("journal: " + st.message());
+  if (Status st = store.ListJournal(&journal); !st.ok())
+    result.problems.push_back("journal: " + st.message());
   result.journal_records = journal.size();
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(store.dir() + "/" + kLostFoundName, ec)) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(store.dir() + "/" + kLostFoundName, ec)) {
     (void)e;
     result.set_aside_files++;
   }
@@ -110,7 +115,8 @@ Status RemoveGarbage(ColdStore& store, const Garbage& garbage) {
   return batch.empty() ? Status::OK() : store.Commit(batch, true);
 }
 
-Status SelectOlderThan(ColdStore& store, int64_t older_than_s, std::vector<storepb::Manifest>* out) {
+Status SelectOlderThan(ColdStore& store, int64_t older_than_s,
+                       std::vector<storepb::Manifest>* out) {
   out->clear();
   int64_t cutoff = NowNs() - older_than_s * 1'000'000'000;
   return store.ForEachManifest([&](const storepb::Manifest& m) {
@@ -140,8 +146,8 @@ std::string RunOfProfile(const std::string& profile) {
   return parent.empty() ? "." : parent;
 }
 
-Status SelectForRetention(ColdStore& store, const Retention& policy, std::vector<storepb::Manifest>* out,
-                          std::vector<std::string>* why) {
+Status SelectForRetention(ColdStore& store, const Retention& policy,
+                          std::vector<storepb::Manifest>* out, std::vector<std::string>* why) {
   out->clear();
   why->clear();
   std::vector<storepb::Manifest> all;
@@ -151,16 +157,20 @@ Status SelectForRetention(ColdStore& store, const Retention& policy, std::vector
   }));
   // Longest in the store first: the order max_store deletes in, and the order listed.
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-    return std::make_tuple(a.migrated_ns(), a.file_id()) < std::make_tuple(b.migrated_ns(), b.file_id());
+    return std::make_tuple(a.migrated_ns(), a.file_id()) <
+           std::make_tuple(b.migrated_ns(), b.file_id());
   });
   const int64_t now = NowNs();
   std::map<uint64_t, std::string> chosen;  // file id -> first reason
-  auto choose = [&](const storepb::Manifest& m, std::string reason) { chosen.emplace(m.file_id(), std::move(reason)); };
+  auto choose = [&](const storepb::Manifest& m, std::string reason) {
+    chosen.emplace(m.file_id(), std::move(reason));
+  };
   for (const auto& m : all) {
     if (policy.older_than_s && m.mtime_ns() < now - *policy.older_than_s * 1'000'000'000) {
       choose(m, "modified before the --older-than cutoff");
     }
-    if (policy.migrated_before_s && m.migrated_ns() < now - *policy.migrated_before_s * 1'000'000'000) {
+    if (policy.migrated_before_s &&
+        m.migrated_ns() < now - *policy.migrated_before_s * 1'000'000'000) {
       choose(m, "migrated before the --migrated-before cutoff");
     }
   }
@@ -180,7 +190,8 @@ Status SelectForRetention(ColdStore& store, const Retention& policy, std::vector
       for (size_t i = *policy.keep_last; i < by_age.size(); ++i) dropped.insert(by_age[i].second);
     }
     for (const auto& m : all) {
-      if (dropped.count(ProfileOf(m.path()))) choose(m, "an older profile of its run (--keep-last)");
+      if (dropped.count(ProfileOf(m.path())))
+        choose(m, "an older profile of its run (--keep-last)");
     }
   }
   if (policy.max_store_bytes) {

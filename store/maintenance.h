@@ -17,15 +17,15 @@ struct FsckResult {
   uint64_t files = 0;
   uint64_t bytes = 0;
   std::vector<std::pair<std::string, std::string>> damaged;  // path, what is wrong
-  uint64_t orphan_chunk_files = 0;    // file ids with chunks but no manifest (nor retired)
-  uint64_t retired_files = 0;         // files a mount's open handles still read
-  uint64_t dangling_entries = 0;      // namespace entries without a manifest
-  uint64_t journal_records = 0;       // unfinished batches (recovery pending)
+  uint64_t orphan_chunk_files = 0;  // file ids with chunks but no manifest (nor retired)
+  uint64_t retired_files = 0;       // files a mount's open handles still read
+  uint64_t dangling_entries = 0;    // namespace entries without a manifest
+  uint64_t journal_records = 0;     // unfinished batches (recovery pending)
   // Parts of the store that could not be read (a damaged table file): one
   // line each. Fsck reads past them and checks what it can reach.
   std::vector<std::string> problems;
   bool manifests_from_copies = false;  // the manifests space was unreadable
-  uint64_t set_aside_files = 0;  // in STORE/lost+found (store/store_dir.h)
+  uint64_t set_aside_files = 0;        // in STORE/lost+found (store/store_dir.h)
   bool clean() const { return damaged.empty() && dangling_entries == 0 && problems.empty(); }
 };
 
@@ -50,8 +50,7 @@ Status FindGarbage(ColdStore& store, Garbage* out);
 Status RemoveGarbage(ColdStore& store, const Garbage& garbage);
 
 // Cold files whose modification time is more than older_than_s ago.
-Status SelectOlderThan(ColdStore& store, int64_t older_than_s,
-                       std::vector<storepb::Manifest>* out);
+Status SelectOlderThan(ColdStore& store, int64_t older_than_s, std::vector<storepb::Manifest>* out);
 
 // What `tbfs gc` deletes: the cold files any of the set policies selects.
 struct Retention {
@@ -68,8 +67,8 @@ struct Retention {
   bool any() const { return older_than_s || migrated_before_s || keep_last || max_store_bytes; }
 };
 // The files to delete, oldest migration first; *why gets one reason each.
-Status SelectForRetention(ColdStore& store, const Retention& policy, std::vector<storepb::Manifest>* out,
-                          std::vector<std::string>* why);
+Status SelectForRetention(ColdStore& store, const Retention& policy,
+                          std::vector<storepb::Manifest>* out, std::vector<std::string>* why);
 // The profile and the run of a cold file, as Retention counts them.
 std::string ProfileOf(const std::string& path);
 std::string RunOfProfile(const std::string& profile);

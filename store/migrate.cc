@@ -1,10 +1,8 @@
-#include "base/time_util.h"
 #include "store/migrate.h"
 
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +13,7 @@
 
 #include "base/failpoint.h"
 #include "base/fs_util.h"
+#include "base/time_util.h"
 #include "base/work_pool.h"
 #include "events/logdir_digest.h"
 #include "events/verifier.h"
@@ -66,9 +65,9 @@ Status TakeReadLease(int fd) {
   std::call_once(once, [] { ::signal(SIGIO, SIG_IGN); });
   if (::fcntl(fd, F_SETLEASE, F_RDLCK) == 0) return Status::OK();
   if (errno == EAGAIN) return Status::Aborted("open for writing by another process; left in place");
-  return Status::Aborted(fmt::format(
-      "no lease on it ({}): nothing proves that no process writes it; left in place",
-      std::strerror(errno)));
+  return Status::Aborted(
+      fmt::format("no lease on it ({}): nothing proves that no process writes it; left in place",
+                  std::strerror(errno)));
 }
 
 // False once a writer has broken the lease (or the kernel revoked it).
@@ -137,8 +136,8 @@ class BatchRunner {
               const MigrateOptions& options, WorkPool& pool)
       : store_(store), logdir_(logdir), root_fd_(root_fd), options_(options), pool_(pool) {}
 
-  BatchResult Run(const std::vector<Candidate>& batch,
-                  const std::vector<std::string>& event_files, events::LogdirDigest* full);
+  BatchResult Run(const std::vector<Candidate>& batch, const std::vector<std::string>& event_files,
+                  events::LogdirDigest* full);
 
  private:
   // Copies one file and moves it aside; nothing when it stays in place
@@ -166,7 +165,6 @@ class BatchRunner {
   std::string store_full_;
 
  private:
-
   ColdStore& store_;
   const std::string& logdir_;
   const int root_fd_;
@@ -204,7 +202,8 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   if (!dir.ok()) return give_up(Outcome::kChanged, dir.status().message());
   s.dir = std::move(dir).value();
   // O_NONBLOCK: something swapped in for the file (a FIFO) cannot hang us.
-  s.file.reset(::openat(s.dir.get(), s.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  s.file.reset(
+      ::openat(s.dir.get(), s.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!s.file.valid()) {
     return give_up(Outcome::kChanged, Status::FromErrno(errno, "open", path).message());
   }
@@ -214,7 +213,8 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || !SameIdentity(st, entry)) {
     return give_up(Outcome::kChanged, "changed before the copy began");
   }
-  if (Status lease = TakeReadLease(fd); !lease.ok()) return give_up(Outcome::kChanged, lease.message());
+  if (Status lease = TakeReadLease(fd); !lease.ok())
+    return give_up(Outcome::kChanged, lease.message());
 
   IngestOptions io;
   io.chunk_bytes = options_.chunk_bytes;
@@ -245,7 +245,8 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
 
   auto lock = NamespaceLock();
   // I2: only the file that was copied, unchanged, and no writer anywhere.
-  if (!LeaseHeld(fd)) return give_up(Outcome::kChanged, "opened for writing while it was copied; left in place");
+  if (!LeaseHeld(fd))
+    return give_up(Outcome::kChanged, "opened for writing while it was copied; left in place");
   struct stat after, at_name;
   if (::fstat(fd, &after) != 0 ||
       ::fstatat(s.dir.get(), s.name.c_str(), &at_name, AT_SYMLINK_NOFOLLOW) != 0 ||
@@ -259,7 +260,8 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
     return give_up(Outcome::kChanged, "open for writing through the mount; left in place");
   }
   s.aside = AsideName(s.name, entry.file_id());
-  if (::renameat2(s.dir.get(), s.name.c_str(), s.dir.get(), s.aside.c_str(), RENAME_NOREPLACE) != 0) {
+  if (::renameat2(s.dir.get(), s.name.c_str(), s.dir.get(), s.aside.c_str(), RENAME_NOREPLACE) !=
+      0) {
     Status err = Status::FromErrno(errno, "rename aside", path);
     if (options_.observer != nullptr) options_.observer->EndMove(entry.file_id(), false);
     return give_up(Outcome::kChanged, err.message());
@@ -305,7 +307,8 @@ void BatchRunner::Finish(Staged s, FileResult* result, std::vector<storepb::Mani
   // that copy: it is the truth now.
   auto now = store_.GetManifest(id);
   if (!now.ok()) {
-    if (!now.status().IsNotFound()) spdlog::error("migrate: {}: {}", result->path, now.status().message());
+    if (!now.status().IsNotFound())
+      spdlog::error("migrate: {}: {}", result->path, now.status().message());
     // Deleted through the mount: so is the file (a writer waiting for it
     // gets it deleted, as it would on a disk).
     if (::unlinkat(dir, s.aside.c_str(), 0) != 0) {
@@ -317,11 +320,13 @@ void BatchRunner::Finish(Staged s, FileResult* result, std::vector<storepb::Mani
     return;
   }
   std::string name;
-  auto target = now->path() == s.manifest.path() ? Result<UniqueFd>(UniqueFd(::fcntl(dir, F_DUPFD_CLOEXEC, 0)))
-                                                 : FolderFor(now->path(), &name);
+  auto target = now->path() == s.manifest.path()
+                    ? Result<UniqueFd>(UniqueFd(::fcntl(dir, F_DUPFD_CLOEXEC, 0)))
+                    : FolderFor(now->path(), &name);
   if (now->path() == s.manifest.path()) name = s.name;
   struct stat taken;
-  const bool free = target.ok() && ::fstatat(target->get(), name.c_str(), &taken, AT_SYMLINK_NOFOLLOW) != 0;
+  const bool free =
+      target.ok() && ::fstatat(target->get(), name.c_str(), &taken, AT_SYMLINK_NOFOLLOW) != 0;
   if (LeaseHeld(s.file.get()) && free) {
     if (::unlinkat(dir, s.aside.c_str(), 0) == 0) {
       MaybeCrash("migrate.unlinked");
@@ -335,15 +340,17 @@ void BatchRunner::Finish(Staged s, FileResult* result, std::vector<storepb::Mani
   }
   // Back into the logdir: a writer is waiting for it, or a new file took
   // its path (then it goes beside that one, under another name).
-  const std::string reason = !LeaseHeld(s.file.get()) ? "opened for writing as it moved; left in place"
-                                                       : "a new file took its path as it moved";
+  const std::string reason = !LeaseHeld(s.file.get())
+                                 ? "opened for writing as it moved; left in place"
+                                 : "a new file took its path as it moved";
   const int fd = s.file.get();
   // The bytes go back whatever happens below; an attribute that cannot be
   // given back is said, with the file.
   auto warn = [&](const char* op) {
     spdlog::warn("migrate: {} {} as it goes back: {}", op, now->path(), std::strerror(errno));
   };
-  if ((now->mode() & 07777) != (s.manifest.mode() & 07777) && ::fchmod(fd, now->mode() & 07777) != 0) {
+  if ((now->mode() & 07777) != (s.manifest.mode() & 07777) &&
+      ::fchmod(fd, now->mode() & 07777) != 0) {
     warn("chmod");
   }
   if ((now->uid() != s.manifest.uid() || now->gid() != s.manifest.gid()) &&
@@ -377,7 +384,8 @@ void BatchRunner::Rollback(const std::vector<storepb::Manifest>& moved, BatchRes
     auto m = store_.GetManifest(was.file_id());
     if (!m.ok()) {
       // Deleted through the mount meanwhile: there is nothing to put back.
-      if (!m.status().IsNotFound()) spdlog::error("migrate rollback of {}: {}", was.path(), m.status().message());
+      if (!m.status().IsNotFound())
+        spdlog::error("migrate rollback of {}: {}", was.path(), m.status().message());
       continue;
     }
     std::string dest, note;
@@ -423,7 +431,8 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   for (size_t i = 0; i < affected.size(); ++i) {
     Status st = events::DigestFile(logdir_, affected[i], &before[i]);
     if (!st.ok()) {
-      for (FileResult& f : result.files) f.reason = "cannot take the verifier baseline: " + st.message();
+      for (FileResult& f : result.files)
+        f.reason = "cannot take the verifier baseline: " + st.message();
       return result;
     }
     result.runs_verified.push_back(events::RunOf(affected[i]));
@@ -472,7 +481,8 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!present[i] || !store_full_.empty()) {
       result.files[i].outcome = Outcome::kChanged;
-      result.files[i].reason = present[i] ? "the store has no room; left in place" : "gone before the batch began";
+      result.files[i].reason =
+          present[i] ? "the store has no room; left in place" : "gone before the batch began";
       continue;
     }
     auto next = Stage(record.entries(static_cast<int>(i)), batch[i], i, &result.files[i]);
@@ -490,7 +500,8 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     // be synced leaves them to the journal: recovery finishes or undoes the
     // batch whichever way the disk kept it.
     Status synced = fd.status();
-    if (fd.ok() && ::fsync(fd->get()) != 0) synced = Status::FromErrno(errno, "fsync", JoinPath(logdir_, dir));
+    if (fd.ok() && ::fsync(fd->get()) != 0)
+      synced = Status::FromErrno(errno, "fsync", JoinPath(logdir_, dir));
     if (!synced.ok()) spdlog::error("migrate: batch {}: {}", result.batch_id, synced.message());
   }
   MaybeCrash("migrate.all_unlinked");
@@ -509,7 +520,8 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     result.failures.push_back(std::move(f));
   }
   if (ShouldFail("migrate.verify")) {
-    result.failures.push_back({"*", "", "", 0, "failure injected for testing (failpoint migrate.verify)"});
+    result.failures.push_back(
+        {"*", "", "", 0, "failure injected for testing (failpoint migrate.verify)"});
   }
 
   // 5. Commit or roll back.
@@ -678,11 +690,13 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
         // A file left aside goes back under its name (beside it, when a new
         // file took the name), and is then judged like any other.
         const std::string aside = AsideName(name, e.file_id());
-        if (!restoring && ::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) != 0 &&
+        if (!restoring &&
+            ::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) != 0 &&
             errno == EEXIST) {
           std::string beside = fmt::format("{}.tbfs-recovered-{}", name, e.file_id());
           if (::renameat2(dfd, aside.c_str(), dfd, beside.c_str(), RENAME_NOREPLACE) == 0) {
-            result.notes.push_back(path + " was recreated meanwhile; the migrated content is back as " +
+            result.notes.push_back(path +
+                                   " was recreated meanwhile; the migrated content is back as " +
                                    JoinPath(ParentPath(path), beside));
           }
         }
@@ -713,7 +727,8 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
       if (exists && static_cast<uint64_t>(st.st_size) == manifest->size() && S_ISREG(st.st_mode)) {
         // Possibly our own put-back, cut short before the store copy was
         // dropped: the copy may go if the content is the same.
-        UniqueFd fd(::openat(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+        UniqueFd fd(
+            ::openat(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
         uint64_t size = 0;
         Hash128 hash;
         bool same = fd.valid() && HashFd(fd.get(), path, &size, &hash).ok() &&
@@ -726,8 +741,8 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
       }
       std::string dest, note;
       Status put = PutBack(store, logdir, *manifest, &pool, nullptr, &dest, &note);
-      if (!put.ok() && put.sys_errno() != 0 && put.sys_errno() != ENOSPC && put.sys_errno() != EDQUOT &&
-          put.sys_errno() != EIO) {
+      if (!put.ok() && put.sys_errno() != 0 && put.sys_errno() != ENOSPC &&
+          put.sys_errno() != EDQUOT && put.sys_errno() != EIO) {
         // Its folder cannot be reached beneath the logdir (a symlink now):
         // it stays cold, visible through a mount, and is tried again later.
         result.notes.push_back(path + " stays in the store: " + put.message());

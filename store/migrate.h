@@ -62,8 +62,8 @@ struct CandidateOptions {
   Policy policy;
   std::vector<FileClass> classes;  // empty: every trace class
   uint64_t min_size_bytes = 0;
-  int64_t older_than_s = 300;      // quiet for at least this long
-  WalkOptions walk;                // the store folder is skipped
+  int64_t older_than_s = 300;  // quiet for at least this long
+  WalkOptions walk;            // the store folder is skipped
 };
 
 // The files a migration would move, and the trace files it would not
@@ -97,9 +97,9 @@ struct MigrateOptions {
   std::vector<std::string> must_have;  // tags some run must hold after each batch
   uint32_t chunk_bytes = kDefaultChunkBytes;
   int level = kDefaultZstdLevel;
-  int threads = 0;                     // compression workers; 0: one per core
-  uint64_t batch_bytes = 4ull << 30;   // a batch closes at this many bytes...
-  size_t batch_files = 512;            // ...or files
+  int threads = 0;                            // compression workers; 0: one per core
+  uint64_t batch_bytes = 4ull << 30;          // a batch closes at this many bytes...
+  size_t batch_files = 512;                   // ...or files
   std::atomic<uint64_t>* progress = nullptr;  // bytes copied
   // The mount, which serves files while they move (see MoveObserver); with
   // one, files leave the store by ColdStore::Retire.
@@ -113,18 +113,18 @@ struct MigrateOptions {
   // a rollback): the mount's namespace lock, so renames never interleave
   // with them. Never held across a file's copy.
   std::shared_mutex* batch_lock = nullptr;
-  WalkOptions walk;                    // to find the tfevents files
+  WalkOptions walk;  // to find the tfevents files
 };
 
 enum class Outcome { kMoved, kChanged, kFailed, kRolledBack };
 
 struct FileResult {
   std::string path;
-  dev_t dev = 0;            // the hot file's identity when it was copied
+  dev_t dev = 0;  // the hot file's identity when it was copied
   ino_t ino = 0;
   Outcome outcome = Outcome::kFailed;
-  std::string reason;       // for anything but kMoved
-  uint64_t bytes = 0;       // logical size
+  std::string reason;  // for anything but kMoved
+  uint64_t bytes = 0;  // logical size
   uint64_t stored_bytes = 0;
 };
 
@@ -159,8 +159,8 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
 
 struct RecoveryResult {
   uint64_t batches = 0;
-  uint64_t restored = 0;   // files written back from the store
-  uint64_t dropped = 0;    // store copies dropped (the hot file was there)
+  uint64_t restored = 0;           // files written back from the store
+  uint64_t dropped = 0;            // store copies dropped (the hot file was there)
   std::vector<std::string> notes;  // anything unusual, one line each
 };
 

@@ -17,20 +17,19 @@
 // deletion of the same file removes, never a record without its data.
 #include "store/rados_backend.h"
 
-#include <rados/librados.hpp>
 #include <unistd.h>
 
-#include <climits>
-
 #include <algorithm>
-#include <cctype>
 #include <atomic>
+#include <cctype>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <list>
 #include <map>
 #include <mutex>
+#include <rados/librados.hpp>
 #include <set>
 #include <thread>
 
@@ -64,7 +63,9 @@ std::string Hex(std::string_view bytes) {
 bool Unhex(std::string_view hex, std::string* out) {
   if (hex.size() % 2 != 0) return false;
   out->clear();
-  auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
   for (size_t i = 0; i < hex.size(); i += 2) {
     const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
     if (hi < 0 || lo < 0) return false;
@@ -132,13 +133,17 @@ class RadosBackend final : public Backend {
     cluster_->shutdown();
   }
 
-  Status Commit(const WriteBatch& batch, bool /*sync: every RADOS write is durable on ack*/) override {
+  Status Commit(const WriteBatch& batch,
+                bool /*sync: every RADOS write is durable on ack*/) override {
     std::shared_ptr<RadosLease> lease;
     if (fence_) {
       lease = fence_->lease();
       if (!lease || !lease->held()) {
-        return Status::FromErrno(EROFS, "commit", fmt::format(
-            "{}: this process does not hold the store's writer's lease (another one writes it)", head_));
+        return Status::FromErrno(
+            EROFS, "commit",
+            fmt::format(
+                "{}: this process does not hold the store's writer's lease (another one writes it)",
+                head_));
       }
     }
     std::vector<const WriteBatch::Op*> chunk_puts, chunk_deletes;
@@ -200,8 +205,11 @@ class RadosBackend final : public Backend {
       // commit point is sent by the client that holds the lease.
       const int r = lease ? RadosLeaseAccess::Operate(*lease, head_, &w) : io_.operate(head_, &w);
       if (lease && (r == -EBUSY || r == -ENOENT)) {
-        return Status::FromErrno(EROFS, "commit", fmt::format(
-            "{}: the writer's lease is no longer this process's ({}); nothing was written", head_, lease->cookie()));
+        return Status::FromErrno(
+            EROFS, "commit",
+            fmt::format(
+                "{}: the writer's lease is no longer this process's ({}); nothing was written",
+                head_, lease->cookie()));
       }
       TBFS_RETURN_IF_ERROR(FromRados(r, "omap commit", head_));
     }
@@ -212,7 +220,8 @@ class RadosBackend final : public Backend {
       if (r < 0 && r != -ENOENT) return FromRados(r, "remove", ChunkOid(op->key));
     }
     for (const auto& range : batch.ranges()) {
-      if (range.space == Space::kChunks) TBFS_RETURN_IF_ERROR(RemoveChunkRange(range.key, range.value));
+      if (range.space == Space::kChunks)
+        TBFS_RETURN_IF_ERROR(RemoveChunkRange(range.key, range.value));
     }
     return Status::OK();
   }
@@ -284,16 +293,18 @@ class RadosBackend final : public Backend {
 
   Status FreeBytes(uint64_t* free, uint64_t* size) override {
     librados::cluster_stat_t st;
-    TBFS_RETURN_IF_ERROR(FromRados(cluster_->cluster_stat(st), "cluster stat", io_.get_pool_name()));
+    TBFS_RETURN_IF_ERROR(
+        FromRados(cluster_->cluster_stat(st), "cluster stat", io_.get_pool_name()));
     // The figures come from the manager daemon: a cluster without one
     // reports none, and the room check is then the OSDs' own (ENOSPC).
-    if (st.kb == 0) return Status::NotSupported("the cluster reports no capacity (no ceph-mgr running?)");
+    if (st.kb == 0)
+      return Status::NotSupported("the cluster reports no capacity (no ceph-mgr running?)");
     *free = st.kb_avail * 1024;
     *size = st.kb * 1024;
     return Status::OK();
   }
 
-  uint64_t UnflushedBytes() override { return 0; }  // no log of its own to replay
+  uint64_t UnflushedBytes() override { return 0; }    // no log of its own to replay
   Status Compact() override { return Status::OK(); }  // the OSDs reclaim deleted objects
   Status Flush() override { return Status::OK(); }
 
@@ -329,7 +340,8 @@ class RadosBackend final : public Backend {
       for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) {
         const std::string& oid = it->get_oid();
         std::string key;
-        if (oid.starts_with(mine) && Unhex(std::string_view(oid).substr(mine.size()), &key)) keys->push_back(key);
+        if (oid.starts_with(mine) && Unhex(std::string_view(oid).substr(mine.size()), &key))
+          keys->push_back(key);
       }
     } catch (const std::exception& e) {
       return Status::FromErrno(EIO, "rados list", io_.get_pool_name() + ": " + e.what());
@@ -378,7 +390,9 @@ struct Connection {
   }
 };
 
-std::string Describe(const RadosLocation& where) { return fmt::format("rados://{}/{}", where.pool, where.prefix); }
+std::string Describe(const RadosLocation& where) {
+  return fmt::format("rados://{}/{}", where.pool, where.prefix);
+}
 
 Status Connect(const RadosLocation& where, Connection* c) {
   const std::string what = Describe(where);
@@ -396,13 +410,18 @@ Status Connect(const RadosLocation& where, Connection* c) {
   // An unreachable cluster fails operations after a bounded time (EIO to a
   // reader), never hangs them.
   const std::string timeout = std::to_string(where.timeout_s);
-  for (const char* option : {"rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"}) {
+  for (const char* option :
+       {"rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"}) {
     c->cluster->conf_set(option, timeout.c_str());
   }
   r = c->cluster->connect();
-  if (r < 0) return FromRados(r, "connect", what + " (" + (where.conf.empty() ? "default ceph.conf" : where.conf) + ")");
+  if (r < 0)
+    return FromRados(r, "connect",
+                     what + " (" + (where.conf.empty() ? "default ceph.conf" : where.conf) + ")");
   r = c->cluster->ioctx_create(where.pool.c_str(), c->io);
-  if (r < 0) return r == -ENOENT ? Status::NotFound(what + ": no pool " + where.pool) : FromRados(r, "open pool", what);
+  if (r < 0)
+    return r == -ENOENT ? Status::NotFound(what + ": no pool " + where.pool)
+                        : FromRados(r, "open pool", what);
   return Status::OK();
 }
 
@@ -434,11 +453,13 @@ struct RadosLease::State {
   }
   void Renew() {
     std::unique_lock<std::mutex> lock(mu);
-    while (!cv.wait_for(lock, std::chrono::milliseconds(lease_s * 1000 / 3), [&] { return stopping; })) {
+    while (!cv.wait_for(lock, std::chrono::milliseconds(lease_s * 1000 / 3),
+                        [&] { return stopping; })) {
       const int r = Lock(LIBRADOS_LOCK_FLAG_MUST_RENEW);
       if (r < 0) {
         held = false;
-        spdlog::error("{}: the writer's lease could not be renewed ({}); writing stops", what, std::strerror(-r));
+        spdlog::error("{}: the writer's lease could not be renewed ({}); writing stops", what,
+                      std::strerror(-r));
         return;
       }
     }
@@ -457,15 +478,16 @@ RadosLease::~RadosLease() {
   if (state_->held) (void)state_->c.io.unlock(state_->head, kLeaseName, state_->cookie);
 }
 
-int RadosLeaseAccess::Operate(RadosLease& lease, const std::string& oid, librados::ObjectWriteOperation* op) {
+int RadosLeaseAccess::Operate(RadosLease& lease, const std::string& oid,
+                              librados::ObjectWriteOperation* op) {
   return lease.state_->c.io.operate(oid, op);
 }
 
 bool RadosLease::held() const { return state_->held; }
 const std::string& RadosLease::cookie() const { return state_->cookie; }
 
-Result<std::unique_ptr<RadosLease>> RadosLease::Acquire(const RadosLocation& where, const std::string& holder,
-                                                       int lease_s) {
+Result<std::unique_ptr<RadosLease>> RadosLease::Acquire(const RadosLocation& where,
+                                                        const std::string& holder, int lease_s) {
   auto state = std::make_unique<State>();
   TBFS_RETURN_IF_ERROR(Connect(where, &state->c));
   state->head = where.prefix + "head";
@@ -479,11 +501,13 @@ Result<std::unique_ptr<RadosLease>> RadosLease::Acquire(const RadosLocation& whe
     std::string tag;
     std::list<librados::locker_t> lockers;
     std::string who = "another tbfs process";
-    if (state->c.io.list_lockers(state->head, kLeaseName, &exclusive, &tag, &lockers) >= 0 && !lockers.empty()) {
+    if (state->c.io.list_lockers(state->head, kLeaseName, &exclusive, &tag, &lockers) >= 0 &&
+        !lockers.empty()) {
       who = lockers.front().cookie + " on " + lockers.front().address;
     }
-    return Status::Busy(fmt::format("{} is in use by {} (its lease lasts {} s after its last renewal)",
-                                    state->what, who, state->lease_s));
+    return Status::Busy(
+        fmt::format("{} is in use by {} (its lease lasts {} s after its last renewal)", state->what,
+                    who, state->lease_s));
   }
   TBFS_RETURN_IF_ERROR(FromRados(r, "lock", state->what));
   State* s = state.get();
@@ -496,14 +520,18 @@ bool IsRadosUrl(const std::string& store) { return store.starts_with("rados://")
 bool LooksLikeAddress(const std::string& store) {
   if (store.empty()) return false;
   // Blanks around it (a YAML or fstab value), or rados: without //.
-  if (std::isspace(static_cast<unsigned char>(store.front())) || std::isspace(static_cast<unsigned char>(store.back()))) {
+  if (std::isspace(static_cast<unsigned char>(store.front())) ||
+      std::isspace(static_cast<unsigned char>(store.back()))) {
     return true;
   }
   std::string head = store.substr(0, 6);
-  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(head.begin(), head.end(), head.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   if (head == "rados:") return true;
   const size_t colon = store.find(":/");
-  if (colon == std::string::npos || colon == 0 || !std::isalpha(static_cast<unsigned char>(store[0]))) return false;
+  if (colon == std::string::npos || colon == 0 ||
+      !std::isalpha(static_cast<unsigned char>(store[0])))
+    return false;
   return std::all_of(store.begin(), store.begin() + static_cast<std::ptrdiff_t>(colon), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
   });
@@ -511,7 +539,9 @@ bool LooksLikeAddress(const std::string& store) {
 
 Result<RadosLocation> ParseRadosUrl(const std::string& url) {
   auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument(url + ": " + why + " (use rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR&lease=DUR])");
+    return Status::InvalidArgument(
+        url + ": " + why +
+        " (use rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR&lease=DUR])");
   };
   auto decode = [](std::string_view in, std::string* out) {
     out->clear();
@@ -536,7 +566,8 @@ Result<RadosLocation> ParseRadosUrl(const std::string& url) {
   if (std::isspace(static_cast<unsigned char>(url.back()))) return bad("blanks at its end");
   std::string_view rest = std::string_view(url).substr(8);
   const size_t q = rest.find('?');
-  std::string_view path = rest.substr(0, q), query = q == std::string_view::npos ? "" : rest.substr(q + 1);
+  std::string_view path = rest.substr(0, q),
+                   query = q == std::string_view::npos ? "" : rest.substr(q + 1);
   RadosLocation where;
   const size_t slash = path.find('/');
   if (!decode(path.substr(0, slash), &where.pool) || where.pool.empty()) return bad("no pool");
@@ -558,7 +589,8 @@ Result<RadosLocation> ParseRadosUrl(const std::string& url) {
       where.conf = value;
       if (where.conf[0] != '/') {
         char cwd[PATH_MAX];
-        if (::getcwd(cwd, sizeof(cwd)) == nullptr) return bad("conf: the current folder is unknown");
+        if (::getcwd(cwd, sizeof(cwd)) == nullptr)
+          return bad("conf: the current folder is unknown");
         where.conf = std::string(cwd) + "/" + where.conf;
       }
     } else if (key == "id") {
@@ -578,10 +610,12 @@ Result<RadosLocation> ParseRadosUrl(const std::string& url) {
   return where;
 }
 
-Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options,
+Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where,
+                                                  const BackendOptions& options,
                                                   std::shared_ptr<const RadosFence> fence) {
   const std::string what = Describe(where);
-  if (options.best_efforts) return Status::NotSupported(what + ": salvage reads a RADOS store as it is");
+  if (options.best_efforts)
+    return Status::NotSupported(what + ": salvage reads a RADOS store as it is");
   Connection c;
   TBFS_RETURN_IF_ERROR(Connect(where, &c));
   librados::IoCtx& io = c.io;
@@ -590,13 +624,15 @@ Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, co
   time_t mtime;
   int r = io.stat(head, &size, &mtime);
   if (r == -ENOENT) {
-    if (!options.create_if_missing || options.read_only) return Status::NotFound(what + ": no tbfs store there");
+    if (!options.create_if_missing || options.read_only)
+      return Status::NotFound(what + ": no tbfs store there");
     librados::ObjectWriteOperation create;
     create.create(false);  // two creators at once: both see the same empty head
     r = io.operate(head, &create);
   }
   if (r < 0) return FromRados(r, "open", what + " " + head);
-  return std::unique_ptr<Backend>(new RadosBackend(std::move(c.cluster), std::move(c.io), where.prefix, std::move(fence)));
+  return std::unique_ptr<Backend>(
+      new RadosBackend(std::move(c.cluster), std::move(c.io), where.prefix, std::move(fence)));
 }
 
 }  // namespace tbfs::store

@@ -55,8 +55,9 @@ class RadosFence {
 // writes only while the fence holds a live lease (EROFS otherwise: this
 // process reads a store another one writes); without one, it writes
 // unfenced (tests, tools).
-Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, const BackendOptions& options,
-                                                  std::shared_ptr<const RadosFence> fence = nullptr);
+Result<std::unique_ptr<Backend>> OpenRadosBackend(
+    const RadosLocation& where, const BackendOptions& options,
+    std::shared_ptr<const RadosFence> fence = nullptr);
 
 // One writer (migrator, gc, restore) per RADOS store, whatever host it runs
 // on: an exclusive RADOS lock on the store's head object held as a lease.
@@ -67,8 +68,8 @@ Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where, co
 class RadosLease {
  public:
   // Busy, naming the holder (its `holder` text), when another holds it.
-  static Result<std::unique_ptr<RadosLease>> Acquire(const RadosLocation& where, const std::string& holder,
-                                                     int lease_s);
+  static Result<std::unique_ptr<RadosLease>> Acquire(const RadosLocation& where,
+                                                     const std::string& holder, int lease_s);
   ~RadosLease();  // stops renewing and gives the lock back
   // False once a renewal failed: the lease may be someone else's now.
   bool held() const;

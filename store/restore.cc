@@ -1,4 +1,3 @@
-#include "base/time_util.h"
 #include "store/restore.h"
 
 #include <fcntl.h>
@@ -8,6 +7,7 @@
 
 #include "base/failpoint.h"
 #include "base/fs_util.h"
+#include "base/time_util.h"
 #include "store/file_io.h"
 
 namespace tbfs::store {
@@ -106,8 +106,9 @@ Result<CopyResult> Restore(ColdStore& store, const std::string& logdir,
   for (const storepb::Manifest& m : files) {
     Status s = RestoreOne(store, logdir, m, options);
     if (!s.ok()) {
-      result.failed.push_back(
-          {m.path(), s.sys_errno() == EEXIST ? "a file exists at this path; left cold" : s.message()});
+      result.failed.push_back({m.path(), s.sys_errno() == EEXIST
+                                             ? "a file exists at this path; left cold"
+                                             : s.message()});
       if (result.first_errno == 0) result.first_errno = s.sys_errno();
       continue;
     }
@@ -143,8 +144,8 @@ Result<CopyResult> Export(ColdStore& store, const std::string& to_dir,
     }
     Status s = MaterializeFile(store, m, to_dir, m.path(), mo);
     if (!s.ok()) {
-      result.failed.push_back(
-          {m.path(), s.sys_errno() == EEXIST ? "exists in the export folder (use --force)"
+      result.failed.push_back({m.path(), s.sys_errno() == EEXIST
+                                             ? "exists in the export folder (use --force)"
                                              : s.message()});
       continue;
     }

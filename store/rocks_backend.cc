@@ -9,12 +9,11 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
-#include <atomic>
-#include <mutex>
-
 #include <array>
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
+#include <mutex>
 
 #include "base/time_util.h"
 #include "fmt/format.h"
@@ -26,8 +25,8 @@ namespace tbfs::store {
 
 namespace {
 
-constexpr std::array<const char*, kNumSpaces> kSpaceNames = {
-    "namespace", "manifests", "chunks", "journal", "baselines", "meta"};
+constexpr std::array<const char*, kNumSpaces> kSpaceNames = {"namespace", "manifests", "chunks",
+                                                             "journal",   "baselines", "meta"};
 
 // The one place a rocksdb::Status becomes a tbfs::Status.
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
@@ -168,10 +167,10 @@ class RocksBackend final : public Backend {
     // deleted rarely (restore, gc, unlink), so ordinary compactions need not
     // relocate blobs.
     rocksdb::ColumnFamilyHandle* chunks = cf(Space::kChunks);
-    TBFS_RETURN_IF_ERROR(FromRocks(
-        db_->SetOptions(chunks, {{"enable_blob_garbage_collection", "true"},
-                                 {"blob_garbage_collection_age_cutoff", "1.0"}}),
-        "configure store " + dir_));
+    TBFS_RETURN_IF_ERROR(
+        FromRocks(db_->SetOptions(chunks, {{"enable_blob_garbage_collection", "true"},
+                                           {"blob_garbage_collection_age_cutoff", "1.0"}}),
+                  "configure store " + dir_));
     rocksdb::CompactRangeOptions options;
     options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
     Status result;
@@ -238,14 +237,18 @@ class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
     std::string_view name(f);
     if (opening_writers.load() > 0 && (name.ends_with(".sst") || name.ends_with(".blob"))) {
       const size_t slash = f.find_last_of('/');
-      const std::string folder = (slash == std::string::npos ? std::string(".") : f.substr(0, slash)) +
-                                 "/" + kLostFoundName;
+      const std::string folder =
+          (slash == std::string::npos ? std::string(".") : f.substr(0, slash)) + "/" +
+          kLostFoundName;
       // Numbers repeat after such damage (the engine counts on from what its
       // MANIFEST says): a unique name, the suffix kept.
       const std::string to = fmt::format("{}/{}-{}", folder, NowNs(), f.substr(slash + 1));
-      if ((::mkdir(folder.c_str(), 0700) == 0 || errno == EEXIST) && ::rename(f.c_str(), to.c_str()) == 0) {
-        spdlog::warn("store: {} is not in the engine's MANIFEST; set aside in {} (a leftover of a "
-                     "crash, or data a damaged MANIFEST lost: tbfs salvage reads it)", f, folder);
+      if ((::mkdir(folder.c_str(), 0700) == 0 || errno == EEXIST) &&
+          ::rename(f.c_str(), to.c_str()) == 0) {
+        spdlog::warn(
+            "store: {} is not in the engine's MANIFEST; set aside in {} (a leftover of a "
+            "crash, or data a damaged MANIFEST lost: tbfs salvage reads it)",
+            f, folder);
         return rocksdb::IOStatus::OK();
       }
     }
@@ -308,7 +311,7 @@ rocksdb::ColumnFamilyOptions SpaceOptions(Space space) {
     o.blob_compression_type = rocksdb::kNoCompression;
     o.compression = rocksdb::kNoCompression;
     o.enable_blob_garbage_collection = false;  // see Compact()
-    o.write_buffer_size = 32 << 20;  // chunk values go to blob files at flush
+    o.write_buffer_size = 32 << 20;            // chunk values go to blob files at flush
   }
   return o;
 }
@@ -364,8 +367,8 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
   if (!s.ok()) {
     Status st = FromRocks(s, "open store " + dir);
     if (st.code() == Code::kInvalidArgument) {
-      return Status::NotSupported("open store " + dir +
-                                  ": not a tbfs store of a known layout (" + s.ToString() + ")");
+      return Status::NotSupported("open store " + dir + ": not a tbfs store of a known layout (" +
+                                  s.ToString() + ")");
     }
     return st;
   }

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -31,7 +31,8 @@ Status ListFiles(const std::string& dir, std::vector<std::string>* names) {
   if (!d) return Status::FromErrno(errno, "list", dir);
   while (struct dirent* e = ::readdir(d.get())) {
     struct stat st;
-    if (::fstatat(::dirfd(d.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+    if (::fstatat(::dirfd(d.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(st.st_mode)) {
       names->push_back(e->d_name);
     }
   }
@@ -40,7 +41,8 @@ Status ListFiles(const std::string& dir, std::vector<std::string>* names) {
 }
 
 bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // A scratch copy of the store that the engine's best-efforts recovery may
@@ -63,14 +65,16 @@ class Scratch {
   // filesystem, so the links work. The engine ignores a folder there.
   Status Make(const std::string& store) {
     std::string tmpl = store + "/salvage.XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) return Status::FromErrno(errno, "make a scratch folder in", store);
+    if (::mkdtemp(tmpl.data()) == nullptr)
+      return Status::FromErrno(errno, "make a scratch folder in", store);
     dir_ = tmpl;  // mkdtemp makes it 0700
     std::vector<std::string> names;
     TBFS_RETURN_IF_ERROR(ListFiles(store, &names));
     for (const auto& n : names) {
       if (n == "LOCK" || n == kLogdirLockName) continue;
       const std::string from = store + "/" + n, to = dir_ + "/" + n;
-      if ((EndsWith(n, ".sst") || EndsWith(n, ".blob")) && ::link(from.c_str(), to.c_str()) == 0) continue;
+      if ((EndsWith(n, ".sst") || EndsWith(n, ".blob")) && ::link(from.c_str(), to.c_str()) == 0)
+        continue;
       std::error_code ec;
       std::filesystem::copy_file(from, to, ec);
       if (ec) return Status::FromErrno(ec.value(), "copy into the scratch folder", from);
@@ -111,23 +115,27 @@ class Salvager {
   // could be swapped or read under us).
   Status PrepareOutput() {
     if (o_.to.empty()) return Status::OK();  // a check: nothing is written
-    if (::mkdir(o_.to.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno(errno, "make", o_.to);
+    if (::mkdir(o_.to.c_str(), 0700) != 0 && errno != EEXIST)
+      return Status::FromErrno(errno, "make", o_.to);
     UniqueFd fd(::open(o_.to.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd.valid()) {
-      if (errno == ELOOP || errno == ENOTDIR) return Status::InvalidArgument(o_.to + " exists and is not a folder");
+      if (errno == ELOOP || errno == ENOTDIR)
+        return Status::InvalidArgument(o_.to + " exists and is not a folder");
       return Status::FromErrno(errno, "open", o_.to);
     }
     struct stat st;
     if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, "stat", o_.to);
     if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
-      return Status::InvalidArgument(o_.to + " belongs to another user or others may write to it; "
+      return Status::InvalidArgument(o_.to +
+                                     " belongs to another user or others may write to it; "
                                      "salvage into a new folder");
     }
     std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(::dup(fd.get())), ::closedir);
     if (!d) return Status::FromErrno(errno, "list", o_.to);
     while (struct dirent* e = ::readdir(d.get())) {
       if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") {
-        return Status::InvalidArgument(o_.to + " is not empty; salvage writes into a new or empty folder");
+        return Status::InvalidArgument(o_.to +
+                                       " is not empty; salvage writes into a new or empty folder");
       }
     }
     if (::fchmod(fd.get(), 0700) != 0) return Status::FromErrno(errno, "chmod", o_.to);
@@ -249,8 +257,9 @@ class Salvager {
     // they are the store's files, written in place.
     const bool trusted = engine_ && format_ok_ && complete;
     if (!trusted && engine_) {
-      r_->problems.push_back("the engine's view of the store is incomplete: every manifest copy in the "
-                             "blob files counts");
+      r_->problems.push_back(
+          "the engine's view of the store is incomplete: every manifest copy in the "
+          "blob files counts");
     }
     for (const auto& [id, bytes] : blob_copies_) {
       if (manifests_.count(id)) continue;
@@ -269,7 +278,8 @@ class Salvager {
 
   // Chunk `index` of m from the engine, or else from any blob record that
   // verifies at its key.
-  Status ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec, std::string* raw) {
+  Status ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
+                   std::string* raw) {
     const ChunkPos pos{m.file_id(), index};
     const uint32_t len = ChunkLength(m, index);
     Status first = Status::Corruption("no copy of it anywhere");
@@ -281,20 +291,22 @@ class Salvager {
       first = st;
     }
     auto it = blob_chunks_.find({m.file_id(), index});
-    if (it == blob_chunks_.end()) return Status::Corruption(fmt::format("chunk {}: {}", index, first.message()));
+    if (it == blob_chunks_.end())
+      return Status::Corruption(fmt::format("chunk {}: {}", index, first.message()));
     for (const BlobLoc& loc : it->second) {
       auto fd = OpenFile(blob_paths_[loc.file], O_RDONLY | O_NOFOLLOW);
       if (!fd.ok()) continue;
       std::string value(loc.length, '\0');
       size_t got = 0;
-      if (!PreadFull(fd->get(), value.data(), value.size(), loc.offset, &got, blob_paths_[loc.file]).ok() ||
+      if (!PreadFull(fd->get(), value.data(), value.size(), loc.offset, &got, blob_paths_[loc.file])
+               .ok() ||
           got != value.size()) {
         continue;
       }
       if (codec->Decode(value, len, pos, raw, format1_).ok()) return Status::OK();
     }
-    return Status::Corruption(fmt::format("chunk {}: {}; no intact copy in the blob files", index,
-                                          first.message()));
+    return Status::Corruption(
+        fmt::format("chunk {}: {}; no intact copy in the blob files", index, first.message()));
   }
 
   void WriteFiles() {
@@ -319,7 +331,8 @@ class Salvager {
       auto read = [&](uint64_t index, ChunkCodec* codec, std::string* raw) {
         return ReadChunk(m, index, codec, raw);
       };
-      Status st = o_.to.empty() ? VerifyFrom(m, read, o_.pool) : MaterializeFrom(m, read, {}, o_.to, path, mo);
+      Status st = o_.to.empty() ? VerifyFrom(m, read, o_.pool)
+                                : MaterializeFrom(m, read, {}, o_.to, path, mo);
       if (st.ok() && o_.to.empty() && o_.progress) o_.progress->fetch_add(m.size());
       if (st.ok()) {
         r_->files++;

@@ -42,8 +42,8 @@ struct SalvageOptions {
   // Empty: a check only (fsck of a store that does not open): every file is
   // read and verified, nothing is written.
   std::string to;
-  bool keep_owner = true;  // chown to the manifest's owner (as root)
-  WorkPool* pool = nullptr;  // required
+  bool keep_owner = true;                     // chown to the manifest's owner (as root)
+  WorkPool* pool = nullptr;                   // required
   std::atomic<uint64_t>* progress = nullptr;  // bytes written
 };
 
@@ -52,14 +52,14 @@ struct SalvageReport {
   std::string engine;
   std::vector<std::string> problems;  // what was found damaged, one line each
   uint64_t blob_files = 0;
-  uint64_t blob_values = 0;           // record-shaped values found in them
+  uint64_t blob_values = 0;            // record-shaped values found in them
   uint64_t manifests_from_copies = 0;  // files known only by a manifest copy
-  bool blob_files_only = false;       // no engine view: deleted files may come back
+  bool blob_files_only = false;        // no engine view: deleted files may come back
   // Files only the blob files know while the engine's view is sound:
   // deleted since the last compaction, or lost from a damaged MANIFEST.
   // Written under `to`/kUnlisted, apart from the rest.
   uint64_t unlisted = 0;
-  uint64_t files = 0;                 // written (or, with no `to`, readable), each verified
+  uint64_t files = 0;  // written (or, with no `to`, readable), each verified
   uint64_t bytes = 0;
   struct Lost {
     std::string path;

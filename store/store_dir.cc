@@ -21,15 +21,16 @@ Result<UniqueFd> LockLogdir(const std::string& logdir, const std::string& holder
   const std::string path = JoinPath(JoinPath(logdir, kStoreDirName), kLogdirLockName);
   UniqueFd dir(::openat(root->get(), kStoreDirName, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir.valid()) return Status::FromErrno(errno, "open", JoinPath(logdir, kStoreDirName));
-  UniqueFd fd(::openat(dir.get(), kLogdirLockName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  UniqueFd fd(
+      ::openat(dir.get(), kLogdirLockName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return Status::FromErrno(errno, "open", path);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return Status::FromErrno(errno, "lock", path);
     std::string who(256, '\0');
     ssize_t n = ::pread(fd.get(), who.data(), who.size(), 0);
     who.resize(n > 0 ? static_cast<size_t>(n) : 0);
-    return Status::Busy(fmt::format("{} is in use by {}", logdir,
-                                    who.empty() ? "another tbfs process" : who));
+    return Status::Busy(
+        fmt::format("{} is in use by {}", logdir, who.empty() ? "another tbfs process" : who));
   }
   if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), holder.data(), holder.size(), 0) < 0) {
     spdlog::warn("{}: cannot record the holder: {}", path, std::strerror(errno));
@@ -51,7 +52,8 @@ Status CheckStoreFolder(const std::string& dir) {
   ::closedir(d);
   if (empty) return Status::OK();
   if (engine) {
-    return Status::Corruption(dir + " holds a store's files but no CURRENT file: the store is damaged");
+    return Status::Corruption(dir +
+                              " holds a store's files but no CURRENT file: the store is damaged");
   }
   return Status::InvalidArgument(dir + " exists and is not a tbfs store; refusing to use it");
 }
@@ -79,14 +81,16 @@ Status MakeStorePrivate(const std::string& dir) {
   }
   while (struct dirent* de = ::readdir(d)) {
     struct stat f;
-    if (::fstatat(fd->get(), de->d_name, &f, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(f.st_mode)) continue;
+    if (::fstatat(fd->get(), de->d_name, &f, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(f.st_mode))
+      continue;
     if ((f.st_mode & 077) == 0) continue;
     UniqueFd file(::openat(fd->get(), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (file.valid() && ::fchmod(file.get(), f.st_mode & 0700) == 0) fixed++;
   }
   ::closedir(d);
   if (fixed > 0) {
-    spdlog::warn("store {}: made private (folder 0700, files 0600); {} mode(s) changed", dir, fixed);
+    spdlog::warn("store {}: made private (folder 0700, files 0600); {} mode(s) changed", dir,
+                 fixed);
   }
   return Status::OK();
 }

@@ -24,7 +24,8 @@ class CephCluster {
   // The folder a child process (a death test) finds the same cluster in.
   std::string dir() const { return shared_conf_.empty() ? dir_ : std::getenv("TBFS_CEPH_DIR"); }
   ~CephCluster() {
-    if (!conf_.empty()) (void)testing::RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh stop " + dir_);
+    if (!conf_.empty())
+      (void)testing::RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh stop " + dir_);
   }
 
  private:
@@ -41,11 +42,14 @@ class CephCluster {
       return;
     }
     if (testing::RunCommand("command -v ceph-mon && command -v ceph-osd").exit_code != 0) {
-      why_not_ = "Ceph is not installed (apt-get install ceph-mon ceph-osd ceph-common): RADOS tests skipped";
+      why_not_ =
+          "Ceph is not installed (apt-get install ceph-mon ceph-osd ceph-common): RADOS tests "
+          "skipped";
       return;
     }
     dir_ = tmp_.path() + "/ceph";
-    auto r = testing::RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh start " + dir_ + " tbfs 2>&1");
+    auto r = testing::RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh start " + dir_ +
+                                 " tbfs 2>&1");
     if (r.exit_code != 0) {
       why_not_ = "the test cluster did not start: " + r.out;
       return;

@@ -40,8 +40,8 @@ TEST(WalkTree, VisitsFilesSortedAndSkipsFolders) {
   std::vector<std::string> seen;
   WalkOptions options;
   options.skip_dirs = {".tbfs"};
-  ASSERT_TRUE(WalkTree(dir.path(), options, [&](const WalkEntry& e) { seen.push_back(e.rel); })
-                  .ok());
+  ASSERT_TRUE(
+      WalkTree(dir.path(), options, [&](const WalkEntry& e) { seen.push_back(e.rel); }).ok());
   EXPECT_EQ(seen, (std::vector<std::string>{"a", "b/1", "b/2"}));
 }
 

@@ -53,8 +53,8 @@ TEST(MergeRuns, PluginFromAnEarlierFileOfTheRun) {
               {FileVersion(), TensorScalar("acc", 0, 0.1f, true)});
   WriteEvents(dir / "run/events.out.tfevents.2.a",
               {FileVersion(), TensorScalar("acc", 1, 0.2f, false)});
-  LogdirDigest d = DigestFiles(dir.path(), {"run/events.out.tfevents.2.a",
-                                            "run/events.out.tfevents.1.a"}, {});
+  LogdirDigest d =
+      DigestFiles(dir.path(), {"run/events.out.tfevents.2.a", "run/events.out.tfevents.1.a"}, {});
   ASSERT_TRUE(d.errors.empty());
   ASSERT_EQ(d.runs.size(), 1u);
   const RunTag& acc = d.runs.at("run").tags.at("acc");
@@ -71,8 +71,7 @@ TEST(DigestFile, HashIsAFixedFunctionOfTheRecords) {
   // every run: integers are hashed little-endian, floats by their bits.
   TempDir dir;
   WriteEvents(dir / "f", {FileVersion(1.0), SimpleScalar("loss", 0, 1.0f, 2.0),
-                          SimpleScalar("loss", 1, 0.5f, 3.0),
-                          TensorScalar("acc", 5, 0.25f, true)});
+                          SimpleScalar("loss", 1, 0.5f, 3.0), TensorScalar("acc", 5, 0.25f, true)});
   FileDigest d = Digest(dir / "f");
   EXPECT_EQ(d.tags.at("loss").hash, 0x0cb6b54ec258715eull);
   EXPECT_EQ(d.tags.at("acc").hash, 0xcdb1535ce50ba4f0ull);

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "events/proto/tfevents.pb.h"
 #include "events/record.h"
 #include "tests/test_util.h"
-#include "events/proto/tfevents.pb.h"
 
 namespace tbfs::testing {
 

@@ -78,11 +78,13 @@ TEST(ParseEvent, UnknownFieldsOfEveryWireTypeAgreeWithProtobuf) {
     const char* what;
     std::string tail;
   } cases[] = {
-      {"varint", std::string("\xa8\x06\x96\x01", 4)},                 // field 101
+      {"varint", std::string("\xa8\x06\x96\x01", 4)},  // field 101
       {"fixed64", std::string("\xa9\x06", 2) + std::string(8, '\x01')},
-      {"length", std::string("\xaa\x06\x03" "abc", 5)},
+      {"length", std::string("\xaa\x06\x03"
+                             "abc",
+                             5)},
       {"fixed32", std::string("\xad\x06", 2) + std::string(4, '\x02')},
-      {"group", std::string("\xab\x06\x08\x01\xac\x06", 6)},           // {field 1: 1}
+      {"group", std::string("\xab\x06\x08\x01\xac\x06", 6)},  // {field 1: 1}
       {"nested group", std::string("\xab\x06\xb3\x06\xb4\x06\xac\x06", 8)},
       {"unterminated group", std::string("\xab\x06\x08\x01", 4)},
       {"group ended by another field's tag", std::string("\xab\x06\xb4\x06", 4)},
@@ -90,7 +92,9 @@ TEST(ParseEvent, UnknownFieldsOfEveryWireTypeAgreeWithProtobuf) {
       {"wire type 6", std::string("\xae\x06\x00", 3)},
       {"wire type 7", std::string("\xaf\x06\x00", 3)},
       {"fixed64 cut short", std::string("\xa9\x06\x01\x02", 4)},
-      {"length past the end", std::string("\xaa\x06\x09" "ab", 5)},
+      {"length past the end", std::string("\xaa\x06\x09"
+                                          "ab",
+                                          5)},
   };
   for (const Case& c : cases) {
     std::string bytes = valid + c.tail;

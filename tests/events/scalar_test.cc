@@ -73,10 +73,10 @@ TEST(DecodeScalarTensor, NonScalarsAreRejected) {
   vec.add_float_val(1);
   vec.add_float_val(2);
   EXPECT_FALSE(DecodeScalarTensor(vec.SerializeAsString()));
-  EXPECT_FALSE(DecodeScalarTensor(
-      Scalar(pb::DT_STRING, [](auto* t) { t->add_string_val("hello"); })));
-  EXPECT_FALSE(DecodeScalarTensor(
-      Scalar(pb::DT_FLOAT, [](auto* t) { t->set_tensor_content("abc"); })));
+  EXPECT_FALSE(
+      DecodeScalarTensor(Scalar(pb::DT_STRING, [](auto* t) { t->add_string_val("hello"); })));
+  EXPECT_FALSE(
+      DecodeScalarTensor(Scalar(pb::DT_FLOAT, [](auto* t) { t->set_tensor_content("abc"); })));
   EXPECT_FALSE(DecodeScalarTensor(std::string("\xff\xff\xff", 3)));
 }
 

@@ -24,7 +24,8 @@ class ChunkCacheTest : public ::testing::Test {
     store::OpenOptions o;
     o.create_if_missing = true;
     store_ = std::move(store::ColdStore::Open(dir_ / "store", o)).value();
-    for (size_t i = 0; i < 10 * kChunk; ++i) content_.push_back(static_cast<char>('a' + (i * 7) % 23));
+    for (size_t i = 0; i < 10 * kChunk; ++i)
+      content_.push_back(static_cast<char>('a' + (i * 7) % 23));
     WriteBytes(dir_ / "f", content_);
     auto fd = OpenFile(dir_ / "f", O_RDONLY);
     struct stat st;
@@ -50,7 +51,8 @@ TEST_F(ChunkCacheTest, ServesExactChunksAndStaysWithinCapacity) {
     for (uint64_t i = 0; i < 10; ++i) {
       auto c = cache.Get(manifest_, i);
       ASSERT_TRUE(c.ok());
-      EXPECT_EQ(std::string_view((*c)->data.get(), (*c)->size), content_.substr(i * kChunk, kChunk));
+      EXPECT_EQ(std::string_view((*c)->data.get(), (*c)->size),
+                content_.substr(i * kChunk, kChunk));
       EXPECT_LE(cache.stats().bytes, 3 * kChunk);
     }
   }
@@ -74,7 +76,9 @@ TEST_F(ChunkCacheTest, ConcurrentMissesDecompressOnce) {
 
 TEST_F(ChunkCacheTest, DamagedChunkIsAnErrorEveryTimeAndNotCached) {
   std::string value;
-  ASSERT_TRUE(tbfs::store::StoreInternals::Of(*store_).Get(store::Space::kChunks, store::ChunkKey(1, 4), &value).ok());
+  ASSERT_TRUE(tbfs::store::StoreInternals::Of(*store_)
+                  .Get(store::Space::kChunks, store::ChunkKey(1, 4), &value)
+                  .ok());
   value[value.size() - 3] ^= 0x40;
   store::WriteBatch b;
   b.Put(store::Space::kChunks, store::ChunkKey(1, 4), value);

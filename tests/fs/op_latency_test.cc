@@ -10,10 +10,10 @@ namespace {
 
 TEST(OpLatency, EachSampleLandsInTheFirstBucketWhoseBoundHoldsIt) {
   OpLatency l;
-  l.Record(FuseOp::kRead, 0);          // 0 s: the first bucket
-  l.Record(FuseOp::kRead, 25000);      // exactly 25 us: still the first ("<= bound")
-  l.Record(FuseOp::kRead, 25001);      // just above: the second
-  l.Record(FuseOp::kRead, 3000000);    // 3 ms: the "<= 5 ms" bucket
+  l.Record(FuseOp::kRead, 0);            // 0 s: the first bucket
+  l.Record(FuseOp::kRead, 25000);        // exactly 25 us: still the first ("<= bound")
+  l.Record(FuseOp::kRead, 25001);        // just above: the second
+  l.Record(FuseOp::kRead, 3000000);      // 3 ms: the "<= 5 ms" bucket
   l.Record(FuseOp::kRead, 60000000000);  // a minute: +Inf
   OpLatency::Snapshot s = l.Read(FuseOp::kRead);
   EXPECT_EQ(s.count, 5u);
@@ -40,7 +40,8 @@ TEST(OpLatency, ConcurrentRecordsAreAllCounted) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&l, t] {
-      for (int i = 0; i < 100000; ++i) l.Record(FuseOp::kGetAttr, static_cast<uint64_t>(i % 7) * 1000 * t);
+      for (int i = 0; i < 100000; ++i)
+        l.Record(FuseOp::kGetAttr, static_cast<uint64_t>(i % 7) * 1000 * t);
     });
   }
   for (auto& t : threads) t.join();

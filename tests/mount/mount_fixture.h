@@ -71,7 +71,8 @@ class MountTest : public ::testing::Test {
 
   // Mounts logdir_ on mnt_ (a daemon; returns once the mount serves).
   void Mount(const std::string& extra = "--no-migrate") {
-    auto r = RunCommand(Tbfs("mount " + Quote(logdir_) + " " + Quote(mnt_) + " " + extra + " 2>&1"));
+    auto r =
+        RunCommand(Tbfs("mount " + Quote(logdir_) + " " + Quote(mnt_) + " " + extra + " 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     ASSERT_TRUE(IsMounted(mnt_));
     pid_ = Status()["pid"].get<int>();

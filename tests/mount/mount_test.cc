@@ -8,13 +8,12 @@
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
+#include <yaml-cpp/yaml.h>
 
 #include <map>
-#include <set>
 #include <random>
 #include <regex>
-
-#include <yaml-cpp/yaml.h>
+#include <set>
 
 #include "base/fs_util.h"
 #include "base/text.h"
@@ -33,7 +32,8 @@ std::vector<std::string> Files(const std::string& root, bool events) {
   WalkOptions w;
   w.skip_dirs = {".tbfs"};
   EXPECT_TRUE(WalkTree(root, w, [&](const WalkEntry& e) {
-                if (S_ISREG(e.st.st_mode) && (e.rel.find("tfevents") != std::string::npos) == events) {
+                if (S_ISREG(e.st.st_mode) &&
+                    (e.rel.find("tfevents") != std::string::npos) == events) {
                   out.push_back(e.rel);
                 }
               }).ok());
@@ -79,7 +79,8 @@ TEST_F(Mounted, TfeventsWrittenThroughTheMountLandInTheLogdir) {
   std::string rel = "newrun/events.out.tfevents.1.host.1.0";
   ASSERT_EQ(::mkdir(M("newrun").c_str(), 0755), 0);
   std::string records;
-  for (int i = 0; i < 1000; ++i) events::AppendFramedRecord(std::string(100 + i % 50, 'a' + i % 26), &records);
+  for (int i = 0; i < 1000; ++i)
+    events::AppendFramedRecord(std::string(100 + i % 50, 'a' + i % 26), &records);
   {
     auto fd = OpenFile(M(rel), O_WRONLY | O_CREAT | O_APPEND, 0644);
     ASSERT_TRUE(fd.ok());
@@ -246,10 +247,12 @@ TEST_F(Mounted, RenameUnlinkRmdirAcrossHotAndCold) {
   // RENAME_NOREPLACE onto a cold file fails; EXCHANGE with a cold one is EINVAL.
   WriteBytes(M("elsewhere/hot.txt"), "hot");
   EXPECT_NE(::renameat2(AT_FDCWD, M("elsewhere/hot.txt").c_str(), AT_FDCWD,
-                        M("elsewhere/t.json").c_str(), RENAME_NOREPLACE), 0);
+                        M("elsewhere/t.json").c_str(), RENAME_NOREPLACE),
+            0);
   EXPECT_EQ(errno, EEXIST);
   EXPECT_NE(::renameat2(AT_FDCWD, M("elsewhere/hot.txt").c_str(), AT_FDCWD,
-                        M("elsewhere/t.json").c_str(), RENAME_EXCHANGE), 0);
+                        M("elsewhere/t.json").c_str(), RENAME_EXCHANGE),
+            0);
   EXPECT_EQ(errno, EINVAL);
   // A hot file renamed over a cold one replaces it.
   ASSERT_EQ(::rename(M("elsewhere/hot.txt").c_str(), M("elsewhere/t.json").c_str()), 0);
@@ -474,7 +477,8 @@ TEST_F(Mounted, AllowOtherCreatesFilesOwnedByTheCaller) {
 }
 
 TEST_F(Mounted, VerifyThroughTheMountSeesTheSameCurves) {
-  auto base = RunCommand(Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
+  auto base = RunCommand(
+      Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
   ASSERT_EQ(base.exit_code, 0);
   Mount("--no-migrate --cold-after 0");
   MigrateNow();
@@ -540,12 +544,14 @@ TEST_F(Mounted, FstabFormMountsThroughMountFuse3) {
 }
 
 TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {
-  auto base = RunCommand(Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
+  auto base = RunCommand(
+      Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
   ASSERT_EQ(base.exit_code, 0);
   for (const char* point : {"migrate.stored", "migrate.unlinked", "migrate.all_unlinked"}) {
     // The failpoint ends the daemon at that instant, as kill -9 would.
-    auto r = RunCommand(std::string("TBFS_FAILPOINT=") + point + " " +
-                        Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 2>&1"));
+    auto r =
+        RunCommand(std::string("TBFS_FAILPOINT=") + point + " " +
+                   Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_ = Status()["pid"].get<int>();
     RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1"));  // the daemon dies
@@ -554,7 +560,8 @@ TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {
     RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
     ASSERT_FALSE(IsMounted(mnt_)) << point;
     Mount();  // recovery runs first
-    for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << point << " " << f;
+    for (const auto& f : traces_)
+      EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << point << " " << f;
     auto v = RunCommand(Tbfs("verify " + mnt_ + " --baseline " + (dir_ / "b.json")));
     EXPECT_EQ(v.exit_code, 0) << point << v.out;
     Unmount();
@@ -569,7 +576,9 @@ TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {
   RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
   Mount();
   for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
-  EXPECT_EQ(RunCommand(Tbfs("verify " + mnt_ + " --baseline " + (dir_ / "b.json") + " >/dev/null")).exit_code, 0);
+  EXPECT_EQ(RunCommand(Tbfs("verify " + mnt_ + " --baseline " + (dir_ / "b.json") + " >/dev/null"))
+                .exit_code,
+            0);
 }
 
 // The mount table writes a space as \040; read through libmount, a mount
@@ -596,8 +605,9 @@ TEST_F(MountTest, AMountPointWithASpaceGetsItsReadaheadRaised) {
 
 TEST_F(MountTest, BadArgumentsAreOneLineErrors) {
   for (const std::string& args :
-       {std::string("mount /nonexistent/logdir ") + mnt_, "mount " + dir_.path() + " /nonexistent/mnt",
-        "mount " + dir_.path() + " " + dir_.path(), "mount " + dir_.path() + " " + mnt_ + " --cold-after soon",
+       {std::string("mount /nonexistent/logdir ") + mnt_,
+        "mount " + dir_.path() + " /nonexistent/mnt", "mount " + dir_.path() + " " + dir_.path(),
+        "mount " + dir_.path() + " " + mnt_ + " --cold-after soon",
         "mount " + dir_.path() + " " + mnt_ + " -o cache=lots", "status " + dir_.path()}) {
     auto r = RunCommand(Tbfs(args + " 2>&1"));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
@@ -625,10 +635,12 @@ TEST_F(Mounted, AColdFileDeeperThanPathMaxIsServed) {
   {
     UniqueFd leaf(::openat(dir.get(), "deep.pt.trace.json", O_WRONLY | O_CREAT, 0644));
     ASSERT_TRUE(leaf.valid());
-    ASSERT_EQ(::write(leaf.get(), content.data(), content.size()), static_cast<ssize_t>(content.size()));
+    ASSERT_EQ(::write(leaf.get(), content.data(), content.size()),
+              static_cast<ssize_t>(content.size()));
   }
   dir.reset();
-  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --allow-no-events >/dev/null 2>&1"));
+  auto r = RunCommand(
+      Tbfs("migrate " + logdir_ + " --older-than 0 --apply --allow-no-events >/dev/null 2>&1"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   Mount();
   UniqueFd m(::open(M("run").c_str(), O_RDONLY | O_DIRECTORY));
@@ -652,7 +664,6 @@ TEST_F(Mounted, AColdFileDeeperThanPathMaxIsServed) {
   EXPECT_EQ(std::string(xattr, n > 0 ? n : 0), "cold");
 }
 
-
 // What the systemd unit runs: everything from the config file's mount:
 // section (tbfs@NAME.service: tbfs mount --foreground --config FILE).
 TEST_F(Mounted, AConfigFileAloneMountsWithItsSettings) {
@@ -664,8 +675,9 @@ TEST_F(Mounted, AConfigFileAloneMountsWithItsSettings) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   ASSERT_TRUE(IsMounted(mnt_));
   pid_ = Status()["pid"].get<int>();
-  EXPECT_NE(ReadBytes("/proc/mounts").find(mnt_ + " fuse.tbfs rw,nosuid,nodev,relatime,user_id=0,group_id=0,"
-                                                   "default_permissions,allow_other"),
+  EXPECT_NE(ReadBytes("/proc/mounts")
+                .find(mnt_ + " fuse.tbfs rw,nosuid,nodev,relatime,user_id=0,group_id=0,"
+                             "default_permissions,allow_other"),
             std::string::npos);
   EXPECT_EQ(Status()["cache"]["capacity_bytes"].get<uint64_t>(), 32u << 20);
   bool cold = false;  // migrated within a few passes of 1 s
@@ -716,7 +728,8 @@ TEST_F(Mounted, TheRetentionPolicyDeletesWhatGcWouldAndNothingElse) {
     struct stat st;
     if (doomed.count(t)) {
       EXPECT_NE(::stat(M(t).c_str(), &st), 0) << t << " is still there";
-      EXPECT_EQ(List(M(ParentPath(t))).count(std::string(BaseName(t))), 0u) << t << " is still listed";
+      EXPECT_EQ(List(M(ParentPath(t))).count(std::string(BaseName(t))), 0u)
+          << t << " is still listed";
     } else {
       EXPECT_TRUE(ReadBytes(M(t)) == originals_[t]) << t;
     }
@@ -724,7 +737,8 @@ TEST_F(Mounted, TheRetentionPolicyDeletesWhatGcWouldAndNothingElse) {
   for (const auto& e : events_) EXPECT_EQ(ReadBytes(M(e)), ReadBytes(L(e))) << e;
   std::string got(originals_[held].size() + 1, '\0');
   size_t n = 0;
-  for (ssize_t r; (r = ::read(fd.get(), got.data() + n, got.size() - n)) > 0;) n += static_cast<size_t>(r);
+  for (ssize_t r; (r = ::read(fd.get(), got.data() + n, got.size() - n)) > 0;)
+    n += static_cast<size_t>(r);
   got.resize(n);
   EXPECT_TRUE(got == originals_[held]) << "a reader that had it open reads it whole";
   fd.reset();
@@ -781,7 +795,6 @@ TEST_F(Mounted, ADaemonThatDiedIsMountedAgainInPlace) {
   for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
 }
 
-
 sockaddr_in Loopback(int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -805,10 +818,12 @@ std::string Scrape(int port) {
   struct timeval limit = {30, 0};  // a server that never answers fails the test, not hangs it
   ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  if (::write(s.get(), request.data(), request.size()) != static_cast<ssize_t>(request.size())) return "";
+  if (::write(s.get(), request.data(), request.size()) != static_cast<ssize_t>(request.size()))
+    return "";
   std::string out;
   char buf[65536];
-  for (ssize_t n; (n = ::read(s.get(), buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::read(s.get(), buf, sizeof(buf))) > 0;)
+    out.append(buf, static_cast<size_t>(n));
   return out;
 }
 
@@ -846,7 +861,8 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   EXPECT_TRUE(ReadBytes(M(traces_[0])) == originals_[traces_[0]]);
   std::string after = Scrape(port);
   EXPECT_EQ(Sample(after, "tbfs_migrated_files_total", mnt_), static_cast<double>(traces_.size()));
-  EXPECT_EQ(Sample(after, "tbfs_files", mnt_, ",state=\"cold\""), static_cast<double>(traces_.size()));
+  EXPECT_EQ(Sample(after, "tbfs_files", mnt_, ",state=\"cold\""),
+            static_cast<double>(traces_.size()));
   EXPECT_GT(Sample(after, "tbfs_cold_reads_total", mnt_), 0);
   EXPECT_GT(Sample(after, "tbfs_saved_bytes", mnt_), 0);
   EXPECT_EQ(Sample(after, "tbfs_eio_total", mnt_, ",cause=\"cold_chunk\""), 0);
@@ -860,8 +876,12 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   const double reads = Sample(after, "tbfs_fuse_operation_duration_seconds_count", mnt_, read);
   EXPECT_GT(reads, Sample(before, "tbfs_fuse_operation_duration_seconds_count", mnt_, read));
   EXPECT_GT(Sample(after, "tbfs_fuse_operation_duration_seconds_sum", mnt_, read), 0);
-  EXPECT_EQ(Sample(after, "tbfs_fuse_operation_duration_seconds_bucket", mnt_, read + ",le=\"+Inf\""), reads);
-  EXPECT_LE(Sample(after, "tbfs_fuse_operation_duration_seconds_bucket", mnt_, read + ",le=\"0.001\""), reads);
+  EXPECT_EQ(
+      Sample(after, "tbfs_fuse_operation_duration_seconds_bucket", mnt_, read + ",le=\"+Inf\""),
+      reads);
+  EXPECT_LE(
+      Sample(after, "tbfs_fuse_operation_duration_seconds_bucket", mnt_, read + ",le=\"0.001\""),
+      reads);
   EXPECT_GT(Sample(after, "tbfs_fuse_operation_duration_seconds_count", mnt_, ",op=\"lookup\""), 0);
   // Every metric the shipped alerting rules use is one the mount serves.
   YAML::Node rules = YAML::LoadFile(std::string(TBFS_SOURCE_DIR) + "/packaging/tbfs-alerts.yml");
@@ -869,9 +889,11 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   for (const auto& rule : rules["groups"][0]["rules"]) {
     const std::string expr = rule["expr"].as<std::string>();
     static const std::regex metric(R"(tbfs_[a-z_]+)");
-    for (std::sregex_iterator it(expr.begin(), expr.end(), metric), end; it != end; ++it, ++checked) {
+    for (std::sregex_iterator it(expr.begin(), expr.end(), metric), end; it != end;
+         ++it, ++checked) {
       EXPECT_NE(after.find("\n" + it->str() + "{"), std::string::npos)
-          << rule["alert"].as<std::string>() << " uses " << it->str() << ", which the mount does not serve";
+          << rule["alert"].as<std::string>() << " uses " << it->str()
+          << ", which the mount does not serve";
     }
   }
   EXPECT_GE(checked, 5);
@@ -904,7 +926,8 @@ TEST_F(Mounted, AMetricsPortInUseIsSaidSoAndNothingIsMounted) {
   sockaddr_in addr = Loopback(port);
   ASSERT_EQ(::bind(taken.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ASSERT_EQ(::listen(taken.get(), 1), 0);
-  auto r = RunCommand(Tbfs("mount " + logdir_ + " " + mnt_ + " -o metrics=" + std::to_string(port) + " 2>&1"));
+  auto r = RunCommand(
+      Tbfs("mount " + logdir_ + " " + mnt_ + " -o metrics=" + std::to_string(port) + " 2>&1"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out, "tbfs mount: metrics: cannot listen on 127.0.0.1:" + std::to_string(port) +
                        ": Address already in use\n");
@@ -932,7 +955,8 @@ TEST_F(Mounted, AMountPointThatIsNotUtf8IsAValidLabel) {
   Mount("--no-migrate -o metrics=" + std::to_string(port));
   const std::string scrape = Scrape(port);
   ASSERT_NE(scrape.find("200 OK"), std::string::npos) << scrape;
-  EXPECT_TRUE(ValidUtf8(scrape) == scrape) << "a scrape with bytes that are not UTF-8 is rejected whole";
+  EXPECT_TRUE(ValidUtf8(scrape) == scrape)
+      << "a scrape with bytes that are not UTF-8 is rejected whole";
   const std::string label = mnt_.substr(0, mnt_.size() - 1) + "\xEF\xBF\xBD";
   EXPECT_GT(Sample(scrape, "tbfs_resident_memory_bytes", label), 0);
 }
@@ -948,4 +972,3 @@ TEST_F(MountTest, AMetricsAddressThatIsNotOneIsAOneLineError) {
 }
 
 }  // namespace tbfs::testing
-

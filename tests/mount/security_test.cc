@@ -7,9 +7,8 @@
 #include <sys/wait.h>
 
 #include <atomic>
-#include <thread>
-
 #include <filesystem>
+#include <thread>
 
 #include "base/fs_util.h"
 #include "fmt/format.h"
@@ -24,7 +23,8 @@ class Confined : public MountTest {
     MountTest::SetUp();
     WriteBytes(L("u/events.out.tfevents.1.host"), "");
     for (int i = 0; i < 2; ++i) {
-      WriteBytes(L(fmt::format("u/plugins/profile/t{}.pt.trace.json", i)), std::string(30000, 'a' + i));
+      WriteBytes(L(fmt::format("u/plugins/profile/t{}.pt.trace.json", i)),
+                 std::string(30000, 'a' + i));
     }
     ASSERT_EQ(RunCommand("chown -R 65534 " + L("u")).exit_code, 0);
     std::filesystem::create_directories(outside_);
@@ -57,9 +57,10 @@ TEST_F(MountTest, MountPointsThatWouldTrapTheStoreAreRefused) {
   WriteBytes(dir_ / "x/L/r/events.out.tfevents.1.h", "");
   std::filesystem::create_directories(dir_ / "s/store");
   for (const std::string& args :
-       {"mount " + (dir_ / "x/L") + " " + (dir_ / "x"),                                // the logdir's parent
-        "mount " + (dir_ / "x/L") + " " + dir_.path(),                                  // an ancestor
-        "mount " + (dir_ / "x/L") + " " + (dir_ / "s") + " --store " + (dir_ / "s/store")}) {  // the store's
+       {"mount " + (dir_ / "x/L") + " " + (dir_ / "x"),  // the logdir's parent
+        "mount " + (dir_ / "x/L") + " " + dir_.path(),   // an ancestor
+        "mount " + (dir_ / "x/L") + " " + (dir_ / "s") + " --store " +
+            (dir_ / "s/store")}) {  // the store's
     // (bounded: such a mount used to hang every access, itself included)
     auto r = RunCommand("timeout 20 " + Tbfs(args + " 2>&1"));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
@@ -84,7 +85,8 @@ TEST_F(Confined, ASecondTbfsOnTheLogdirIsRefusedWhateverItsStore) {
   Mount("--no-migrate");
   std::string m2 = dir_ / "m2";
   std::filesystem::create_directories(m2);
-  auto r = RunCommand(Tbfs("mount " + logdir_ + " " + m2 + " --store " + (dir_ / "other") + " 2>&1"));
+  auto r =
+      RunCommand(Tbfs("mount " + logdir_ + " " + m2 + " --store " + (dir_ / "other") + " 2>&1"));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find(mnt_), std::string::npos) << r.out;  // names the holder
   EXPECT_FALSE(IsMounted(m2));
@@ -174,7 +176,9 @@ TEST_F(SwapRace, RecreatingAFolderOnlyTheStoreHasNeverChangesAFileSwappedIn) {
     ASSERT_EQ(::chmod(L(d).c_str(), 06777), 0);
   }
   ASSERT_EQ(RunCommand("chown -R 65534 " + L("u")).exit_code, 0);
-  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null 2>&1")).exit_code, 0);
+  ASSERT_EQ(
+      RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null 2>&1")).exit_code,
+      0);
   for (int i = 0; i < 150; ++i) ASSERT_EQ(::rmdir(L(fmt::format("u/n{}", i)).c_str()), 0);
   Mount("--no-migrate -o allow_other");
   std::atomic<bool> stop{false};

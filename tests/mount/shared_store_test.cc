@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstring>
-
 #include <map>
 
 #include "base/fs_util.h"
@@ -31,10 +30,12 @@ class SharedStore : public MountTest {
     w.skip_dirs = {".tbfs"};
     ASSERT_TRUE(WalkTree(logdir_, w, [&](const WalkEntry& e) {
                   if (S_ISREG(e.st.st_mode)) originals_[e.rel] = ReadBytes(L(e.rel));
-                  if (S_ISREG(e.st.st_mode) && e.rel.find("tfevents") == std::string::npos) traces_++;
+                  if (S_ISREG(e.st.st_mode) && e.rel.find("tfevents") == std::string::npos)
+                    traces_++;
                 }).ok());
     ASSERT_GT(traces_, 0u);
-    auto base = RunCommand(Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
+    auto base = RunCommand(
+        Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
     ASSERT_EQ(base.exit_code, 0);
   }
   void TearDown() override {
@@ -43,11 +44,13 @@ class SharedStore : public MountTest {
   }
 
   std::string Options(const std::string& state, const std::string& extra = "") const {
-    return " -o 'store=" + url_ + ",state=" + (dir_ / state) + ",cold_after=0,migrate_interval=1" + extra + "'";
+    return " -o 'store=" + url_ + ",state=" + (dir_ / state) + ",cold_after=0,migrate_interval=1" +
+           extra + "'";
   }
   // Mount A on mnt_ (pid_), as MountTest's; `env` before the command.
   void MountA(const std::string& env = "", const std::string& extra = "") {
-    auto r = RunCommand(env + Tbfs("mount " + logdir_ + " " + mnt_ + Options("state-a", extra) + " 2>&1"));
+    auto r = RunCommand(
+        env + Tbfs("mount " + logdir_ + " " + mnt_ + Options("state-a", extra) + " 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_ = Status()["pid"].get<int>();
   }
@@ -107,7 +110,8 @@ TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNoth
   EXPECT_TRUE(IsWriter(Status())) << Status().dump();
   nlohmann::json b = StatusOf(mnt_b_);
   EXPECT_NE(b.value("store_role", "").find("reader: "), std::string::npos) << b.dump();
-  EXPECT_NE(b.value("store_role", "").find(mnt_), std::string::npos) << "the reader names the writer: " << b.dump();
+  EXPECT_NE(b.value("store_role", "").find(mnt_), std::string::npos)
+      << "the reader names the writer: " << b.dump();
   ExpectOriginals(mnt_b_);  // the reader knows every file as a hot one now
 
   auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
@@ -118,12 +122,14 @@ TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNoth
   ExpectOriginals(mnt_b_);
   // It sees them turn cold within its attribute timeout, and reads them
   // from the store.
-  for (int i = 0; i < 50 && ColdCount(mnt_b_) < traces_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int i = 0; i < 50 && ColdCount(mnt_b_) < traces_; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(ColdCount(mnt_b_), traces_);
   ExpectOriginals(mnt_);
   ExpectOriginals(mnt_b_);
   b = StatusOf(mnt_b_);
-  EXPECT_EQ(b["migrations"]["files_moved"].get<size_t>(), 0u) << "the reader migrated: " << b.dump();
+  EXPECT_EQ(b["migrations"]["files_moved"].get<size_t>(), 0u)
+      << "the reader migrated: " << b.dump();
   EXPECT_GT(b["cold_reads"].get<uint64_t>(), 0u);
 
   // A change to a cold file through the reader is refused and changes nothing.
@@ -142,10 +148,12 @@ TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNoth
   // one, a hot folder holding cold files.
   const std::string run = cold.substr(0, cold.find('/'));
   WriteBytes(M(run + "/notes.txt"), "precious");
-  EXPECT_EQ(::rename((mnt_b_ + "/" + cold).c_str(), (mnt_b_ + "/" + run + "/notes.txt").c_str()), -1);
+  EXPECT_EQ(::rename((mnt_b_ + "/" + cold).c_str(), (mnt_b_ + "/" + run + "/notes.txt").c_str()),
+            -1);
   EXPECT_EQ(errno, EROFS);
   EXPECT_EQ(ReadBytes(L(run + "/notes.txt")), "precious");
-  EXPECT_EQ(::rename((mnt_b_ + "/" + run + "/notes.txt").c_str(), (mnt_b_ + "/" + cold).c_str()), -1);
+  EXPECT_EQ(::rename((mnt_b_ + "/" + run + "/notes.txt").c_str(), (mnt_b_ + "/" + cold).c_str()),
+            -1);
   EXPECT_EQ(errno, EROFS);
   EXPECT_EQ(::rename((mnt_b_ + "/" + run).c_str(), (mnt_b_ + "/renamed").c_str()), -1);
   EXPECT_EQ(errno, EROFS);
@@ -172,7 +180,8 @@ TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNoth
 // holds is refused, with one line, and nothing is mounted.
 TEST_F(SharedStore, TheStateFolderIsPrivateAndOneMountsOwn) {
   auto mount_b = [&](const std::string& state) {
-    return RunCommand(Tbfs("mount " + logdir_ + " " + mnt_b_ + " -o 'store=" + url_ + ",state=" + state + "' 2>&1"));
+    return RunCommand(Tbfs("mount " + logdir_ + " " + mnt_b_ + " -o 'store=" + url_ +
+                           ",state=" + state + "' 2>&1"));
   };
   std::filesystem::create_directories(dir_ / "target");
   struct stat target_st;
@@ -183,8 +192,9 @@ TEST_F(SharedStore, TheStateFolderIsPrivateAndOneMountsOwn) {
   ASSERT_EQ(::chmod((dir_ / "open").c_str(), 0777), 0);
   std::filesystem::create_directories(dir_ / "theirs/state");
   ASSERT_EQ(::chown((dir_ / "theirs").c_str(), 65534, 65534), 0);
-  for (const std::string& state : {dir_ / "link", dir_ / "link/below", dir_ / "open", dir_ / "open/below",
-                                    dir_ / "theirs/state", dir_ / "theirs/new"}) {
+  for (const std::string& state :
+       {dir_ / "link", dir_ / "link/below", dir_ / "open", dir_ / "open/below",
+        dir_ / "theirs/state", dir_ / "theirs/new"}) {
     auto r = mount_b(state);
     EXPECT_EQ(r.exit_code, 2) << state << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
@@ -208,7 +218,8 @@ TEST_F(SharedStore, TheStateFolderIsPrivateAndOneMountsOwn) {
   EXPECT_FALSE(std::filesystem::exists(logdir_ + "/sub"));
   EXPECT_FALSE(std::filesystem::exists(dir_ / "full/state.lock"));
   // state= with a store folder would be ignored: said, not done.
-  auto local = RunCommand(Tbfs("mount " + logdir_ + " " + mnt_b_ + " -o state=" + (dir_ / "s") + " 2>&1"));
+  auto local =
+      RunCommand(Tbfs("mount " + logdir_ + " " + mnt_b_ + " -o state=" + (dir_ / "s") + " 2>&1"));
   EXPECT_EQ(local.exit_code, 2) << local.out;
   EXPECT_FALSE(IsMounted(mnt_b_));
   struct stat st;
@@ -253,7 +264,8 @@ TEST_F(SharedStore, KillNineOfTheWriterMidBatchAndTheOtherMountTakesOver) {
   MountB();
   const int writer = pid_;
   // A's first pass ends it at the failpoint, as kill -9 would.
-  for (int i = 0; i < 100 && Alive(writer); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 100 && Alive(writer); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_FALSE(Alive(writer)) << "the writer did not reach the failpoint";
   RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
   pid_ = -1;
@@ -261,7 +273,8 @@ TEST_F(SharedStore, KillNineOfTheWriterMidBatchAndTheOtherMountTakesOver) {
   ASSERT_TRUE(WaitFor(mnt_b_, 60, [&](const nlohmann::json& s) {
     return IsWriter(s) && s["migrations"]["files_moved"].get<size_t>() == traces_;
   })) << StatusOf(mnt_b_).dump();
-  EXPECT_NE(ReadBytes(dir_ / "state-b/tbfs-mount.log").find("recovery undid 1 unfinished batch"), std::string::npos)
+  EXPECT_NE(ReadBytes(dir_ / "state-b/tbfs-mount.log").find("recovery undid 1 unfinished batch"),
+            std::string::npos)
       << ReadBytes(dir_ / "state-b/tbfs-mount.log");
   EXPECT_EQ(ColdCount(mnt_b_), traces_);
   ExpectOriginals(mnt_b_);
@@ -282,7 +295,8 @@ class UnreachableStore : public SharedStore {
   void SetUp() override {
     SharedStore::SetUp();
     if (IsSkipped()) return;
-    auto r = RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh start " + ceph_ + " tbfs 2>&1");
+    auto r = RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh start " + ceph_ +
+                        " tbfs 2>&1");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     url_ = "rados://tbfs/x?conf=" + r.out.substr(0, r.out.find('\n')) + "&lease=5s&timeout=3s";
     osd_pid_ = ReadBytes(ceph_ + "/run/osd.0.pid");
@@ -332,8 +346,10 @@ TEST_F(UnreachableStore, ColdReadsFailWithEioAfterTheTimeoutHotFilesKeepWorkingA
     }
   }
   nlohmann::json eio = Status()["eio"];
-  EXPECT_GT(eio["store_by_cause"]["unreachable"].get<uint64_t>() + eio["cold_chunk_by_cause"]["unreachable"].get<uint64_t>(),
-            0u) << eio.dump();
+  EXPECT_GT(eio["store_by_cause"]["unreachable"].get<uint64_t>() +
+                eio["cold_chunk_by_cause"]["unreachable"].get<uint64_t>(),
+            0u)
+      << eio.dump();
 
   ASSERT_EQ(RunCommand("kill -CONT " + osd_pid_).exit_code, 0);
   bool back = false;

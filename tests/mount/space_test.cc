@@ -67,14 +67,16 @@ TEST_F(NoRoom, AFullStoreStopsTheMigrationCleanly) {
   SmallFs("12m");
   WriteTraces(logdir_, 10, 3 << 20);  // 30 MB that will not compress
   const std::string store = small_ + "/store";
-  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + store + " 2>&1"));
+  auto r =
+      RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + store + " 2>&1"));
   EXPECT_EQ(r.exit_code, 2) << r.out;  // an error, not an abort (134)
   EXPECT_NE(r.out.find("no room"), std::string::npos) << r.out;
   ExpectEveryTraceOnce(logdir_, store);
   // The store works on: it checks clean, and gives back what it holds.
   auto fsck = RunCommand(Tbfs("fsck --store " + store + " 2>&1"));
   EXPECT_EQ(fsck.exit_code, 0) << fsck.out;
-  auto restore = RunCommand(Tbfs("restore " + logdir_ + " --all --apply --store " + store + " 2>&1"));
+  auto restore =
+      RunCommand(Tbfs("restore " + logdir_ + " --all --apply --store " + store + " 2>&1"));
   EXPECT_EQ(restore.exit_code, 0) << restore.out;
   for (const auto& [rel, bytes] : traces_) EXPECT_TRUE(ReadBytes(L(rel)) == bytes) << rel;
 }

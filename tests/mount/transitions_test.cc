@@ -2,9 +2,9 @@
 // inode number), continuity (a file being migrated or rehydrated stays
 // visible and readable), open handles across hot/cold, writers outside the
 // mount, the control channel, and the POSIX details external suites check.
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <grp.h>
 
 #include <atomic>
 #include <future>
@@ -26,8 +26,9 @@ std::string TraceText(const std::string& name, size_t bytes) {
   std::mt19937_64 rng(std::hash<std::string>()(name));
   std::string s = "{\"traceEvents\": [\n";
   while (s.size() < bytes) {
-    s += fmt::format("{{\"ph\": \"X\", \"name\": \"op{}\", \"ts\": {}, \"dur\": {}, \"tid\": {}}},\n",
-                     rng() % 500, rng() % 100000000, rng() % 10000, rng() % 16);
+    s += fmt::format(
+        "{{\"ph\": \"X\", \"name\": \"op{}\", \"ts\": {}, \"dur\": {}, \"tid\": {}}},\n",
+        rng() % 500, rng() % 100000000, rng() % 10000, rng() % 16);
   }
   s.resize(bytes);
   return s;
@@ -266,7 +267,8 @@ TEST_F(Transitions, AColdReaderKeepsReadingAfterUnlinkAndRename) {
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(::unlink(M(first->first).c_str()), 0);
   ASSERT_EQ(::rename(M(second->first).c_str(), M("run/renamed.json").c_str()), 0);
-  for (auto [fd, want] : {std::pair{a->get(), &first->second}, std::pair{b->get(), &second->second}}) {
+  for (auto [fd, want] :
+       {std::pair{a->get(), &first->second}, std::pair{b->get(), &second->second}}) {
     std::string buf(want->size(), '\0');
     size_t got = 0;
     ASSERT_TRUE(PreadFull(fd, buf.data(), buf.size(), 0, &got, "cold").ok());
@@ -417,8 +419,9 @@ class PausedTransitions : public Transitions {
   void MountPausedAt(const std::string& point) {
     marker_ = dir_ / "pause";
     WriteBytes(marker_, "");
-    auto r = RunCommand("TBFS_PAUSE=" + point + ":" + marker_ + " " +
-                        Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 -o allow_other 2>&1"));
+    auto r = RunCommand(
+        "TBFS_PAUSE=" + point + ":" + marker_ + " " +
+        Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 -o allow_other 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_ = Status()["pid"].get<int>();
     migrate_ = std::thread([this] { MigrateNow(); });
@@ -592,8 +595,9 @@ TEST_F(Transitions, ANameThatIsNotUtf8MigratesAndComesBack) {
   EXPECT_TRUE(ReadBytes(M(rel)) == TraceText("bad", 50000));
   EXPECT_EQ(RunCommand(Tbfs("status --json " + mnt_ + " >/dev/null")).exit_code, 0);
   Unmount();
-  for (const std::string& cmd : {"ls " + logdir_, "ls --json " + logdir_, "du " + logdir_,
-                                 "fsck " + logdir_, "export " + logdir_ + " --to " + (dir_ / "out")}) {
+  for (const std::string& cmd :
+       {"ls " + logdir_, "ls --json " + logdir_, "du " + logdir_, "fsck " + logdir_,
+        "export " + logdir_ + " --to " + (dir_ / "out")}) {
     auto r = RunCommand(Tbfs(cmd + " 2>&1"));
     EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.out;
   }

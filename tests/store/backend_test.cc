@@ -4,9 +4,8 @@
 // installed).
 #include "store/backend.h"
 
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -98,29 +97,39 @@ TEST_P(BackendContract, ABatchIsAppliedWholeAndReadBack) {
 
 TEST_P(BackendContract, ScansGoInKeyOrderWithinAPrefixAndStopWhenAsked) {
   WriteBatch b;
-  for (const char* k : {"b/2", "a/1", "b/1", "b/10", "c", std::string("b\xff").c_str()}) b.Put(Space::kJournal, k, k);
+  for (const char* k : {"b/2", "a/1", "b/1", "b/10", "c", std::string("b\xff").c_str()})
+    b.Put(Space::kJournal, k, k);
   b.Put(Space::kBaselines, "b/0", "other space");
   for (uint64_t i : {3, 1, 2}) b.Put(Space::kChunks, ChunkKey(7, i), "chunk" + std::to_string(i));
   b.Put(Space::kChunks, ChunkKey(8, 0), "other file");
   ASSERT_TRUE(backend_->Commit(b, true).ok());
   std::vector<std::string> seen;
-  ASSERT_TRUE(backend_->Scan(Space::kJournal, "b/", [&](std::string_view k, std::string_view v) {
-    EXPECT_EQ(k, v);
-    seen.emplace_back(k);
-    return true;
-  }).ok());
+  ASSERT_TRUE(backend_
+                  ->Scan(Space::kJournal, "b/",
+                         [&](std::string_view k, std::string_view v) {
+                           EXPECT_EQ(k, v);
+                           seen.emplace_back(k);
+                           return true;
+                         })
+                  .ok());
   EXPECT_EQ(seen, (std::vector<std::string>{"b/1", "b/10", "b/2"}));
   seen.clear();
-  ASSERT_TRUE(backend_->Scan(Space::kJournal, "", [&](std::string_view k, std::string_view) {
-    seen.emplace_back(k);
-    return seen.size() < 2;
-  }).ok());
+  ASSERT_TRUE(backend_
+                  ->Scan(Space::kJournal, "",
+                         [&](std::string_view k, std::string_view) {
+                           seen.emplace_back(k);
+                           return seen.size() < 2;
+                         })
+                  .ok());
   EXPECT_EQ(seen, (std::vector<std::string>{"a/1", "b/1"}));
   seen.clear();
-  ASSERT_TRUE(backend_->Scan(Space::kChunks, ChunkKey(7, 0).substr(0, 8), [&](std::string_view, std::string_view v) {
-    seen.emplace_back(v);
-    return true;
-  }).ok());
+  ASSERT_TRUE(backend_
+                  ->Scan(Space::kChunks, ChunkKey(7, 0).substr(0, 8),
+                         [&](std::string_view, std::string_view v) {
+                           seen.emplace_back(v);
+                           return true;
+                         })
+                  .ok());
   EXPECT_EQ(seen, (std::vector<std::string>{"chunk1", "chunk2", "chunk3"}));
   std::string last;
   ASSERT_TRUE(backend_->LastKey(Space::kJournal, &last).ok());
@@ -138,7 +147,8 @@ TEST_P(BackendContract, DeletingAFilesChunksLeavesEveryOtherFilesChunks) {
   WriteBatch d;
   d.DeleteRange(Space::kChunks, ChunkKey(9, 0), ChunkKey(10, 0));
   ASSERT_TRUE(backend_->Commit(d, true).ok());
-  for (uint64_t i : {uint64_t{0}, uint64_t{4}, kManifestCopyIndex}) EXPECT_EQ(Value(Space::kChunks, ChunkKey(9, i)), "<none>");
+  for (uint64_t i : {uint64_t{0}, uint64_t{4}, kManifestCopyIndex})
+    EXPECT_EQ(Value(Space::kChunks, ChunkKey(9, i)), "<none>");
   EXPECT_EQ(Value(Space::kChunks, ChunkKey(10, 0)), "ten");
   EXPECT_EQ(Value(Space::kChunks, ChunkKey(8, kManifestCopyIndex)), "eight's manifest copy");
   // Ranges in the small spaces too.
@@ -200,10 +210,14 @@ void CrashAt(const std::string& point, bool new_state_expected) {
   const bool child = std::getenv("TBFS_FAILPOINT") != nullptr;
   if (!child) {
     ::setenv("TBFS_CEPH_DIR", CephCluster::Get().dir().c_str(), 1);
-    ::setenv("TBFS_CRASH_PREFIX", ("crash-" + point + "-" + std::to_string(::getpid()) + "/").c_str(), 1);
+    ::setenv("TBFS_CRASH_PREFIX",
+             ("crash-" + point + "-" + std::to_string(::getpid()) + "/").c_str(), 1);
   }
-  RadosLocation where{.pool = "tbfs", .prefix = std::getenv("TBFS_CRASH_PREFIX"),
-                      .conf = CephCluster::Get().conf(), .user = "", .timeout_s = 10};
+  RadosLocation where{.pool = "tbfs",
+                      .prefix = std::getenv("TBFS_CRASH_PREFIX"),
+                      .conf = CephCluster::Get().conf(),
+                      .user = "",
+                      .timeout_s = 10};
   std::unique_ptr<Backend> b;
   if (!child) {
     auto opened = OpenRadosBackend(where, {.create_if_missing = true});
@@ -235,7 +249,8 @@ void CrashAt(const std::string& point, bool new_state_expected) {
     Status st = b->Get(space, key, &v);
     return st.ok() ? v : st.IsNotFound() ? "<none>" : "<error: " + st.message() + ">";
   };
-  EXPECT_EQ(get(Space::kChunks, ChunkKey(2, 0)), "chunk of file 2") << "written before the commit point";
+  EXPECT_EQ(get(Space::kChunks, ChunkKey(2, 0)), "chunk of file 2")
+      << "written before the commit point";
   if (new_state_expected) {  // whole; file 1's chunk is garbage now
     EXPECT_EQ(get(Space::kManifests, "m1"), "<none>");
     EXPECT_EQ(get(Space::kManifests, "m2"), "file 2");
@@ -255,8 +270,11 @@ TEST(RadosBackend, ACrashAfterTheCommitPointLeavesTheNewState) {
 }
 
 RadosLocation LeaseStore(const std::string& name) {
-  return RadosLocation{.pool = "tbfs", .prefix = name + std::to_string(::getpid()) + "/",
-                       .conf = CephCluster::Get().conf(), .user = "", .timeout_s = 10};
+  return RadosLocation{.pool = "tbfs",
+                       .prefix = name + std::to_string(::getpid()) + "/",
+                       .conf = CephCluster::Get().conf(),
+                       .user = "",
+                       .timeout_s = 10};
 }
 
 TEST(RadosLease, OneWriterAtATimeKeptByRenewalsAndTheRefusedOneIsToldWho) {
@@ -271,7 +289,8 @@ TEST(RadosLease, OneWriterAtATimeKeptByRenewalsAndTheRefusedOneIsToldWho) {
   auto b = RadosLease::Acquire(where, "host-b", 3);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), Code::kBusy);
-  EXPECT_NE(b.status().message().find("the tbfs mount on host-a:/mnt/logs (pid 1)"), std::string::npos)
+  EXPECT_NE(b.status().message().find("the tbfs mount on host-a:/mnt/logs (pid 1)"),
+            std::string::npos)
       << b.status().message();
   a->reset();  // given back: the next writer need not wait for the lease
   auto c = RadosLease::Acquire(where, "host-b", 3);
@@ -283,7 +302,8 @@ TEST(RadosLease, OneWriterAtATimeKeptByRenewalsAndTheRefusedOneIsToldWho) {
 TEST(RadosLease, AHolderThatDiedLosesItWhenTheLeaseRunsOut) {
   if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const bool child = std::getenv("TBFS_LEASE_PREFIX") != nullptr && std::getenv("TBFS_LEASE_CHILD") != nullptr;
+  const bool child =
+      std::getenv("TBFS_LEASE_PREFIX") != nullptr && std::getenv("TBFS_LEASE_CHILD") != nullptr;
   if (!child) {
     ::setenv("TBFS_CEPH_DIR", CephCluster::Get().dir().c_str(), 1);
     ::setenv("TBFS_LEASE_PREFIX", LeaseStore("dead-").prefix.c_str(), 1);
@@ -341,8 +361,9 @@ TEST(RadosFence, OnlyTheLeaseHolderCommitsAndALostLeaseWritesNothing) {
   const size_t at = r.out.find("\"name\":\"client.");
   ASSERT_NE(at, std::string::npos) << r.out;
   const std::string locker = r.out.substr(at + 8, r.out.find('"', at + 8) - at - 8);
-  r = testing::RunCommand("rados -c " + where.conf + " -p tbfs lock break " + where.prefix + "head tbfs.writer " +
-                          locker + " --lock-cookie '" + held->cookie() + "' 2>&1");
+  r = testing::RunCommand("rados -c " + where.conf + " -p tbfs lock break " + where.prefix +
+                          "head tbfs.writer " + locker + " --lock-cookie '" + held->cookie() +
+                          "' 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto other = RadosLease::Acquire(where, "the next writer", 30);
   ASSERT_TRUE(other.ok()) << other.status().ToString();
@@ -360,7 +381,8 @@ TEST(RadosFence, OnlyTheLeaseHolderCommitsAndALostLeaseWritesNothing) {
 
 std::string SharedUrl(const std::string& name) {
   const RadosLocation where = LeaseStore(name);
-  return "rados://" + where.pool + "/" + where.prefix + "?conf=" + where.conf + "&lease=5s&timeout=10s";
+  return "rados://" + where.pool + "/" + where.prefix + "?conf=" + where.conf +
+         "&lease=5s&timeout=10s";
 }
 
 OpenOptions Writer(const std::string& holder, bool create) {
@@ -385,7 +407,8 @@ TEST(SharedColdStore, OneWriterAndReadersThatTakeOverWhenItIsGone) {
   auto refused = ColdStore::Open(url, second);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Code::kBusy);
-  EXPECT_NE(refused.status().message().find("host-a"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("host-a"), std::string::npos)
+      << refused.status().message();
 
   second.reader_if_busy = true;
   auto b = ColdStore::Open(url, second);
@@ -461,9 +484,11 @@ TEST(SharedColdStore, AJournaledFileIdIsNeverHandedOutAgain) {
 class GarbageTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GarbageTest, ChunksNoRecordNamesAreFoundAndRemovedAndNothingElse) {
-  if (GetParam() == "rados" && !CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  if (GetParam() == "rados" && !CephCluster::Get().why_not().empty())
+    GTEST_SKIP() << CephCluster::Get().why_not();
   testing::TempDir dir;
-  auto opened = ColdStore::Open(GetParam() == "rados" ? SharedUrl("garbage-") : dir / "store", Writer("gc", true));
+  auto opened = ColdStore::Open(GetParam() == "rados" ? SharedUrl("garbage-") : dir / "store",
+                                Writer("gc", true));
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   ColdStore& store = **opened;
   testing::WriteBytes(dir / "t.pt.trace.json", std::string(300000, 'y'));
@@ -530,8 +555,8 @@ TEST(RadosUrl, ReadsPoolPrefixAndParameters) {
   EXPECT_TRUE(c->conf.ends_with("/ceph.conf"));
   EXPECT_EQ(c->lease_s, 10);
   // Mistyped addresses are never taken for a folder to create.
-  for (const char* typo : {"RADOS://tbfs/p", "Rados://tbfs", "rados:/tbfs", "s3://bucket", "rados:tbfs",
-                           " rados://tbfs/p", "rados://tbfs/p "}) {
+  for (const char* typo : {"RADOS://tbfs/p", "Rados://tbfs", "rados:/tbfs", "s3://bucket",
+                           "rados:tbfs", " rados://tbfs/p", "rados://tbfs/p "}) {
     EXPECT_TRUE(LooksLikeAddress(typo) || IsRadosUrl(typo)) << typo;
     auto opened = ColdStore::Open(typo, Writer("typo", true));
     ASSERT_FALSE(opened.ok()) << typo;
@@ -539,9 +564,11 @@ TEST(RadosUrl, ReadsPoolPrefixAndParameters) {
     const std::string made = std::string(typo).substr(0, std::string(typo).find(':') + 1);
     EXPECT_FALSE(std::filesystem::exists(made)) << typo;
   }
-  for (const char* folder : {"/data/store", "store", "./a:b", "1a:/x"}) EXPECT_FALSE(LooksLikeAddress(folder)) << folder;
-  for (const char* url : {"rados://", "rados:///prefix", "rados://p?conf", "rados://p?conf=", "rados://p?user=x",
-                          "rados://p?timeout=0s", "rados://p?timeout=soon", "rados://p?lease=1s", "rados://p/%zz", "rados://p/%4", "/tmp/x"}) {
+  for (const char* folder : {"/data/store", "store", "./a:b", "1a:/x"})
+    EXPECT_FALSE(LooksLikeAddress(folder)) << folder;
+  for (const char* url : {"rados://", "rados:///prefix", "rados://p?conf", "rados://p?conf=",
+                          "rados://p?user=x", "rados://p?timeout=0s", "rados://p?timeout=soon",
+                          "rados://p?lease=1s", "rados://p/%zz", "rados://p/%4", "/tmp/x"}) {
     auto r = ParseRadosUrl(url);
     ASSERT_FALSE(r.ok()) << url;
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << url;
@@ -557,7 +584,8 @@ TEST(RadosBackend, AnUnreachableClusterFailsWithinItsTimeout) {
   RadosLocation where{.pool = "tbfs", .prefix = "x/", .conf = conf, .user = "", .timeout_s = 2};
   const auto start = std::chrono::steady_clock::now();
   auto b = OpenRadosBackend(where, {.create_if_missing = true});
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("rados connect"), std::string::npos) << b.status().message();
   EXPECT_LT(took, 30) << "bounded by the timeout, not hung";

@@ -106,9 +106,13 @@ TEST_F(StoreTest, RangeReadsAcrossChunkBordersAreExact) {
   storepb::Manifest m = Ingest("r.trace.json", bytes);
   ChunkCodec codec;
   std::string buf(3 * kChunk, '\0');
-  for (auto [off, len] : std::vector<std::pair<uint64_t, size_t>>{
-           {0, 1}, {kChunk - 1, 2}, {kChunk - 10, kChunk + 20}, {2 * kChunk, kChunk},
-           {kChunk / 2, 3 * kChunk}, {5 * kChunk + 100, 1000}, {bytes.size(), 10}}) {
+  for (auto [off, len] : std::vector<std::pair<uint64_t, size_t>>{{0, 1},
+                                                                  {kChunk - 1, 2},
+                                                                  {kChunk - 10, kChunk + 20},
+                                                                  {2 * kChunk, kChunk},
+                                                                  {kChunk / 2, 3 * kChunk},
+                                                                  {5 * kChunk + 100, 1000},
+                                                                  {bytes.size(), 10}}) {
     size_t got = 0;
     ASSERT_TRUE(store_->ReadRange(m, off, len, buf.data(), &got, &codec).ok());
     size_t want = off >= bytes.size() ? 0 : std::min<size_t>(len, bytes.size() - off);
@@ -145,7 +149,9 @@ TEST_F(StoreTest, CorruptChunkIsAnErrorAndFsckNamesTheFile) {
   Ingest("run/good.pt.trace.json", Content(kChunk, 9));
   // Flip one payload byte of chunk 2, as bit rot would.
   std::string value;
-  ASSERT_TRUE(tbfs::store::StoreInternals::Of(*store_).Get(Space::kChunks, ChunkKey(m.file_id(), 2), &value).ok());
+  ASSERT_TRUE(tbfs::store::StoreInternals::Of(*store_)
+                  .Get(Space::kChunks, ChunkKey(m.file_id(), 2), &value)
+                  .ok());
   value[value.size() / 2] ^= 0x01;
   WriteBatch b;
   b.Put(Space::kChunks, ChunkKey(m.file_id(), 2), value);
@@ -224,7 +230,9 @@ TEST_F(StoreTest, AChunkReadFromTheWrongKeyIsAnErrorNeverData) {
   storepb::Manifest m = Ingest("run/t.pt.trace.json", bytes);
   // Chunk 2's value at chunk 3's key, as a damaged key in an SST file would.
   std::string value;
-  ASSERT_TRUE(tbfs::store::StoreInternals::Of(*store_).Get(Space::kChunks, ChunkKey(m.file_id(), 2), &value).ok());
+  ASSERT_TRUE(tbfs::store::StoreInternals::Of(*store_)
+                  .Get(Space::kChunks, ChunkKey(m.file_id(), 2), &value)
+                  .ok());
   WriteBatch b;
   b.Put(Space::kChunks, ChunkKey(m.file_id(), 3), value);
   ASSERT_TRUE(store_->Commit(b, true).ok());
@@ -244,10 +252,12 @@ TEST_F(StoreTest, NamesAreBytes) {
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   EXPECT_EQ(found->path(), rel);
   int seen = 0;
-  ASSERT_TRUE(store_->ForEachManifest([&](const storepb::Manifest& x) {
+  ASSERT_TRUE(store_
+                  ->ForEachManifest([&](const storepb::Manifest& x) {
                     seen += x.path() == rel;
                     return true;
-                  }).ok());
+                  })
+                  .ok());
   EXPECT_EQ(seen, 1);
 }
 
@@ -323,14 +333,16 @@ TEST(Upgrade, AFormat1StoreIsReadAndUpgradedInPlace) {
   ASSERT_TRUE(m.ok());
   EXPECT_TRUE(VerifyStoredFile(**s, *m, &pool).ok());
   std::string value;
-  ASSERT_TRUE(tbfs::store::StoreInternals::Of(**s).Get(Space::kChunks, ChunkKey(1, 0), &value).ok());
+  ASSERT_TRUE(
+      tbfs::store::StoreInternals::Of(**s).Get(Space::kChunks, ChunkKey(1, 0), &value).ok());
   EXPECT_EQ(static_cast<uint8_t>(value[0]), kChunkRaw);  // bound to its place now
   int copies = 0;  // and its manifest has its second copy with the chunks
   ASSERT_TRUE((*s)->ForEachManifestCopy([&](const storepb::Manifest& c) {
-    copies++;
-    EXPECT_EQ(c.SerializeAsString(), m->SerializeAsString());
-    return true;
-  }).ok());
+                    copies++;
+                    EXPECT_EQ(c.SerializeAsString(), m->SerializeAsString());
+                    return true;
+                  })
+                  .ok());
   EXPECT_EQ(copies, 1);
   MaterializeOptions mo;
   mo.pool = &pool;

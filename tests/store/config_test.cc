@@ -21,7 +21,7 @@ criteria:
 validate:
   must_have_tags: [loss/train, lr]
 )",
-                              "test.yaml");
+                           "test.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(*c->logdir, "/data/logs");
   EXPECT_FALSE(c->dry_run);
@@ -56,7 +56,6 @@ TEST(ConfigFile, MissingFileNamesIt) {
   EXPECT_NE(c.status().message().find("/nonexistent/policy.yaml"), std::string::npos);
 }
 
-
 TEST(ConfigFile, ReadsTheMountSection) {
   auto c = ParseConfigFile(R"(
 logdir: /data/logs
@@ -69,7 +68,7 @@ mount:
   cache: 1G
   options: [allow_other, ro]
 )",
-                              "mount.yaml");
+                           "mount.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(*c->mount.mountpoint, "/mnt/logs");
   EXPECT_EQ(*c->mount.store, "/cold");
@@ -86,8 +85,8 @@ mount:
 }
 
 TEST(ConfigFile, ReadsTheRetentionPolicy) {
-  auto c = ParseConfigFile("retention: {migrated_before: 90d, older_than: 1h, keep_last: 5, max_store: 2G}",
-                              "r.yaml");
+  auto c = ParseConfigFile(
+      "retention: {migrated_before: 90d, older_than: 1h, keep_last: 5, max_store: 2G}", "r.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(*c->retention.migrated_before_s, 90 * 86400);
   EXPECT_EQ(*c->retention.older_than_s, 3600);
@@ -96,12 +95,11 @@ TEST(ConfigFile, ReadsTheRetentionPolicy) {
   auto none = ParseConfigFile("mount: {cold_after: 1m}", "n.yaml");
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->retention.any()) << "no retention: section, no deletions";
-  for (const char* text : {"retention: {keep_last: -1}", "retention: {keep_last: five}",
-                           "retention: {keep_last: 1.5}", "retention: {max_store: lots}",
-                           "retention: {migrated_before: soon}", "retention: {keep_newest: 3}",
-                           "retention: {keep_last: 0}", "retention: {older_than: 0s}",
-                           "retention: {migrated_before: 0}", "retention: {max_store: 0}",
-                           "retention: [keep_last]"}) {
+  for (const char* text :
+       {"retention: {keep_last: -1}", "retention: {keep_last: five}", "retention: {keep_last: 1.5}",
+        "retention: {max_store: lots}", "retention: {migrated_before: soon}",
+        "retention: {keep_newest: 3}", "retention: {keep_last: 0}", "retention: {older_than: 0s}",
+        "retention: {migrated_before: 0}", "retention: {max_store: 0}", "retention: [keep_last]"}) {
     auto bad = ParseConfigFile(text, "bad.yaml");
     ASSERT_FALSE(bad.ok()) << text;
     EXPECT_NE(bad.status().message().find("bad.yaml"), std::string::npos) << bad.status().message();
@@ -113,7 +111,11 @@ TEST(ConfigFile, RelativePathsAreTheFilesNotTheCallers) {
   testing::TempDir dir;
   const std::string file = dir.path() + "/etc/tbfs.yaml";
   std::filesystem::create_directories(dir.path() + "/etc");
-  ASSERT_TRUE(WriteFileAtomic(file, "logdir: logs\nbackup: {dir: ../bak}\nmount: {mountpoint: /mnt/x, store: cold}\n", 0600).ok());
+  ASSERT_TRUE(WriteFileAtomic(
+                  file,
+                  "logdir: logs\nbackup: {dir: ../bak}\nmount: {mountpoint: /mnt/x, store: cold}\n",
+                  0600)
+                  .ok());
   auto c = LoadConfigFile(file);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(*c->logdir, dir.path() + "/etc/logs");

@@ -48,7 +48,8 @@ TEST(GrowthSeries, ASampleFromTheFutureIsDroppedNotKeptAsTheLast) {
   testing::TempDir dir;
   std::vector<GrowthSample> series;
   const double t = Now();
-  ASSERT_TRUE(SaveGrowthSample(dir.path(), At(t + 86400 * 365, 1, 1), &series).ok());  // a clock gone wrong
+  ASSERT_TRUE(
+      SaveGrowthSample(dir.path(), At(t + 86400 * 365, 1, 1), &series).ok());  // a clock gone wrong
   ASSERT_TRUE(SaveGrowthSample(dir.path(), At(t - 5, 100, 5000), &series).ok());
   auto back = LoadGrowthSeries(dir.path());
   ASSERT_EQ(back.size(), 1u);
@@ -60,7 +61,8 @@ TEST(GrowthSeries, AFifoOrASymlinkAtItsNameIsNotRead) {
   const std::string path = dir.path() + "/" + kGrowthFileName;
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
   auto loaded = std::async(std::launch::async, [&] { return LoadGrowthSeries(dir.path()).size(); });
-  ASSERT_EQ(loaded.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "a FIFO blocked the read";
+  ASSERT_EQ(loaded.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "a FIFO blocked the read";
   EXPECT_EQ(loaded.get(), 0u);
   ::unlink(path.c_str());
   std::vector<GrowthSample> series;

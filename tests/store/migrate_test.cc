@@ -11,11 +11,11 @@
 #include <map>
 #include <thread>
 
-#include "events/verifier.h"
 #include "base/failpoint.h"
+#include "events/verifier.h"
 #include "store/file_io.h"
-#include "store/restore.h"
 #include "store/maintenance.h"
+#include "store/restore.h"
 #include "tests/store/migrate_fixture.h"
 #include "tests/test_util.h"
 #include "tools/gen/gen.h"
@@ -132,10 +132,12 @@ TEST_F(MigrateTest, MigratingAPathThatIsColdAlreadyReplacesItsEntry) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->files_moved, 1u);
   int versions = 0;
-  ASSERT_TRUE(store_->ForEachManifest([&](const storepb::Manifest& m) {
+  ASSERT_TRUE(store_
+                  ->ForEachManifest([&](const storepb::Manifest& m) {
                     versions += m.path() == c.path;
                     return true;
-                  }).ok());
+                  })
+                  .ok());
   EXPECT_EQ(versions, 1);
   WorkPool pool(2);
   auto fsck = Fsck(*store_, &pool, nullptr);
@@ -282,8 +284,7 @@ INSTANTIATE_TEST_SUITE_P(
                       CrashCase{"migrate.stored", false}, CrashCase{"migrate.read_back", false},
                       CrashCase{"migrate.aside", false}, CrashCase{"migrate.unlinked", false},
                       CrashCase{"migrate.all_unlinked", false},
-                      CrashCase{"migrate.verified", false},
-                      CrashCase{"migrate.rollback_one", true},
+                      CrashCase{"migrate.verified", false}, CrashCase{"migrate.rollback_one", true},
                       CrashCase{"migrate.committed", false}),
     [](const auto& info) {
       std::string name = info.param.point;

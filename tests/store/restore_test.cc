@@ -28,7 +28,8 @@ TEST_F(MigrateTest, RestoreBringsEverythingBackAndExportLeavesTheStore) {
   auto exported = Export(*store_, out, cold, false, &pool, nullptr);
   ASSERT_TRUE(exported.ok());
   EXPECT_EQ(exported->files, cold.size());
-  for (const auto& m : cold) EXPECT_TRUE(ReadBytes(JoinPath(out, m.path())) == before_[m.path()].bytes);
+  for (const auto& m : cold)
+    EXPECT_TRUE(ReadBytes(JoinPath(out, m.path())) == before_[m.path()].bytes);
   EXPECT_EQ(store_->ComputeTotals()->files, cold.size());
 
   auto blob_bytes = [&] {

@@ -40,7 +40,8 @@ class SalvageTest : public ::testing::Test {
     std::vector<Skipped> skipped;
     ASSERT_TRUE(FindCandidates(logdir_, c, &candidates, &skipped).ok());
     ASSERT_GT(candidates.size(), 4u);
-    for (const Candidate& cand : candidates) originals_[cand.path] = ReadBytes(logdir_ + "/" + cand.path);
+    for (const Candidate& cand : candidates)
+      originals_[cand.path] = ReadBytes(logdir_ + "/" + cand.path);
     OpenOptions o;
     o.create_if_missing = true;
     auto store = ColdStore::Open(store_, o);
@@ -180,7 +181,8 @@ TEST_F(SalvageTest, RefusesAFolderThatIsNotEmptyAndChangesNothingInTheStore) {
     for (const auto& e : fs::directory_iterator(store_)) {
       struct stat st;
       ::stat(e.path().c_str(), &st);
-      out[e.path().filename()] = {static_cast<uint64_t>(st.st_size), st.st_mtim.tv_nsec + st.st_mtim.tv_sec * 1'000'000'000ll};
+      out[e.path().filename()] = {static_cast<uint64_t>(st.st_size),
+                                  st.st_mtim.tv_nsec + st.st_mtim.tv_sec * 1'000'000'000ll};
     }
     return out;
   };
@@ -230,7 +232,6 @@ TEST_F(SalvageTest, FsckGoesOnPastDamageAndNamesEachFile) {
   EXPECT_TRUE(found) << "no table file held the manifests";
 }
 
-
 // Red team: a MANIFEST cut short opened as an older, emptier store; the
 // writer took it for a new store and the engine deleted every table and
 // blob file it did not list. Now the writer refuses, changing nothing, and
@@ -267,7 +268,8 @@ TEST_F(SalvageTest, AManifestCutShortIsRefusedByWritersAndSalvaged) {
 TEST_F(SalvageTest, FilesAnOpenWouldDropAreSetAsideAndSalvagedApart) {
   const std::string extra = "run_late/late.pt.trace.json";
   std::string bytes;
-  for (int i = 0; i < 20000; ++i) bytes += fmt::format("{{\"ph\":\"X\",\"ts\":{},\"dur\":{}}},\n", i * 7, i % 13);
+  for (int i = 0; i < 20000; ++i)
+    bytes += fmt::format("{{\"ph\":\"X\",\"ts\":{},\"dur\":{}}},\n", i * 7, i % 13);
   fs::create_directories(logdir_ + "/run_late");
   testing::WriteBytes(logdir_ + "/" + extra, bytes);
   std::string manifest;
@@ -285,7 +287,8 @@ TEST_F(SalvageTest, FilesAnOpenWouldDropAreSetAsideAndSalvagedApart) {
     std::vector<Candidate> all, late;
     std::vector<Skipped> skipped;
     ASSERT_TRUE(FindCandidates(logdir_, c, &all, &skipped).ok());
-    for (const auto& cand : all) if (cand.path == extra) late.push_back(cand);
+    for (const auto& cand : all)
+      if (cand.path == extra) late.push_back(cand);
     ASSERT_EQ(late.size(), 1u);
     MigrateOptions m;
     m.walk.skip_dirs = {kStoreDirName};
@@ -305,7 +308,8 @@ TEST_F(SalvageTest, FilesAnOpenWouldDropAreSetAsideAndSalvagedApart) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->unlisted, 1u);
   EXPECT_EQ(ReadBytes(dir_ / (std::string("out/") + kUnlisted + "/" + extra)), bytes);
-  for (const auto& [path, original] : originals_) EXPECT_EQ(ReadBytes(dir_ / ("out/" + path)), original);
+  for (const auto& [path, original] : originals_)
+    EXPECT_EQ(ReadBytes(dir_ / ("out/" + path)), original);
 }
 
 TEST_F(SalvageTest, RefusesAnOutputFolderOthersCanWriteOrOwn) {

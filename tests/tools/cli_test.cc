@@ -1,5 +1,6 @@
 // The tbfs command as a user runs it: exit codes, one-line errors, JSON.
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/events/event_files.h"
@@ -58,8 +59,8 @@ TEST_F(CliTest, UsageAndInputErrorsExitTwoWithOneLine) {
   EXPECT_EQ(RunCommand(Tbfs("verify 2>/dev/null")).exit_code, 2);
   EXPECT_EQ(RunCommand(Tbfs("nosuchcommand 2>/dev/null")).exit_code, 2);
   WriteBytes(dir_ / "garbage.json", "{{{{ not a baseline");
-  CommandResult r = RunCommand(Tbfs("verify " + logdir_ + " --baseline " + (dir_ / "garbage.json") +
-                                    " 2>&1 >/dev/null"));
+  CommandResult r = RunCommand(
+      Tbfs("verify " + logdir_ + " --baseline " + (dir_ / "garbage.json") + " 2>&1 >/dev/null"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   EXPECT_NE(r.out.find("garbage.json"), std::string::npos);

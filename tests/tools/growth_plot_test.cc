@@ -13,7 +13,8 @@ size_t Count(const std::string& text, const std::string& what) {
   return n;
 }
 
-store::GrowthSample At(double t, uint64_t tfevents, uint64_t traces, uint64_t cold, uint64_t free_bytes) {
+store::GrowthSample At(double t, uint64_t tfevents, uint64_t traces, uint64_t cold,
+                       uint64_t free_bytes) {
   store::GrowthSample s;
   s.unix_s = t;
   s.tfevents_bytes = tfevents;
@@ -26,7 +27,8 @@ store::GrowthSample At(double t, uint64_t tfevents, uint64_t traces, uint64_t co
 
 TEST(GrowthSvg, DrawsEachClassStackedAndHowFullTheFilesystemIs) {
   std::vector<store::GrowthSample> series;
-  for (int i = 0; i < 10; ++i) series.push_back(At(1.8e9 + 60 * i, 1000 * i, 5000 * i, 20000 * i, (1 << 30) - (1 << 24) * i));
+  for (int i = 0; i < 10; ++i)
+    series.push_back(At(1.8e9 + 60 * i, 1000 * i, 5000 * i, 20000 * i, (1 << 30) - (1 << 24) * i));
   const std::string svg = GrowthSvg(series, "/data/logs", 90);
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");

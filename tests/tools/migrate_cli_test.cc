@@ -1,12 +1,12 @@
 // The store commands as a user runs them: dry runs change nothing, bad input
 // is refused with one line, the backup is a plain tar.zst.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
-#include <sys/stat.h>
 #include <thread>
 
 #include "base/fs_util.h"
@@ -61,15 +61,18 @@ TEST_F(MigrateCli, DryRunChangesNothing) {
 TEST_F(MigrateCli, NamesWithControlCharactersPrintOnOneLineAndInert) {
   const std::string name = "evil\nDAMAGED: x\x1b[2J.pt.trace.json";
   WriteBytes(logdir_ + "/" + name, std::string(4096, '{'));
-  for (const std::string cmd : {"scan " + logdir_, "migrate " + logdir_ + " --older-than 0",
-                                "migrate " + logdir_ + " --older-than 0 --apply", "ls " + logdir_,
-                                "gc " + logdir_ + " --older-than 0", "restore " + logdir_ + " --all"}) {
+  for (const std::string& cmd :
+       {"scan " + logdir_, "migrate " + logdir_ + " --older-than 0",
+        "migrate " + logdir_ + " --older-than 0 --apply", "ls " + logdir_,
+        "gc " + logdir_ + " --older-than 0", "restore " + logdir_ + " --all"}) {
     auto r = RunCommand(Tbfs(cmd));
     ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
     EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << cmd << " printed an escape";
     EXPECT_EQ(r.out.find("\nDAMAGED: x"), std::string::npos) << cmd << " printed a forged line";
     if (cmd.starts_with("ls") || cmd.starts_with("gc") || cmd.starts_with("restore")) {
-      EXPECT_NE(r.out.find("evil\\x0aDAMAGED: x\\x1b[2J.pt.trace.json"), std::string::npos) << cmd << "\n" << r.out;
+      EXPECT_NE(r.out.find("evil\\x0aDAMAGED: x\\x1b[2J.pt.trace.json"), std::string::npos)
+          << cmd << "\n"
+          << r.out;
     }
   }
   auto j = nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out);
@@ -111,8 +114,8 @@ TEST_F(MigrateCli, HostileConfigLeavesEveryTfeventsFileUntouched) {
 }
 
 TEST_F(MigrateCli, MissingMustHaveTagRefusesAndChangesNothing) {
-  auto r = RunCommand(Tbfs("migrate " + logdir_ +
-                           " --older-than 0 --apply --must-have loss/train,not_a_tag 2>&1"));
+  auto r = RunCommand(
+      Tbfs("migrate " + logdir_ + " --older-than 0 --apply --must-have loss/train,not_a_tag 2>&1"));
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("not_a_tag"), std::string::npos);
   EXPECT_EQ(Tree(logdir_), before_);
@@ -121,13 +124,15 @@ TEST_F(MigrateCli, MissingMustHaveTagRefusesAndChangesNothing) {
 TEST_F(MigrateCli, WrongPathsAndGarbageAreOneLineErrors) {
   TempDir empty;
   WriteBytes(empty / "x.pt.trace.json", "[]");
-  for (const std::string& args : std::vector<std::string>
-       {std::string("migrate /nonexistent/logdir --apply"), "migrate " + empty.path() + " --older-than 0 --apply",
-        "migrate " + logdir_ + " --older-than soon", "migrate " + logdir_ + " --class bogus",
-        "migrate " + logdir_ + " --config /nonexistent.yaml", "restore " + logdir_ + " ../x --all",
-        "export " + logdir_ + " --to " + (dir_ / "out") + " ../../etc",
-        "restore " + logdir_ + " /etc/passwd",
-        "export " + logdir_ + " --to " + logdir_ + "/copies"}) {
+  for (const std::string& args : std::vector<std::string>{
+           std::string("migrate /nonexistent/logdir --apply"),
+           "migrate " + empty.path() + " --older-than 0 --apply",
+           "migrate " + logdir_ + " --older-than soon", "migrate " + logdir_ + " --class bogus",
+           "migrate " + logdir_ + " --config /nonexistent.yaml",
+           "restore " + logdir_ + " ../x --all",
+           "export " + logdir_ + " --to " + (dir_ / "out") + " ../../etc",
+           "restore " + logdir_ + " /etc/passwd",
+           "export " + logdir_ + " --to " + logdir_ + "/copies"}) {
     auto r = RunCommand(Tbfs(args + " 2>&1 >/dev/null"));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
@@ -144,12 +149,13 @@ TEST_F(MigrateCli, WrongPathsAndGarbageAreOneLineErrors) {
 
 TEST_F(MigrateCli, BackupIsAPlainTarZstd) {
   std::string backup = dir_ / "backup";
-  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --backup " + backup +
-                           " 2>/dev/null"));
+  auto r = RunCommand(
+      Tbfs("migrate " + logdir_ + " --older-than 0 --apply --backup " + backup + " 2>/dev/null"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::string out = dir_ / "untar";
   std::filesystem::create_directories(out);
-  auto tar = RunCommand("cd " + out + " && tar --zstd -xf " + backup + "/tbfs-backup-*.tar.zst && echo ok");
+  auto tar = RunCommand("cd " + out + " && tar --zstd -xf " + backup +
+                        "/tbfs-backup-*.tar.zst && echo ok");
   ASSERT_EQ(tar.out, "ok\n");
   auto restored = Tree(out);
   EXPECT_FALSE(restored.empty());
@@ -157,8 +163,10 @@ TEST_F(MigrateCli, BackupIsAPlainTarZstd) {
 }
 
 TEST_F(MigrateCli, GcIsADryRunUnlessApplied) {
-  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null")).exit_code, 0);
-  auto dry = nlohmann::json::parse(RunCommand(Tbfs("gc --json " + logdir_ + " --older-than 0")).out);
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null")).exit_code,
+            0);
+  auto dry =
+      nlohmann::json::parse(RunCommand(Tbfs("gc --json " + logdir_ + " --older-than 0")).out);
   EXPECT_GT(dry["files"].get<int>(), 0);
   auto ls = nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out);
   EXPECT_EQ(ls.size(), dry["files"].get<size_t>());
@@ -167,11 +175,11 @@ TEST_F(MigrateCli, GcIsADryRunUnlessApplied) {
   EXPECT_EQ(RunCommand(Tbfs("gc " + logdir_ + " --older-than 3x 2>/dev/null")).exit_code, 2);
 }
 
-
 // Finding 5 as a user meets it: a damaged store is checked to the end and
 // every intact file comes back out with `tbfs salvage`.
 TEST_F(MigrateCli, FsckNamesDamageAndSalvageWritesEveryIntactFile) {
-  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code, 0);
+  ASSERT_EQ(
+      RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code, 0);
   const std::string store = logdir_ + "/.tbfs";
   std::string blob;
   for (const auto& e : std::filesystem::directory_iterator(store)) {
@@ -219,7 +227,6 @@ TEST_F(MigrateCli, FsckNamesDamageAndSalvageWritesEveryIntactFile) {
   EXPECT_NE(salvage.out.find("not empty"), std::string::npos) << salvage.out;
 }
 
-
 // tbfs watch on a logdir that grows while it samples: a positive rate, the
 // growing run first, exit 1 at a threshold the growth crosses, exit 0 when
 // none is; the series survives in the store folder, which migrate then
@@ -236,7 +243,8 @@ TEST_F(MigrateCli, WatchSeesALogdirGrowAndWarns) {
       WriteBytes(logdir_ + "/growing_run/blob" + std::to_string(attempt) + ".bin",
                  std::string((32u << 20) << attempt, 'x'));
     });
-    r = RunCommand(Tbfs("watch " + logdir_ + " --interval 2s --warn-within 10000d --json --plot " + plot));
+    r = RunCommand(
+        Tbfs("watch " + logdir_ + " --interval 2s --warn-within 10000d --json --plot " + plot));
     writer.join();
     if (r.exit_code == 1) break;
   }
@@ -251,8 +259,10 @@ TEST_F(MigrateCli, WatchSeesALogdirGrowAndWarns) {
   EXPECT_TRUE(j["warn"].get<bool>());
   EXPECT_GE(j["samples"].get<int>(), 2);
   // No growth since, no threshold crossed: exit 0 (the earlier samples count).
-  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code, 0);
-  r = RunCommand(Tbfs("watch " + logdir_ + " --interval 2s --window 1s --warn-at 100 --warn-within 0s --json"));
+  ASSERT_EQ(
+      RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code, 0);
+  r = RunCommand(Tbfs("watch " + logdir_ +
+                      " --interval 2s --window 1s --warn-at 100 --warn-within 0s --json"));
   EXPECT_EQ(r.exit_code, 0) << r.out;
   j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["bytes"]["cold"].get<uint64_t>(), 0u);
@@ -263,17 +273,18 @@ TEST_F(MigrateCli, WatchSeesALogdirGrowAndWarns) {
   EXPECT_EQ(RunCommand(Tbfs("watch " + logdir_ + " --warn-at 0 2>/dev/null")).exit_code, 2);
 }
 
-
 // Retention policies: the newest N profiles of each run, a size budget for
 // the store, the migration time; the union of what they select.
 TEST_F(MigrateCli, GcPoliciesKeepTheNewestProfilesAndABudget) {
-  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null")).exit_code, 0);
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null")).exit_code,
+            0);
   auto cold = [&] { return nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out); };
   const size_t all = cold().size();
   ASSERT_GT(all, 3u);
   EXPECT_EQ(RunCommand(Tbfs("gc " + logdir_ + " 2>/dev/null")).exit_code, 2);  // no policy
   // Nothing was migrated a day ago.
-  auto none = nlohmann::json::parse(RunCommand(Tbfs("gc --json " + logdir_ + " --migrated-before 1d")).out);
+  auto none =
+      nlohmann::json::parse(RunCommand(Tbfs("gc --json " + logdir_ + " --migrated-before 1d")).out);
   EXPECT_EQ(none["files"].get<int>(), 0);
   // --keep-last 1: one profile per run stays (a TF session folder counts as one).
   auto keep = RunCommand(Tbfs("gc --json " + logdir_ + " --keep-last 1 --apply"));
@@ -292,12 +303,16 @@ TEST_F(MigrateCli, GcPoliciesKeepTheNewestProfilesAndABudget) {
   const uint64_t stored = du()["stored_bytes"].get<uint64_t>();
   ASSERT_GT(stored, 0u);
   const uint64_t budget = stored / 2;
-  ASSERT_EQ(RunCommand(Tbfs("gc " + logdir_ + " --max-store " + std::to_string(budget) + " --apply >/dev/null")).exit_code, 0);
+  ASSERT_EQ(RunCommand(Tbfs("gc " + logdir_ + " --max-store " + std::to_string(budget) +
+                            " --apply >/dev/null"))
+                .exit_code,
+            0);
   EXPECT_LE(du()["stored_bytes"].get<uint64_t>(), budget);
 }
 
 TEST(Retention, ProfilesAndRuns) {
-  EXPECT_EQ(store::ProfileOf("r/train/plugins/profile/2026_01_01/h.trace.json.gz"), "r/train/plugins/profile/2026_01_01");
+  EXPECT_EQ(store::ProfileOf("r/train/plugins/profile/2026_01_01/h.trace.json.gz"),
+            "r/train/plugins/profile/2026_01_01");
   EXPECT_EQ(store::RunOfProfile("r/train/plugins/profile/2026_01_01"), "r/train");
   EXPECT_EQ(store::ProfileOf("plugins/profile/s1/h.xplane.pb"), "plugins/profile/s1");
   EXPECT_EQ(store::RunOfProfile("plugins/profile/s1"), ".");

@@ -5,12 +5,12 @@
 // run folders.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "base/fs_util.h"
@@ -40,7 +40,8 @@ class Escapes : public ::testing::Test {
   }
   std::string L(const std::string& rel) const { return logdir_ + "/" + rel; }
   int Migrate(const std::string& extra = "") {
-    return RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply " + extra + " >/dev/null 2>&1"))
+    return RunCommand(
+               Tbfs("migrate " + logdir_ + " --older-than 0 --apply " + extra + " >/dev/null 2>&1"))
         .exit_code;
   }
   // What the user does: the folder they own becomes a symlink elsewhere.
@@ -89,7 +90,8 @@ TEST_F(Escapes, MigrationNeverUnlinksThroughASymlinkedFolder) {
   auto ls = RunCommand(Tbfs("ls " + logdir_));
   EXPECT_EQ(ls.out.find("root's file"), std::string::npos);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(std::filesystem::exists(L(fmt::format("u/plugins/profile.moved/t{}.pt.trace.json", i))));
+    EXPECT_TRUE(
+        std::filesystem::exists(L(fmt::format("u/plugins/profile.moved/t{}.pt.trace.json", i))));
   }
 }
 
@@ -105,8 +107,8 @@ TEST_F(Escapes, OneTbfsWriterPerLogdirWhateverTheStore) {
   for (int i = 0; i < 3000 && !std::filesystem::exists(marker + ".reached"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  auto second = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " +
-                                (dir_ / "s2") + " 2>&1"));
+  auto second = RunCommand(
+      Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + (dir_ / "s2") + " 2>&1"));
   std::filesystem::remove(marker);
   first.join();
   EXPECT_EQ(second.exit_code, 2) << second.out;
@@ -163,8 +165,8 @@ TEST_F(Escapes, AFolderTooDeepToWalkIsSkippedNotFatal) {
 TEST_F(Escapes, AStoreFolderThatIsNotAStoreIsLeftAlone) {
   WriteBytes(dir_ / "notastore/data.txt", "someone's");
   ::chmod((dir_ / "notastore/data.txt").c_str(), 0644);
-  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + (dir_ / "notastore") +
-                           " --backup " + (dir_ / "backups") + " 2>&1"));
+  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " +
+                           (dir_ / "notastore") + " --backup " + (dir_ / "backups") + " 2>&1"));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   struct stat st;
   ASSERT_EQ(::stat((dir_ / "notastore/data.txt").c_str(), &st), 0);
@@ -183,7 +185,9 @@ TEST_F(Escapes, TheStoreAndBackupsArePrivate) {
   EXPECT_EQ(st.st_mode & 07777, 0700u);
   for (const auto& e : std::filesystem::directory_iterator(L(".tbfs"))) {
     ASSERT_EQ(::lstat(e.path().c_str(), &st), 0);
-    if (S_ISREG(st.st_mode)) EXPECT_EQ(st.st_mode & 077, 0u) << e.path();
+    if (S_ISREG(st.st_mode)) {
+      EXPECT_EQ(st.st_mode & 077, 0u) << e.path();
+    }
   }
   int backups = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir_ / "backups")) {
@@ -202,10 +206,10 @@ TEST(Config, DuplicateKeysAndDeepNestingAreOneLineErrors) {
   };
   std::string deep = "validate: " + std::string(2000, '[') + std::string(2000, ']') + "\n";
   for (const Case& c : {Case{"criteria:\n  trace_marker: [a]\n  trace_marker: [b]\n", "line 3"},
-                        Case{"dry_run: true\ndry_run: false\n", "line 2"},
-                        Case{deep, "deep"}}) {
+                        Case{"dry_run: true\ndry_run: false\n", "line 2"}, Case{deep, "deep"}}) {
     WriteBytes(dir / "c.yaml", c.yaml);
-    auto r = RunCommand(Tbfs("migrate " + (dir / "logdir") + " --config " + (dir / "c.yaml") + " 2>&1"));
+    auto r =
+        RunCommand(Tbfs("migrate " + (dir / "logdir") + " --config " + (dir / "c.yaml") + " 2>&1"));
     EXPECT_EQ(r.exit_code, 2) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     EXPECT_NE(r.out.find(c.expect), std::string::npos) << r.out;
@@ -223,8 +227,9 @@ TEST(Config, ManyDoubleStarsMatchInTimeLinearInThePath) {
   marker += "/nomatch";
   WriteBytes(dir / "c.yaml", "criteria:\n  trace_marker: [\"" + marker + "\"]\n");
   // Backtracking over 18 '**' between 40 folders would not end in a lifetime.
-  auto r = RunCommand("timeout 60 " + Tbfs("migrate " + (dir / "logdir") + " --older-than 0 --config " +
-                                           (dir / "c.yaml") + " >/dev/null 2>&1"));
+  auto r =
+      RunCommand("timeout 60 " + Tbfs("migrate " + (dir / "logdir") + " --older-than 0 --config " +
+                                      (dir / "c.yaml") + " >/dev/null 2>&1"));
   EXPECT_EQ(r.exit_code, 0);
 }
 

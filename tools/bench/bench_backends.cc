@@ -4,7 +4,6 @@
 // freshly opened store, and every chunk read back in order.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-
 #include <unistd.h>
 
 #include <chrono>
@@ -35,7 +34,8 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-Result<Figures> Measure(const std::function<Result<std::unique_ptr<store::Backend>>(bool)>& open, int chunks) {
+Result<Figures> Measure(const std::function<Result<std::unique_ptr<store::Backend>>(bool)>& open,
+                        int chunks) {
   Figures f;
   std::mt19937_64 rng(7);
   std::string chunk(1 << 20, '\0');  // stored chunks are zstd output: incompressible
@@ -67,7 +67,8 @@ Result<Figures> Measure(const std::function<Result<std::unique_ptr<store::Backen
   f.first_ms = 1000 * Seconds(start);
   start = std::chrono::steady_clock::now();
   for (int j = 0; j < chunks; ++j) {
-    TBFS_RETURN_IF_ERROR((*b)->Get(store::Space::kChunks, store::ChunkKey(1, static_cast<uint64_t>(j)), &value));
+    TBFS_RETURN_IF_ERROR(
+        (*b)->Get(store::Space::kChunks, store::ChunkKey(1, static_cast<uint64_t>(j)), &value));
     if (value.size() != chunk.size() || value[0] != static_cast<char>(j)) {
       return Status::Corruption(fmt::format("chunk {} read back wrong", j));
     }
@@ -80,17 +81,20 @@ int Run(const Args& args) {
   spdlog::set_level(spdlog::level::err);  // RocksDB's write stalls are part of what is measured
   // On the same filesystem as the other benchmarks' data.
   const std::string dir = fmt::format("/tmp/tbfs-bench-backends-{}", ::getpid());
-  auto rocks = Measure([&](bool create) { return store::OpenRocksBackend(dir, {.create_if_missing = create}); },
-                       args.mb);
+  auto rocks = Measure(
+      [&](bool create) { return store::OpenRocksBackend(dir, {.create_if_missing = create}); },
+      args.mb);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   if (!rocks.ok()) {
     fmt::print(stderr, "tbfs-bench backends: rocksdb: {}\n", rocks.status().message());
     return 2;
   }
-  store::RadosLocation where{.pool = args.pool, .prefix = fmt::format("bench-{}/", ::getpid()), .conf = args.conf};
-  auto rados = Measure([&](bool create) { return store::OpenRadosBackend(where, {.create_if_missing = create}); },
-                       args.mb);
+  store::RadosLocation where{
+      .pool = args.pool, .prefix = fmt::format("bench-{}/", ::getpid()), .conf = args.conf};
+  auto rados = Measure(
+      [&](bool create) { return store::OpenRadosBackend(where, {.create_if_missing = create}); },
+      args.mb);
   if (!rados.ok()) {
     fmt::print(stderr, "tbfs-bench backends: rados: {}\n", rados.status().message());
     return 2;
@@ -105,7 +109,8 @@ int Run(const Args& args) {
   fmt::print("{} chunks of 1 MiB, batches of 64 synced\n", args.mb);
   fmt::print("{:<8} {:>12} {:>16} {:>12}\n", "engine", "write MB/s", "first chunk ms", "read MB/s");
   for (const auto& [name, f] : {std::pair{"rocksdb", *rocks}, {"rados", *rados}}) {
-    fmt::print("{:<8} {:>12.0f} {:>16.2f} {:>12.0f}\n", name, f.write_mbps, f.first_ms, f.read_mbps);
+    fmt::print("{:<8} {:>12.0f} {:>16.2f} {:>12.0f}\n", name, f.write_mbps, f.first_ms,
+               f.read_mbps);
   }
   fmt::print("rados/rocksdb: write {:.2f}x, first chunk {:.1f}x the time, read {:.2f}x\n",
              rados->write_mbps / rocks->write_mbps, rados->first_ms / rocks->first_ms,
@@ -118,11 +123,15 @@ int Run(const Args& args) {
 void RegisterBackendsBench(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "backends", "The RocksDB and the RADOS engine side by side: chunk writes, first read, sequential reads");
+      "backends",
+      "The RocksDB and the RADOS engine side by side: chunk writes, first read, sequential reads");
   cmd->add_option("--conf", args->conf,
-                  "ceph.conf of the cluster to use (scripts/ceph-cluster.sh start DIR prints one)")->required();
+                  "ceph.conf of the cluster to use (scripts/ceph-cluster.sh start DIR prints one)")
+      ->required();
   cmd->add_option("--pool", args->pool, "its pool")->capture_default_str();
-  cmd->add_option("--mb", args->mb, "MiB of chunks")->capture_default_str()->check(CLI::Range(64, 65536));
+  cmd->add_option("--mb", args->mb, "MiB of chunks")
+      ->capture_default_str()
+      ->check(CLI::Range(64, 65536));
   cmd->callback([args, exit_code] { *exit_code = Run(*args); });
 }
 

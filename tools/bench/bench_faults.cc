@@ -52,12 +52,12 @@ struct Args {
 
 struct Row {
   uint64_t trials = 0;
-  uint64_t not_opened = 0;       // trials where the store did not open
-  uint64_t served_ok = 0;        // files (summed over trials)
+  uint64_t not_opened = 0;  // trials where the store did not open
+  uint64_t served_ok = 0;   // files (summed over trials)
   uint64_t served_error = 0;
-  uint64_t served_wrong = 0;     // must stay 0
+  uint64_t served_wrong = 0;  // must stay 0
   uint64_t salvaged = 0;
-  uint64_t salvage_wrong = 0;    // must stay 0
+  uint64_t salvage_wrong = 0;  // must stay 0
   uint64_t salvage_lost = 0;
 };
 
@@ -75,7 +75,8 @@ std::string Slurp(const std::string& path) {
 }
 
 // The pristine store and the bytes of every cold file.
-Status Prepare(const Args& a, const std::string& store_dir, std::map<std::string, std::string>* originals) {
+Status Prepare(const Args& a, const std::string& store_dir,
+               std::map<std::string, std::string>* originals) {
   const std::string logdir = a.dir + "/logdir";
   gen::GenOptions g;
   g.runs = 3;
@@ -99,7 +100,8 @@ Status Prepare(const Args& a, const std::string& store_dir, std::map<std::string
   auto result = store::Migrate(**store, logdir, candidates, m);
   if (!result.ok()) return result.status();
   if (result->files_moved != candidates.size()) {
-    return Status::Aborted(fmt::format("only {} of {} files migrated", result->files_moved, candidates.size()));
+    return Status::Aborted(
+        fmt::format("only {} of {} files migrated", result->files_moved, candidates.size()));
   }
   auto first = (*store)->Lookup(candidates[0].path);
   if (!first.ok()) return first.status();
@@ -109,7 +111,8 @@ Status Prepare(const Args& a, const std::string& store_dir, std::map<std::string
   return (*store)->Commit(batch, true);
 }
 
-void ServeAll(const std::string& store_dir, const std::map<std::string, std::string>& originals, Row* row) {
+void ServeAll(const std::string& store_dir, const std::map<std::string, std::string>& originals,
+              Row* row) {
   store::OpenOptions ro;
   ro.read_only = true;
   auto store = store::ColdStore::Open(store_dir, ro);
@@ -174,7 +177,8 @@ int Run(const Args& a) {
   std::vector<std::string> files;
   for (const auto& e : stdfs::directory_iterator(pristine)) {
     const std::string name = e.path().filename();
-    if (name != "LOCK" && name != store::kLogdirLockName && stdfs::file_size(e.path()) > 0) files.push_back(name);
+    if (name != "LOCK" && name != store::kLogdirLockName && stdfs::file_size(e.path()) > 0)
+      files.push_back(name);
   }
   std::sort(files.begin(), files.end());
   std::mt19937_64 rng(a.seed);
@@ -215,19 +219,26 @@ int Run(const Args& a) {
   }
   const bool ok = total.served_wrong == 0 && total.salvage_wrong == 0;
   auto row_json = [](const Row& r) {
-    return nlohmann::json{{"trials", r.trials}, {"not_opened", r.not_opened},
-                          {"served_ok", r.served_ok}, {"served_error", r.served_error},
-                          {"served_wrong", r.served_wrong}, {"salvaged", r.salvaged},
-                          {"salvage_wrong", r.salvage_wrong}, {"salvage_lost", r.salvage_lost}};
+    return nlohmann::json{{"trials", r.trials},
+                          {"not_opened", r.not_opened},
+                          {"served_ok", r.served_ok},
+                          {"served_error", r.served_error},
+                          {"served_wrong", r.served_wrong},
+                          {"salvaged", r.salvaged},
+                          {"salvage_wrong", r.salvage_wrong},
+                          {"salvage_lost", r.salvage_lost}};
   };
   if (a.json) {
-    nlohmann::json j = {{"cold_files", originals.size()}, {"store_files", files.size()},
-                        {"total", row_json(total)}, {"by_kind", nlohmann::json::object()}};
+    nlohmann::json j = {{"cold_files", originals.size()},
+                        {"store_files", files.size()},
+                        {"total", row_json(total)},
+                        {"by_kind", nlohmann::json::object()}};
     for (const auto& [kind, r] : table) j["by_kind"][kind] = row_json(r);
     cli::PrintJson(j);
   } else {
-    fmt::print("{} trials, one flipped bit each in one of {} store files; {} cold files per trial\n",
-               a.trials, files.size(), originals.size());
+    fmt::print(
+        "{} trials, one flipped bit each in one of {} store files; {} cold files per trial\n",
+        a.trials, files.size(), originals.size());
     fmt::print("{:<10} {:>6} {:>10} | {:>9} {:>9} {:>7} | {:>9} {:>6} {:>5}\n", "file", "trials",
                "no open", "served ok", "error", "WRONG", "salvaged", "WRONG", "lost");
     auto line = [](const std::string& kind, const Row& r) {
@@ -248,10 +259,12 @@ int Run(const Args& a) {
 void RegisterFaultsBench(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "faults", "flip one random bit in one random store file per trial; count files served "
-                "right, failed, wrong (exit 1 if any) and salvaged");
+      "faults",
+      "flip one random bit in one random store file per trial; count files served "
+      "right, failed, wrong (exit 1 if any) and salvaged");
   cmd->add_option("--dir", a->dir, "scratch folder (wiped)")->capture_default_str();
-  cmd->add_option("--trials", a->trials, "damaged copies of the store to try")->capture_default_str();
+  cmd->add_option("--trials", a->trials, "damaged copies of the store to try")
+      ->capture_default_str();
   cmd->add_option("--trace-mb", a->trace_mb, "MiB of traces in the store")->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the logdir and the flips")->capture_default_str();
   cmd->add_flag("--json", a->json, "print the report as JSON");

@@ -2,8 +2,9 @@
 // subcommand builds its own data with the generator (or uses the data it is
 // given), runs the measured work and the reference work in the same run,
 // and prints ratios.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
 
 #include "tools/bench/bench.h"
 

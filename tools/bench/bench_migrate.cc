@@ -60,13 +60,14 @@ ZstdRun ZstdEach(const std::vector<std::string>& files, const std::string& out_d
   fs::create_directories(out_dir);
   std::string script;
   for (size_t i = 0; i < files.size(); ++i) {
-    script += fmt::format("zstd -q -{} -T2 -c {} > {}/{}.zst && ", level, Quote(files[i]),
-                          out_dir, i);
+    script +=
+        fmt::format("zstd -q -{} -T2 -c {} > {}/{}.zst && ", level, Quote(files[i]), out_dir, i);
   }
   script += "true";
   ZstdRun r;
   r.seconds = Timed("bash -c " + Quote(script));
-  for (size_t i = 0; i < files.size(); ++i) r.bytes += fs::file_size(fmt::format("{}/{}.zst", out_dir, i));
+  for (size_t i = 0; i < files.size(); ++i)
+    r.bytes += fs::file_size(fmt::format("{}/{}.zst", out_dir, i));
   return r;
 }
 
@@ -137,11 +138,13 @@ int RunMigrate(const Args& args) {
   auto exported = store::Export(**store, out, cold, false, &pool, nullptr);
   double export_s = cli::NowSeconds() - t0;
   fs::remove_all(out);
-  double zstd_d_s = Timed("bash -c " + Quote("cat " + args.dir + "/z3/*.zst | zstd -q -d -c > /dev/null"));
+  double zstd_d_s =
+      Timed("bash -c " + Quote("cat " + args.dir + "/z3/*.zst | zstd -q -d -c > /dev/null"));
   // The same data decompressed into files, as export writes files.
   fs::create_directories(args.dir + "/unz");
-  double zstd_files_s = Timed("bash -c " + Quote("for f in " + args.dir + "/z3/*.zst; do zstd -q -d -c $f > " +
-                                                 args.dir + "/unz/$(basename $f .zst); done"));
+  double zstd_files_s =
+      Timed("bash -c " + Quote("for f in " + args.dir + "/z3/*.zst; do zstd -q -d -c $f > " +
+                               args.dir + "/unz/$(basename $f .zst); done"));
   fs::remove_all(args.dir + "/unz");
 
   double mb = static_cast<double>(trace_bytes) / 1e6;
@@ -155,15 +158,19 @@ int RunMigrate(const Args& args) {
   row("tbfs migrate (default)", result->stored_bytes, migrate_s);
   row("zstd -3 -T2, per file", z3.bytes, z3.seconds);
   if (args.zstd19) row("zstd -19 -T2, per file", z19.bytes, z19.seconds);
-  fmt::print("tbfs stored size vs zstd -3: {:.2f}x smaller", static_cast<double>(z3.bytes) / result->stored_bytes);
-  if (args.zstd19) fmt::print(", vs zstd -19: {:.2f}x", static_cast<double>(z19.bytes) / result->stored_bytes);
-  fmt::print("\nexport (read back, write files): {:.0f} MB/s; zstd -d of the -3 files into files: "
-             "{:.0f} MB/s ({:.2f}x), to /dev/null: {:.0f} MB/s ({:.2f}x)\n",
-             mb / export_s, mb / zstd_files_s, zstd_files_s / export_s, mb / zstd_d_s,
-             zstd_d_s / export_s);
-  fmt::print("logdir footprint: {:.1f} MB before, {:.1f} MB after (store included): {:.1f}% smaller\n",
-             static_cast<double>(before) / 1e6, static_cast<double>(after) / 1e6,
-             100.0 * (1.0 - static_cast<double>(after) / static_cast<double>(before)));
+  fmt::print("tbfs stored size vs zstd -3: {:.2f}x smaller",
+             static_cast<double>(z3.bytes) / result->stored_bytes);
+  if (args.zstd19)
+    fmt::print(", vs zstd -19: {:.2f}x", static_cast<double>(z19.bytes) / result->stored_bytes);
+  fmt::print(
+      "\nexport (read back, write files): {:.0f} MB/s; zstd -d of the -3 files into files: "
+      "{:.0f} MB/s ({:.2f}x), to /dev/null: {:.0f} MB/s ({:.2f}x)\n",
+      mb / export_s, mb / zstd_files_s, zstd_files_s / export_s, mb / zstd_d_s,
+      zstd_d_s / export_s);
+  fmt::print(
+      "logdir footprint: {:.1f} MB before, {:.1f} MB after (store included): {:.1f}% smaller\n",
+      static_cast<double>(before) / 1e6, static_cast<double>(after) / 1e6,
+      100.0 * (1.0 - static_cast<double>(after) / static_cast<double>(before)));
 
   // The real Kineto trace, unpacked, through the same path.
   std::string real = "../shared/data/kineto-resnet50/worker0.1623143089861.pt.trace.json.gz";
@@ -171,7 +178,8 @@ int RunMigrate(const Args& args) {
     std::string kdir = args.dir + "/kineto";
     fs::create_directories(kdir + "/run");
     std::system(("zcat " + real + " > " + kdir + "/run/w.pt.trace.json").c_str());
-    auto ks = store::ColdStore::Open(kdir + "/.tbfs", store::OpenOptions{.create_if_missing = true});
+    auto ks =
+        store::ColdStore::Open(kdir + "/.tbfs", store::OpenOptions{.create_if_missing = true});
     std::vector<store::Candidate> one = {{"run/w.pt.trace.json", store::FileClass::kPytorchTrace,
                                           fs::file_size(kdir + "/run/w.pt.trace.json")}};
     auto kr = store::Migrate(**ks, kdir, one, mopt);
@@ -208,7 +216,8 @@ int RunChunking() {
   for (uint32_t chunk : {256u << 10, 1u << 20, 4u << 20}) {
     for (int level : {3, 6, 9, 12, 15}) {
       fs::remove_all(dir + "/store");
-      auto s = store::ColdStore::Open(dir + "/store", store::OpenOptions{.create_if_missing = true});
+      auto s =
+          store::ColdStore::Open(dir + "/store", store::OpenOptions{.create_if_missing = true});
       double ratio[2];
       double write_s = 0, read_s = 0, mb = 0;
       int k = 0;

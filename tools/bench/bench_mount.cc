@@ -81,7 +81,9 @@ int Run(const Args& a) {
   }
   std::system(script.c_str());
 
-  if (std::system(fmt::format("{} mount {} {} --no-migrate --cold-after 0", a.tbfs, logdir, mnt).c_str()) != 0) {
+  if (std::system(
+          fmt::format("{} mount {} {} --no-migrate --cold-after 0", a.tbfs, logdir, mnt).c_str()) !=
+      0) {
     return 2;
   }
   int pid = nlohmann::json::parse(MountStatus(a.tbfs, mnt))["pid"].get<int>();
@@ -105,10 +107,10 @@ int Run(const Args& a) {
   }
   double mb = static_cast<double>(bytes) / 1e6;
   fmt::print("\ntfevents sequential read, {} files, {:.0f} MB\n", events.size(), mb);
-  fmt::print("  cold cache: native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n", mb / native_cold,
-             mb / mount_cold, native_cold / mount_cold);
-  fmt::print("  warm cache (best of 5): native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n", mb / native_warm,
-             mb / mount_warm, native_warm / mount_warm);
+  fmt::print("  cold cache: native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n",
+             mb / native_cold, mb / mount_cold, native_cold / mount_cold);
+  fmt::print("  warm cache (best of 5): native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n",
+             mb / native_warm, mb / mount_warm, native_warm / mount_warm);
 
   // 2. find + stat.
   Walk(logdir);
@@ -153,16 +155,18 @@ int Run(const Args& a) {
     fmt::print("  time to first byte: median {:.2f} ms, max {:.2f} ms\n",
                1e3 * first_byte[first_byte.size() / 2], 1e3 * first_byte.back());
   }
-  fmt::print("  sequential read: mount {:.0f} MB/s, zstd -d (of zstd -3) {:.0f} MB/s: {:.2f}x zstd -d\n",
-             cmb / cold_read, cmb / zstd_s, zstd_s / cold_read);
+  fmt::print(
+      "  sequential read: mount {:.0f} MB/s, zstd -d (of zstd -3) {:.0f} MB/s: {:.2f}x zstd -d\n",
+      cmb / cold_read, cmb / zstd_s, zstd_s / cold_read);
 
   // 4. peak RSS, default cache.
   auto st = nlohmann::json::parse(MountStatus(a.tbfs, mnt));
-  fmt::print("daemon peak RSS: {:.1f} MB while migrating the logdir, {:.1f} MB while reading it "
-             "back (cache capacity {:.0f} MB; {:.1f} GB cold)\n",
-             static_cast<double>(rss_migrating_kb) / 1024, static_cast<double>(PeakRssKb(pid)) / 1024,
-             st["cache"]["capacity_bytes"].get<double>() / 1048576,
-             st["cold"]["bytes"].get<double>() / 1e9);
+  fmt::print(
+      "daemon peak RSS: {:.1f} MB while migrating the logdir, {:.1f} MB while reading it "
+      "back (cache capacity {:.0f} MB; {:.1f} GB cold)\n",
+      static_cast<double>(rss_migrating_kb) / 1024, static_cast<double>(PeakRssKb(pid)) / 1024,
+      st["cache"]["capacity_bytes"].get<double>() / 1048576,
+      st["cold"]["bytes"].get<double>() / 1e9);
   std::system(("fusermount3 -u " + mnt).c_str());
   return 0;
 }

@@ -40,10 +40,10 @@
 #include <thread>
 
 #include "base/fs_util.h"
+#include "events/proto/tfevents.pb.h"
 #include "events/record.h"
 #include "fmt/format.h"
 #include "fs/filesystem.h"
-#include "events/proto/tfevents.pb.h"
 #include "tools/bench/bench.h"
 #include "tools/cli/progress.h"
 
@@ -155,7 +155,9 @@ class Tally {
                  "soak: WRONG BYTES in {} ({}, {}): {} bytes expected, {} read, first difference "
                  "at {}; the logdir's copy is {}\n",
                  path, op, state, want.size(), got.size(), at,
-                 state != "hot" ? "not there (cold)" : backing == want ? "right" : "wrong too");
+                 state != "hot"    ? "not there (cold)"
+                 : backing == want ? "right"
+                                   : "wrong too");
     }
     wrong_bytes_ += std::max(want.size(), got.size()) - at;
   }
@@ -193,7 +195,8 @@ class Tally {
 std::string StateOf(const std::string& path) {
   char buf[16];
   ssize_t n = ::getxattr(path.c_str(), "user.tbfs.state", buf, sizeof(buf));
-  return n < 0 ? fmt::format("state: {}", std::strerror(errno)) : std::string(buf, static_cast<size_t>(n));
+  return n < 0 ? fmt::format("state: {}", std::strerror(errno))
+               : std::string(buf, static_cast<size_t>(n));
 }
 
 // Trace-like text that compresses as real traces do.
@@ -278,7 +281,8 @@ class Soak {
   void Append(Model& model, Tally& tally, std::mt19937_64& rng) {
     std::string rel = model.Take(rng, /*events=*/true);
     if (rel.empty()) return Sleep(rng, 50);
-    std::string record = ScalarRecord(static_cast<int64_t>(appends_++), static_cast<float>(rng() % 1000) / 1000);
+    std::string record =
+        ScalarRecord(static_cast<int64_t>(appends_++), static_cast<float>(rng() % 1000) / 1000);
     int fd = ::open(M(rel).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0) {
       tally.Error("open tfevents for append", rel, errno);
@@ -441,13 +445,15 @@ class Soak {
 
   void Walk(Model& model, Tally& tally) {
     std::error_code ec;
-    for (stdfs::recursive_directory_iterator it(mnt_, ec), end; !ec && it != end; it.increment(ec)) {
+    for (stdfs::recursive_directory_iterator it(mnt_, ec), end; !ec && it != end;
+         it.increment(ec)) {
       std::error_code tec;
       if (!it->is_regular_file(tec)) continue;
       std::string rel = it->path().string().substr(mnt_.size() + 1);  // it may be gone already
       if (!model.TakeExact(rel)) continue;  // held by another worker, or not ours yet
       std::string state = StateOf(it->path());
-      if (state != "hot" && state != "cold") tally.Error("getxattr state", rel, errno ? errno : EIO);
+      if (state != "hot" && state != "cold")
+        tally.Error("getxattr state", rel, errno ? errno : EIO);
       Check(model, tally, rel, "read in the walk");
       model.Give(rel);
       tally.Op("files read by the walker");
@@ -477,21 +483,24 @@ void FinalCheck(Soak& soak, Model& model, Tally& tally, const std::string& mnt, 
     }
     auto [it, fresh] = seen.emplace(std::make_pair(st.st_dev, st.st_ino), rel);
     if (!fresh) {
-      fmt::print(stderr, "soak: {} and {} share st_ino {} ({})\n", rel, it->second, st.st_ino, when);
+      fmt::print(stderr, "soak: {} and {} share st_ino {} ({})\n", rel, it->second, st.st_ino,
+                 when);
       tally.Error(fmt::format("unique st_ino {}", when), rel, EEXIST);
     }
     if (!files.count(rel)) tally.Error(fmt::format("extra file {}", when), rel, EEXIST);
   }
   for (const auto& [rel, f] : files) {
-    if (!found.count(rel)) tally.Error(fmt::format("missing file {}", when), rel, ENOENT);
-    else soak.Check(model, tally, rel, when);
+    if (!found.count(rel))
+      tally.Error(fmt::format("missing file {}", when), rel, ENOENT);
+    else
+      soak.Check(model, tally, rel, when);
   }
 }
 
 int Mount(const Args& a, const std::string& logdir, const std::string& mnt, int* pid) {
-  if (std::system(fmt::format("{} mount {} {} --cold-after 0 -o migrate_interval=2s", a.tbfs,
-                              logdir, mnt)
-                      .c_str()) != 0) {
+  if (std::system(
+          fmt::format("{} mount {} {} --cold-after 0 -o migrate_interval=2s", a.tbfs, logdir, mnt)
+              .c_str()) != 0) {
     return 2;
   }
   auto st = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
@@ -563,10 +572,11 @@ int Run(const Args& a) {
     for (const auto& [what, n] : tally.ops()) fmt::print("  {:<26} {}\n", what, n);
     if (!status.is_discarded()) {
       const auto& m = status["migrations"];
-      fmt::print("  migration passes {}, batches {} ({} rolled back), files moved {}, rehydrations {}\n",
-                 m["passes"].get<uint64_t>(), m["batches"].get<uint64_t>(),
-                 m["rolled_back"].get<uint64_t>(), m["files_moved"].get<uint64_t>(),
-                 status["rehydrations"].get<uint64_t>());
+      fmt::print(
+          "  migration passes {}, batches {} ({} rolled back), files moved {}, rehydrations {}\n",
+          m["passes"].get<uint64_t>(), m["batches"].get<uint64_t>(),
+          m["rolled_back"].get<uint64_t>(), m["files_moved"].get<uint64_t>(),
+          status["rehydrations"].get<uint64_t>());
     }
     fmt::print("wrong bytes: {} ({} of {} whole-file reads differed)\n", tally.wrong_bytes(),
                tally.wrong_files(), tally.compared());
@@ -582,13 +592,15 @@ int Run(const Args& a) {
 void RegisterSoakBench(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "soak", "churn through a real mount while it migrates every 2 s; counts wrong bytes and "
-              "unexpected errors (exit 1 if any)");
+      "soak",
+      "churn through a real mount while it migrates every 2 s; counts wrong bytes and "
+      "unexpected errors (exit 1 if any)");
   cmd->add_option("--dir", a->dir, "scratch folder (wiped)")->capture_default_str();
   cmd->add_option("--seconds", a->seconds, "how long the workers run")->capture_default_str();
   cmd->add_option("--tbfs", a->tbfs, "the tbfs command")->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the logdir and the workers")->capture_default_str();
-  cmd->add_option("--max-files", a->max_files, "traces the creator keeps at most")->capture_default_str();
+  cmd->add_option("--max-files", a->max_files, "traces the creator keeps at most")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "print the report as JSON");
   cmd->callback([a, exit_code] { *exit_code = Run(*a); });
 }

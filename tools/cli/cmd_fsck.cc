@@ -56,21 +56,29 @@ int FsckUnopenable(const FsckArgs& args, const StoreLocation& loc, const Status&
   options.pool = &pool;
   auto r = store::Salvage(options);
   if (!r.ok()) {
-    PrintError("fsck", why.message() + "; and reading it file by file failed: " + r.status().message());
+    PrintError("fsck",
+               why.message() + "; and reading it file by file failed: " + r.status().message());
     return kExitError;
   }
   const std::string advice = fmt::format(
-      "the store does not open ({}); tbfs salvage {} --to DIR writes out the {} file(s) that verify",
+      "the store does not open ({}); tbfs salvage {} --to DIR writes out the {} file(s) that "
+      "verify",
       why.message(), args.logdir.empty() ? "--store " + loc.dir : args.logdir, r->files);
   if (args.json) {
-    json j = {{"files", r->files + r->lost.size()}, {"bytes", r->bytes}, {"clean", false},
-              {"opens", false}, {"problems", r->problems}, {"salvageable_files", r->files},
-              {"damaged", json::array()}, {"advice", advice}};
+    json j = {{"files", r->files + r->lost.size()},
+              {"bytes", r->bytes},
+              {"clean", false},
+              {"opens", false},
+              {"problems", r->problems},
+              {"salvageable_files", r->files},
+              {"damaged", json::array()},
+              {"advice", advice}};
     for (const auto& l : r->lost) j["damaged"].push_back({{"path", l.path}, {"reason", l.why}});
     PrintJson(j);
   } else {
     for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", Printable(p));
-    for (const auto& l : r->lost) fmt::print("DAMAGED: {}: {}\n", Printable(l.path), Printable(l.why));
+    for (const auto& l : r->lost)
+      fmt::print("DAMAGED: {}: {}\n", Printable(l.path), Printable(l.why));
     fmt::print("{}: {}\n", loc.dir, advice);
   }
   return kExitFinding;
@@ -93,7 +101,8 @@ int RunFsck(const FsckArgs& args) {
   }
   if (!*store) {
     if (args.json) {
-      PrintJson({{"files", 0}, {"bytes", 0}, {"clean", true}, {"opens", false}, {"no_store", true}});
+      PrintJson(
+          {{"files", 0}, {"bytes", 0}, {"clean", true}, {"opens", false}, {"no_store", true}});
     } else {
       fmt::print("no cold store at {}: nothing to check\n", loc->dir);
     }
@@ -111,41 +120,53 @@ int RunFsck(const FsckArgs& args) {
     return kExitError;
   }
   if (args.json) {
-    json j = {{"files", r->files}, {"bytes", r->bytes}, {"clean", r->clean()}, {"opens", true},
-              {"problems", r->problems}, {"manifests_from_copies", r->manifests_from_copies},
+    json j = {{"files", r->files},
+              {"bytes", r->bytes},
+              {"clean", r->clean()},
+              {"opens", true},
+              {"problems", r->problems},
+              {"manifests_from_copies", r->manifests_from_copies},
               {"set_aside_files", r->set_aside_files},
               {"orphan_chunk_files", r->orphan_chunk_files},
-              {"dangling_entries", r->dangling_entries}, {"journal_records", r->journal_records},
+              {"dangling_entries", r->dangling_entries},
+              {"journal_records", r->journal_records},
               {"damaged", json::array()}};
     for (const auto& [p, why] : r->damaged) j["damaged"].push_back({{"path", p}, {"reason", why}});
     PrintJson(j);
   } else {
     for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", Printable(p));
-    for (const auto& [p, why] : r->damaged) fmt::print("DAMAGED: {}: {}\n", Printable(p), Printable(why));
+    for (const auto& [p, why] : r->damaged)
+      fmt::print("DAMAGED: {}: {}\n", Printable(p), Printable(why));
     if (r->orphan_chunk_files) {
-      fmt::print("note: chunks of {} unknown file ids (garbage a crash left; tbfs gc --garbage --apply removes it)\n",
-                 r->orphan_chunk_files);
+      fmt::print(
+          "note: chunks of {} unknown file ids (garbage a crash left; tbfs gc --garbage --apply "
+          "removes it)\n",
+          r->orphan_chunk_files);
     }
     if (r->set_aside_files) {
-      fmt::print("note: {} engine file(s) set aside in {}/{} when a writer opened the store (leftovers "
-                 "of a crash, or data a damaged MANIFEST lost): tbfs salvage reads them; remove them "
-                 "once you have checked\n", r->set_aside_files, loc->dir, store::kLostFoundName);
+      fmt::print(
+          "note: {} engine file(s) set aside in {}/{} when a writer opened the store (leftovers "
+          "of a crash, or data a damaged MANIFEST lost): tbfs salvage reads them; remove them "
+          "once you have checked\n",
+          r->set_aside_files, loc->dir, store::kLostFoundName);
     }
     if (r->journal_records) {
       fmt::print("note: {} unfinished batch(es); the next migrate/restore/mount recovers them\n",
                  r->journal_records);
     }
     fmt::print("{}: {} files, {} checked: {}\n", loc->dir, r->files, HumanBytes(r->bytes),
-               r->clean() ? "clean"
-                          : fmt::format("{} problem(s); tbfs salvage recovers every file that verifies",
-                                        r->damaged.size() + r->dangling_entries + r->problems.size()));
+               r->clean()
+                   ? "clean"
+                   : fmt::format("{} problem(s); tbfs salvage recovers every file that verifies",
+                                 r->damaged.size() + r->dangling_entries + r->problems.size()));
   }
   return r->clean() ? kExitOk : kExitFinding;
 }
 
 int RunGc(const FsckArgs& args) {
   store::Retention policy;
-  auto duration = [&](const std::string& flag, const std::string& text, std::optional<int64_t>* out) {
+  auto duration = [&](const std::string& flag, const std::string& text,
+                      std::optional<int64_t>* out) {
     if (text.empty()) return true;
     auto s = ParseDurationSeconds(text);
     if (!s.ok()) {
@@ -169,8 +190,10 @@ int RunGc(const FsckArgs& args) {
     policy.max_store_bytes = *b;
   }
   if (!policy.any() && !args.garbage) {
-    PrintError("gc", "give a policy: --older-than DUR, --migrated-before DUR, --keep-last N or --max-store SIZE, "
-                     "or --garbage");
+    PrintError("gc",
+               "give a policy: --older-than DUR, --migrated-before DUR, --keep-last N or "
+               "--max-store SIZE, "
+               "or --garbage");
     return kExitError;
   }
   if (args.apply && args.logdir.empty()) {
@@ -207,7 +230,8 @@ int RunGc(const FsckArgs& args) {
       return kExitError;
     }
     if (args.apply && !garbage.chunks.empty()) {
-      spdlog::info("gc: removed {} unreachable chunk(s) of {} file id(s)", garbage.chunks.size(), garbage.files);
+      spdlog::info("gc: removed {} unreachable chunk(s) of {} file id(s)", garbage.chunks.size(),
+                   garbage.files);
     }
   }
   uint64_t bytes = 0, stored = 0;
@@ -221,27 +245,35 @@ int RunGc(const FsckArgs& args) {
       PrintError("gc", st.message());
       return kExitError;
     }
-    for (size_t i = 0; i < old.size(); ++i) spdlog::info("gc: deleted {} ({})", old[i].path(), why[i]);
+    for (size_t i = 0; i < old.size(); ++i)
+      spdlog::info("gc: deleted {} ({})", old[i].path(), why[i]);
   }
   if (args.json) {
-    json j = {{"dry_run", !args.apply}, {"files", old.size()}, {"bytes", bytes},
-              {"stored_bytes", stored}, {"deleted", json::array()}};
-    if (args.garbage) j["garbage"] = {{"chunks", garbage.chunks.size()}, {"file_ids", garbage.files}};
+    json j = {{"dry_run", !args.apply},
+              {"files", old.size()},
+              {"bytes", bytes},
+              {"stored_bytes", stored},
+              {"deleted", json::array()}};
+    if (args.garbage)
+      j["garbage"] = {{"chunks", garbage.chunks.size()}, {"file_ids", garbage.files}};
     for (size_t i = 0; i < old.size(); ++i) {
-      j["deleted"].push_back({{"path", old[i].path()}, {"bytes", old[i].size()}, {"reason", why[i]}});
+      j["deleted"].push_back(
+          {{"path", old[i].path()}, {"bytes", old[i].size()}, {"reason", why[i]}});
       j["paths"].push_back(old[i].path());
     }
     PrintJson(j);
   } else {
     for (size_t i = 0; i < old.size(); ++i) {
-      fmt::print("  {:>10}  {}  ({})\n", HumanBytes(old[i].size()), Printable(old[i].path()), why[i]);
+      fmt::print("  {:>10}  {}  ({})\n", HumanBytes(old[i].size()), Printable(old[i].path()),
+                 why[i]);
     }
     if (args.garbage) {
       fmt::print("{} {} unreachable chunk(s) of {} file id(s) no record names\n",
                  args.apply ? "removed" : "would remove", garbage.chunks.size(), garbage.files);
     }
-    fmt::print("{} {} cold files ({} logical, {} stored){}\n", args.apply ? "deleted" : "would delete",
-               old.size(), HumanBytes(bytes), HumanBytes(stored),
+    fmt::print("{} {} cold files ({} logical, {} stored){}\n",
+               args.apply ? "deleted" : "would delete", old.size(), HumanBytes(bytes),
+               HumanBytes(stored),
                args.apply ? "" : "\ndry run: nothing changed. Run again with --apply to delete.");
   }
   return kExitOk;
@@ -252,8 +284,9 @@ int RunGc(const FsckArgs& args) {
 void RegisterFsck(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<FsckArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "fsck", "Check every chunk checksum and every file hash of a cold store; exit 1 if any is "
-              "damaged");
+      "fsck",
+      "Check every chunk checksum and every file hash of a cold store; exit 1 if any is "
+      "damaged");
   cmd->add_option("LOGDIR", args->logdir, "the logdir");
   cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_flag("--json", args->json, "print the report as JSON");
@@ -261,19 +294,23 @@ void RegisterFsck(CLI::App& app, int* exit_code) {
 
   auto gargs = std::make_shared<FsckArgs>();
   CLI::App* gc = app.add_subcommand(
-      "gc", "Retention: delete cold files for good by age, migration time, the newest profiles "
-            "per run or a size budget for the store (any policies given; the union is deleted). "
-            "Dry run unless --apply.");
+      "gc",
+      "Retention: delete cold files for good by age, migration time, the newest profiles "
+      "per run or a size budget for the store (any policies given; the union is deleted). "
+      "Dry run unless --apply.");
   gc->add_option("LOGDIR", gargs->logdir, "the logdir");
   gc->add_option("--store", gargs->store, kStoreOptionHelp);
-  gc->add_option("--older-than", gargs->older_than, "files modified longer ago than this (e.g. 30d)");
-  gc->add_option("--migrated-before", gargs->migrated_before, "files moved to the store longer ago than this");
+  gc->add_option("--older-than", gargs->older_than,
+                 "files modified longer ago than this (e.g. 30d)");
+  gc->add_option("--migrated-before", gargs->migrated_before,
+                 "files moved to the store longer ago than this");
   gc->add_option("--keep-last", gargs->keep_last, "keep only the newest N profiles of each run")
       ->check(CLI::NonNegativeNumber);
   gc->add_option("--max-store", gargs->max_store,
                  "delete the longest-migrated files until the store's files take at most SIZE");
-  gc->add_flag("--garbage", gargs->garbage,
-               "also remove chunks no record names (left by a crash in the middle of a RADOS commit)");
+  gc->add_flag(
+      "--garbage", gargs->garbage,
+      "also remove chunks no record names (left by a crash in the middle of a RADOS commit)");
   gc->add_flag("--apply", gargs->apply, "really delete (default: dry run)");
   gc->add_flag("--json", gargs->json, "print the report as JSON");
   gc->callback([gargs, exit_code] { *exit_code = RunGc(*gargs); });

@@ -30,9 +30,12 @@ int RunGen(const GenArgs& args) {
   }
   double secs = NowSeconds() - start;
   if (args.json) {
-    nlohmann::json j{{"logdir", args.outdir},         {"files", report.files},
-                     {"event_files", report.event_files}, {"event_bytes", report.event_bytes},
-                     {"trace_files", report.trace_files}, {"trace_bytes", report.trace_bytes},
+    nlohmann::json j{{"logdir", args.outdir},
+                     {"files", report.files},
+                     {"event_files", report.event_files},
+                     {"event_bytes", report.event_bytes},
+                     {"trace_files", report.trace_files},
+                     {"trace_bytes", report.trace_bytes},
                      {"seconds", secs}};
     PrintJson(j);
   } else {
@@ -48,8 +51,9 @@ int RunGen(const GenArgs& args) {
 void RegisterGen(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<GenArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "gen", "Write a deterministic, realistic TensorBoard logdir (PyTorch and Keras runs, "
-             "profiler traces) into an empty folder");
+      "gen",
+      "Write a deterministic, realistic TensorBoard logdir (PyTorch and Keras runs, "
+      "profiler traces) into an empty folder");
   cmd->add_option("OUTDIR", args->outdir, "folder to create (must be missing or empty)")
       ->required();
   cmd->add_option("--runs", args->options.runs, "training runs; PyTorch and Keras alternate")
@@ -65,8 +69,7 @@ void RegisterGen(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--live-tail", args->options.live_tail,
                 "leave a partial record at the end of one tfevents file (a live writer)");
-  cmd->add_flag("!--no-gzip", args->options.gzip_pytorch,
-                "do not write *.pt.trace.json.gz files");
+  cmd->add_flag("!--no-gzip", args->options.gzip_pytorch, "do not write *.pt.trace.json.gz files");
   cmd->add_flag("--json", args->json, "print the summary as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunGen(*args); });
 }

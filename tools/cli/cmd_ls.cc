@@ -1,8 +1,7 @@
 // tbfs ls: the cold files with their logical and stored sizes.
 // tbfs du: totals and ratio per class, and what the store takes on disk.
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "base/text.h"
 #include "fmt/format.h"
@@ -72,9 +71,13 @@ int RunLs(const LsArgs& args) {
   if (args.json) {
     json j = json::array();
     for (const auto& m : files) {
-      j.push_back({{"path", m.path()}, {"bytes", m.size()}, {"stored_bytes", m.stored_bytes()},
-                   {"class", m.file_class()}, {"mtime_ns", m.mtime_ns()},
-                   {"mode", m.mode() & 07777}, {"file_id", m.file_id()}});
+      j.push_back({{"path", m.path()},
+                   {"bytes", m.size()},
+                   {"stored_bytes", m.stored_bytes()},
+                   {"class", m.file_class()},
+                   {"mtime_ns", m.mtime_ns()},
+                   {"mode", m.mode() & 07777},
+                   {"file_id", m.file_id()}});
     }
     PrintJson(j);
     return kExitOk;
@@ -121,9 +124,9 @@ int RunDu(const LsArgs& args) {
     disk = (*store)->DiskBytes();
   }
   if (args.json) {
-    json j = {{"files", total.files},      {"bytes", total.bytes},
+    json j = {{"files", total.files},         {"bytes", total.bytes},
               {"stored_bytes", total.stored}, {"ratio", Ratio(total.bytes, total.stored)},
-              {"store_disk_bytes", disk},  {"store", loc->dir}};
+              {"store_disk_bytes", disk},     {"store", loc->dir}};
     for (const auto& [cls, s] : by_class) {
       j["classes"][cls] = {{"files", s.files}, {"bytes", s.bytes}, {"stored_bytes", s.stored}};
     }

@@ -63,8 +63,9 @@ int MigrateThroughMount(const MigrateArgs& args) {
     fmt::print("{}: {} cold files, {} stored as {}; last verifier: {}\n", args.logdir,
                j["cold"]["files"].get<uint64_t>(), HumanBytes(j["cold"]["bytes"].get<uint64_t>()),
                HumanBytes(j["cold"]["stored_bytes"].get<uint64_t>()),
-               j["last_verifier"].get<std::string>().empty() ? "no batch yet"
-                                                             : j["last_verifier"].get<std::string>());
+               j["last_verifier"].get<std::string>().empty()
+                   ? "no batch yet"
+                   : j["last_verifier"].get<std::string>());
   }
   return j.is_discarded() || j["last_verifier"].get<std::string>().starts_with("failed")
              ? kExitFinding
@@ -73,10 +74,14 @@ int MigrateThroughMount(const MigrateArgs& args) {
 
 const char* OutcomeName(store::Outcome o) {
   switch (o) {
-    case store::Outcome::kMoved: return "moved";
-    case store::Outcome::kChanged: return "left in place";  // the reason says why
-    case store::Outcome::kFailed: return "failed";
-    case store::Outcome::kRolledBack: return "rolled back";
+    case store::Outcome::kMoved:
+      return "moved";
+    case store::Outcome::kChanged:
+      return "left in place";  // the reason says why
+    case store::Outcome::kFailed:
+      return "failed";
+    case store::Outcome::kRolledBack:
+      return "rolled back";
   }
   return "?";
 }
@@ -127,9 +132,13 @@ void PrintPlan(const std::vector<store::Candidate>& candidates,
   for (const auto& c : candidates) total += c.size;
   auto stored = static_cast<uint64_t>(static_cast<double>(total) / std::max(ratio, 1.0));
   if (as_json) {
-    json j = {{"logdir", logdir},       {"dry_run", true},       {"files", candidates.size()},
-              {"bytes", total},         {"estimated_ratio", ratio},
-              {"estimated_stored_bytes", stored}, {"estimated_freed_bytes", total - stored},
+    json j = {{"logdir", logdir},
+              {"dry_run", true},
+              {"files", candidates.size()},
+              {"bytes", total},
+              {"estimated_ratio", ratio},
+              {"estimated_stored_bytes", stored},
+              {"estimated_freed_bytes", total - stored},
               {"sample_bytes", sample}};
     for (const auto& c : candidates) {
       j["candidates"].push_back(
@@ -140,13 +149,16 @@ void PrintPlan(const std::vector<store::Candidate>& candidates,
     return;
   }
   for (const auto& c : candidates) {
-    fmt::print("  {:>10}  {:<14} {}\n", HumanBytes(c.size), store::ClassName(c.cls), Printable(c.path));
+    fmt::print("  {:>10}  {:<14} {}\n", HumanBytes(c.size), store::ClassName(c.cls),
+               Printable(c.path));
   }
-  for (const auto& s : skipped) fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
-  fmt::print("would migrate {} files, {}; estimated store size {} ({:.1f}x, from a {} sample): "
-             "frees about {}\n",
-             candidates.size(), HumanBytes(total), HumanBytes(stored), ratio, HumanBytes(sample),
-             HumanBytes(total - stored));
+  for (const auto& s : skipped)
+    fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
+  fmt::print(
+      "would migrate {} files, {}; estimated store size {} ({:.1f}x, from a {} sample): "
+      "frees about {}\n",
+      candidates.size(), HumanBytes(total), HumanBytes(stored), ratio, HumanBytes(sample),
+      HumanBytes(total - stored));
   fmt::print("dry run: nothing changed. Run again with --apply to migrate.\n");
 }
 
@@ -154,8 +166,9 @@ int RunMigrate(MigrateArgs args) {
   if (args.now) return MigrateThroughMount(args);
   {
     if (!args.logdir.empty() && IsTbfsMount(args.logdir)) {
-      PrintError("migrate", args.logdir + " is a tbfs mount point: use --now to have the mount "
-                                          "migrate, or give the backing logdir");
+      PrintError("migrate", args.logdir +
+                                " is a tbfs mount point: use --now to have the mount "
+                                "migrate, or give the backing logdir");
       return kExitError;
     }
   }
@@ -214,7 +227,8 @@ int RunMigrate(MigrateArgs args) {
     if (args.json) {
       PrintJson(json{{"logdir", args.logdir}, {"files", 0}, {"dry_run", !apply}});
     } else {
-      for (const auto& s : skipped) fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
+      for (const auto& s : skipped)
+        fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
       fmt::print("nothing to migrate in {}\n", args.logdir);
     }
     return kExitOk;
@@ -275,20 +289,28 @@ int RunMigrate(MigrateArgs args) {
     return kExitError;
   }
   if (args.json) {
-    json j = {{"logdir", args.logdir},         {"store", loc->dir},
-              {"dry_run", false},              {"files_moved", result->files_moved},
-              {"bytes_moved", result->bytes_moved}, {"stored_bytes", result->stored_bytes},
+    json j = {{"logdir", args.logdir},
+              {"store", loc->dir},
+              {"dry_run", false},
+              {"files_moved", result->files_moved},
+              {"bytes_moved", result->bytes_moved},
+              {"stored_bytes", result->stored_bytes},
               {"ratio", Ratio(result->bytes_moved, result->stored_bytes)},
-              {"seconds", secs},               {"backup", archive},
-              {"ok", result->ok()},            {"store_full", result->store_full}};
+              {"seconds", secs},
+              {"backup", archive},
+              {"ok", result->ok()},
+              {"store_full", result->store_full}};
     if (result->store_full) j["store_full_reason"] = result->store_full_reason;
     for (const auto& b : result->batches) {
-      json jb = {{"batch", b.batch_id}, {"rolled_back", b.rolled_back},
+      json jb = {{"batch", b.batch_id},
+                 {"rolled_back", b.rolled_back},
                  {"runs_verified", b.runs_verified}};
       for (const auto& f : b.failures) jb["verifier_failures"].push_back(f.ToString());
       for (const auto& f : b.files) {
-        jb["files"].push_back({{"path", f.path}, {"outcome", OutcomeName(f.outcome)},
-                               {"reason", f.reason}, {"bytes", f.bytes},
+        jb["files"].push_back({{"path", f.path},
+                               {"outcome", OutcomeName(f.outcome)},
+                               {"reason", f.reason},
+                               {"bytes", f.bytes},
                                {"stored_bytes", f.stored_bytes}});
       }
       j["batches"].push_back(jb);
@@ -298,12 +320,14 @@ int RunMigrate(MigrateArgs args) {
     for (const auto& b : result->batches) {
       for (const auto& f : b.files) {
         if (f.outcome != store::Outcome::kMoved) {
-          fmt::print("  {}: {} ({})\n", Printable(f.path), OutcomeName(f.outcome), Printable(f.reason));
+          fmt::print("  {}: {} ({})\n", Printable(f.path), OutcomeName(f.outcome),
+                     Printable(f.reason));
         }
       }
       for (const auto& f : b.failures) fmt::print("  VERIFIER FAILURE: {}\n", f.ToString());
       for (const auto& r : b.runs_verified) {
-        fmt::print("  run {}: scalars {}\n", Printable(r), b.failures.empty() ? "intact" : "CHECK FAILED, rolled back");
+        fmt::print("  run {}: scalars {}\n", Printable(r),
+                   b.failures.empty() ? "intact" : "CHECK FAILED, rolled back");
       }
     }
     if (!archive.empty()) fmt::print("backup: {}\n", archive);
@@ -313,8 +337,10 @@ int RunMigrate(MigrateArgs args) {
                secs, static_cast<double>(result->bytes_moved) / 1e6 / std::max(secs, 1e-9));
   }
   if (result->store_full) {
-    PrintError("migrate", "stopped: " + result->store_full_reason +
-                              "; what moved is cold, the rest stays in place (free space, or --store elsewhere)");
+    PrintError(
+        "migrate",
+        "stopped: " + result->store_full_reason +
+            "; what moved is cold, the rest stays in place (free space, or --store elsewhere)");
     return kExitError;
   }
   return result->ok() ? kExitOk : kExitFinding;
@@ -333,7 +359,8 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
   cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_flag("--apply", args->apply, "really migrate (default: dry run)");
   cmd->add_flag("--dry-run", args->dry_run, "force a dry run, whatever the config says");
-  cmd->add_option("--class", args->classes, "only these classes: tf_profile,pytorch_trace,other_trace")
+  cmd->add_option("--class", args->classes,
+                  "only these classes: tf_profile,pytorch_trace,other_trace")
       ->delimiter(',');
   cmd->add_option("--min-size", args->min_size, "skip files smaller than this (e.g. 1M)");
   cmd->add_option("--older-than", args->older_than,

@@ -3,7 +3,6 @@
 #include <sys/xattr.h>
 
 #include <climits>
-
 #include <nlohmann/json.hpp>
 
 #include "base/text.h"
@@ -14,8 +13,8 @@
 #include "fs/mount.h"
 #include "store/config.h"
 #include "tools/cli/commands.h"
-#include "tools/cli/store_cli.h"
 #include "tools/cli/progress.h"
+#include "tools/cli/store_cli.h"
 
 namespace tbfs::cli {
 
@@ -46,7 +45,8 @@ int RunMountCmd(const MountArgs& args) {
   std::string file = args.config_file;
   for (const std::string& o : args.options) {
     fs::MountOptions probe;
-    if (fs::ParseMountOptions(o, &probe).empty() && !probe.config_file.empty()) file = probe.config_file;
+    if (fs::ParseMountOptions(o, &probe).empty() && !probe.config_file.empty())
+      file = probe.config_file;
   }
   if (!file.empty()) {
     auto loaded = store::LoadConfigFile(file);
@@ -60,7 +60,8 @@ int RunMountCmd(const MountArgs& args) {
     if (m.mountpoint) config.mountpoint = *m.mountpoint;
     if (m.store && !apply("store=" + *m.store, where)) return kExitError;
     if (m.cold_after && !apply("cold_after=" + *m.cold_after, where)) return kExitError;
-    if (m.migrate_interval && !apply("migrate_interval=" + *m.migrate_interval, where)) return kExitError;
+    if (m.migrate_interval && !apply("migrate_interval=" + *m.migrate_interval, where))
+      return kExitError;
     if (m.cache && !apply("cache=" + *m.cache, where)) return kExitError;
     if (m.metrics && !apply("metrics=" + *m.metrics, where)) return kExitError;
     if (m.migrate && !*m.migrate) config.migrate = false;
@@ -72,7 +73,8 @@ int RunMountCmd(const MountArgs& args) {
   if (!args.logdir.empty()) config.logdir = args.logdir;
   if (!args.mountpoint.empty()) config.mountpoint = args.mountpoint;
   if (config.logdir.empty() || config.mountpoint.empty()) {
-    PrintError("mount", "give LOGDIR and MOUNTPOINT, or logdir: and mount: mountpoint: in --config");
+    PrintError("mount",
+               "give LOGDIR and MOUNTPOINT, or logdir: and mount: mountpoint: in --config");
     return kExitError;
   }
   for (const std::string& o : args.options) {
@@ -118,8 +120,10 @@ int RunStatus(const std::string& mountpoint, bool json) {
   }
   auto u = [&](const char* a, const char* b) { return j[a][b].get<uint64_t>(); };
   fmt::print("{} on {} (pid {}), store {}\n", j["logdir"].get<std::string>(),
-             j["mountpoint"].get<std::string>(), j["pid"].get<int>(), j["store"].get<std::string>());
-  fmt::print("hot:   {} files, {} (at the last pass)\n", u("hot", "files"), HumanBytes(u("hot", "bytes")));
+             j["mountpoint"].get<std::string>(), j["pid"].get<int>(),
+             j["store"].get<std::string>());
+  fmt::print("hot:   {} files, {} (at the last pass)\n", u("hot", "files"),
+             HumanBytes(u("hot", "bytes")));
   fmt::print("cold:  {} files, {} stored as {}; {} saved\n", u("cold", "files"),
              HumanBytes(u("cold", "bytes")), HumanBytes(u("cold", "stored_bytes")),
              HumanBytes(j["bytes_saved"].get<uint64_t>()));
@@ -141,7 +145,8 @@ int RunStatus(const std::string& mountpoint, bool json) {
     auto rate = [](const nlohmann::json& v) {
       return v.is_null() ? std::string("unknown") : HumanRate(v.get<double>() / 3600);
     };
-    fmt::print("filesystem: {:.1f}% used, {} free of {}\n", g["filesystem"]["used_percent"].get<double>(),
+    fmt::print("filesystem: {:.1f}% used, {} free of {}\n",
+               g["filesystem"]["used_percent"].get<double>(),
                HumanBytes(g["filesystem"]["free"].get<uint64_t>()),
                HumanBytes(g["filesystem"]["size"].get<uint64_t>()));
     fmt::print("growth over {} ({} samples): logdir {}, filesystem {}; full in {}\n",
@@ -171,16 +176,19 @@ std::string AskMount(const std::string& mountpoint, const std::string& request, 
   auto reply = fs::ControlRequest(socket, request);
   if (!reply.ok()) {
     if (reply.status().sys_errno() == EACCES) {
-      return "permission denied: only root and the owner of the mount on " + mountpoint + " may ask it";
+      return "permission denied: only root and the owner of the mount on " + mountpoint +
+             " may ask it";
     }
     return "the mount on " + mountpoint + " does not answer: " + reply.status().message();
   }
   auto j = nlohmann::json::parse(*reply, nullptr, false);
-  if (j.is_discarded()) return "the mount on " + mountpoint + " answered something that is not JSON";
+  if (j.is_discarded())
+    return "the mount on " + mountpoint + " answered something that is not JSON";
   if (j.contains("error")) {
     std::string error = j["error"].get<std::string>();
     if (error == "permission denied") {
-      return "permission denied: only root and the owner of the mount on " + mountpoint + " may ask it";
+      return "permission denied: only root and the owner of the mount on " + mountpoint +
+             " may ask it";
     }
     return "the mount on " + mountpoint + ": " + error;
   }
@@ -196,7 +204,8 @@ void RegisterMount(CLI::App& app, int* exit_code) {
       "and come back on demand.\nAlso usable from fstab: "
       "LOGDIR MOUNTPOINT fuse.tbfs store=DIR,cold_after=5m 0 0");
   cmd->add_option("LOGDIR", args->logdir, "the logdir (or logdir: in --config)");
-  cmd->add_option("MOUNTPOINT", args->mountpoint, "an empty folder (or mount: mountpoint: in --config)");
+  cmd->add_option("MOUNTPOINT", args->mountpoint,
+                  "an empty folder (or mount: mountpoint: in --config)");
   cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_option("--cold-after", args->cold_after,
                   "migrate traces not modified for this long (default 5m)");
@@ -206,16 +215,18 @@ void RegisterMount(CLI::App& app, int* exit_code) {
   cmd->add_option("--config", args->config_file,
                   "YAML file: policy (markers, must-haves) and the mount: section's settings");
   cmd->add_flag("-f,--foreground", args->foreground, "stay in the foreground, log to stderr");
-  cmd->add_option("-o", args->options,
-                  "options: store=DIR, cold_after=DUR, cache=SIZE, no_migrate, config=FILE, "
-                  "migrate_interval=DUR, metrics=[ADDR:]PORT, and FUSE options (allow_other, ro, ...)");
+  cmd->add_option(
+      "-o", args->options,
+      "options: store=DIR, cold_after=DUR, cache=SIZE, no_migrate, config=FILE, "
+      "migrate_interval=DUR, metrics=[ADDR:]PORT, and FUSE options (allow_other, ro, ...)");
   cmd->callback([args, exit_code] { *exit_code = RunMountCmd(*args); });
 
   auto mountpoint = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   CLI::App* status = app.add_subcommand(
-      "status", "Files and bytes hot and cold, bytes saved, migrations, rehydrations, cache "
-                "hit ratio and the last verifier result of a running mount");
+      "status",
+      "Files and bytes hot and cold, bytes saved, migrations, rehydrations, cache "
+      "hit ratio and the last verifier result of a running mount");
   status->add_option("MOUNTPOINT", *mountpoint, "a tbfs mount point")->required();
   status->add_flag("--json", *json, "print the status as JSON");
   status->callback([mountpoint, json, exit_code] { *exit_code = RunStatus(*mountpoint, *json); });

@@ -49,8 +49,9 @@ int Prepare(const std::string& cmd, const CopyArgs& args, bool write, StoreLocat
   }
   if (cmd == "export" && IsInside(args.to, args.logdir)) {
     // Copies inside the logdir would shadow the cold files they copy.
-    PrintError(cmd, "--to " + args.to + " is inside the logdir; export elsewhere, or use "
-                                        "tbfs restore to bring files back");
+    PrintError(cmd, "--to " + args.to +
+                        " is inside the logdir; export elsewhere, or use "
+                        "tbfs restore to bring files back");
     return kExitError;
   }
   auto opened = write ? OpenStoreForWrite(*loc, false, cmd) : OpenStoreForRead(*loc);
@@ -108,7 +109,8 @@ int RunRestore(const CopyArgs& args) {
       for (const auto& m : files) j["paths"].push_back(m.path());
       PrintJson(j);
     } else {
-      for (const auto& m : files) fmt::print("  {:>10}  {}\n", HumanBytes(m.size()), Printable(m.path()));
+      for (const auto& m : files)
+        fmt::print("  {:>10}  {}\n", HumanBytes(m.size()), Printable(m.path()));
       fmt::print("would restore {} files, {}\ndry run: nothing changed. Run again with --apply.\n",
                  files.size(), HumanBytes(total));
     }

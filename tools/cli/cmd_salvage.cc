@@ -44,8 +44,9 @@ int RunSalvage(const SalvageArgs& args) {
     return kExitError;
   }
   if (!args.logdir.empty() && IsInside(args.to, args.logdir)) {
-    PrintError("salvage", "--to " + args.to + " is inside the logdir, where the files would "
-                                              "shadow the cold ones; salvage elsewhere");
+    PrintError("salvage", "--to " + args.to +
+                              " is inside the logdir, where the files would "
+                              "shadow the cold ones; salvage elsewhere");
     return kExitError;
   }
   WorkPool pool(0);
@@ -63,31 +64,42 @@ int RunSalvage(const SalvageArgs& args) {
     return kExitError;
   }
   if (args.json) {
-    json j = {{"store", loc.dir}, {"to", args.to}, {"engine", r->engine},
-              {"problems", r->problems}, {"blob_files", r->blob_files},
-              {"blob_values", r->blob_values}, {"manifests_from_copies", r->manifests_from_copies},
-              {"blob_files_only", r->blob_files_only}, {"unlisted", r->unlisted},
-              {"files", r->files}, {"bytes", r->bytes},
+    json j = {{"store", loc.dir},
+              {"to", args.to},
+              {"engine", r->engine},
+              {"problems", r->problems},
+              {"blob_files", r->blob_files},
+              {"blob_values", r->blob_values},
+              {"manifests_from_copies", r->manifests_from_copies},
+              {"blob_files_only", r->blob_files_only},
+              {"unlisted", r->unlisted},
+              {"files", r->files},
+              {"bytes", r->bytes},
               {"lost", json::array()}};
-    for (const auto& l : r->lost) j["lost"].push_back({{"path", l.path}, {"file_id", l.file_id}, {"reason", l.why}});
+    for (const auto& l : r->lost)
+      j["lost"].push_back({{"path", l.path}, {"file_id", l.file_id}, {"reason", l.why}});
     PrintJson(j);
   } else {
     fmt::print("store {}: engine {}; {} blob file(s), {} value(s) found in them\n", loc.dir,
                r->engine, r->blob_files, r->blob_values);
     for (const auto& p : r->problems) fmt::print("problem: {}\n", Printable(p));
     if (r->manifests_from_copies) {
-      fmt::print("note: {} file(s) known only by their manifest's second copy\n", r->manifests_from_copies);
+      fmt::print("note: {} file(s) known only by their manifest's second copy\n",
+                 r->manifests_from_copies);
     }
     if (r->blob_files_only) {
-      fmt::print("note: the engine did not open; files deleted from the store since it was last "
-                 "compacted may be among those written\n");
+      fmt::print(
+          "note: the engine did not open; files deleted from the store since it was last "
+          "compacted may be among those written\n");
     }
     if (r->unlisted) {
-      fmt::print("note: {} file(s) found only in the blob files, which the store does not list (deleted "
-                 "since its last compaction, or lost from its damaged index): written under {}/{}\n",
-                 r->unlisted, args.to, store::kUnlisted);
+      fmt::print(
+          "note: {} file(s) found only in the blob files, which the store does not list (deleted "
+          "since its last compaction, or lost from its damaged index): written under {}/{}\n",
+          r->unlisted, args.to, store::kUnlisted);
     }
-    for (const auto& l : r->lost) fmt::print("LOST: {} (file id {}): {}\n", Printable(l.path), l.file_id, Printable(l.why));
+    for (const auto& l : r->lost)
+      fmt::print("LOST: {} (file id {}): {}\n", Printable(l.path), l.file_id, Printable(l.why));
     fmt::print("salvaged {} file(s), {} into {}, each checked against its content hash; {} lost\n",
                r->files, HumanBytes(r->bytes), args.to, r->lost.size());
   }
@@ -103,7 +115,8 @@ void RegisterSalvage(CLI::App& app, int* exit_code) {
       "Write every cold file of a damaged store that can be proven intact into a new folder "
       "(the store is only read); exit 1 naming each file that could not be");
   cmd->add_option("LOGDIR", args->logdir, "the logdir");
-  cmd->add_option("--store", args->store, "store folder (default LOGDIR/.tbfs); a RADOS store needs no salvage");
+  cmd->add_option("--store", args->store,
+                  "store folder (default LOGDIR/.tbfs); a RADOS store needs no salvage");
   cmd->add_option("--to", args->to, "folder to write into (made 0700; must be missing or empty)")
       ->required();
   cmd->add_flag("--json", args->json, "print the report as JSON");

@@ -47,7 +47,8 @@ void PrintHuman(const std::string& logdir, const store::Footprint& fp) {
   if (!fp.largest.empty()) {
     fmt::print("\nlargest files:\n");
     for (const store::FileEntry& f : fp.largest) {
-      fmt::print("  {:>10}  {:<14} {}\n", HumanBytes(f.bytes), store::ClassName(f.cls), Printable(f.path));
+      fmt::print("  {:>10}  {:<14} {}\n", HumanBytes(f.bytes), store::ClassName(f.cls),
+                 Printable(f.path));
     }
   }
 }

@@ -38,13 +38,14 @@ nlohmann::json ScalarJson(const std::optional<events::ScalarValue>& v) {
 }
 
 nlohmann::json FailureJson(const events::Failure& f) {
-  return {{"run", f.run}, {"tag", f.tag}, {"file", f.file}, {"offset", f.offset},
-          {"reason", f.reason}};
+  return {
+      {"run", f.run}, {"tag", f.tag}, {"file", f.file}, {"offset", f.offset}, {"reason", f.reason}};
 }
 
 void PrintHuman(const VerifyArgs& args, const events::VerifyReport& report, double secs) {
   for (const auto& [name, run] : report.digest.runs) {
-    fmt::print("run {} ({} file{})\n", Printable(name), run.files.size(), run.files.size() == 1 ? "" : "s");
+    fmt::print("run {} ({} file{})\n", Printable(name), run.files.size(),
+               run.files.size() == 1 ? "" : "s");
     fmt::print("  {:<36} {:<11} {:>9} {:>10} {:>14}\n", "tag", "plugin", "count", "last step",
                "last value");
     for (const auto& [tag, t] : run.tags) {
@@ -57,9 +58,9 @@ void PrintHuman(const VerifyArgs& args, const events::VerifyReport& report, doub
   }
   fmt::print("{}: {} tfevents files, {} records, {} in {:.2f}s: {}\n", args.logdir,
              report.digest.files.size(), report.records, HumanBytes(report.bytes), secs,
-             report.intact() ? (args.baseline.empty() ? "intact"
-                                                      : "intact (every baseline record present)")
-                             : fmt::format("{} integrity failure(s)", report.failures.size()));
+             report.intact()
+                 ? (args.baseline.empty() ? "intact" : "intact (every baseline record present)")
+                 : fmt::format("{} integrity failure(s)", report.failures.size()));
 }
 
 nlohmann::json ToJson(const VerifyArgs& args, const events::VerifyReport& report, double secs) {

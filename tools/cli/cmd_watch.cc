@@ -40,8 +40,8 @@ int RunWatch(const WatchArgs& args) {
   auto interval = ParseDurationSeconds(args.interval);
   auto window = ParseDurationSeconds(args.window);
   auto within = ParseDurationSeconds(args.warn_within);
-  for (const auto& [name, r] : {std::pair{"--interval", &interval}, {"--window", &window},
-                                {"--warn-within", &within}}) {
+  for (const auto& [name, r] :
+       {std::pair{"--interval", &interval}, {"--window", &window}, {"--warn-within", &within}}) {
     if (!r->ok()) {
       PrintError("watch", std::string(name) + ": " + r->status().message());
       return kExitError;
@@ -80,12 +80,14 @@ int RunWatch(const WatchArgs& args) {
   });
   if (!earlier && *interval > 0) {
     if (::isatty(STDERR_FILENO)) {
-      fmt::print(stderr, "first sample kept; the next in {} for a rate...\n", HumanDuration(*interval));
+      fmt::print(stderr, "first sample kept; the next in {} for a rate...\n",
+                 HumanDuration(*interval));
     }
     std::this_thread::sleep_for(std::chrono::seconds(*interval));
     if (!sample()) return kExitError;
   }
-  const store::GrowthSummary g = *store::SummarizeGrowth(series, static_cast<double>(*window), args.top);
+  const store::GrowthSummary g =
+      *store::SummarizeGrowth(series, static_cast<double>(*window), args.top);
   const store::GrowthSample& last = g.last;
   const double used_pct = 100 * last.fs_used_fraction();
   const bool over = used_pct >= args.warn_at;
@@ -107,19 +109,26 @@ int RunWatch(const WatchArgs& args) {
     }
   }
   if (args.json) {
-    json j = {{"logdir", loc->logdir},
-              {"bytes", {{"total", last.logdir_bytes()}, {"tfevents", last.tfevents_bytes},
-                         {"traces_hot", last.trace_bytes}, {"other", last.other_bytes},
-                         {"cold", last.cold_bytes}, {"cold_stored", last.cold_stored_bytes}}},
-              {"filesystem", {{"size", last.fs_size}, {"free", last.fs_free}, {"used_percent", used_pct}}},
-              {"samples", g.samples},
-              {"span_seconds", g.span_s},
-              {"growth_bytes_per_hour", logdir_rate ? json(*logdir_rate * 3600) : json(nullptr)},
-              {"filesystem_growth_bytes_per_hour", disk_rate ? json(*disk_rate * 3600) : json(nullptr)},
-              {"full_in_seconds", full_in ? json(*full_in) : json(nullptr)},
-              {"warn", over || soon},
-              {"top_runs", json::array()}};
-    for (const auto& [run, r] : runs) j["top_runs"].push_back({{"run", run}, {"bytes_per_hour", r * 3600}});
+    json j = {
+        {"logdir", loc->logdir},
+        {"bytes",
+         {{"total", last.logdir_bytes()},
+          {"tfevents", last.tfevents_bytes},
+          {"traces_hot", last.trace_bytes},
+          {"other", last.other_bytes},
+          {"cold", last.cold_bytes},
+          {"cold_stored", last.cold_stored_bytes}}},
+        {"filesystem",
+         {{"size", last.fs_size}, {"free", last.fs_free}, {"used_percent", used_pct}}},
+        {"samples", g.samples},
+        {"span_seconds", g.span_s},
+        {"growth_bytes_per_hour", logdir_rate ? json(*logdir_rate * 3600) : json(nullptr)},
+        {"filesystem_growth_bytes_per_hour", disk_rate ? json(*disk_rate * 3600) : json(nullptr)},
+        {"full_in_seconds", full_in ? json(*full_in) : json(nullptr)},
+        {"warn", over || soon},
+        {"top_runs", json::array()}};
+    for (const auto& [run, r] : runs)
+      j["top_runs"].push_back({{"run", run}, {"bytes_per_hour", r * 3600}});
     PrintJson(j);
   } else {
     fmt::print("logdir {}: {} (tfevents {}, traces {} hot and {} cold, stored as {}; other {})\n",
@@ -128,13 +137,18 @@ int RunWatch(const WatchArgs& args) {
                HumanBytes(last.cold_stored_bytes), HumanBytes(last.other_bytes));
     fmt::print("filesystem: {:.1f}% used, {} free of {}\n", used_pct, HumanBytes(last.fs_free),
                HumanBytes(last.fs_size));
-    fmt::print("growth over {} ({} samples): logdir {}, filesystem {}\n",
-               HumanDuration(g.span_s), g.samples,
-               logdir_rate ? HumanRate(*logdir_rate) : "unknown", disk_rate ? HumanRate(*disk_rate) : "unknown");
-    fmt::print("full in: {}\n", full_in ? HumanDuration(*full_in) + " at this rate" : "never at this rate");
+    fmt::print("growth over {} ({} samples): logdir {}, filesystem {}\n", HumanDuration(g.span_s),
+               g.samples, logdir_rate ? HumanRate(*logdir_rate) : "unknown",
+               disk_rate ? HumanRate(*disk_rate) : "unknown");
+    fmt::print("full in: {}\n",
+               full_in ? HumanDuration(*full_in) + " at this rate" : "never at this rate");
     for (const auto& [run, r] : runs) fmt::print("  {:>12}  {}\n", HumanRate(r), Printable(run));
-    if (over) fmt::print("WARNING: the filesystem is {:.1f}% used (--warn-at {})\n", used_pct, args.warn_at);
-    if (soon) fmt::print("WARNING: full in {} (--warn-within {})\n", HumanDuration(*full_in), args.warn_within);
+    if (over)
+      fmt::print("WARNING: the filesystem is {:.1f}% used (--warn-at {})\n", used_pct,
+                 args.warn_at);
+    if (soon)
+      fmt::print("WARNING: full in {} (--warn-within {})\n", HumanDuration(*full_in),
+                 args.warn_within);
   }
   return over || soon ? kExitFinding : kExitOk;
 }
@@ -144,19 +158,25 @@ int RunWatch(const WatchArgs& args) {
 void RegisterWatch(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<WatchArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "watch", "How fast a logdir grows, by class and by run, and when its filesystem will be "
-               "full; keeps a series of samples in the store folder; exit 1 above --warn-at or "
-               "when full within --warn-within");
+      "watch",
+      "How fast a logdir grows, by class and by run, and when its filesystem will be "
+      "full; keeps a series of samples in the store folder; exit 1 above --warn-at or "
+      "when full within --warn-within");
   cmd->add_option("LOGDIR", args->logdir, "the logdir")->required();
   cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_option("--interval", args->interval,
-                  "without a sample this old, wait this long for a second one")->capture_default_str();
-  cmd->add_option("--window", args->window, "rates over the samples this recent")->capture_default_str();
-  cmd->add_option("--warn-at", args->warn_at, "exit 1 when the filesystem is this % used")->capture_default_str();
+                  "without a sample this old, wait this long for a second one")
+      ->capture_default_str();
+  cmd->add_option("--window", args->window, "rates over the samples this recent")
+      ->capture_default_str();
+  cmd->add_option("--warn-at", args->warn_at, "exit 1 when the filesystem is this % used")
+      ->capture_default_str();
   cmd->add_option("--warn-within", args->warn_within,
-                  "exit 1 when the filesystem will be full within this long")->capture_default_str();
+                  "exit 1 when the filesystem will be full within this long")
+      ->capture_default_str();
   cmd->add_option("--top", args->top, "fastest-growing runs to list")->capture_default_str();
-  cmd->add_option("--plot", args->plot, "also draw the series of the window as an SVG picture into FILE");
+  cmd->add_option("--plot", args->plot,
+                  "also draw the series of the window as an SVG picture into FILE");
   cmd->add_flag("--json", args->json, "print the figures as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunWatch(*args); });
 }

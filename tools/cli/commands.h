@@ -5,7 +5,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <string>
 
 namespace tbfs::cli {
@@ -23,7 +22,7 @@ void RegisterLs(CLI::App& app, int* exit_code);       // ls and du
 void RegisterFsck(CLI::App& app, int* exit_code);     // fsck and gc
 void RegisterSalvage(CLI::App& app, int* exit_code);
 void RegisterWatch(CLI::App& app, int* exit_code);
-void RegisterMount(CLI::App& app, int* exit_code);    // mount and status
+void RegisterMount(CLI::App& app, int* exit_code);  // mount and status
 
 // Sends a request ("status", "migrate-now") to the tbfs mount at
 // `mountpoint` over its control socket; the JSON reply goes to *json.

@@ -14,7 +14,7 @@ namespace tbfs::cli {
 namespace {
 
 constexpr double kWidth = 820, kHeight = 520;
-constexpr double kLeft = 90, kRight = 800;        // plot area, both panels
+constexpr double kLeft = 90, kRight = 800;  // plot area, both panels
 constexpr double kBytesTop = 60, kBytesBottom = 300;
 constexpr double kFullTop = 350, kFullBottom = 470;
 
@@ -22,11 +22,20 @@ std::string Escape(const std::string& text) {
   std::string out;
   for (char c : Printable(text)) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -57,7 +66,8 @@ double NiceCeil(double v) {
 std::string GrowthSvg(const std::vector<store::GrowthSample>& series, const std::string& title,
                       double warn_at_pct) {
   std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
+      "{1}\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
       "<text x=\"{2}\" y=\"24\" font-size=\"15\">{3}</text>\n",
@@ -66,7 +76,9 @@ std::string GrowthSvg(const std::vector<store::GrowthSample>& series, const std:
 
   const double t0 = series.front().unix_s, t1 = series.back().unix_s;
   const double span = std::max(t1 - t0, 1.0);
-  auto x = [&](double t) { return series.size() == 1 ? (kLeft + kRight) / 2 : kLeft + (t - t0) / span * (kRight - kLeft); };
+  auto x = [&](double t) {
+    return series.size() == 1 ? (kLeft + kRight) / 2 : kLeft + (t - t0) / span * (kRight - kLeft);
+  };
   uint64_t max_bytes = 0;
   for (const auto& s : series) max_bytes = std::max(max_bytes, s.logdir_bytes());
   const double top = NiceCeil(static_cast<double>(max_bytes));
@@ -76,20 +88,24 @@ std::string GrowthSvg(const std::vector<store::GrowthSample>& series, const std:
   // Axes, grid and labels.
   for (int i = 0; i <= 4; ++i) {
     const double b = top * i / 4, y = y_bytes(b);
-    svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n", kLeft, y, kRight, y);
-    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", kLeft - 6, y + 4,
-                       Escape(HumanBytes(static_cast<uint64_t>(b))));
+    svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n",
+                       kLeft, y, kRight, y);
+    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", kLeft - 6,
+                       y + 4, Escape(HumanBytes(static_cast<uint64_t>(b))));
   }
   for (int pct : {0, 50, 100}) {
     const double y = y_full(pct);
-    svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n", kLeft, y, kRight, y);
-    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}%</text>\n", kLeft - 6, y + 4, pct);
+    svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n",
+                       kLeft, y, kRight, y);
+    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}%</text>\n", kLeft - 6,
+                       y + 4, pct);
   }
-  svg += fmt::format("<text x=\"{}\" y=\"{}\">logdir bytes by class</text>\n", kLeft, kBytesTop - 8);
+  svg +=
+      fmt::format("<text x=\"{}\" y=\"{}\">logdir bytes by class</text>\n", kLeft, kBytesTop - 8);
   svg += fmt::format("<text x=\"{}\" y=\"{}\">filesystem used</text>\n", kLeft, kFullTop - 8);
   svg += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", kLeft, kFullBottom + 20, UtcTime(t0));
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kRight, kFullBottom + 20,
-                     UtcTime(t1));
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", kRight,
+                     kFullBottom + 20, UtcTime(t1));
 
   // The classes, stacked from the bottom.
   struct Layer {
@@ -106,30 +122,38 @@ std::string GrowthSvg(const std::vector<store::GrowthSample>& series, const std:
   std::vector<double> below(series.size(), 0);
   for (size_t k = 0; k < layers.size(); ++k) {
     std::vector<double> above(series.size());
-    for (size_t i = 0; i < series.size(); ++i) above[i] = below[i] + static_cast<double>(layers[k].bytes(series[i]));
+    for (size_t i = 0; i < series.size(); ++i)
+      above[i] = below[i] + static_cast<double>(layers[k].bytes(series[i]));
     std::string points;
-    for (size_t i = 0; i < series.size(); ++i) points += fmt::format("{:.1f},{:.1f} ", x(series[i].unix_s), y_bytes(above[i]));
-    for (size_t i = series.size(); i-- > 0;) points += fmt::format("{:.1f},{:.1f} ", x(series[i].unix_s), y_bytes(below[i]));
+    for (size_t i = 0; i < series.size(); ++i)
+      points += fmt::format("{:.1f},{:.1f} ", x(series[i].unix_s), y_bytes(above[i]));
+    for (size_t i = series.size(); i-- > 0;)
+      points += fmt::format("{:.1f},{:.1f} ", x(series[i].unix_s), y_bytes(below[i]));
     points.pop_back();
-    svg += fmt::format("<polygon points=\"{}\" fill=\"{}\" stroke=\"{}\"><title>{}</title></polygon>\n", points,
-                       layers[k].color, layers[k].color, layers[k].name);
-    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/>"
-                       "<text x=\"{}\" y=\"{}\">{}</text>\n",
-                       kRight - 150, kBytesTop + 16 * k, layers[k].color, kRight - 135, kBytesTop + 16 * k + 9,
-                       layers[k].name);
+    svg += fmt::format(
+        "<polygon points=\"{}\" fill=\"{}\" stroke=\"{}\"><title>{}</title></polygon>\n", points,
+        layers[k].color, layers[k].color, layers[k].name);
+    svg += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/>"
+        "<text x=\"{}\" y=\"{}\">{}</text>\n",
+        kRight - 150, kBytesTop + 16 * k, layers[k].color, kRight - 135, kBytesTop + 16 * k + 9,
+        layers[k].name);
     below = std::move(above);
   }
 
   // How full the filesystem is, and the warning threshold.
   std::string line;
-  for (const auto& s : series) line += fmt::format("{:.1f},{:.1f} ", x(s.unix_s), y_full(100 * s.fs_used_fraction()));
+  for (const auto& s : series)
+    line += fmt::format("{:.1f},{:.1f} ", x(s.unix_s), y_full(100 * s.fs_used_fraction()));
   line.pop_back();
-  svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"#3182bd\" stroke-width=\"2\"/>\n", line);
+  svg += fmt::format(
+      "<polyline points=\"{}\" fill=\"none\" stroke=\"#3182bd\" stroke-width=\"2\"/>\n", line);
   const double warn = std::clamp(warn_at_pct, 0.0, 100.0);
-  svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#de2d26\" "
-                     "stroke-dasharray=\"6,4\"/>\n<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" "
-                     "fill=\"#de2d26\">warn at {:.0f}%</text>\n",
-                     kLeft, y_full(warn), kRight, y_full(warn), kRight, y_full(warn) - 4, warn);
+  svg += fmt::format(
+      "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#de2d26\" "
+      "stroke-dasharray=\"6,4\"/>\n<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" "
+      "fill=\"#de2d26\">warn at {:.0f}%</text>\n",
+      kLeft, y_full(warn), kRight, y_full(warn), kRight, y_full(warn) - 4, warn);
   return svg + "</svg>\n";
 }
 

@@ -2,7 +2,6 @@
 #include <spdlog/cfg/env.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -21,8 +20,9 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug overrides
 
-  CLI::App app{"tbfs: keep TensorBoard logdirs small without losing a byte.\n"
-               "Traces move to a compressed cold store; scalar curves are verified intact."};
+  CLI::App app{
+      "tbfs: keep TensorBoard logdirs small without losing a byte.\n"
+      "Traces move to a compressed cold store; scalar curves are verified intact."};
   app.name("tbfs");
   app.require_subcommand(1);
   app.set_version_flag("--version", "tbfs 0.1.0");

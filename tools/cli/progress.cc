@@ -77,9 +77,9 @@ void Progress::Draw() {
   if (total > 0) {
     double frac = std::min(1.0, static_cast<double>(done) / static_cast<double>(total));
     int filled = static_cast<int>(frac * 24);
-    line = fmt::format("{}: [{}{}] {:5.1f}% {} / {}", label_, std::string(filled, '#'),
-                       std::string(24 - filled, '.'), frac * 100, HumanBytes(done),
-                       HumanBytes(total));
+    line =
+        fmt::format("{}: [{}{}] {:5.1f}% {} / {}", label_, std::string(filled, '#'),
+                    std::string(24 - filled, '.'), frac * 100, HumanBytes(done), HumanBytes(total));
     if (rate > 0 && done < total) {
       line += fmt::format("  ETA {:.0f}s", static_cast<double>(total - done) / rate);
     }

@@ -6,11 +6,11 @@
 #include <climits>
 #include <cstdlib>
 
+#include "fmt/format.h"
 #include "fs/mount.h"
 #include "store/classify.h"
 #include "store/migrate.h"
 #include "store/rados_backend.h"
-#include "fmt/format.h"
 #include "tools/cli/commands.h"
 
 namespace tbfs::cli {
@@ -26,7 +26,8 @@ std::string RealPath(const std::string& p) {
 
 bool IsInside(const std::string& path, const std::string& dir) {
   std::string existing = path;  // the deepest part that exists
-  while (!existing.empty() && ::access(existing.c_str(), F_OK) != 0) existing = ParentPath(existing);
+  while (!existing.empty() && ::access(existing.c_str(), F_OK) != 0)
+    existing = ParentPath(existing);
   if (existing.empty()) existing = ".";
   std::string p = RealPath(existing), d = RealPath(dir);
   return p == d || p.starts_with(d + "/");
@@ -35,8 +36,9 @@ bool IsInside(const std::string& path, const std::string& dir) {
 Status CheckStoreFlag(const std::string& store_flag) {
   if (store::IsRadosUrl(store_flag)) return store::ParseRadosUrl(store_flag).status();
   if (store::LooksLikeAddress(store_flag)) {
-    return Status::InvalidArgument(store_flag + ": not a store folder, and not a store address this tbfs knows "
-                                                "(rados://POOL[/PREFIX]?conf=FILE)");
+    return Status::InvalidArgument(store_flag +
+                                   ": not a store folder, and not a store address this tbfs knows "
+                                   "(rados://POOL[/PREFIX]?conf=FILE)");
   }
   return Status::OK();
 }
@@ -75,13 +77,17 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation&
   auto s = store::ColdStore::Open(loc.dir, options);
   if (!s.ok()) {
     if (s.status().IsNotFound() && !create) return std::unique_ptr<store::ColdStore>();
-    if (s.status().code() == Code::kBusy && s.status().message().find("tbfs mount on ") != std::string::npos) {
+    if (s.status().code() == Code::kBusy &&
+        s.status().message().find("tbfs mount on ") != std::string::npos) {
       return Status::Busy(s.status().message() + ": unmount it first" +
-                          (command == "migrate" ? " (or have the mount migrate: tbfs migrate MOUNTPOINT --now)" : ""));
+                          (command == "migrate"
+                               ? " (or have the mount migrate: tbfs migrate MOUNTPOINT --now)"
+                               : ""));
     }
     if (s.status().code() == Code::kBusy) {
       std::string holder;
-      if (ReadFileToString(JoinPath(loc.dir, fs::kMountInfoFile), &holder).ok() && !holder.empty()) {
+      if (ReadFileToString(JoinPath(loc.dir, fs::kMountInfoFile), &holder).ok() &&
+          !holder.empty()) {
         std::string mountpoint = holder.substr(0, holder.find(' '));
         return Status::Busy("the store " + loc.dir + " is held by the tbfs mount at " + mountpoint +
                             ": run the command on the mount point (tbfs migrate " + mountpoint +

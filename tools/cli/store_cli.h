@@ -13,13 +13,14 @@ namespace tbfs::cli {
 
 // What --store says in every command's help.
 inline constexpr char kStoreOptionHelp[] =
-    "store folder (default LOGDIR/.tbfs), or a shared store on Ceph: rados://POOL[/PREFIX]?conf=FILE";
+    "store folder (default LOGDIR/.tbfs), or a shared store on Ceph: "
+    "rados://POOL[/PREFIX]?conf=FILE";
 
 struct StoreLocation {
-  std::string logdir;  // as given
-  std::string dir;     // the store folder, or its rados:// address
-  std::string own_dir; // where tbfs keeps files of its own: the store folder, or LOGDIR/.tbfs
-  WalkOptions walk;    // skips the store when it lies inside the logdir
+  std::string logdir;   // as given
+  std::string dir;      // the store folder, or its rados:// address
+  std::string own_dir;  // where tbfs keeps files of its own: the store folder, or LOGDIR/.tbfs
+  WalkOptions walk;     // skips the store when it lies inside the logdir
 };
 
 // OK for "" (the default), a folder, or a rados:// address that parses;

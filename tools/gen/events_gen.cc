@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "base/fs_util.h"
+#include "events/proto/tfevents.pb.h"
 #include "events/record.h"
 #include "fmt/format.h"
-#include "events/proto/tfevents.pb.h"
 #include "tools/gen/gen_internal.h"
 
 namespace tbfs::gen {
@@ -166,10 +166,9 @@ Status WritePytorchRun(Ctx& ctx, const std::string& run, Rng& rng, uint64_t trac
   const double start = wall;
   const int pid = ctx.pid + static_cast<int>(rng.Below(5000));
   EventFile file(ctx);
-  TBFS_RETURN_IF_ERROR(file.Open(
-      fmt::format("{}/events.out.tfevents.{}.{}.{}.0", run, static_cast<int64_t>(wall), ctx.host,
-                  pid),
-      wall));
+  TBFS_RETURN_IF_ERROR(file.Open(fmt::format("{}/events.out.tfevents.{}.{}.{}.0", run,
+                                             static_cast<int64_t>(wall), ctx.host, pid),
+                                 wall));
 
   const double floor = 0.02 + 0.1 * rng.Unit();
   std::string image = MakeImage(rng, 48);
@@ -393,10 +392,9 @@ Status WriteKerasRun(Ctx& ctx, const std::string& run, Rng& rng, uint64_t trace_
     // The profiler marks the run with an empty event file beside its output.
     double when = start + 30;
     EventFile marker(ctx);
-    TBFS_RETURN_IF_ERROR(marker.Open(
-        fmt::format("{}/train/events.out.tfevents.{}.{}.profile-empty", run,
-                    static_cast<int64_t>(when), ctx.host),
-        when));
+    TBFS_RETURN_IF_ERROR(marker.Open(fmt::format("{}/train/events.out.tfevents.{}.{}.profile-empty",
+                                                 run, static_cast<int64_t>(when), ctx.host),
+                                     when));
     TBFS_RETURN_IF_ERROR(marker.Close());
     time_t secs = static_cast<time_t>(when);
     struct tm tm;

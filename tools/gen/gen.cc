@@ -25,7 +25,8 @@ Status CheckOutdir(const std::string& outdir) {
     if (name != "." && name != "..") empty = false;
   }
   ::closedir(dir);
-  if (!empty) return Status::InvalidArgument(outdir + " is not empty; gen writes only into an empty folder");
+  if (!empty)
+    return Status::InvalidArgument(outdir + " is not empty; gen writes only into an empty folder");
   return Status::OK();
 }
 

@@ -19,9 +19,9 @@
 namespace tbfs::gen {
 
 struct GenOptions {
-  int runs = 4;              // number of training runs (PyTorch and Keras alternate)
-  int steps = 2000;          // training steps per run
-  double trace_mb = 64;      // total size of all profiler traces, MiB (approximate)
+  int runs = 4;          // number of training runs (PyTorch and Keras alternate)
+  int steps = 2000;      // training steps per run
+  double trace_mb = 64;  // total size of all profiler traces, MiB (approximate)
   uint64_t seed = 1;
   bool live_tail = false;    // leave a partial record at the end of one tfevents file
   bool gzip_pytorch = true;  // also write one *.pt.trace.json.gz per PyTorch run

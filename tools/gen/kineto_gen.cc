@@ -24,7 +24,7 @@ struct Layer {
   double gpu_us;                   // nominal kernel duration
   int grid;
   int block;
-  std::string stack;               // "Call stack" (with_stack=True)
+  std::string stack;  // "Call stack" (with_stack=True)
 };
 
 // Python call stacks as the profiler records them with with_stack=True.
@@ -32,7 +32,8 @@ std::string Stack(const std::string& module_frames, int block) {
   return fmt::format(
       "{}torch/nn/modules/module.py(1501): _call_impl;torchvision/models/resnet.py(155): forward;"
       "torch/nn/modules/module.py(1501): _call_impl;torch/nn/modules/container.py(217): forward;"
-      "torch/nn/modules/module.py(1501): _call_impl;torchvision/models/resnet.py({}): _forward_impl;"
+      "torch/nn/modules/module.py(1501): _call_impl;torchvision/models/resnet.py({}): "
+      "_forward_impl;"
       "torchvision/models/resnet.py(285): forward;torch/nn/modules/module.py(1501): _call_impl;"
       "train.py(88): train_step;train.py(121): <module>",
       module_frames, 268 + block % 4);
@@ -69,60 +70,97 @@ const char* kMulKernel =
 
 std::vector<Layer> BuildStep(Rng& rng, int batch) {
   std::vector<Layer> forward, backward, optim;
-  struct Stage { int channels, size, blocks; } stages[] = {{64, 56, 3}, {128, 28, 4},
-                                                            {256, 14, 6}, {512, 7, 3}};
+  struct Stage {
+    int channels, size, blocks;
+  } stages[] = {{64, 56, 3}, {128, 28, 4}, {256, 14, 6}, {512, 7, 3}};
   int in_ch = 64;
   for (const Stage& s : stages) {
     for (int b = 0; b < s.blocks; ++b) {
-      int widths[3][3] = {{in_ch, s.channels, 1}, {s.channels, s.channels, 3},
-                          {s.channels, s.channels * 4, 1}};
+      int widths[3][3] = {
+          {in_ch, s.channels, 1}, {s.channels, s.channels, 3}, {s.channels, s.channels * 4, 1}};
       for (auto& w : widths) {
         std::string act = fmt::format("[{}, {}, {}, {}]", batch, w[0], s.size, s.size);
         std::string wt = fmt::format("[{}, {}, {}, {}]", w[1], w[0], w[2], w[2]);
         double us = 40.0 + 0.004 * w[0] * w[1] * w[2] * w[2] * s.size * s.size / 784.0;
-        forward.push_back({{"aten::conv2d", "aten::convolution", "aten::_convolution",
-                            "aten::cudnn_convolution"},
-                           fmt::format("[{}, {}, [], [], [], [], []]", act, wt),
-                           "[\"float\", \"float\", \"\", \"ScalarList\", \"ScalarList\", "
-                           "\"ScalarList\", \"Scalar\"]",
-                           kConvKernels[rng.Below(3)], us, s.size * s.size * 4, 256,
-                           Stack("torch/nn/modules/conv.py(463): _conv_forward;"
-                                 "torch/nn/modules/conv.py(459): forward;",
-                                 b)});
+        forward.push_back(
+            {{"aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution"},
+             fmt::format("[{}, {}, [], [], [], [], []]", act, wt),
+             "[\"float\", \"float\", \"\", \"ScalarList\", \"ScalarList\", "
+             "\"ScalarList\", \"Scalar\"]",
+             kConvKernels[rng.Below(3)],
+             us,
+             s.size * s.size * 4,
+             256,
+             Stack("torch/nn/modules/conv.py(463): _conv_forward;"
+                   "torch/nn/modules/conv.py(459): forward;",
+                   b)});
         std::string out = fmt::format("[{}, {}, {}, {}]", batch, w[1], s.size, s.size);
-        forward.push_back({{"aten::batch_norm", "aten::_batch_norm_impl_index",
-                            "aten::cudnn_batch_norm"},
-                           fmt::format("[{}, [{}], [{}], [{}], [{}], [], [], [], []]", out, w[1],
-                                       w[1], w[1], w[1]),
-                           "[\"float\", \"float\", \"float\", \"float\", \"float\", \"Scalar\", "
-                           "\"Scalar\", \"Scalar\", \"Scalar\"]",
-                           kBnKernel, us * 0.3, w[1], 512,
-                           Stack("torch/nn/functional.py(2450): batch_norm;"
-                                 "torch/nn/modules/batchnorm.py(171): forward;",
-                                 b)});
-        forward.push_back({{"aten::relu_", "aten::clamp_min_"}, fmt::format("[{}]", out),
-                           "[\"float\"]", kReluKernel, us * 0.15, s.size * s.size * 8, 128,
+        forward.push_back(
+            {{"aten::batch_norm", "aten::_batch_norm_impl_index", "aten::cudnn_batch_norm"},
+             fmt::format("[{}, [{}], [{}], [{}], [{}], [], [], [], []]", out, w[1], w[1], w[1],
+                         w[1]),
+             "[\"float\", \"float\", \"float\", \"float\", \"float\", \"Scalar\", "
+             "\"Scalar\", \"Scalar\", \"Scalar\"]",
+             kBnKernel,
+             us * 0.3,
+             w[1],
+             512,
+             Stack("torch/nn/functional.py(2450): batch_norm;"
+                   "torch/nn/modules/batchnorm.py(171): forward;",
+                   b)});
+        forward.push_back({{"aten::relu_", "aten::clamp_min_"},
+                           fmt::format("[{}]", out),
+                           "[\"float\"]",
+                           kReluKernel,
+                           us * 0.15,
+                           s.size * s.size * 8,
+                           128,
                            Stack("torch/nn/functional.py(1457): relu;"
                                  "torch/nn/modules/activation.py(103): forward;",
                                  b)});
-        backward.push_back(
-            {{"autograd::engine::evaluate_function: ConvolutionBackward0", "ConvolutionBackward0",
-              "aten::convolution_backward"},
-             fmt::format("[{}, {}, {}]", out, act, wt), "[\"float\", \"float\", \"float\"]",
-             kConvKernels[rng.Below(3)], us * 2.1, s.size * s.size * 4, 256, ""});
+        backward.push_back({{"autograd::engine::evaluate_function: ConvolutionBackward0",
+                             "ConvolutionBackward0", "aten::convolution_backward"},
+                            fmt::format("[{}, {}, {}]", out, act, wt),
+                            "[\"float\", \"float\", \"float\"]",
+                            kConvKernels[rng.Below(3)],
+                            us * 2.1,
+                            s.size * s.size * 4,
+                            256,
+                            ""});
         backward.push_back({{"autograd::engine::evaluate_function: CudnnBatchNormBackward0",
                              "CudnnBatchNormBackward0", "aten::cudnn_batch_norm_backward"},
                             fmt::format("[{}, {}, [{}]]", out, out, w[1]),
-                            "[\"float\", \"float\", \"float\"]", kBnKernel, us * 0.5, w[1], 512, ""});
-        backward.push_back({{"autograd::engine::evaluate_function: ReluBackward0",
-                             "ReluBackward0", "aten::threshold_backward"},
+                            "[\"float\", \"float\", \"float\"]",
+                            kBnKernel,
+                            us * 0.5,
+                            w[1],
+                            512,
+                            ""});
+        backward.push_back({{"autograd::engine::evaluate_function: ReluBackward0", "ReluBackward0",
+                             "aten::threshold_backward"},
                             fmt::format("[{}, {}, []]", out, out),
-                            "[\"float\", \"float\", \"Scalar\"]", kReluKernel, us * 0.2,
-                            s.size * s.size * 8, 128, ""});
-        optim.push_back({{"aten::mul_"}, fmt::format("[{}, []]", wt), "[\"float\", \"Scalar\"]",
-                         kMulKernel, 4.0, 80, 128, ""});
-        optim.push_back({{"aten::add_"}, fmt::format("[{}, {}, []]", wt, wt),
-                         "[\"float\", \"float\", \"Scalar\"]", kAddKernel, 5.0, 80, 128, ""});
+                            "[\"float\", \"float\", \"Scalar\"]",
+                            kReluKernel,
+                            us * 0.2,
+                            s.size * s.size * 8,
+                            128,
+                            ""});
+        optim.push_back({{"aten::mul_"},
+                         fmt::format("[{}, []]", wt),
+                         "[\"float\", \"Scalar\"]",
+                         kMulKernel,
+                         4.0,
+                         80,
+                         128,
+                         ""});
+        optim.push_back({{"aten::add_"},
+                         fmt::format("[{}, {}, []]", wt, wt),
+                         "[\"float\", \"float\", \"Scalar\"]",
+                         kAddKernel,
+                         5.0,
+                         80,
+                         128,
+                         ""});
         in_ch = w[1];
       }
     }
@@ -215,8 +253,8 @@ class KinetoWriter {
           "\"Fwd thread id\": 0, \"Ev Idx\": {}",
           ext + static_cast<int64_t>(i), seq, ++ev_idx_);
       if (outer) {
-        args += fmt::format(",\n      \"Input Dims\": {}, \"Input type\": {}", layer.dims,
-                            layer.types);
+        args +=
+            fmt::format(",\n      \"Input Dims\": {}, \"Input type\": {}", layer.dims, layer.types);
       }
       args += ",\n      \"Trace name\": \"PyTorch Profiler\", \"Trace iteration\": 0";
       if (!layer.stack.empty()) {
@@ -244,8 +282,7 @@ class KinetoWriter {
     double launch_ts = child_ts + Jitter(1.0);
     double launch_dur = Jitter(4.0);
     Event("cuda_runtime", "cudaLaunchKernel", pid_, pid_, launch_ts, launch_dur,
-          fmt::format("\"External id\": {}, \"cbid\": 211, \"correlation\": {}", ext,
-                      correlation));
+          fmt::format("\"External id\": {}, \"cbid\": 211, \"correlation\": {}", ext, correlation));
     double kernel_ts = std::max(gpu_free_us_, launch_ts + Jitter(6.0));
     double kernel_dur = Jitter(layer.gpu_us, 0.02);
     gpu_free_us_ = kernel_ts + kernel_dur;

@@ -57,12 +57,17 @@ class Proto {
 };
 
 const char* kTfOps[] = {
-    "model/conv2d/Conv2D",         "model/conv2d/BiasAdd",
+    "model/conv2d/Conv2D",
+    "model/conv2d/BiasAdd",
     "model/batch_normalization/FusedBatchNormV3",
-    "model/re_lu/Relu",            "model/max_pooling2d/MaxPool",
-    "model/conv2d_1/Conv2D",       "model/conv2d_2/Conv2D",
-    "model/add/add",               "model/dense/MatMul",
-    "model/dense/BiasAdd",         "gradient_tape/model/conv2d/Conv2DBackpropFilter",
+    "model/re_lu/Relu",
+    "model/max_pooling2d/MaxPool",
+    "model/conv2d_1/Conv2D",
+    "model/conv2d_2/Conv2D",
+    "model/add/add",
+    "model/dense/MatMul",
+    "model/dense/BiasAdd",
+    "gradient_tape/model/conv2d/Conv2DBackpropFilter",
     "gradient_tape/model/conv2d/Conv2DBackpropInput",
     "gradient_tape/model/re_lu/ReluGrad",
     "SGD/SGD/update/ResourceApplyGradientDescent",
@@ -70,17 +75,19 @@ const char* kTfOps[] = {
     "IteratorGetNext",
 };
 const char* kKernels[] = {
-    "volta_sgemm_128x64_nn", "sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc",
+    "volta_sgemm_128x64_nn",
+    "sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc",
     "void tensorflow::BiasNHWCKernel<float>(int, float const*, float const*, float*, int)",
     "void cudnn::bn_fw_tr_1C11_kernel_NHWC<__half, float, 512, true, 1>",
     "void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<Eigen::TensorAssignOp<"
     "Eigen::TensorMap<Eigen::Tensor<float, 1, 1, long>, 16>, Eigen::TensorCwiseUnaryOp<"
     "Eigen::internal::scalar_max_op<float const, float const>, Eigen::TensorMap<Eigen::Tensor<"
     "float const, 1, 1, long>, 16> const> const> const, Eigen::GpuDevice>, long>",
-    "redzone_checker", "ncclKernel_AllReduce_RING_LL_Sum_float",
+    "redzone_checker",
+    "ncclKernel_AllReduce_RING_LL_Sum_float",
 };
-const char* kStats[] = {"correlation_id", "kernel_details", "group_id", "step_num",
-                        "tf_op", "memcpy_details", "long_name", "flops"};
+const char* kStats[] = {"correlation_id", "kernel_details", "group_id",  "step_num",
+                        "tf_op",          "memcpy_details", "long_name", "flops"};
 
 // One XPlane of about target bytes: a device plane (kernels on streams) or
 // the host plane (TF ops on threads).
@@ -120,10 +127,10 @@ std::string MakePlane(Rng& rng, int id, bool device, uint64_t target, int64_t st
       event.Msg(4, Proto().Int(1, 1).Int(3, correlation++));
       event.Msg(4, Proto().Int(1, 4).Int(3, step));
       if (device) {
-        event.Msg(4, Proto().Int(1, 2).Bytes(5, fmt::format("regs:{} shm:{} grid:{},1,1 block:{},"
-                                                           "1,1",
-                                                           32 + 8 * (meta % 5), 0,
-                                                           64 << (meta % 4), 128)));
+        event.Msg(4, Proto().Int(1, 2).Bytes(
+                         5, fmt::format("regs:{} shm:{} grid:{},1,1 block:{},"
+                                        "1,1",
+                                        32 + 8 * (meta % 5), 0, 64 << (meta % 4), 128)));
       } else {
         event.Msg(4, Proto().Int(1, 5).Bytes(5, kTfOps[meta - 1]));
       }
@@ -137,8 +144,7 @@ std::string MakePlane(Rng& rng, int id, bool device, uint64_t target, int64_t st
   return plane.str();
 }
 
-Status WriteXspace(Ctx& ctx, const std::string& path, Rng& rng, uint64_t target,
-                   int64_t start_ns) {
+Status WriteXspace(Ctx& ctx, const std::string& path, Rng& rng, uint64_t target, int64_t start_ns) {
   FileSink file(ctx.progress);
   TBFS_RETURN_IF_ERROR(file.Open(path));
   // One plane per device; planes are built in memory, so keep each under
@@ -148,8 +154,8 @@ Status WriteXspace(Ctx& ctx, const std::string& path, Rng& rng, uint64_t target,
   Proto space;
   for (int p = 0; p < planes; ++p) {
     bool device = p + 1 < planes;
-    std::string plane = MakePlane(rng, device ? p + 1 : planes + 1000, device, target / planes,
-                                  start_ns);
+    std::string plane =
+        MakePlane(rng, device ? p + 1 : planes + 1000, device, target / planes, start_ns);
     space.clear();
     space.Bytes(1, plane);
     file.Write(space.str());
@@ -165,9 +171,10 @@ Status WriteTraceJsonGz(Ctx& ctx, const std::string& path, Rng& rng, uint64_t ta
   FileSink file(ctx.progress);
   TBFS_RETURN_IF_ERROR(file.Open(path));
   GzipWriter gz(&file, 6);
-  std::string buf = "{\"displayTimeUnit\":\"ns\",\"metadata\":{\"highres-ticks\":true},"
-                    "\"traceEvents\":[{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\","
-                    "\"args\":{\"name\":\"/device:GPU:0\"}},";
+  std::string buf =
+      "{\"displayTimeUnit\":\"ns\",\"metadata\":{\"highres-ticks\":true},"
+      "\"traceEvents\":[{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\","
+      "\"args\":{\"name\":\"/device:GPU:0\"}},";
   double ts = 0;
   bool first = true;
   while (gz.compressed_bytes() < target) {
@@ -177,8 +184,8 @@ Status WriteTraceJsonGz(Ctx& ctx, const std::string& path, Rng& rng, uint64_t ta
       fmt::format_to(std::back_inserter(buf),
                      "{}{{\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},\"ph\":\"X\","
                      "\"name\":\"{}\",\"args\":{{\"step_num\":\"{}\"}}}}",
-                     first ? "" : ",", 1 + op % 2, 7 + op % 3, ts, std::max(1.0, dur),
-                     kTfOps[op], static_cast<int64_t>(ts / 50000));
+                     first ? "" : ",", 1 + op % 2, 7 + op % 3, ts, std::max(1.0, dur), kTfOps[op],
+                     static_cast<int64_t>(ts / 50000));
       first = false;
       ts += std::max(1.0, dur) + static_cast<double>(rng.Below(3));
     }
@@ -211,9 +218,9 @@ Status WriteMemoryProfile(Ctx& ctx, const std::string& path, Rng& rng, uint64_t 
                      "\"fragmentation\":{:.4f},\"peakBytesInUse\":\"{}\"}},\"activityMetadata\":{{"
                      "\"memoryActivity\":\"{}\",\"requestedBytes\":\"{}\",\"allocationBytes\":"
                      "\"{}\",\"address\":\"{}\",\"tfOpName\":\"{}\",\"stepId\":\"{}\"}}}}",
-                     first ? "" : ",", t_ps, in_use, (int64_t{80} << 30) - in_use,
-                     rng.Unit() * 0.1, in_use + (1 << 24), delta > 0 ? "ALLOCATION" : "DEALLOCATION",
-                     std::abs(delta), (std::abs(delta) + 255) / 256 * 256,
+                     first ? "" : ",", t_ps, in_use, (int64_t{80} << 30) - in_use, rng.Unit() * 0.1,
+                     in_use + (1 << 24), delta > 0 ? "ALLOCATION" : "DEALLOCATION", std::abs(delta),
+                     (std::abs(delta) + 255) / 256 * 256,
                      140230000000000 + 256 * static_cast<int64_t>(rng.Below(1 << 24)),
                      kTfOps[rng.Below(16)], t_ps / 50'000'000'000);
       first = false;
@@ -257,8 +264,8 @@ Status WriteTfProfile(Ctx& ctx, const std::string& dir, Rng& rng, uint64_t targe
   int64_t start_ns = static_cast<int64_t>(start_s * 1e9);
   // The XSpace holds nearly everything; the older JSON tools output is
   // capped (TensorFlow keeps at most a million trace events) and gzip'd.
-  TBFS_RETURN_IF_ERROR(WriteXspace(ctx, base + ".xplane.pb", rng, target_bytes * 96 / 100,
-                                   start_ns));
+  TBFS_RETURN_IF_ERROR(
+      WriteXspace(ctx, base + ".xplane.pb", rng, target_bytes * 96 / 100, start_ns));
   TBFS_RETURN_IF_ERROR(WriteTraceJsonGz(ctx, base + ".trace.json.gz", rng,
                                         std::min<uint64_t>(target_bytes * 3 / 100, 48 << 20)));
   TBFS_RETURN_IF_ERROR(WriteMemoryProfile(ctx, base + ".memory_profile.json.gz", rng,
