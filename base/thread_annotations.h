@@ -9,6 +9,7 @@
 #pragma once
 
 #include <mutex>
+#include <shared_mutex>
 
 #if defined(__clang__)
 #define TBFS_THREAD_ANNOTATION(x) __attribute__((x))
@@ -20,6 +21,11 @@
 #define TBFS_SCOPED_CAPABILITY TBFS_THREAD_ANNOTATION(scoped_lockable)
 #define TBFS_GUARDED_BY(x) TBFS_THREAD_ANNOTATION(guarded_by(x))
 #define TBFS_ACQUIRED_AFTER(...) TBFS_THREAD_ANNOTATION(acquired_after(__VA_ARGS__))
+#define TBFS_ACQUIRED_BEFORE(...) TBFS_THREAD_ANNOTATION(acquired_before(__VA_ARGS__))
+#define TBFS_REQUIRES_SHARED(...) TBFS_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
+#define TBFS_ACQUIRE_SHARED(...) TBFS_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
+#define TBFS_RELEASE_SHARED(...) TBFS_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
+#define TBFS_RELEASE_GENERIC(...) TBFS_THREAD_ANNOTATION(release_generic_capability(__VA_ARGS__))
 #define TBFS_REQUIRES(...) TBFS_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #define TBFS_EXCLUDES(...) TBFS_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define TBFS_ACQUIRE(...) TBFS_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
@@ -51,6 +57,49 @@ class TBFS_SCOPED_CAPABILITY MutexLock {
 
  private:
   Mutex& mu_;
+};
+
+// std::shared_mutex, annotated.
+class TBFS_CAPABILITY("shared_mutex") SharedMutex {
+ public:
+  void lock() TBFS_ACQUIRE() { mu_.lock(); }
+  void unlock() TBFS_RELEASE() { mu_.unlock(); }
+  void lock_shared() TBFS_ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void unlock_shared() TBFS_RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds a SharedMutex shared for its scope (or until unlock()).
+class TBFS_SCOPED_CAPABILITY ReaderMutexLock {
+ public:
+  explicit ReaderMutexLock(SharedMutex& mu) TBFS_ACQUIRE_SHARED(mu) : mu_(mu) { mu_.lock_shared(); }
+  ~ReaderMutexLock() TBFS_RELEASE_GENERIC() {
+    if (held_) mu_.unlock_shared();
+  }
+  ReaderMutexLock(const ReaderMutexLock&) = delete;
+  ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;
+  void unlock() TBFS_RELEASE_GENERIC() {
+    mu_.unlock_shared();
+    held_ = false;
+  }
+
+ private:
+  SharedMutex& mu_;
+  bool held_ = true;
+};
+
+// Holds a SharedMutex exclusively for its scope.
+class TBFS_SCOPED_CAPABILITY WriterMutexLock {
+ public:
+  explicit WriterMutexLock(SharedMutex& mu) TBFS_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~WriterMutexLock() TBFS_RELEASE() { mu_.unlock(); }
+  WriterMutexLock(const WriterMutexLock&) = delete;
+  WriterMutexLock& operator=(const WriterMutexLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
 };
 
 }  // namespace tbfs

@@ -1,5 +1,7 @@
 #include "base/work_pool.h"
 
+#include <algorithm>
+
 namespace tbfs {
 
 WorkPool::WorkPool(int threads) {
@@ -10,7 +12,7 @@ WorkPool::WorkPool(int threads) {
 
 WorkPool::~WorkPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   work_cv_.notify_all();
@@ -18,7 +20,7 @@ WorkPool::~WorkPool() {
 }
 
 void WorkPool::RunItems(int worker) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (next_ < n_) {
     size_t i = next_++;
     const auto* fn = fn_;
@@ -33,8 +35,8 @@ void WorkPool::HelperLoop(int worker) {
   uint64_t seen = 0;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      MutexLock lock(mu_);
+      work_cv_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
     }
@@ -44,9 +46,9 @@ void WorkPool::HelperLoop(int worker) {
 
 void WorkPool::ParallelFor(size_t n, const std::function<void(size_t, int)>& fn) {
   if (n == 0) return;
-  std::lock_guard<std::mutex> call(call_mu_);
+  MutexLock call(call_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     fn_ = &fn;
     n_ = n;
     next_ = 0;
@@ -55,8 +57,8 @@ void WorkPool::ParallelFor(size_t n, const std::function<void(size_t, int)>& fn)
   }
   work_cv_.notify_all();
   RunItems(0);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return done_ == n_; });
+  MutexLock lock(mu_);
+  done_cv_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return done_ == n_; });
   fn_ = nullptr;
 }
 

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/thread_annotations.h"
+
 namespace tbfs {
 
 class WorkPool {
@@ -29,17 +31,17 @@ class WorkPool {
   void HelperLoop(int worker);
   void RunItems(int worker);
 
-  std::mutex call_mu_;  // serializes ParallelFor calls
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  // Guarded by mu_:
-  const std::function<void(size_t, int)>* fn_ = nullptr;
-  size_t n_ = 0;
-  size_t next_ = 0;
-  size_t done_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  // Lock order: call_mu_ -> mu_. No lock is held while an item runs.
+  Mutex call_mu_ TBFS_ACQUIRED_BEFORE(mu_);  // serializes ParallelFor calls
+  Mutex mu_;
+  std::condition_variable_any work_cv_;
+  std::condition_variable_any done_cv_;
+  const std::function<void(size_t, int)>* fn_ TBFS_GUARDED_BY(mu_) = nullptr;
+  size_t n_ TBFS_GUARDED_BY(mu_) = 0;
+  size_t next_ TBFS_GUARDED_BY(mu_) = 0;
+  size_t done_ TBFS_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ TBFS_GUARDED_BY(mu_) = 0;
+  bool stop_ TBFS_GUARDED_BY(mu_) = false;
   std::vector<std::thread> helpers_;
 };
 

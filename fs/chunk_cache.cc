@@ -42,6 +42,7 @@ ChunkCache::~ChunkCache() {
     stop_ = true;
   }
   prefetch_cv_.notify_all();
+  idle_cv_.notify_all();
   for (auto& t : prefetchers_) t.join();
 }
 
@@ -139,9 +140,22 @@ void ChunkCache::PrefetchLoop() {
       if (stop_) return;
       job = std::move(queue_.front());
       queue_.pop_front();
+      prefetching_++;
     }
-    (void)Get(job.first, job.second);
+    (void)Get(job.first, job.second);  // an error is logged and counted by Get
+    {
+      MutexLock lock(mu_);
+      prefetching_--;
+    }
+    idle_cv_.notify_all();
   }
+}
+
+void ChunkCache::WaitForPrefetches() {
+  MutexLock lock(mu_);
+  idle_cv_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS {
+    return stop_ || (queue_.empty() && prefetching_ == 0);
+  });
 }
 
 ChunkCache::Stats ChunkCache::stats() {

@@ -58,6 +58,9 @@ class ChunkCache {
                                            uint64_t index);
   // Loads the chunk in the background if it is not cached.
   void Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uint64_t index);
+  // Returns once no prefetch is queued or loading (what was asked for is
+  // cached, or failed and counted in stats().errors).
+  void WaitForPrefetches();
   // Drops every cached chunk of a file (it left the store).
   void Drop(uint64_t file_id);
 
@@ -102,6 +105,8 @@ class ChunkCache {
   Stats stats_ TBFS_GUARDED_BY(mu_);
 
   std::condition_variable_any prefetch_cv_;
+  std::condition_variable_any idle_cv_;  // a prefetch finished
+  int prefetching_ TBFS_GUARDED_BY(mu_) = 0;
   std::deque<std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t>> queue_
       TBFS_GUARDED_BY(mu_);
   bool stop_ TBFS_GUARDED_BY(mu_) = false;

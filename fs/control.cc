@@ -79,7 +79,7 @@ ControlServer::~ControlServer() {
   }
   std::vector<Connection> connections;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     connections.swap(connections_);
   }
   for (auto& c : connections) c.thread.join();
@@ -98,7 +98,7 @@ void ControlServer::Loop() {
     if (!(p[0].revents & POLLIN)) continue;
     int conn = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (conn < 0) continue;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::erase_if(connections_, [](Connection& c) {
       if (!c.done->load()) return false;
       c.thread.join();

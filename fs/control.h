@@ -26,6 +26,7 @@
 
 #include "base/fs_util.h"
 #include "base/status.h"
+#include "base/thread_annotations.h"
 
 namespace tbfs::fs {
 
@@ -60,8 +61,8 @@ class ControlServer {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
   };
-  std::mutex mu_;
-  std::vector<Connection> connections_;  // guarded by mu_
+  Mutex mu_;  // a leaf
+  std::vector<Connection> connections_ TBFS_GUARDED_BY(mu_);
 };
 
 // Sends one request to the control socket at socket_path and returns the

@@ -32,7 +32,7 @@ bool IsTransientName(std::string_view name) {
 }
 
 Filesystem::Filesystem(const FsOptions& options, store::ColdStore* store, UniqueFd root_fd,
-                       const struct stat& root_st, std::shared_mutex* namespace_lock)
+                       const struct stat& root_st, SharedMutex* namespace_lock)
     : options_(options),
       store_(store),
       inodes_(std::move(root_fd), root_st),

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "base/fs_util.h"
+#include "base/thread_annotations.h"
 #include "fs/chunk_cache.h"
 #include "fs/inode_table.h"
 #include "store/cold_store.h"
@@ -97,10 +98,11 @@ struct FileHandle {
   const std::atomic<uint64_t>* generation = nullptr;  // the inode's (InodeTable::Generation)
   std::atomic<uint64_t> seen{0};                      // the generation fd was chosen at
   std::atomic<int> fd{-1};
-  std::mutex mu;  // a change of fd
-  dev_t dev = 0;  // fd's file; guarded by mu
-  ino_t ino = 0;
-  std::vector<int> earlier_fds;  // guarded by mu; closed with the handle (reads may use them)
+  Mutex mu;                           // a change of fd; a leaf
+  dev_t dev TBFS_GUARDED_BY(mu) = 0;  // fd's file
+  ino_t ino TBFS_GUARDED_BY(mu) = 0;
+  // Closed with the handle (reads may use them still).
+  std::vector<int> earlier_fds TBFS_GUARDED_BY(mu);
   std::atomic<uint64_t> next_offset{0};  // where a sequential reader goes next
   ~FileHandle();
 };
@@ -165,7 +167,7 @@ class Filesystem : public store::MoveObserver {
   // namespace_lock -> InodeTable's mutex; the chunk cache's is a leaf.
   // root_st: fstat of root_fd (the logdir), taken by the caller.
   Filesystem(const FsOptions& options, store::ColdStore* store, UniqueFd root_fd,
-             const struct stat& root_st, std::shared_mutex* namespace_lock);
+             const struct stat& root_st, SharedMutex* namespace_lock);
 
   int Lookup(uint64_t parent, const char* name, EntryOut* out);
   void Forget(uint64_t ino, uint64_t nlookup);
@@ -309,8 +311,14 @@ class Filesystem : public store::MoveObserver {
   ChunkCache cache_;
   Counters counters_;
   // Lock order: see the constructor. None is held across a FUSE reply.
-  Mutex rehydrate_mu_;  // one rehydration at a time (they are rare)
-  std::shared_mutex& ns_mu_;
+  // One rehydration at a time (they are rare). Held across the file's copy
+  // out of the store and the commits that follow, on purpose: a second
+  // writable open of the same cold file must find it rehydrated, not start
+  // a second copy. Reads of other files take neither lock.
+  Mutex rehydrate_mu_ TBFS_ACQUIRED_BEFORE(ns_mu_);
+  // Shared across a rehydration's copy and commits (a rename must not move
+  // the folder beneath it); exclusive only for renames and rmdir.
+  SharedMutex& ns_mu_;
 };
 
 // "/proc/self/fd/N": how O_PATH fds are turned back into paths.

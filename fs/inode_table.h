@@ -227,6 +227,7 @@ class InodeTable {
 
   Mutex mu_;
   std::condition_variable_any settled_;  // an inode's transition ended
+  // A member, not in all_: never freed, whatever the kernel forgets of it.
   Inode root_;
   dev_t root_dev_ = 0;
   bool use_handles_ = false;  // set once at construction

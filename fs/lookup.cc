@@ -140,7 +140,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
   InodeView v = inodes_.View(ino);
   if (v.kind == Kind::kColdFile && !(to_set & kSetSize)) {
     // Metadata of a cold file changes in its manifest; no rehydration.
-    std::shared_lock<std::shared_mutex> ns(ns_mu_);
+    ReaderMutexLock ns(ns_mu_);
     auto m = store_->GetManifest(v.manifest->file_id());
     if (!m.ok()) return StoreError(m.status(), EioSite::kSetattr);
     if (to_set & kSetMode) m->set_mode((m->mode() & S_IFMT) | (attr.st_mode & 07777));

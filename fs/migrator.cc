@@ -10,7 +10,7 @@
 
 namespace tbfs::fs {
 
-Migrator::Migrator(store::ColdStore& store, std::string logdir, std::shared_mutex* namespace_lock,
+Migrator::Migrator(store::ColdStore& store, std::string logdir, SharedMutex* namespace_lock,
                    Filesystem& fs, MigratorOptions options)
     : store_(store),
       logdir_(std::move(logdir)),
@@ -84,7 +84,7 @@ Status Migrator::TakeWriterRole() {
   store::ColdStore& store = store_;
   // No change to the namespace while the last writer's unfinished batches
   // are undone (reads go on).
-  std::unique_lock<std::shared_mutex> ns(ns_mu_);
+  WriterMutexLock ns(ns_mu_);
   Status st = store.TakeWriterRole(config_.writer);
   if (!st.ok()) return st;
   auto recovered = store::Recover(store, logdir_);

@@ -65,7 +65,7 @@ class Migrator {
   // Moves files of `logdir` into `store`, with `fs` watching them move
   // (store::MoveObserver) and deleting what retention selects;
   // `namespace_lock` is the one `fs` was given.
-  Migrator(store::ColdStore& store, std::string logdir, std::shared_mutex* namespace_lock,
+  Migrator(store::ColdStore& store, std::string logdir, SharedMutex* namespace_lock,
            Filesystem& fs, MigratorOptions options);
   ~Migrator();
 
@@ -95,12 +95,15 @@ class Migrator {
 
   store::ColdStore& store_;
   const std::string logdir_;
-  std::shared_mutex& ns_mu_;
+  SharedMutex& ns_mu_;
   Filesystem& fs_;
   MigratorOptions config_;
-  // One pass at a time. Taken before the filesystem's locks (the pass
-  // takes the namespace lock shared, step by step).
-  Mutex pass_mu_;
+  // Lock order: pass_mu_ -> the namespace lock (and the filesystem's
+  // locks after it) -> mu_. pass_mu_ is held for a whole pass, across
+  // copies and commits, on purpose: passes (background, migrate --now,
+  // takeover) never overlap. The pass takes the namespace lock shared, a
+  // step at a time, never across a file's copy.
+  Mutex pass_mu_ TBFS_ACQUIRED_BEFORE(ns_mu_, mu_);
   Mutex mu_;  // a leaf, for the fields below
   std::condition_variable_any cv_;
   bool stopping_ TBFS_GUARDED_BY(mu_) = false;

@@ -30,6 +30,7 @@
 #include "fs/fuse_ops.h"
 #include "fs/metrics.h"
 #include "fs/migrator.h"
+#include "fs/mount_internal.h"
 #include "fs/mount_table.h"
 #include "prometheus/exposer.h"
 #include "spdlog/sinks/basic_file_sink.h"
@@ -232,129 +233,6 @@ int Fail(Verdict& verdict, const std::string& msg) {
   return 2;
 }
 
-// One-line JSON; names are bytes, so what is not UTF-8 prints as U+FFFD.
-std::string Compact(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-constexpr double kStatusGrowthWindowS = 24 * 3600;
-
-nlohmann::json ByFault(const uint64_t (&counts)[kNumStoreFaults]) {
-  nlohmann::json by;
-  for (int i = 0; i < kNumStoreFaults; ++i) by[kStoreFaultNames[i]] = counts[i];
-  return by;
-}
-
-nlohmann::json BySite(const uint64_t (&counts)[kNumEioSites]) {
-  nlohmann::json by;
-  for (int i = 0; i < kNumEioSites; ++i) by[kEioSiteNames[i]] = counts[i];
-  return by;
-}
-
-std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
-                       store::ColdStore& store, Filesystem& fs, Migrator& migrator) {
-  auto totals = store.ComputeTotals();
-  MigratorStats m = migrator.stats();
-  Filesystem::Stats k = fs.stats();
-  const ChunkCache::Stats& c = k.cache;
-  uint64_t lookups = c.hits + c.misses;
-  nlohmann::json j = {
-      {"logdir", mc.logdir},
-      {"mountpoint", mc.mountpoint},
-      {"store", store_dir},
-      {"state", mc.state_dir},
-      {"store_role", !store.shared()  ? "writer"
-                     : store.writer() ? "writer (holds the shared store's lease)"
-                                      : "reader: " + store.refusal()},
-      {"pid", ::getpid()},
-      {"hot", {{"files", m.hot_files}, {"bytes", m.hot_bytes}}},
-      {"cold",
-       {{"files", totals.ok() ? totals->files : 0},
-        {"bytes", totals.ok() ? totals->logical_bytes : 0},
-        {"stored_bytes", totals.ok() ? totals->stored_bytes : 0}}},
-      {"bytes_saved",
-       totals.ok() ? totals->logical_bytes - std::min(totals->logical_bytes, totals->stored_bytes)
-                   : 0},
-      {"migrations",
-       {{"passes", m.passes},
-        {"batches", m.batches},
-        {"rolled_back", m.rolled_back},
-        {"stopped_store_full", m.stopped_store_full},
-        {"files_moved", m.files_moved},
-        {"bytes_moved", m.bytes_moved},
-        {"last_pass_unix", m.last_pass_unix},
-        {"last_error", m.last_error}}},
-      {"last_verifier", m.last_verifier},
-      {"rehydrations", k.rehydrations},
-      {"cold_reads", k.cold_reads},
-      {"cache",
-       {{"hits", c.hits},
-        {"misses", c.misses},
-        {"hit_ratio", lookups ? static_cast<double>(c.hits) / static_cast<double>(lookups) : 0.0},
-        {"bytes", c.bytes},
-        {"capacity_bytes", fs.options().cache_bytes}}},
-      {"eio",
-       {{"cold_chunk", k.eio_cold_chunk},
-        {"cold_chunk_by_cause", ByFault(k.eio_cold_chunk_by)},
-        {"store_by_cause", ByFault(k.eio_store_by)},
-        {"rehydrate", k.eio_rehydrate},
-        {"store", k.eio_store},
-        {"by_site", BySite(k.eio_by_site)}}},
-      {"inodes", k.inodes},
-      {"retention",
-       {{"enabled", migrator.retention_enabled()},
-        {"deleted_files", m.retention_files},
-        {"deleted_bytes", m.retention_bytes}}},
-  };
-  // How fast the logdir grows and when its filesystem is full: what `tbfs
-  // watch` reports, from the samples the migrator's passes take.
-  if (auto g = store::SummarizeGrowth(migrator.growth(), kStatusGrowthWindowS, 5)) {
-    auto opt = [](const std::optional<double>& v, double scale) {
-      return v ? nlohmann::json(*v * scale) : nlohmann::json(nullptr);
-    };
-    nlohmann::json runs = nlohmann::json::array();
-    for (const auto& [run, rate] : g->top_runs)
-      runs.push_back({{"run", run}, {"bytes_per_hour", rate * 3600}});
-    j["growth"] = {{"window_seconds", kStatusGrowthWindowS},
-                   {"samples", g->samples},
-                   {"span_seconds", g->span_s},
-                   {"bytes",
-                    {{"tfevents", g->last.tfevents_bytes},
-                     {"traces_hot", g->last.trace_bytes},
-                     {"other", g->last.other_bytes},
-                     {"cold", g->last.cold_bytes}}},
-                   {"filesystem",
-                    {{"size", g->last.fs_size},
-                     {"free", g->last.fs_free},
-                     {"used_percent", 100 * g->last.fs_used_fraction()}}},
-                   {"logdir_bytes_per_hour", opt(g->logdir_rate, 3600)},
-                   {"filesystem_bytes_per_hour", opt(g->filesystem_rate, 3600)},
-                   {"full_in_seconds", opt(g->full_in_s, 1)},
-                   {"top_runs", runs}};
-  }
-  return Compact(j);
-}
-
-// Answers the control socket's requests (fs/control.h).
-std::string Control(const std::string& request, const MountOptions& mc,
-                    const std::string& store_dir, store::ColdStore& store, Filesystem& fs,
-                    Migrator& migrator) {
-  if (request == "status") return StatusJson(mc, store_dir, store, fs, migrator);
-  if (request == "migrate-now") {
-    if (migrator.RunNow() != 0) {
-      return Compact(
-          {{"error", "the migration pass failed: " + migrator.stats().last_error + " (the log is " +
-                         JoinPath(mc.state_dir, "tbfs-mount.log") + ")"}});
-    }
-    if (!store.writer()) {
-      return Compact({{"error", "this mount reads the shared store " + store_dir +
-                                    " and another one writes it: " + store.refusal()}});
-    }
-    return StatusJson(mc, store_dir, store, fs, migrator);
-  }
-  return Compact({{"error", "unknown request: " + request}});
-}
-
 // Tells the kernel of the FUSE session that an inode's attributes changed.
 class SessionCache : public Filesystem::KernelCache {
  public:
@@ -411,133 +289,6 @@ void RaiseReadahead(dev_t dev) {
 
 }  // namespace
 
-namespace {
-
-// The -o keys tbfs takes for itself; the rest go to libfuse.
-enum OptKey {
-  kOptStore,
-  kOptState,
-  kOptColdAfter,
-  kOptMigrateInterval,
-  kOptCache,
-  kOptMetrics,
-  kOptNoMigrate,
-  kOptConfig,
-  kOptForeground,
-  kOptNonempty,
-};
-
-const struct fuse_opt kMountOpts[] = {
-    FUSE_OPT_KEY("store=", kOptStore),
-    FUSE_OPT_KEY("state=", kOptState),
-    FUSE_OPT_KEY("cold_after=", kOptColdAfter),
-    FUSE_OPT_KEY("migrate_interval=", kOptMigrateInterval),
-    FUSE_OPT_KEY("cache=", kOptCache),
-    FUSE_OPT_KEY("metrics=", kOptMetrics),
-    FUSE_OPT_KEY("no_migrate", kOptNoMigrate),
-    FUSE_OPT_KEY("config=", kOptConfig),
-    FUSE_OPT_KEY("foreground", kOptForeground),
-    FUSE_OPT_KEY("nonempty", kOptNonempty),  // libfuse 3 mounts over anything; we ask first
-    // fstab's own words, not for libfuse.
-    FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
-    FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
-    FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
-    FUSE_OPT_KEY("noauto", FUSE_OPT_KEY_DISCARD),
-    FUSE_OPT_KEY("user", FUSE_OPT_KEY_DISCARD),
-    FUSE_OPT_KEY("users", FUSE_OPT_KEY_DISCARD),
-    FUSE_OPT_KEY("defaults", FUSE_OPT_KEY_DISCARD),
-    FUSE_OPT_END,
-};
-
-struct OptParse {
-  MountOptions* config;
-  std::string error;  // the first one
-};
-
-// fuse_opt_parse's callback: `arg` is one option, unescaped ("key=value").
-int ProcessMountOpt(void* data, const char* arg, int key, struct fuse_args*) {
-  auto* p = static_cast<OptParse*>(data);
-  MountOptions* config = p->config;
-  const std::string opt = arg;
-  const size_t eq = opt.find('=');
-  const std::string value = eq == std::string::npos ? "" : opt.substr(eq + 1);
-  auto fail = [&](std::string msg) {
-    if (p->error.empty()) p->error = std::move(msg);
-    return -1;
-  };
-  switch (key) {
-    case kOptStore:
-      config->store_dir = value;
-      return 0;
-    case kOptState:
-      config->state_dir = value;
-      return 0;
-    case kOptConfig:
-      config->config_file = value;
-      return 0;
-    case kOptNoMigrate:
-      config->migrate = false;
-      return 0;
-    case kOptForeground:
-      config->foreground = true;
-      return 0;
-    case kOptNonempty:
-      config->nonempty = true;
-      return 0;
-    case kOptColdAfter: {
-      auto s = ParseDurationSeconds(value);
-      if (!s.ok()) return fail("cold_after: " + s.status().message());
-      config->cold_after_s = *s;
-      return 0;
-    }
-    case kOptMigrateInterval: {
-      auto s = ParseDurationSeconds(value);
-      if (!s.ok() || *s < 1) return fail("migrate_interval: use a duration of at least 1s");
-      config->migrate_interval_s = *s;
-      return 0;
-    }
-    case kOptCache: {
-      auto b = ParseSizeBytes(value);
-      if (!b.ok()) return fail("cache: " + b.status().message());
-      config->cache_bytes = *b;
-      return 0;
-    }
-    case kOptMetrics: {
-      std::string err;
-      config->metrics_address = MetricsAddress(value, &err);
-      if (!err.empty()) return fail(err);
-      return 0;
-    }
-    default:  // FUSE_OPT_KEY_OPT: not ours
-      if (!opt.empty()) config->fuse_options.push_back(opt);
-      return 0;
-  }
-}
-
-// One option as libfuse's -o list wants it: ',' and '\\' escaped.
-std::string EscapeFuseOpt(const std::string& opt) {
-  std::string out;
-  for (char c : opt) {
-    if (c == ',' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string ParseMountOptions(const std::string& opts, MountOptions* config) {
-  // libfuse's own parser, so that an option is read as libfuse itself reads
-  // it (a comma inside a value is written "\\,").
-  std::string prog = "tbfs", dash_o = "-o", list = opts;
-  char* argv[] = {prog.data(), dash_o.data(), list.data(), nullptr};
-  struct fuse_args args = FUSE_ARGS_INIT(3, argv);
-  OptParse parse{config, ""};
-  int rc = fuse_opt_parse(&args, &parse, kMountOpts, ProcessMountOpt);
-  fuse_opt_free_args(&args);
-  if (rc != 0) return parse.error.empty() ? "cannot parse the -o options: " + opts : parse.error;
-  return "";
-}
 
 // True when the topmost mount at `mountpoint` (an absolute, normal path)
 // is a tbfs mount.
@@ -714,7 +465,7 @@ int RunMount(const MountOptions& mc_in) {
   }
   // The logdir's namespace lock, shared by the filesystem and the migrator
   // (lock order in fs/filesystem.h).
-  std::shared_mutex namespace_lock;
+  SharedMutex namespace_lock;
   Filesystem fs(fc, store.get(), std::move(root).value(), root_st, &namespace_lock);
 
   MigratorOptions migc;

@@ -166,7 +166,7 @@ int Filesystem::UnlinkCold(const std::string& rel) {
 int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
   {
     MutexLock one(rehydrate_mu_);  // not while it is being rehydrated
-    std::shared_lock<std::shared_mutex> ns(ns_mu_);
+    ReaderMutexLock ns(ns_mu_);
     auto entry = store_->GetEntry(m.path());
     if (!entry.ok()) return StoreError(entry.status(), EioSite::kRetention);
     if (entry->kind() != storepb::Entry::FILE || entry->file_id() != m.file_id()) return -ENOENT;
@@ -202,7 +202,7 @@ int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
 
 int Filesystem::Unlink(uint64_t parent, const char* name) {
   if (IsHidden(parent, name)) return -EPERM;
-  std::shared_lock<std::shared_mutex> ns(ns_mu_);
+  ReaderMutexLock ns(ns_mu_);
   InodeView v = inodes_.View(parent);
   if (v.kind == Kind::kHot) {
     if (::unlinkat(v.fd->get(), name, 0) == 0) return 0;
@@ -215,7 +215,7 @@ int Filesystem::Unlink(uint64_t parent, const char* name) {
 
 int Filesystem::Rmdir(uint64_t parent, const char* name) {
   if (IsHidden(parent, name)) return -EPERM;
-  std::unique_lock<std::shared_mutex> ns(ns_mu_);
+  WriterMutexLock ns(ns_mu_);
   std::string prel;
   if (int r = RelPath(parent, &prel); r != 0) return r;
   std::string rel = JoinPath(prel, name);
@@ -246,7 +246,7 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
                        unsigned flags) {
   if (IsHidden(parent, name) || IsHidden(newparent, newname)) return -EPERM;
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return -EINVAL;
-  std::unique_lock<std::shared_mutex> ns(ns_mu_);
+  WriterMutexLock ns(ns_mu_);
   std::string prel, nrel;
   if (int r = RelPath(parent, &prel); r != 0) return r;
   if (int r = RelPath(newparent, &nrel); r != 0) return r;

@@ -45,6 +45,7 @@ std::unique_ptr<FileHandle> Filesystem::NewHandle(uint64_t ino, uint64_t generat
   fh->fd = fd;
   struct stat st;
   if (fd >= 0 && ::fstat(fd, &st) == 0) {
+    MutexLock lock(fh->mu);
     fh->dev = st.st_dev;
     fh->ino = st.st_ino;
   }
@@ -55,7 +56,7 @@ int Filesystem::Rehydrate(uint64_t ino) {
   for (;;) {
     inodes_.WaitSettled(ino);  // a move in flight ends first
     MutexLock one(rehydrate_mu_);
-    std::shared_lock<std::shared_mutex> ns(ns_mu_);
+    ReaderMutexLock ns(ns_mu_);
     switch (inodes_.BeginRehydrate(ino)) {
       case InodeTable::Rehydrate::kBusy:
         continue;
@@ -219,7 +220,7 @@ int Filesystem::IoFd(FileHandle* fh) {
   uint64_t now = fh->generation->load(std::memory_order_acquire);
   if (now == fh->seen.load(std::memory_order_acquire))
     return fh->fd.load(std::memory_order_acquire);
-  std::lock_guard<std::mutex> lock(fh->mu);
+  MutexLock lock(fh->mu);
   now = fh->generation->load(std::memory_order_acquire);
   int current = fh->fd.load(std::memory_order_acquire);
   if (now == fh->seen.load(std::memory_order_acquire)) return current;

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Builds the .deb in BUILD_DIR, checks what it holds, installs it, checks the
-# installed tbfs, its manual page, its bash completion and its systemd unit
-# (systemd-analyze verify), then removes it again. Run as root (ctest runs
-# it as Packaging.DebBuildsInstallsAndRuns).
+# Builds the .deb from a Release build in BUILD_DIR/release (no failpoints,
+# the test-only hooks of base/failpoint.h), checks what it holds, installs
+# it, checks the installed tbfs, its manual page, its bash completion and its
+# systemd unit (systemd-analyze verify), then removes it again. Run as root
+# (ctest runs it as Packaging.DebBuildsInstallsAndRuns).
 set -euo pipefail
 build=${1:?usage: check-package.sh BUILD_DIR}
-cd "$build"
+source_dir=$(cd "$(dirname "$0")/.." && pwd)
 fail() { echo "check-package: $*" >&2; exit 1; }
 
+release=$build/release
+cmake -S "$source_dir" -B "$release" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+grep -q '^TBFS_FAILPOINTS:BOOL=OFF$' "$release/CMakeCache.txt" || fail "the Release build has failpoints on"
+cmake --build "$release" -j2 --target tbfs manpage debian_changelog >/dev/null
+cd "$release"
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' CMakeCache.txt)
 rm -f tbfs_*.deb
 cpack -G DEB >/dev/null
@@ -30,6 +36,10 @@ rm -rf "$scripts"
 # Its changelog names this version (bump packaging/changelog with project()).
 head=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/tbfs/changelog.Debian.gz | zcat | head -1)
 [[ $head == "tbfs ($version) "* ]] || fail "packaging/changelog starts with '$head', not tbfs ($version)"
+# No test hook ships: no failpoint's name or variable is in the binary.
+hooks=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/bin/tbfs | strings |
+        grep -E 'TBFS_FAIL|TBFS_PAUSE|migrate\.(unlinked|copied|verify)|failpoint' | head -3 || true)
+[[ -z $hooks ]] || fail "the packaged tbfs holds test hooks: $hooks"
 depends=$(dpkg-deb -f "$deb" Depends)
 for d in fuse3 libfuse3-3 libzstd1 libprotobuf; do
   grep -q "$d" <<<"$depends" || fail "$deb does not depend on $d: $depends"

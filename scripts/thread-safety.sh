@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs clang's thread-safety analysis (-Wthread-safety) over the sources
+# Runs clang's thread-safety analysis (-Wthread-safety, and the lock order
+# of TBFS_ACQUIRED_BEFORE/AFTER with -Wthread-safety-beta) over the sources
 # whose shared state is annotated (base/thread_annotations.h): an access
 # without its lock, or a lock not released, fails the check.
 # Usage: scripts/thread-safety.sh CLANGXX BUILD_DIR
@@ -7,11 +8,16 @@ set -euo pipefail
 clangxx=$1
 build=$2
 cd "$(dirname "$0")/.."
-flags=(-std=c++20 -fsyntax-only -Wthread-safety -Werror=thread-safety
+flags=(-std=c++20 -fsyntax-only -Wthread-safety -Wthread-safety-beta -Werror=thread-safety
+       -Werror=thread-safety-beta
        -DFUSE_USE_VERSION=312 -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DFMT_SHARED
-       -I. -I"$build" -I"$build/store" -I"$build/events" $(pkg-config --cflags fuse3))
+       -I. -I"$build" -I"$build/store" -I"$build/events" -I/usr/include/rados $(pkg-config --cflags fuse3))
 status=0
-for f in base/*.cc fs/*.cc; do
+for f in base/*.cc store/*.cc fs/*.cc; do
+  # librados's C++ headers do not parse with clang 14 in C++20 (an
+  # ambiguous operator== in buffer.h); RadosFence is analysed through its
+  # header in cold_store.cc.
+  [[ $f == store/rados_backend.cc ]] && continue
   "$clangxx" "${flags[@]}" "$f" || status=1
 done
 exit $status

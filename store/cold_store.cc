@@ -72,7 +72,7 @@ bool ColdStore::writer() const {
 }
 
 std::string ColdStore::refusal() const {
-  std::lock_guard<std::mutex> lock(role_mu_);
+  MutexLock lock(role_mu_);
   return refusal_;
 }
 
@@ -81,7 +81,7 @@ Status ColdStore::TakeWriterRole(const OpenOptions& options) {
   if (writer()) return Status::OK();
   DropWriterRole();  // a lease that ran out
   auto refused = [&](const Status& st) {
-    std::lock_guard<std::mutex> lock(role_mu_);
+    MutexLock lock(role_mu_);
     refusal_ = st.message();
     return st;
   };
@@ -101,7 +101,7 @@ Status ColdStore::TakeWriterRole(const OpenOptions& options) {
     lock = std::move(taken).value();
   }
   {
-    std::lock_guard<std::mutex> guard(role_mu_);
+    MutexLock guard(role_mu_);
     refusal_.clear();
     logdir_lock_ = std::move(lock);
   }
@@ -116,7 +116,7 @@ Status ColdStore::TakeWriterRole(const OpenOptions& options) {
 void ColdStore::DropWriterRole() {
   if (!fence_) return;
   fence_->Set(nullptr);  // the lease is given back when its last user lets go
-  std::lock_guard<std::mutex> lock(role_mu_);
+  MutexLock lock(role_mu_);
   logdir_lock_.reset();
 }
 
@@ -183,7 +183,10 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
   auto backend = OpenRocksBackend(dir, bo);
   if (!backend.ok()) return damaged(backend.status());
   std::unique_ptr<ColdStore> store(new ColdStore(dir, std::move(backend).value()));
-  store->logdir_lock_ = std::move(lock);
+  {
+    MutexLock role(store->role_mu_);
+    store->logdir_lock_ = std::move(lock);
+  }
   store->read_only_ = options.read_only;
   if (Status st = store->Init(options, existed); !st.ok()) return damaged(st);
   return store;
@@ -665,7 +668,7 @@ Status ColdStore::PutJournal(const storepb::JournalRecord& record) {
   // that makes it unavailable to every later writer is durable first, in
   // the same (fenced) commit. Read and committed under one lock, so these
   // records land in increasing order.
-  std::lock_guard<std::mutex> lock(journal_mu_);
+  MutexLock lock(journal_mu_);
   uint64_t next = next_file_id_.load();
   for (const auto& e : record.entries()) next = std::max(next, e.file_id() + 1);
   batch.Put(Space::kMeta, kMetaNextFileIdKey, EncodeId(next));

@@ -28,6 +28,7 @@
 
 #include "base/fs_util.h"
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "store/backend.h"
 #include "store/chunk.h"
 #include "store/proto/store.pb.h"
@@ -218,13 +219,17 @@ class ColdStore {
   // The manifest and its copy in the chunks space (store/format.h).
   void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
 
-  UniqueFd logdir_lock_;    // held while open (OpenOptions::logdir) or, shared, while the writer
+  // Locks: journal_mu_ and role_mu_ are leaves, never held together.
+  // journal_mu_ is held across PutJournal's commit on purpose: the
+  // next-file-id records must land in increasing order.
+  Mutex journal_mu_;
+  mutable Mutex role_mu_;  // the writer's role of a shared store
+  // Held while open (OpenOptions::logdir) or, shared, while the writer.
+  UniqueFd logdir_lock_ TBFS_GUARDED_BY(role_mu_);
   bool read_only_ = false;  // local stores: opened read-only
   std::shared_ptr<RadosFence> fence_;  // shared stores: the writer's lease, when held
   RadosLocation rados_;
-  std::mutex journal_mu_;  // PutJournal: kMetaNextFileIdKey lands in order
-  mutable std::mutex role_mu_;
-  std::string refusal_;  // guarded by role_mu_
+  std::string refusal_ TBFS_GUARDED_BY(role_mu_);
   std::string dir_;
   std::unique_ptr<Backend> backend_;
   storepb::StoreInfo info_;

@@ -128,7 +128,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   m.set_hash_high(h.high);
   m.set_stored_bytes(stored);
   TBFS_RETURN_IF_ERROR(store.CheckRoom(batch.bytes()));
-  std::shared_lock<std::shared_mutex> lock;
+  std::shared_lock<SharedMutex> lock;
   if (options.commit_lock != nullptr) lock = std::shared_lock(*options.commit_lock);
   TBFS_RETURN_IF_ERROR(store.AddFile(&batch, m, LogdirFolders(logdir), options.retire_replaced));
   TBFS_RETURN_IF_ERROR(store.Commit(batch, true));

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "base/work_pool.h"
 #include "store/cold_store.h"
 
@@ -31,7 +32,7 @@ struct IngestOptions {
   std::function<bool()> should_stop;
   // Held shared while the manifest and namespace entries are committed
   // (the mount's namespace lock: renames never see half a file).
-  std::shared_mutex* commit_lock = nullptr;
+  SharedMutex* commit_lock = nullptr;
   // An older cold file at the same path is retired, not removed (a mount's
   // open handles may still read it). See ColdStore::AddFile.
   bool retire_replaced = false;

@@ -195,7 +195,8 @@ std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& se
   if (g.filesystem_rate && *g.filesystem_rate > 0) {
     g.full_in_s = static_cast<double>(g.last.fs_free) / *g.filesystem_rate;
   }
-  for (const auto& [run, bytes] : g.last.runs) {
+  for (const auto& entry : g.last.runs) {
+    const std::string& run = entry.first;
     if (top_runs == 0) break;
     auto r = GrowthRate(series, since, [&run](const auto& s) {
       auto it = s.runs.find(run);

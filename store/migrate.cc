@@ -22,6 +22,7 @@
 #include "spdlog/spdlog.h"
 #include "store/file_io.h"
 #include "store/format.h"
+#include "store/migrate_internal.h"
 
 namespace tbfs::store {
 
@@ -30,30 +31,6 @@ namespace {
 // How long the last staged file of a batch waits aside for a writer that
 // found it by name just before it moved (the others wait one file's copy).
 constexpr auto kAsideGrace = std::chrono::milliseconds(20);
-
-bool SameIdentity(const struct stat& st, const storepb::JournalEntry& e) {
-  return st.st_ino == e.ino() && static_cast<uint64_t>(st.st_size) == e.size() &&
-         ToNs(st.st_mtim) == e.mtime_ns() && ToNs(st.st_ctim) == e.ctime_ns();
-}
-
-// A manifest with just enough to remove whatever a file id left in the store.
-storepb::Manifest Stub(const storepb::JournalEntry& e) {
-  storepb::Manifest m;
-  m.set_file_id(e.file_id());
-  m.set_path(e.path());
-  return m;
-}
-
-Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire = false) {
-  WriteBatch batch;
-  store.Drop(&batch, m, retire);
-  return store.Commit(batch, true);
-}
-
-// The name a file has while it waits aside, beside its own.
-std::string AsideName(std::string_view name, uint64_t file_id) {
-  return fmt::format(".{}.tbfs-mig-{}", name, file_id);
-}
 
 // A read lease on the file open (read-only) as fd. The kernel refuses it
 // while any process has the file open for writing and breaks it when one
@@ -93,33 +70,6 @@ std::vector<std::string> AffectedEventFiles(const std::vector<std::string>& even
   return out;
 }
 
-// Writes a moved file back. When something new took its path meanwhile, the
-// old content goes beside it, so neither is lost. *dest receives the path.
-// The observer hears of the new file before it has a name (no lookup can
-// find it unannounced).
-Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manifest& m,
-               WorkPool* pool, MoveObserver* observer, std::string* dest, std::string* note) {
-  MaterializeOptions mo;
-  mo.pool = pool;
-  mo.folders_as_stored = true;
-  if (observer != nullptr) {
-    mo.before_rename = [&](int fd) {
-      struct stat sb;
-      if (::fstat(fd, &sb) == 0) observer->PutBack(m.file_id(), fd, sb);
-    };
-  }
-  *dest = m.path();
-  Status st = MaterializeFile(store, m, logdir, *dest, mo);
-  if (st.sys_errno() == EEXIST) {
-    std::string aside = fmt::format("{}.tbfs-recovered-{}", m.path(), m.file_id());
-    *note = fmt::format("{} was recreated meanwhile; the migrated content is back as {}",
-                        JoinPath(logdir, m.path()), JoinPath(logdir, aside));
-    *dest = aside;
-    st = MaterializeFile(store, m, logdir, aside, mo);
-  }
-  return st;
-}
-
 // A file copied into the store and renamed aside in its folder, waiting for
 // its unlink while the next file is copied.
 struct Staged {
@@ -154,7 +104,7 @@ class BatchRunner {
   void GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, FileResult* result,
               Outcome outcome, const std::string& reason);
   void Rollback(const std::vector<storepb::Manifest>& moved, BatchResult* result);
-  std::shared_lock<std::shared_mutex> NamespaceLock() {
+  std::shared_lock<SharedMutex> NamespaceLock() {
     if (options_.batch_lock == nullptr) return {};
     return std::shared_lock(*options_.batch_lock);
   }
@@ -548,45 +498,62 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
 
 }  // namespace
 
+bool SameIdentity(const struct stat& st, const storepb::JournalEntry& e) {
+  return st.st_ino == e.ino() && static_cast<uint64_t>(st.st_size) == e.size() &&
+         ToNs(st.st_mtim) == e.mtime_ns() && ToNs(st.st_ctim) == e.ctime_ns();
+}
+
+// A manifest with just enough to remove whatever a file id left in the store.
+storepb::Manifest Stub(const storepb::JournalEntry& e) {
+  storepb::Manifest m;
+  m.set_file_id(e.file_id());
+  m.set_path(e.path());
+  return m;
+}
+
+Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire) {
+  WriteBatch batch;
+  store.Drop(&batch, m, retire);
+  return store.Commit(batch, true);
+}
+
+// The name a file has while it waits aside, beside its own.
+std::string AsideName(std::string_view name, uint64_t file_id) {
+  return fmt::format(".{}.tbfs-mig-{}", name, file_id);
+}
+
+// Writes a moved file back. When something new took its path meanwhile, the
+// old content goes beside it, so neither is lost. *dest receives the path.
+// The observer hears of the new file before it has a name (no lookup can
+// find it unannounced).
+Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manifest& m,
+               WorkPool* pool, MoveObserver* observer, std::string* dest, std::string* note) {
+  MaterializeOptions mo;
+  mo.pool = pool;
+  mo.folders_as_stored = true;
+  if (observer != nullptr) {
+    mo.before_rename = [&](int fd) {
+      struct stat sb;
+      if (::fstat(fd, &sb) == 0) observer->PutBack(m.file_id(), fd, sb);
+    };
+  }
+  *dest = m.path();
+  Status st = MaterializeFile(store, m, logdir, *dest, mo);
+  if (st.sys_errno() == EEXIST) {
+    std::string aside = fmt::format("{}.tbfs-recovered-{}", m.path(), m.file_id());
+    *note = fmt::format("{} was recreated meanwhile; the migrated content is back as {}",
+                        JoinPath(logdir, m.path()), JoinPath(logdir, aside));
+    *dest = aside;
+    st = MaterializeFile(store, m, logdir, aside, mo);
+  }
+  return st;
+}
+
 bool MigrateResult::ok() const {
   for (const BatchResult& b : batches) {
     if (b.rolled_back) return false;
   }
   return true;
-}
-
-Status FindCandidates(const std::string& logdir, const CandidateOptions& options,
-                      std::vector<Candidate>* candidates, std::vector<Skipped>* skipped) {
-  candidates->clear();
-  skipped->clear();
-  const int64_t now_s = NowNs() / 1'000'000'000;
-  // A folder that cannot be read is named among the skipped; the rest goes on.
-  std::vector<std::string> warnings;
-  WalkOptions walk = options.walk;
-  walk.warnings = &warnings;
-  Status st = WalkTree(logdir, walk, [&](const WalkEntry& e) {
-    FileClass cls = options.policy.Classify(e.rel);
-    if (!IsTraceClass(cls)) return;
-    if (!options.classes.empty() &&
-        std::find(options.classes.begin(), options.classes.end(), cls) == options.classes.end()) {
-      return;
-    }
-    auto skip = [&](std::string reason) { skipped->push_back({e.rel, std::move(reason)}); };
-    if (options.policy.IsProtected(e.rel)) return skip("protected by a marker");
-    if (BaseName(e.rel).find(".tbfs-tmp-") != std::string_view::npos) {
-      return skip("a tbfs temporary file");
-    }
-    if (!S_ISREG(e.st.st_mode)) return skip("not a regular file");
-    if (e.st.st_nlink > 1) return skip(fmt::format("has {} hard links", e.st.st_nlink));
-    if (static_cast<uint64_t>(e.st.st_size) < options.min_size_bytes) {
-      return skip("smaller than --min-size");
-    }
-    int64_t age = now_s - static_cast<int64_t>(e.st.st_mtim.tv_sec);
-    if (age < options.older_than_s) return skip(fmt::format("modified {}s ago", age));
-    candidates->push_back({e.rel, cls, static_cast<uint64_t>(e.st.st_size)});
-  });
-  for (std::string& w : warnings) skipped->push_back({"", std::move(w)});
-  return st;
 }
 
 Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
@@ -658,144 +625,6 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
     if (!st.ok()) spdlog::warn("migrate: {}", st.message());
   }
   return result;
-}
-
-Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
-  RecoveryResult result;
-  // No open handle survives a restart: retired chunks can all go.
-  TBFS_RETURN_IF_ERROR(store.DropAllRetired());
-  std::vector<storepb::JournalRecord> records;
-  TBFS_RETURN_IF_ERROR(store.ListJournal(&records));
-  if (records.empty()) return result;
-  auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
-  if (!root.ok()) return root.status();
-  WorkPool pool(0);
-  for (const storepb::JournalRecord& record : records) {
-    result.batches++;
-    const bool restoring = record.kind() == storepb::JournalRecord::RESTORE;
-    bool keep_record = false;
-    for (const storepb::JournalEntry& e : record.entries()) {
-      const std::string path = JoinPath(logdir, e.path());  // for notes
-      auto manifest = store.GetManifest(e.file_id());
-      if (!manifest.ok() && !manifest.status().IsNotFound()) return manifest.status();
-      // Everything beneath the logdir, through its folder's fd: a folder
-      // swapped for a symlink is not followed (then the file counts as gone).
-      std::string name;
-      auto dir = OpenParentBeneath(root->get(), e.path(), &name);
-      struct stat st;
-      bool exists = false;
-      if (dir.ok()) {
-        const int dfd = dir->get();
-        ::unlinkat(dfd, TempNameFor(name, e.file_id()).c_str(), 0);  // a copy-out cut short
-        // A file left aside goes back under its name (beside it, when a new
-        // file took the name), and is then judged like any other.
-        const std::string aside = AsideName(name, e.file_id());
-        if (!restoring &&
-            ::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) != 0 &&
-            errno == EEXIST) {
-          std::string beside = fmt::format("{}.tbfs-recovered-{}", name, e.file_id());
-          if (::renameat2(dfd, aside.c_str(), dfd, beside.c_str(), RENAME_NOREPLACE) == 0) {
-            result.notes.push_back(path +
-                                   " was recreated meanwhile; the migrated content is back as " +
-                                   JoinPath(ParentPath(path), beside));
-          }
-        }
-        exists = ::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-      }
-
-      if (restoring) {
-        // Finished where the file is in place, undone (still cold) otherwise.
-        if (exists && manifest.ok()) {
-          TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
-          result.dropped++;
-        }
-        continue;
-      }
-      // An unfinished migration is undone.
-      if (exists && SameIdentity(st, e)) {
-        TBFS_RETURN_IF_ERROR(DropFromStore(store, manifest.ok() ? *manifest : Stub(e)));
-        result.dropped++;
-        continue;
-      }
-      if (!manifest.ok()) {
-        // Never unlinked without a synced manifest: a file missing here was
-        // removed by someone else; drop partial chunks.
-        TBFS_RETURN_IF_ERROR(DropFromStore(store, Stub(e)));
-        if (!exists) result.notes.push_back(path + " is gone and was not in the store");
-        continue;
-      }
-      if (exists && static_cast<uint64_t>(st.st_size) == manifest->size() && S_ISREG(st.st_mode)) {
-        // Possibly our own put-back, cut short before the store copy was
-        // dropped: the copy may go if the content is the same.
-        UniqueFd fd(
-            ::openat(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-        uint64_t size = 0;
-        Hash128 hash;
-        bool same = fd.valid() && HashFd(fd.get(), path, &size, &hash).ok() &&
-                    size == manifest->size() && hash == ManifestHash(*manifest);
-        if (same) {
-          TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
-          result.dropped++;
-          continue;
-        }
-      }
-      std::string dest, note;
-      Status put = PutBack(store, logdir, *manifest, &pool, nullptr, &dest, &note);
-      if (!put.ok() && put.sys_errno() != 0 && put.sys_errno() != ENOSPC &&
-          put.sys_errno() != EDQUOT && put.sys_errno() != EIO) {
-        // Its folder cannot be reached beneath the logdir (a symlink now):
-        // it stays cold, visible through a mount, and is tried again later.
-        result.notes.push_back(path + " stays in the store: " + put.message());
-        keep_record = true;
-        continue;
-      }
-      TBFS_RETURN_IF_ERROR(put);
-      if (!note.empty()) result.notes.push_back(note);
-      TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
-      result.restored++;
-    }
-    if (!keep_record) TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
-  }
-  return result;
-}
-
-}  // namespace tbfs::store
-
-namespace tbfs::store {
-
-Result<double> EstimateRatio(const std::string& logdir, const std::vector<Candidate>& candidates,
-                             uint32_t chunk_bytes, int level, uint64_t* sample_bytes) {
-  *sample_bytes = 0;
-  ChunkCodec codec;
-  // Each sampled file stands for the candidates around it, by bytes.
-  const size_t files = std::min<size_t>(32, candidates.size());
-  double logical = 0, stored = 0;
-  std::string raw(chunk_bytes, '\0'), value;
-  for (size_t k = 0; k < files; ++k) {
-    size_t lo = k * candidates.size() / files, hi = (k + 1) * candidates.size() / files;
-    const Candidate& c = candidates[lo];
-    uint64_t represented = 0;
-    for (size_t i = lo; i < hi; ++i) represented += candidates[i].size;
-    std::string path = JoinPath(logdir, c.path);
-    auto fd = OpenUnder(logdir, c.path, O_RDONLY | O_NONBLOCK);
-    if (!fd.ok()) continue;
-    uint64_t raw_bytes = 0, stored_bytes = 0;
-    for (uint64_t offset : {uint64_t{0}, c.size / 2 / chunk_bytes * chunk_bytes}) {
-      if (offset > 0 && offset < chunk_bytes) break;  // the file has one chunk
-      size_t got = 0;
-      TBFS_RETURN_IF_ERROR(PreadFull(fd->get(), raw.data(), raw.size(), offset, &got, path));
-      if (got == 0) continue;
-      codec.Encode(std::string_view(raw.data(), got), level, {0, 0}, &value);
-      raw_bytes += got;
-      stored_bytes += value.size();
-    }
-    if (raw_bytes == 0) continue;
-    *sample_bytes += raw_bytes;
-    logical += static_cast<double>(represented);
-    stored += static_cast<double>(represented) * static_cast<double>(stored_bytes) /
-              static_cast<double>(raw_bytes);
-  }
-  return stored > 0 ? logical / stored : 1.0;
 }
 
 }  // namespace tbfs::store

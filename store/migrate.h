@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "events/baseline.h"
 #include "store/classify.h"
 #include "store/cold_store.h"
@@ -112,7 +113,7 @@ struct MigrateOptions {
   // manifest's commit, a file's move aside and its unlink, the verifier and
   // a rollback): the mount's namespace lock, so renames never interleave
   // with them. Never held across a file's copy.
-  std::shared_mutex* batch_lock = nullptr;
+  SharedMutex* batch_lock = nullptr;
   WalkOptions walk;  // to find the tfevents files
 };
 

@@ -428,12 +428,12 @@ Status Connect(const RadosLocation& where, Connection* c) {
 }  // namespace
 
 void RadosFence::Set(std::shared_ptr<RadosLease> lease) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   lease_ = std::move(lease);
 }
 
 std::shared_ptr<RadosLease> RadosFence::lease() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return lease_;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "store/backend.h"
 
 namespace tbfs::store {
@@ -46,8 +47,8 @@ class RadosFence {
   std::shared_ptr<RadosLease> lease() const;
 
  private:
-  mutable std::mutex mu_;
-  std::shared_ptr<RadosLease> lease_;  // guarded by mu_
+  mutable Mutex mu_;  // a leaf
+  std::shared_ptr<RadosLease> lease_ TBFS_GUARDED_BY(mu_);
 };
 
 // Connects and opens (or, with create_if_missing, creates) the store.

@@ -96,13 +96,18 @@ TEST_F(ChunkCacheTest, DamagedChunkIsAnErrorEveryTimeAndNotCached) {
 TEST_F(ChunkCacheTest, PrefetchLoadsAhead) {
   ChunkCache cache(store_.get(), 64 * kChunk, 2);
   cache.Prefetch(manifest_, 5);
-  for (int i = 0; i < 200 && cache.stats().misses == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  cache.WaitForPrefetches();
   auto before = cache.stats();
+  EXPECT_EQ(before.misses, 1u);  // the prefetch's own load
+  EXPECT_EQ(before.bytes, static_cast<uint64_t>(kChunk));
   ASSERT_TRUE(cache.Get(manifest_, 5).ok());
   EXPECT_EQ(cache.stats().hits, before.hits + 1);
+  EXPECT_EQ(cache.stats().misses, 1u);
+  // Chunks already cached, or past the file's end, are not loaded again.
+  cache.Prefetch(manifest_, 5);
+  cache.Prefetch(manifest_, manifest_->chunks());
+  cache.WaitForPrefetches();
+  EXPECT_EQ(cache.stats().misses, 1u);
 }
 
 }  // namespace

@@ -55,13 +55,6 @@ TEST_F(InodeTableTest, HardLinksShareOneInodeAndLookupsCount) {
   EXPECT_EQ(table_.size(), 1u);
 }
 
-TEST_F(InodeTableTest, RootIsNeverForgotten) {
-  uint64_t root = table_.AddHot(OpenPath(dir_.path()), Stat(dir_.path())).id;
-  EXPECT_EQ(root, InodeTable::kRootId);
-  table_.Forget(root, 100);
-  EXPECT_EQ(table_.View(root).kind, Kind::kHot);
-}
-
 TEST_F(InodeTableTest, AMoveKeepsTheNodeIdAndShowsANumberNoBackingFileHas) {
   WriteBytes(dir_ / "t.json", "trace");
   struct stat st = Stat(dir_ / "t.json");

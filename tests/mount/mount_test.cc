@@ -566,13 +566,30 @@ TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {
     EXPECT_EQ(v.exit_code, 0) << point << v.out;
     Unmount();
   }
-  // A literal kill -9 in the middle of a pass.
-  Mount("--no-migrate --cold-after 0");
+  // A literal kill -9 in the middle of a pass: the daemon is held inside a
+  // batch (a file copied, journaled and moved aside, not yet unlinked) and
+  // killed there.
+  const std::string hold = dir_ / "hold";
+  WriteBytes(hold, "");
+  auto r = RunCommand("TBFS_PAUSE=migrate.staged:" + hold + " " +
+                      Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  pid_ = Status()["pid"].get<int>();
   std::thread migrate([&] { RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  ::kill(pid_, SIGKILL);
+  for (int i = 0; i < 6000 && !std::filesystem::exists(hold + ".reached"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // until the pass is there
+  }
+  const bool held = std::filesystem::exists(hold + ".reached");
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
   migrate.join();
   WaitForExit();
+  ASSERT_TRUE(held) << "the pass never reached a staged file";
+  // The kill landed mid-batch: a file waits aside in the logdir.
+  int aside = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(logdir_)) {
+    aside += e.path().filename().string().find(".tbfs-mig-") != std::string::npos;
+  }
+  EXPECT_GE(aside, 1);
   RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
   Mount();
   for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;

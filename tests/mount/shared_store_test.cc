@@ -350,6 +350,13 @@ TEST_F(UnreachableStore, ColdReadsFailWithEioAfterTheTimeoutHotFilesKeepWorkingA
                 eio["cold_chunk_by_cause"]["unreachable"].get<uint64_t>(),
             0u)
       << eio.dump();
+  // Each EIO is counted where it was answered (the open's manifest, or the
+  // chunk), and status says so.
+  uint64_t by_site = 0;
+  for (const auto& [site, n] : eio["by_site"].items()) by_site += n.get<uint64_t>();
+  EXPECT_GE(by_site, 1u) << eio.dump();
+  EXPECT_NE(RunCommand(Tbfs("status " + mnt_)).out.find("I/O errors (EIO) by where they were answered: "),
+            std::string::npos);
 
   ASSERT_EQ(RunCommand("kill -CONT " + osd_pid_).exit_code, 0);
   bool back = false;

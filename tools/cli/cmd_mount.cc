@@ -136,6 +136,11 @@ int RunStatus(const std::string& mountpoint, bool json) {
   fmt::print("rehydrations: {}; cache hit ratio {:.1f}% ({} cached)\n",
              j["rehydrations"].get<uint64_t>(), 100 * j["cache"]["hit_ratio"].get<double>(),
              HumanBytes(u("cache", "bytes")));
+  std::string eio;
+  for (const auto& [site, n] : j["eio"]["by_site"].items()) {
+    if (n.get<uint64_t>() > 0) eio += fmt::format("{}{} {}", eio.empty() ? "" : ", ", site, n.get<uint64_t>());
+  }
+  if (!eio.empty()) fmt::print("I/O errors (EIO) by where they were answered: {}\n", eio);
   if (j["retention"]["enabled"].get<bool>()) {
     fmt::print("retention: {} cold files deleted ({})\n", u("retention", "deleted_files"),
                HumanBytes(u("retention", "deleted_bytes")));

@@ -1,0 +1,139 @@
+// mount -o: tbfs's own options, read by libfuse's parser; the rest are
+// handed to libfuse.
+#include <fuse_lowlevel.h>
+
+#include "base/units.h"
+#include "fs/metrics.h"
+#include "fs/mount.h"
+#include "fs/mount_internal.h"
+
+namespace tbfs::fs {
+
+namespace {
+
+// The -o keys tbfs takes for itself; the rest go to libfuse.
+enum OptKey {
+  kOptStore,
+  kOptState,
+  kOptColdAfter,
+  kOptMigrateInterval,
+  kOptCache,
+  kOptMetrics,
+  kOptNoMigrate,
+  kOptConfig,
+  kOptForeground,
+  kOptNonempty,
+};
+
+const struct fuse_opt kMountOpts[] = {
+    FUSE_OPT_KEY("store=", kOptStore),
+    FUSE_OPT_KEY("state=", kOptState),
+    FUSE_OPT_KEY("cold_after=", kOptColdAfter),
+    FUSE_OPT_KEY("migrate_interval=", kOptMigrateInterval),
+    FUSE_OPT_KEY("cache=", kOptCache),
+    FUSE_OPT_KEY("metrics=", kOptMetrics),
+    FUSE_OPT_KEY("no_migrate", kOptNoMigrate),
+    FUSE_OPT_KEY("config=", kOptConfig),
+    FUSE_OPT_KEY("foreground", kOptForeground),
+    FUSE_OPT_KEY("nonempty", kOptNonempty),  // libfuse 3 mounts over anything; we ask first
+    // fstab's own words, not for libfuse.
+    FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("noauto", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("user", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("users", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("defaults", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_END,
+};
+
+struct OptParse {
+  MountOptions* config;
+  std::string error;  // the first one
+};
+
+// fuse_opt_parse's callback: `arg` is one option, unescaped ("key=value").
+int ProcessMountOpt(void* data, const char* arg, int key, struct fuse_args*) {
+  auto* p = static_cast<OptParse*>(data);
+  MountOptions* config = p->config;
+  const std::string opt = arg;
+  const size_t eq = opt.find('=');
+  const std::string value = eq == std::string::npos ? "" : opt.substr(eq + 1);
+  auto fail = [&](std::string msg) {
+    if (p->error.empty()) p->error = std::move(msg);
+    return -1;
+  };
+  switch (key) {
+    case kOptStore:
+      config->store_dir = value;
+      return 0;
+    case kOptState:
+      config->state_dir = value;
+      return 0;
+    case kOptConfig:
+      config->config_file = value;
+      return 0;
+    case kOptNoMigrate:
+      config->migrate = false;
+      return 0;
+    case kOptForeground:
+      config->foreground = true;
+      return 0;
+    case kOptNonempty:
+      config->nonempty = true;
+      return 0;
+    case kOptColdAfter: {
+      auto s = ParseDurationSeconds(value);
+      if (!s.ok()) return fail("cold_after: " + s.status().message());
+      config->cold_after_s = *s;
+      return 0;
+    }
+    case kOptMigrateInterval: {
+      auto s = ParseDurationSeconds(value);
+      if (!s.ok() || *s < 1) return fail("migrate_interval: use a duration of at least 1s");
+      config->migrate_interval_s = *s;
+      return 0;
+    }
+    case kOptCache: {
+      auto b = ParseSizeBytes(value);
+      if (!b.ok()) return fail("cache: " + b.status().message());
+      config->cache_bytes = *b;
+      return 0;
+    }
+    case kOptMetrics: {
+      std::string err;
+      config->metrics_address = MetricsAddress(value, &err);
+      if (!err.empty()) return fail(err);
+      return 0;
+    }
+    default:  // FUSE_OPT_KEY_OPT: not ours
+      if (!opt.empty()) config->fuse_options.push_back(opt);
+      return 0;
+  }
+}
+
+}  // namespace
+
+std::string EscapeFuseOpt(const std::string& opt) {
+  std::string out;
+  for (char c : opt) {
+    if (c == ',' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string ParseMountOptions(const std::string& opts, MountOptions* config) {
+  // libfuse's own parser, so that an option is read as libfuse itself reads
+  // it (a comma inside a value is written "\\,").
+  std::string prog = "tbfs", dash_o = "-o", list = opts;
+  char* argv[] = {prog.data(), dash_o.data(), list.data(), nullptr};
+  struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+  OptParse parse{config, ""};
+  int rc = fuse_opt_parse(&args, &parse, kMountOpts, ProcessMountOpt);
+  fuse_opt_free_args(&args);
+  if (rc != 0) return parse.error.empty() ? "cannot parse the -o options: " + opts : parse.error;
+  return "";
+}
+
+}  // namespace tbfs::fs

@@ -1,0 +1,141 @@
+// A mount's status (tbfs status --json) and its control socket's requests.
+#include <sys/statvfs.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/fs_util.h"
+#include "fmt/format.h"
+#include "fs/mount_internal.h"
+#include "spdlog/spdlog.h"
+#include "store/growth.h"
+
+namespace tbfs::fs {
+
+namespace {
+
+// One-line JSON; names are bytes, so what is not UTF-8 prints as U+FFFD.
+std::string Compact(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+constexpr double kStatusGrowthWindowS = 24 * 3600;
+
+nlohmann::json ByFault(const uint64_t (&counts)[kNumStoreFaults]) {
+  nlohmann::json by;
+  for (int i = 0; i < kNumStoreFaults; ++i) by[kStoreFaultNames[i]] = counts[i];
+  return by;
+}
+
+nlohmann::json BySite(const uint64_t (&counts)[kNumEioSites]) {
+  nlohmann::json by;
+  for (int i = 0; i < kNumEioSites; ++i) by[kEioSiteNames[i]] = counts[i];
+  return by;
+}
+
+}  // namespace
+
+std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
+                       store::ColdStore& store, Filesystem& fs, Migrator& migrator) {
+  auto totals = store.ComputeTotals();
+  MigratorStats m = migrator.stats();
+  Filesystem::Stats k = fs.stats();
+  const ChunkCache::Stats& c = k.cache;
+  uint64_t lookups = c.hits + c.misses;
+  nlohmann::json j = {
+      {"logdir", mc.logdir},
+      {"mountpoint", mc.mountpoint},
+      {"store", store_dir},
+      {"state", mc.state_dir},
+      {"store_role", !store.shared()  ? "writer"
+                     : store.writer() ? "writer (holds the shared store's lease)"
+                                      : "reader: " + store.refusal()},
+      {"pid", ::getpid()},
+      {"hot", {{"files", m.hot_files}, {"bytes", m.hot_bytes}}},
+      {"cold",
+       {{"files", totals.ok() ? totals->files : 0},
+        {"bytes", totals.ok() ? totals->logical_bytes : 0},
+        {"stored_bytes", totals.ok() ? totals->stored_bytes : 0}}},
+      {"bytes_saved",
+       totals.ok() ? totals->logical_bytes - std::min(totals->logical_bytes, totals->stored_bytes)
+                   : 0},
+      {"migrations",
+       {{"passes", m.passes},
+        {"batches", m.batches},
+        {"rolled_back", m.rolled_back},
+        {"stopped_store_full", m.stopped_store_full},
+        {"files_moved", m.files_moved},
+        {"bytes_moved", m.bytes_moved},
+        {"last_pass_unix", m.last_pass_unix},
+        {"last_error", m.last_error}}},
+      {"last_verifier", m.last_verifier},
+      {"rehydrations", k.rehydrations},
+      {"cold_reads", k.cold_reads},
+      {"cache",
+       {{"hits", c.hits},
+        {"misses", c.misses},
+        {"hit_ratio", lookups ? static_cast<double>(c.hits) / static_cast<double>(lookups) : 0.0},
+        {"bytes", c.bytes},
+        {"capacity_bytes", fs.options().cache_bytes}}},
+      {"eio",
+       {{"cold_chunk", k.eio_cold_chunk},
+        {"cold_chunk_by_cause", ByFault(k.eio_cold_chunk_by)},
+        {"store_by_cause", ByFault(k.eio_store_by)},
+        {"rehydrate", k.eio_rehydrate},
+        {"store", k.eio_store},
+        {"by_site", BySite(k.eio_by_site)}}},
+      {"inodes", k.inodes},
+      {"retention",
+       {{"enabled", migrator.retention_enabled()},
+        {"deleted_files", m.retention_files},
+        {"deleted_bytes", m.retention_bytes}}},
+  };
+  // How fast the logdir grows and when its filesystem is full: what `tbfs
+  // watch` reports, from the samples the migrator's passes take.
+  if (auto g = store::SummarizeGrowth(migrator.growth(), kStatusGrowthWindowS, 5)) {
+    auto opt = [](const std::optional<double>& v, double scale) {
+      return v ? nlohmann::json(*v * scale) : nlohmann::json(nullptr);
+    };
+    nlohmann::json runs = nlohmann::json::array();
+    for (const auto& [run, rate] : g->top_runs)
+      runs.push_back({{"run", run}, {"bytes_per_hour", rate * 3600}});
+    j["growth"] = {{"window_seconds", kStatusGrowthWindowS},
+                   {"samples", g->samples},
+                   {"span_seconds", g->span_s},
+                   {"bytes",
+                    {{"tfevents", g->last.tfevents_bytes},
+                     {"traces_hot", g->last.trace_bytes},
+                     {"other", g->last.other_bytes},
+                     {"cold", g->last.cold_bytes}}},
+                   {"filesystem",
+                    {{"size", g->last.fs_size},
+                     {"free", g->last.fs_free},
+                     {"used_percent", 100 * g->last.fs_used_fraction()}}},
+                   {"logdir_bytes_per_hour", opt(g->logdir_rate, 3600)},
+                   {"filesystem_bytes_per_hour", opt(g->filesystem_rate, 3600)},
+                   {"full_in_seconds", opt(g->full_in_s, 1)},
+                   {"top_runs", runs}};
+  }
+  return Compact(j);
+}
+
+// Answers the control socket's requests (fs/control.h).
+std::string Control(const std::string& request, const MountOptions& mc,
+                    const std::string& store_dir, store::ColdStore& store, Filesystem& fs,
+                    Migrator& migrator) {
+  if (request == "status") return StatusJson(mc, store_dir, store, fs, migrator);
+  if (request == "migrate-now") {
+    if (migrator.RunNow() != 0) {
+      return Compact(
+          {{"error", "the migration pass failed: " + migrator.stats().last_error + " (the log is " +
+                         JoinPath(mc.state_dir, "tbfs-mount.log") + ")"}});
+    }
+    if (!store.writer()) {
+      return Compact({{"error", "this mount reads the shared store " + store_dir +
+                                    " and another one writes it: " + store.refusal()}});
+    }
+    return StatusJson(mc, store_dir, store, fs, migrator);
+  }
+  return Compact({{"error", "unknown request: " + request}});
+}
+
+}  // namespace tbfs::fs

@@ -1,0 +1,33 @@
+// What the batch engine (migrate.cc) and recovery (recovery.cc) share; not
+// for use outside store/.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "base/work_pool.h"
+#include "store/cold_store.h"
+#include "store/migrate.h"
+
+namespace tbfs::store {
+
+// The file `st` describes is the one the journal entry recorded.
+bool SameIdentity(const struct stat& st, const storepb::JournalEntry& e);
+// A manifest with just enough to remove whatever a file id left in the store.
+storepb::Manifest Stub(const storepb::JournalEntry& e);
+// Removes the file's records and chunks in one commit (retire: keep the
+// chunks for open handles, see ColdStore::Retire).
+Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire = false);
+// The name a file has while it waits aside, beside its own.
+std::string AsideName(std::string_view name, uint64_t file_id);
+// Writes a moved file back. When something new took its path meanwhile, the
+// old content goes beside it, so neither is lost. *dest receives the path.
+// The observer hears of the new file before it has a name (no lookup can
+// find it unannounced).
+Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manifest& m,
+               WorkPool* pool, MoveObserver* observer, std::string* dest, std::string* note);
+
+}  // namespace tbfs::store

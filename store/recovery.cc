@@ -1,0 +1,120 @@
+// Finishing or undoing what a killed migration left: every journaled batch
+// (store/migrate.h: Recover).
+#include "store/migrate.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+
+#include "base/fs_util.h"
+#include "base/time_util.h"
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+#include "store/file_io.h"
+#include "store/format.h"
+#include "store/migrate_internal.h"
+
+namespace tbfs::store {
+
+Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
+  RecoveryResult result;
+  // No open handle survives a restart: retired chunks can all go.
+  TBFS_RETURN_IF_ERROR(store.DropAllRetired());
+  std::vector<storepb::JournalRecord> records;
+  TBFS_RETURN_IF_ERROR(store.ListJournal(&records));
+  if (records.empty()) return result;
+  auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
+  if (!root.ok()) return root.status();
+  WorkPool pool(0);
+  for (const storepb::JournalRecord& record : records) {
+    result.batches++;
+    const bool restoring = record.kind() == storepb::JournalRecord::RESTORE;
+    bool keep_record = false;
+    for (const storepb::JournalEntry& e : record.entries()) {
+      const std::string path = JoinPath(logdir, e.path());  // for notes
+      auto manifest = store.GetManifest(e.file_id());
+      if (!manifest.ok() && !manifest.status().IsNotFound()) return manifest.status();
+      // Everything beneath the logdir, through its folder's fd: a folder
+      // swapped for a symlink is not followed (then the file counts as gone).
+      std::string name;
+      auto dir = OpenParentBeneath(root->get(), e.path(), &name);
+      struct stat st;
+      bool exists = false;
+      if (dir.ok()) {
+        const int dfd = dir->get();
+        ::unlinkat(dfd, TempNameFor(name, e.file_id()).c_str(), 0);  // a copy-out cut short
+        // A file left aside goes back under its name (beside it, when a new
+        // file took the name), and is then judged like any other.
+        const std::string aside = AsideName(name, e.file_id());
+        if (!restoring &&
+            ::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) != 0 &&
+            errno == EEXIST) {
+          std::string beside = fmt::format("{}.tbfs-recovered-{}", name, e.file_id());
+          if (::renameat2(dfd, aside.c_str(), dfd, beside.c_str(), RENAME_NOREPLACE) == 0) {
+            result.notes.push_back(path +
+                                   " was recreated meanwhile; the migrated content is back as " +
+                                   JoinPath(ParentPath(path), beside));
+          }
+        }
+        exists = ::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+      }
+
+      if (restoring) {
+        // Finished where the file is in place, undone (still cold) otherwise.
+        if (exists && manifest.ok()) {
+          TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
+          result.dropped++;
+        }
+        continue;
+      }
+      // An unfinished migration is undone.
+      if (exists && SameIdentity(st, e)) {
+        TBFS_RETURN_IF_ERROR(DropFromStore(store, manifest.ok() ? *manifest : Stub(e)));
+        result.dropped++;
+        continue;
+      }
+      if (!manifest.ok()) {
+        // Never unlinked without a synced manifest: a file missing here was
+        // removed by someone else; drop partial chunks.
+        TBFS_RETURN_IF_ERROR(DropFromStore(store, Stub(e)));
+        if (!exists) result.notes.push_back(path + " is gone and was not in the store");
+        continue;
+      }
+      if (exists && static_cast<uint64_t>(st.st_size) == manifest->size() && S_ISREG(st.st_mode)) {
+        // Possibly our own put-back, cut short before the store copy was
+        // dropped: the copy may go if the content is the same.
+        UniqueFd fd(
+            ::openat(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+        uint64_t size = 0;
+        Hash128 hash;
+        bool same = fd.valid() && HashFd(fd.get(), path, &size, &hash).ok() &&
+                    size == manifest->size() && hash == ManifestHash(*manifest);
+        if (same) {
+          TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
+          result.dropped++;
+          continue;
+        }
+      }
+      std::string dest, note;
+      Status put = PutBack(store, logdir, *manifest, &pool, nullptr, &dest, &note);
+      if (!put.ok() && put.sys_errno() != 0 && put.sys_errno() != ENOSPC &&
+          put.sys_errno() != EDQUOT && put.sys_errno() != EIO) {
+        // Its folder cannot be reached beneath the logdir (a symlink now):
+        // it stays cold, visible through a mount, and is tried again later.
+        result.notes.push_back(path + " stays in the store: " + put.message());
+        keep_record = true;
+        continue;
+      }
+      TBFS_RETURN_IF_ERROR(put);
+      if (!note.empty()) result.notes.push_back(note);
+      TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
+      result.restored++;
+    }
+    if (!keep_record) TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
+  }
+  return result;
+}
+
+}  // namespace tbfs::store
