@@ -129,6 +129,7 @@ enum class EioSite {
   kColdChunk,
   kBackingDir,
   kInodeKind,
+  kCount,  // not a site: the number of them
 };
 inline constexpr const char* kEioSiteNames[] = {"lookup",
                                                 "lookup-manifest",
@@ -146,6 +147,8 @@ inline constexpr const char* kEioSiteNames[] = {"lookup",
                                                 "backing-dir",
                                                 "inode-kind"};
 inline constexpr int kNumEioSites = static_cast<int>(std::size(kEioSiteNames));
+static_assert(kNumEioSites == static_cast<int>(EioSite::kCount),
+              "every EioSite needs its name in kEioSiteNames, in order");
 
 struct Counters {
   std::atomic<uint64_t> rehydrations{0};

@@ -12,6 +12,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <climits>
 #include <cstdlib>
@@ -521,7 +522,7 @@ int RunMount(const MountOptions& mc_in) {
   FuseContext context;
   context.fs = &fs;
   context.latency = &latency;
-  std::future<void> initialized = context.initialized.get_future();
+  std::shared_future<void> initialized = context.initialized.get_future().share();
   struct fuse_session* se =
       fuse_session_new(&args, TbfsOps(), sizeof(struct fuse_lowlevel_ops), &context);
   fuse_opt_free_args(&args);
@@ -561,8 +562,13 @@ int RunMount(const MountOptions& mc_in) {
   // The kernel sets the mount's readahead when it takes INIT's reply, and
   // holds every other request of the mount until then: once a stat of the
   // mount point (answered by this daemon's other threads) returns, it has.
-  std::thread readahead([&] {
-    if (initialized.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return;
+  // If the loop ends first (a signal), the promise is set to wake the
+  // thread, which then does nothing; a stat already sent is answered or,
+  // after the unmount below, aborted: the thread is joined after it.
+  std::atomic<bool> serving{true};
+  std::thread readahead([&, initialized] {
+    initialized.wait();
+    if (!serving) return;
     struct stat root_st;
     if (::stat(mc.mountpoint.c_str(), &root_st) != 0) return;  // unmounted already
     RaiseReadahead(root_st.st_dev);
@@ -572,14 +578,18 @@ int RunMount(const MountOptions& mc_in) {
   fuse_loop_cfg_set_max_threads(loop, 16);
   int rc = fuse_session_loop_mt(se, loop);
   fuse_loop_cfg_destroy(loop);
+  serving = false;
+  if (initialized.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    context.initialized.set_value();  // INIT never came; OpInit can no longer run
+  }
 
-  readahead.join();
   spdlog::info("unmounting {}", mc.mountpoint);
   exposer.reset();
   control->reset();
   migrator.Stop();
   kernel_cache.Set(nullptr);
   fuse_session_unmount(se);
+  readahead.join();
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   ::unlink(JoinPath(state_dir, kMountInfoFile).c_str());
