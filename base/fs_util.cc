@@ -183,6 +183,14 @@ Result<UniqueFd> OpenParentBeneath(int dir_fd, std::string_view rel, std::string
   return OpenBeneath(dir_fd, parent, O_PATH | O_DIRECTORY);
 }
 
+bool NamesFile(int dir_fd, std::string_view rel, const struct stat& st) {
+  std::string name;
+  auto parent = OpenParentBeneath(dir_fd, rel, &name);
+  struct stat now;
+  return parent.ok() && ::fstatat(parent->get(), name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+         now.st_dev == st.st_dev && now.st_ino == st.st_ino;
+}
+
 Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int flags, mode_t mode) {
   auto dir = OpenFile(root, O_PATH | O_DIRECTORY);
   if (!dir.ok()) return dir.status();

@@ -152,6 +152,21 @@ void SetOpenFlags(const FileHandle& h, int flags, struct fuse_file_info* fi) {
   fi->direct_io = (flags & O_DIRECT) != 0;
 }
 
+// The kernel holds fh from here (see FuseContext::files).
+FileHandle* HandOver(fuse_req_t req, std::unique_ptr<FileHandle> fh) {
+  FuseContext& c = Context(req);
+  MutexLock lock(c.handles_mu);
+  c.files.insert(fh.get());
+  return fh.release();
+}
+
+std::unique_ptr<FileHandle> TakeBack(fuse_req_t req, FileHandle* fh) {
+  FuseContext& c = Context(req);
+  MutexLock lock(c.handles_mu);
+  c.files.erase(fh);
+  return std::unique_ptr<FileHandle>(fh);
+}
+
 void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   std::unique_ptr<FileHandle> fh;
   int err = Fs(req).Open(ino, fi->flags, &fh);
@@ -160,11 +175,8 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     return;
   }
   SetOpenFlags(*fh, fi->flags, fi);
-  if (fuse_reply_open(req, fi) != 0) {
-    Fs(req).Release(std::move(fh));  // the opener is gone
-    return;
-  }
-  fh.release();
+  FileHandle* h = HandOver(req, std::move(fh));
+  if (fuse_reply_open(req, fi) != 0) Fs(req).Release(TakeBack(req, h));  // the opener is gone
 }
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
@@ -181,12 +193,11 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   e.ino = out.id;
   e.attr = out.attr;
   e.attr_timeout = e.entry_timeout = Fs(req).CacheTtl(out.id);
+  FileHandle* h = HandOver(req, std::move(fh));
   if (fuse_reply_create(req, &e, fi) != 0) {
-    Fs(req).Release(std::move(fh));
+    Fs(req).Release(TakeBack(req, h));
     Fs(req).Forget(out.id, 1);
-    return;
   }
-  fh.release();
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
@@ -242,7 +253,7 @@ void OpFsync(fuse_req_t req, fuse_ino_t, int datasync, struct fuse_file_info* fi
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-  Fs(req).Release(std::unique_ptr<FileHandle>(Fh(fi)));
+  Fs(req).Release(TakeBack(req, Fh(fi)));
   fuse_reply_err(req, 0);
 }
 
@@ -259,7 +270,17 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   // old) and after any change made through the mount.
   fi->cache_readdir = 1;
   fi->keep_cache = 1;
-  if (fuse_reply_open(req, fi) == 0) dh.release();
+  FuseContext& c = Context(req);
+  {
+    MutexLock lock(c.handles_mu);
+    c.dirs.insert(dh.get());
+  }
+  if (fuse_reply_open(req, fi) == 0) {
+    dh.release();
+    return;
+  }
+  MutexLock lock(c.handles_mu);
+  c.dirs.erase(dh.get());
 }
 
 void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi,
@@ -322,6 +343,11 @@ void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 void OpReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  {
+    FuseContext& c = Context(req);
+    MutexLock lock(c.handles_mu);
+    c.dirs.erase(Dh(fi));
+  }
   delete Dh(fi);
   fuse_reply_err(req, 0);
 }
@@ -418,6 +444,18 @@ const struct fuse_lowlevel_ops kOps = [] {
 }();
 
 }  // namespace
+
+void FuseContext::CloseHandles() {
+  std::set<FileHandle*> f;
+  std::set<DirHandle*> d;
+  {
+    MutexLock lock(handles_mu);
+    f.swap(files);
+    d.swap(dirs);
+  }
+  for (FileHandle* h : f) fs->Release(std::unique_ptr<FileHandle>(h));
+  for (DirHandle* h : d) delete h;
+}
 
 const struct fuse_lowlevel_ops* TbfsOps() { return &kOps; }
 

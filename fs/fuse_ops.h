@@ -7,7 +7,9 @@
 #include <fuse_lowlevel.h>
 
 #include <future>
+#include <set>
 
+#include "base/thread_annotations.h"
 #include "fs/filesystem.h"
 #include "fs/op_latency.h"
 
@@ -17,6 +19,17 @@ struct FuseContext {
   Filesystem* fs = nullptr;
   OpLatency* latency = nullptr;    // where the adapters record each operation's time
   std::promise<void> initialized;  // set when the kernel's INIT has been answered
+
+  // The handles the kernel holds: entered before the open's reply (the
+  // release may come at once), left at the release. The kernel never
+  // releases what is still open when the mount goes (a lazy unmount, a
+  // killed opener's last close racing it): CloseHandles frees those once
+  // the session has ended.
+  Mutex handles_mu;
+  std::set<FileHandle*> files TBFS_GUARDED_BY(handles_mu);
+  std::set<DirHandle*> dirs TBFS_GUARDED_BY(handles_mu);
+  // After the session loop and the unmount: no request runs any more.
+  void CloseHandles();
 };
 
 const struct fuse_lowlevel_ops* TbfsOps();

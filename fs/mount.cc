@@ -290,7 +290,6 @@ void RaiseReadahead(dev_t dev) {
 
 }  // namespace
 
-
 // True when the topmost mount at `mountpoint` (an absolute, normal path)
 // is a tbfs mount.
 bool IsTbfsMountPoint(const std::string& mountpoint) {
@@ -513,7 +512,10 @@ int RunMount(const MountOptions& mc_in) {
     spdlog::info("metrics on http://{}/metrics", mc.metrics_address);
   }
 
-  std::string opts = fmt::format("default_permissions,fsname=tbfs:{},subtype=tbfs", mc.logdir);
+  // The logdir is one value: a comma or a backslash in its name is escaped,
+  // never read as the start of another option.
+  std::string opts =
+      "default_permissions," + EscapeFuseOpt("fsname=tbfs:" + mc.logdir) + ",subtype=tbfs";
   for (const std::string& o : mc.fuse_options) opts += "," + EscapeFuseOpt(o);
   std::vector<std::string> argv_s = {"tbfs", "-o", opts};
   std::vector<char*> argv;
@@ -592,6 +594,7 @@ int RunMount(const MountOptions& mc_in) {
   readahead.join();
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
+  context.CloseHandles();
   ::unlink(JoinPath(state_dir, kMountInfoFile).c_str());
   spdlog::default_logger()->flush();
   return rc == 0 ? 0 : 2;

@@ -42,6 +42,10 @@ struct MountOptions {
 // no_migrate, config=, migrate_interval=, nonempty, metrics=) go into *config, the
 // rest into config->fuse_options. Returns "" or a one-line error.
 std::string ParseMountOptions(const std::string& opts, MountOptions* config);
+// One option, key=value, with the value taken as it is (a comma or a
+// backslash in it is part of it: a value from a config file, not a list).
+std::string ParseMountOption(const std::string& key, const std::string& value,
+                             MountOptions* config);
 
 // Runs the mount; returns the process exit status (0 clean unmount, 2 error).
 int RunMount(const MountOptions& config);

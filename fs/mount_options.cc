@@ -123,6 +123,11 @@ std::string EscapeFuseOpt(const std::string& opt) {
   return out;
 }
 
+std::string ParseMountOption(const std::string& key, const std::string& value,
+                             MountOptions* config) {
+  return ParseMountOptions(EscapeFuseOpt(key + "=" + value), config);
+}
+
 std::string ParseMountOptions(const std::string& opts, MountOptions* config) {
   // libfuse's own parser, so that an option is read as libfuse itself reads
   // it (a comma inside a value is written "\\,").

@@ -156,8 +156,8 @@ int Filesystem::UnlinkCold(const std::string& rel) {
   if (!m.ok()) return StoreError(m.status(), EioSite::kUnlink);
   // A file still open keeps its chunks until the last release.
   store::WriteBatch batch;
-  store_->Retire(&batch, *m);
-  Status st = store_->Commit(batch, true);
+  Status st = store_->Retire(&batch, *m);
+  if (st.ok()) st = store_->Commit(batch, true);
   if (!st.ok()) return StoreError(st, EioSite::kUnlink);
   ReapRetired(m->file_id());
   return 0;
@@ -171,8 +171,8 @@ int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
     if (!entry.ok()) return StoreError(entry.status(), EioSite::kRetention);
     if (entry->kind() != storepb::Entry::FILE || entry->file_id() != m.file_id()) return -ENOENT;
     store::WriteBatch batch;
-    store_->Retire(&batch, m);
-    Status st = store_->Commit(batch, true);
+    Status st = store_->Retire(&batch, m);
+    if (st.ok()) st = store_->Commit(batch, true);
     if (!st.ok()) return StoreError(st, EioSite::kRetention);
   }
   ReapRetired(m.file_id());
@@ -203,14 +203,35 @@ int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
 int Filesystem::Unlink(uint64_t parent, const char* name) {
   if (IsHidden(parent, name)) return -EPERM;
   ReaderMutexLock ns(ns_mu_);
-  InodeView v = inodes_.View(parent);
-  if (v.kind == Kind::kHot) {
-    if (::unlinkat(v.fd->get(), name, 0) == 0) return 0;
-    if (errno != ENOENT) return Errno();
-  }
   std::string rel;
   if (int r = RelPath(parent, &rel); r != 0) return r;
-  return UnlinkCold(JoinPath(rel, name));
+  rel = JoinPath(rel, name);
+  InodeView v = inodes_.View(parent);
+  if (v.kind == Kind::kHot) {
+    if (::unlinkat(v.fd->get(), name, 0) == 0) return DropShadowed(rel);
+    if (errno != ENOENT) return Errno();
+  }
+  return UnlinkCold(rel);
+}
+
+int Filesystem::DropShadowed(const std::string& rel) {
+  // A cold file at the path of a hot one is hidden by it: a copy the
+  // migrator has committed but not yet moved aside, or an older version.
+  // Once the hot file has gone from the path, it must not show there.
+  auto entry = store_->GetEntry(rel);
+  if (entry.status().IsNotFound() || (entry.ok() && entry->kind() != storepb::Entry::FILE)) {
+    return 0;
+  }
+  if (!entry.ok() || !store_->writer()) {
+    // The hot file is gone all the same; the log names what may show.
+    spdlog::error("{}: the cold copy hidden by the hot file stays: {}", rel,
+                  entry.ok() ? "this mount does not write the store" : entry.status().message());
+    return 0;
+  }
+  if (int r = UnlinkCold(rel); r != 0) {
+    spdlog::error("{}: the cold copy hidden by the hot file stays: {}", rel, std::strerror(-r));
+  }
+  return 0;
 }
 
 int Filesystem::Rmdir(uint64_t parent, const char* name) {
@@ -300,6 +321,7 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
       if (r != 0)
         spdlog::error("rename over cold {}: its store entry stays: {}", dst, std::strerror(-r));
     }
+    if (!S_ISDIR(sst.st_mode) && !(flags & RENAME_EXCHANGE)) DropShadowed(src);
     if (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok()) {
       // The folder's cold contents move with it.
       store::WriteBatch b;

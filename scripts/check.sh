@@ -16,7 +16,7 @@ run() {
   local kind=$1 sanitize ctest_args
   case $kind in
     asan) sanitize=address,undefined
-          ctest_args=(-E '^(Packaging|ThreadSafety)\.') ;;
+          ctest_args=(-E '^(Packaging|ThreadSafety)\.|FstabForm') ;;
     tsan) sanitize=thread
           ctest_args=(-R '^(Mount|Mounted|Transitions|Confined|NoRoom|SharedStore|UnreachableStore|InodeTable|ChunkCache|WorkPool)') ;;
     *) echo "check.sh: unknown check '$kind' (asan or tsan)" >&2; return 2 ;;

@@ -478,7 +478,7 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const F
     if (old->file_id() == m.file_id()) return Status::OK();
     auto manifest = GetManifest(old->file_id());
     if (manifest.ok()) {
-      Drop(batch, *manifest, retire_replaced);
+      TBFS_RETURN_IF_ERROR(Drop(batch, *manifest, retire_replaced));
     } else if (manifest.status().IsNotFound()) {
       RemoveEntry(batch, path);
     } else {
@@ -507,10 +507,11 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const F
   return Status::OK();
 }
 
-void ColdStore::RemoveFile(WriteBatch* batch, const storepb::Manifest& m) {
+Status ColdStore::RemoveFile(WriteBatch* batch, const storepb::Manifest& m) {
+  TBFS_RETURN_IF_ERROR(RemoveEntryOf(batch, m));
   RemoveChunks(batch, m.file_id());
   batch->Delete(Space::kManifests, EncodeId(m.file_id()));
-  batch->Delete(Space::kNamespace, EntryKey(m.path()));
+  return Status::OK();
 }
 
 void ColdStore::PutManifest(WriteBatch* batch, const storepb::Manifest& m) {
@@ -520,13 +521,14 @@ void ColdStore::PutManifest(WriteBatch* batch, const storepb::Manifest& m) {
              ManifestCopyValue(m.file_id(), bytes));
 }
 
-void ColdStore::Retire(WriteBatch* batch, const storepb::Manifest& m) {
+Status ColdStore::Retire(WriteBatch* batch, const storepb::Manifest& m) {
+  TBFS_RETURN_IF_ERROR(RemoveEntryOf(batch, m));
   batch->Delete(Space::kManifests, EncodeId(m.file_id()));
   // Its chunks stay for the readers; the copy goes, so that nothing (salvage
   // reading the blob files) takes the file for one still in the store.
   batch->Delete(Space::kChunks, ChunkKey(m.file_id(), kManifestCopyIndex));
-  batch->Delete(Space::kNamespace, EntryKey(m.path()));
   batch->Put(Space::kMeta, RetiredKey(m.file_id()), "");
+  return Status::OK();
 }
 
 void ColdStore::DropRetired(WriteBatch* batch, uint64_t file_id) {
@@ -559,6 +561,16 @@ void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id) {
 
 void ColdStore::RemoveEntry(WriteBatch* batch, std::string_view rel_path) {
   batch->Delete(Space::kNamespace, EntryKey(rel_path));
+}
+
+Status ColdStore::RemoveEntryOf(WriteBatch* batch, const storepb::Manifest& m) {
+  auto entry = GetEntry(m.path());
+  if (entry.status().IsNotFound()) return Status::OK();
+  if (!entry.ok()) return entry.status();
+  if (entry->kind() == storepb::Entry::FILE && entry->file_id() == m.file_id()) {
+    RemoveEntry(batch, m.path());
+  }
+  return Status::OK();
 }
 
 Result<bool> ColdStore::HasChildren(std::string_view folder) {

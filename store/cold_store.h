@@ -138,15 +138,20 @@ class ColdStore {
   // times), both copies.
   void UpdateManifest(WriteBatch* batch, const storepb::Manifest& m) { PutManifest(batch, m); }
   // Removes a file's chunks, manifest and namespace entry. Folders stay.
-  void RemoveFile(WriteBatch* batch, const storepb::Manifest& m);
-  // Removes a file's manifest and namespace entry and marks it retired: its
-  // chunks stay for the open handles that still read it, until DropRetired.
-  // A mount removes files this way; recovery drops every retired file's
-  // chunks (no reader outlives a restart).
-  void Retire(WriteBatch* batch, const storepb::Manifest& m);
+  // The entry at m.path() goes only when it names this file: a manifest
+  // read before a rename, or a journal's stub, may name a path that another
+  // file holds now, and that file keeps it. Reads the entry (hence the
+  // Status); the caller keeps the namespace still until the commit (the
+  // mount's namespace lock).
+  Status RemoveFile(WriteBatch* batch, const storepb::Manifest& m);
+  // Removes a file's manifest and namespace entry (as RemoveFile) and marks
+  // it retired: its chunks stay for the open handles that still read it,
+  // until DropRetired. A mount removes files this way; recovery drops every
+  // retired file's chunks (no reader outlives a restart).
+  Status Retire(WriteBatch* batch, const storepb::Manifest& m);
   // RemoveFile, or Retire when `retire`.
-  void Drop(WriteBatch* batch, const storepb::Manifest& m, bool retire) {
-    retire ? Retire(batch, m) : RemoveFile(batch, m);
+  Status Drop(WriteBatch* batch, const storepb::Manifest& m, bool retire) {
+    return retire ? Retire(batch, m) : RemoveFile(batch, m);
   }
   // Deletes a retired file's chunks and its mark.
   void DropRetired(WriteBatch* batch, uint64_t file_id);
@@ -156,6 +161,8 @@ class ColdStore {
   Status DropAllRetired();
   // Removes one namespace entry (an empty folder).
   void RemoveEntry(WriteBatch* batch, std::string_view rel_path);
+  // Removes the entry at m.path() if it is m's file (see RemoveFile).
+  Status RemoveEntryOf(WriteBatch* batch, const storepb::Manifest& m);
   // Moves the entry at `from` (a file or a folder with everything below it)
   // to `to`: namespace keys and manifest paths. Ancestors of `to` get folder
   // entries (attributes from `folders`) where missing.
@@ -226,7 +233,7 @@ class ColdStore {
   mutable Mutex role_mu_;  // the writer's role of a shared store
   // Held while open (OpenOptions::logdir) or, shared, while the writer.
   UniqueFd logdir_lock_ TBFS_GUARDED_BY(role_mu_);
-  bool read_only_ = false;  // local stores: opened read-only
+  bool read_only_ = false;             // local stores: opened read-only
   std::shared_ptr<RadosFence> fence_;  // shared stores: the writer's lease, when held
   RadosLocation rados_;
   std::string refusal_ TBFS_GUARDED_BY(role_mu_);

@@ -129,7 +129,11 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   m.set_stored_bytes(stored);
   TBFS_RETURN_IF_ERROR(store.CheckRoom(batch.bytes()));
   std::shared_lock<SharedMutex> lock;
+  FailpointHook("ingest.commit", path);  // tests: a rename at the end of the copy
   if (options.commit_lock != nullptr) lock = std::shared_lock(*options.commit_lock);
+  if (options.root_fd >= 0 && !NamesFile(options.root_fd, rel_path, st)) {
+    return Status::Aborted(path + " was renamed (or its folder was) while it was copied");
+  }
   TBFS_RETURN_IF_ERROR(store.AddFile(&batch, m, LogdirFolders(logdir), options.retire_replaced));
   TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
   return m;

@@ -33,6 +33,11 @@ struct IngestOptions {
   // Held shared while the manifest and namespace entries are committed
   // (the mount's namespace lock: renames never see half a file).
   SharedMutex* commit_lock = nullptr;
+  // The logdir's folder: when given, the file is committed only if rel_path
+  // beneath it still names the file (checked under commit_lock). A file
+  // renamed, or whose folder was renamed, while it was copied is Aborted:
+  // committed, its entry would show it at a path it has left.
+  int root_fd = -1;
   // An older cold file at the same path is retired, not removed (a mount's
   // open handles may still read it). See ColdStore::AddFile.
   bool retire_replaced = false;

@@ -218,7 +218,7 @@ Status SelectForRetention(ColdStore& store, const Retention& policy,
 Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files) {
   WriteBatch batch;
   for (const storepb::Manifest& m : files) {
-    store.RemoveFile(&batch, m);
+    TBFS_RETURN_IF_ERROR(store.RemoveFile(&batch, m));
     if (batch.bytes() > (1 << 20)) {
       TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
       batch.Clear();

@@ -142,7 +142,11 @@ void BatchRunner::GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, F
 std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, const Candidate& c,
                                          size_t index, FileResult* result) {
   const std::string path = JoinPath(logdir_, c.path);
+  // Held from the checks before the file moves aside on; a copy given up
+  // leaves the store under it too (the mount's renames and unlinks wait).
+  std::shared_lock<SharedMutex> lock;
   auto give_up = [&](Outcome outcome, const std::string& reason) {
+    if (!lock.owns_lock()) lock = NamespaceLock();
     GiveUp(entry.file_id(), &entry, result, outcome, reason);
     return std::nullopt;
   };
@@ -174,6 +178,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   io.progress = options_.progress;
   io.should_stop = [fd] { return !LeaseHeld(fd); };
   io.commit_lock = options_.batch_lock;
+  io.root_fd = root_fd_;
   io.retire_replaced = retire();
   auto manifest = IngestFile(store_, logdir_, c.path, fd, st, entry.file_id(), io);
   if (!manifest.ok()) {
@@ -193,17 +198,28 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   // that precede the unlink.
   FailpointHook("migrate.copied", path);
 
-  auto lock = NamespaceLock();
+  lock = NamespaceLock();
   // I2: only the file that was copied, unchanged, and no writer anywhere.
   if (!LeaseHeld(fd))
     return give_up(Outcome::kChanged, "opened for writing while it was copied; left in place");
-  struct stat after, at_name;
-  if (::fstat(fd, &after) != 0 ||
-      ::fstatat(s.dir.get(), s.name.c_str(), &at_name, AT_SYMLINK_NOFOLLOW) != 0 ||
-      !SameIdentity(after, entry) || !SameIdentity(at_name, entry) ||
-      at_name.st_dev != after.st_dev || after.st_nlink != 1) {
+  // Where the store shows it now: a folder renamed through the mount since
+  // the commit took the entry along. That path must still name the file,
+  // or the file would leave one path and show up at another.
+  auto current = store_.GetManifest(entry.file_id());
+  if (!current.ok()) {
+    return give_up(Outcome::kChanged,
+                   "its store copy is gone (" + current.status().message() + "); left in place");
+  }
+  struct stat after;
+  if (::fstat(fd, &after) != 0 || !SameIdentity(after, entry) || after.st_nlink != 1) {
     return give_up(Outcome::kChanged, "modified while it was copied; left in place");
   }
+  auto now_dir = OpenParentBeneath(root_fd_, current->path(), &s.name);
+  if (!now_dir.ok() || !NamesFile(root_fd_, current->path(), after)) {
+    return give_up(Outcome::kChanged, "renamed while it was copied; left in place");
+  }
+  s.dir = std::move(now_dir).value();
+  manifest->set_path(current->path());
   result->dev = after.st_dev;
   result->ino = after.st_ino;
   if (options_.observer != nullptr && !options_.observer->BeginMove(fd, after, *manifest)) {
@@ -513,7 +529,7 @@ storepb::Manifest Stub(const storepb::JournalEntry& e) {
 
 Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire) {
   WriteBatch batch;
-  store.Drop(&batch, m, retire);
+  TBFS_RETURN_IF_ERROR(store.Drop(&batch, m, retire));
   return store.Commit(batch, true);
 }
 

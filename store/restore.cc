@@ -82,8 +82,8 @@ Status RestoreOne(ColdStore& store, const std::string& logdir, const storepb::Ma
   MaybePause("restore.in_place");
   if (options.placed) options.placed(m);
   WriteBatch drop;
-  store.Drop(&drop, m, options.retire);
-  Status s = store.Commit(drop, true);
+  Status s = store.Drop(&drop, m, options.retire);
+  if (s.ok()) s = store.Commit(drop, true);
   if (!s.ok()) return Status::Aborted("restored, but not dropped from the store: " + s.message());
   return Status::OK();
 }

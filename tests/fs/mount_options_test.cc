@@ -37,5 +37,16 @@ TEST(ParseMountOptions, BadValuesAreOneLineErrors) {
   EXPECT_NE(ParseMountOptions("metrics=nowhere:x", &c), "");
 }
 
+// A value from a config file is one value: a comma or a backslash in it
+// starts no other option.
+TEST(ParseMountOption, AValueIsTakenAsItIs) {
+  MountOptions c;
+  ASSERT_EQ(ParseMountOption("store", "/tmp/st,allow_other\\x", &c), "");
+  EXPECT_EQ(c.store_dir, "/tmp/st,allow_other\\x");
+  EXPECT_NE(ParseMountOption("cold_after", "10m,allow_other", &c), "");
+  EXPECT_NE(ParseMountOption("cache", "64M,ro", &c), "");
+  EXPECT_TRUE(c.fuse_options.empty());
+}
+
 }  // namespace
 }  // namespace tbfs::fs

@@ -14,6 +14,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "base/fs_util.h"
 #include "base/text.h"
@@ -474,6 +475,39 @@ TEST_F(Mounted, AllowOtherCreatesFilesOwnedByTheCaller) {
   EXPECT_EQ(st.st_gid, 65534u);
   ASSERT_EQ(::stat(L("dir_by_nobody").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 65534u);
+}
+
+// The logdir's name is one value of fsname=: a comma in it starts no
+// option of its own (",ro,allow_other" would make the mount read-only and
+// open to every user), and a backslash stays in it.
+TEST_F(Mounted, ALogdirNamedLikeOptionsAddsNone) {
+  const std::string odd = logdir_ + ",ro,allow_other\\x";
+  ASSERT_EQ(::rename(logdir_.c_str(), odd.c_str()), 0);
+  logdir_ = odd;
+  Mount();
+  auto Split = [](const std::string& text, char sep) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string part; std::getline(in, part, sep);) out.push_back(part);
+    return out;
+  };
+  std::string line;
+  for (const std::string& l : Split(ReadBytes("/proc/self/mountinfo"), '\n')) {
+    std::vector<std::string> f = Split(l, ' ');
+    if (f.size() > 4 && f[4] == mnt_) line = l;
+  }
+  ASSERT_NE(line, "") << "no mount on " << mnt_;
+  const size_t dash = line.find(" - ");
+  ASSERT_NE(dash, std::string::npos) << line;
+  std::vector<std::string> mine = Split(line.substr(0, dash), ' ');
+  std::vector<std::string> fs = Split(line.substr(dash + 3), ' ');
+  ASSERT_EQ(fs.size(), 3u) << line;
+  EXPECT_EQ(mine[5].rfind("rw", 0), 0u) << line;
+  EXPECT_EQ(fs[2].find("allow_other"), std::string::npos) << line;
+  // mountinfo writes a backslash as \134.
+  EXPECT_EQ(fs[1], "tbfs:" + logdir_.substr(0, logdir_.size() - 2) + "\\134x") << line;
+  WriteBytes(M("written.txt"), "rw");
+  EXPECT_EQ(ReadBytes(L("written.txt")), "rw");
 }
 
 TEST_F(Mounted, VerifyThroughTheMountSeesTheSameCurves) {

@@ -97,7 +97,8 @@ TEST_P(BackendContract, ABatchIsAppliedWholeAndReadBack) {
 
 TEST_P(BackendContract, ScansGoInKeyOrderWithinAPrefixAndStopWhenAsked) {
   WriteBatch b;
-  for (const char* k : {"b/2", "a/1", "b/1", "b/10", "c", std::string("b\xff").c_str()})
+  for (const std::string& k : {std::string("b/2"), std::string("a/1"), std::string("b/1"),
+                               std::string("b/10"), std::string("c"), std::string("b\xff")})
     b.Put(Space::kJournal, k, k);
   b.Put(Space::kBaselines, "b/0", "other space");
   for (uint64_t i : {3, 1, 2}) b.Put(Space::kChunks, ChunkKey(7, i), "chunk" + std::to_string(i));
@@ -450,7 +451,7 @@ TEST(SharedColdStore, AFileIdOnceCommittedIsNeverHandedOutAgain) {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     // Undone, as recovery undoes an unfinished batch: no record names it.
     WriteBatch undo;
-    (*a)->RemoveFile(&undo, *m);
+    ASSERT_TRUE((*a)->RemoveFile(&undo, *m).ok());
     ASSERT_TRUE((*a)->Commit(undo, true).ok());
   }
   auto b = ColdStore::Open(url, Writer("host-b", false));

@@ -143,6 +143,36 @@ TEST_F(StoreTest, NamespaceListsDirectChildrenOnly) {
   EXPECT_TRUE(store_->Lookup("a/c/none").status().IsNotFound());
 }
 
+// A manifest read before a rename (or a journal's stub) names a path that
+// another file may hold now: dropping it removes its own chunks and
+// manifest, never the other file's entry.
+TEST_F(StoreTest, DroppingAFileLeavesAnEntryThatNamesAnotherFile) {
+  storepb::Manifest old = Ingest("a/x.pt.trace.json", "old");
+  WriteBatch rename;
+  auto none = [](const std::string&, struct stat*) { return false; };
+  ASSERT_TRUE(store_->Rename(&rename, old.path(), "a/y.pt.trace.json", none).ok());
+  ASSERT_TRUE(store_->Commit(rename, true).ok());
+  storepb::Manifest now = Ingest("a/x.pt.trace.json", "new");  // the path, taken again
+  for (bool retire : {false, true}) {
+    WriteBatch drop;
+    storepb::Manifest stale = old;  // still says a/x
+    ASSERT_TRUE(store_->Drop(&drop, stale, retire).ok());
+    ASSERT_TRUE(store_->Commit(drop, true).ok());
+    auto at_x = store_->Lookup("a/x.pt.trace.json");
+    ASSERT_TRUE(at_x.ok()) << at_x.status().ToString();
+    EXPECT_EQ(at_x->file_id(), now.file_id());
+  }
+  // The dropped file's own entry (at a/y) names it: that one goes.
+  auto moved = store_->GetManifest(old.file_id());
+  EXPECT_TRUE(moved.status().IsNotFound());
+  WriteBatch drop;
+  storepb::Manifest at_y = old;
+  at_y.set_path("a/y.pt.trace.json");
+  ASSERT_TRUE(store_->RemoveFile(&drop, at_y).ok());
+  ASSERT_TRUE(store_->Commit(drop, true).ok());
+  EXPECT_TRUE(store_->GetEntry("a/y.pt.trace.json").status().IsNotFound());
+}
+
 TEST_F(StoreTest, CorruptChunkIsAnErrorAndFsckNamesTheFile) {
   std::string bytes = Content(4 * kChunk, 8);
   storepb::Manifest m = Ingest("run/bad.pt.trace.json", bytes);

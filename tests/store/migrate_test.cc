@@ -73,6 +73,36 @@ TEST_F(MigrateTest, FileModifiedDuringItsMigrationIsLeftInPlace) {
   EXPECT_TRUE(reported);
 }
 
+// Its folder renamed as the copy ends: committed at the old path, the file
+// would leave the new one and show up (cold) at a path it has left.
+TEST_F(MigrateTest, AFileWhoseFolderIsRenamedDuringItsCopyStaysWhereItIs) {
+  auto candidates = Candidates();
+  std::string victim;
+  for (const Candidate& c : candidates) {
+    if (!ParentPath(c.path).empty()) victim = c.path;
+  }
+  ASSERT_NE(victim, "");
+  const std::string from = ParentPath(victim), to = from + "-renamed";
+  const std::string moved = JoinPath(to, std::string(BaseName(victim)));
+  ScopedFailpoint hook("ingest.commit", [&](const std::string& path) {
+    if (path == JoinPath(logdir_, victim)) {
+      ASSERT_EQ(::rename(JoinPath(logdir_, from).c_str(), JoinPath(logdir_, to).c_str()), 0);
+    }
+  });
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(ReadBytes(JoinPath(logdir_, moved)) == before_[victim].bytes) << moved;
+  EXPECT_TRUE(store_->Lookup(victim).status().IsNotFound());
+  EXPECT_TRUE(store_->Lookup(moved).status().IsNotFound());
+  bool reported = false;
+  for (const auto& b : result->batches) {
+    for (const auto& f : b.files) {
+      if (f.path == victim) reported = f.outcome == Outcome::kChanged;
+    }
+  }
+  EXPECT_TRUE(reported);
+}
+
 TEST_F(MigrateTest, AWriterHoldingTheFileOpenKeepsIt) {
   auto candidates = Candidates();
   const std::string rel = candidates[0].path, victim = JoinPath(logdir_, rel);

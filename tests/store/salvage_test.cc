@@ -162,7 +162,7 @@ TEST_F(SalvageTest, FilesDeletedFromTheStoreComeBackOnlyApart) {
     auto m = (*store)->Lookup(gone);
     ASSERT_TRUE(m.ok());
     WriteBatch batch;
-    (*store)->RemoveFile(&batch, *m);  // its blobs stay until a compaction
+    ASSERT_TRUE((*store)->RemoveFile(&batch, *m).ok());  // its blobs stay until a compaction
     ASSERT_TRUE((*store)->Commit(batch, true).ok());
     ASSERT_TRUE((*store)->Flush().ok());
   }

@@ -58,12 +58,18 @@ int RunMountCmd(const MountArgs& args) {
     const std::string where = file + ": mount: ";
     if (loaded->logdir) config.logdir = *loaded->logdir;
     if (m.mountpoint) config.mountpoint = *m.mountpoint;
-    if (m.store && !apply("store=" + *m.store, where)) return kExitError;
-    if (m.cold_after && !apply("cold_after=" + *m.cold_after, where)) return kExitError;
-    if (m.migrate_interval && !apply("migrate_interval=" + *m.migrate_interval, where))
+    // Each value is one value, commas and backslashes included.
+    auto set = [&](const char* key, const std::optional<std::string>& value) {
+      if (!value) return true;
+      std::string err = fs::ParseMountOption(key, *value, &config);
+      if (!err.empty()) PrintError("mount", where + err);
+      return err.empty();
+    };
+    if (!set("store", m.store) || !set("cold_after", m.cold_after) ||
+        !set("migrate_interval", m.migrate_interval) || !set("cache", m.cache) ||
+        !set("metrics", m.metrics)) {
       return kExitError;
-    if (m.cache && !apply("cache=" + *m.cache, where)) return kExitError;
-    if (m.metrics && !apply("metrics=" + *m.metrics, where)) return kExitError;
+    }
     if (m.migrate && !*m.migrate) config.migrate = false;
     for (const std::string& o : m.options) {
       if (!apply(o, where)) return kExitError;
@@ -138,7 +144,8 @@ int RunStatus(const std::string& mountpoint, bool json) {
              HumanBytes(u("cache", "bytes")));
   std::string eio;
   for (const auto& [site, n] : j["eio"]["by_site"].items()) {
-    if (n.get<uint64_t>() > 0) eio += fmt::format("{}{} {}", eio.empty() ? "" : ", ", site, n.get<uint64_t>());
+    if (n.get<uint64_t>() > 0)
+      eio += fmt::format("{}{} {}", eio.empty() ? "" : ", ", site, n.get<uint64_t>());
   }
   if (!eio.empty()) fmt::print("I/O errors (EIO) by where they were answered: {}\n", eio);
   if (j["retention"]["enabled"].get<bool>()) {
