@@ -549,30 +549,37 @@ int RunMount(const MountOptions& mc_in) {
   ::umask(0);
   migrator.Start();
   spdlog::info("mounted {} on {} (store {})", mc.logdir, mc.mountpoint, store_dir);
-  if (verdict.daemon()) {
-    int null = ::open("/dev/null", O_RDWR);
-    if (null >= 0) {
-      ::dup2(null, 0);
-      ::dup2(null, 1);
-      ::dup2(null, 2);
-      ::close(null);
-    }
-    (void)!::chdir("/");
-    verdict.Send("ok");
-  }
+  // A daemon lets go of the terminal; stderr goes once the mount serves,
+  // so that what libfuse says of a refused INIT still reaches the user.
+  auto detach = [&](std::initializer_list<int> fds) {
+    if (!verdict.daemon()) return;
+    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null < 0) return;
+    for (int fd : fds) ::dup2(null, fd);
+    ::close(null);
+  };
+  detach({0, 1});
+  if (verdict.daemon()) (void)!::chdir("/");
 
   // The kernel sets the mount's readahead when it takes INIT's reply, and
   // holds every other request of the mount until then: once a stat of the
   // mount point (answered by this daemon's other threads) returns, it has.
-  // If the loop ends first (a signal), the promise is set to wake the
-  // thread, which then does nothing; a stat already sent is answered or,
-  // after the unmount below, aborted: the thread is joined after it.
+  // Only then does `tbfs mount` hear "ok": an INIT that libfuse refuses (a
+  // max_read it cannot give) ends the loop instead, and the command fails.
+  // If the loop ends first (a signal, a refused INIT), the promise is set
+  // to wake the thread, which then does nothing; a stat already sent is
+  // answered or, after the unmount below, aborted: the thread is joined
+  // after it.
   std::atomic<bool> serving{true};
   std::thread readahead([&, initialized] {
     initialized.wait();
     if (!serving) return;
     struct stat root_st;
     if (::stat(mc.mountpoint.c_str(), &root_st) != 0) return;  // unmounted already
+    if (serving) {
+      detach({2});
+      verdict.Send("ok");
+    }
     RaiseReadahead(root_st.st_dev);
   });
   struct fuse_loop_config* loop = fuse_loop_cfg_create();
@@ -592,6 +599,10 @@ int RunMount(const MountOptions& mc_in) {
   kernel_cache.Set(nullptr);
   fuse_session_unmount(se);
   readahead.join();
+  if (verdict.daemon()) {
+    verdict.Send(fmt::format("the mount on {} ended before it served a request (FUSE options?)",
+                             mc.mountpoint));
+  }
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   context.CloseHandles();

@@ -510,6 +510,17 @@ TEST_F(Mounted, ALogdirNamedLikeOptionsAddsNone) {
   EXPECT_EQ(ReadBytes(L("written.txt")), "rw");
 }
 
+// `tbfs mount` says ok only once the kernel has started the mount: an INIT
+// libfuse refuses (max_read=1 is not what the session asked for) is a
+// failure, with libfuse's own words, and nothing stays mounted.
+TEST_F(Mounted, AMountTheKernelNeverStartsFails) {
+  auto r = RunCommand(
+      Tbfs("mount " + Quote(logdir_) + " " + Quote(mnt_) + " --no-migrate -o max_read=1 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("ended before it served"), std::string::npos) << r.out;
+  EXPECT_FALSE(IsMounted(mnt_));
+}
+
 TEST_F(Mounted, VerifyThroughTheMountSeesTheSameCurves) {
   auto base = RunCommand(
       Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
