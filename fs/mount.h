@@ -38,6 +38,9 @@ struct MountOptions {
   std::string metrics_address;            // "ADDR:PORT" for /metrics; "" : none
 };
 
+// The smallest cold chunk cache a mount takes (cache=, --cache).
+inline constexpr uint64_t kMinCacheBytes = 1 << 20;
+
 // Parses a mount -o string: our keys (store=, state=, cold_after=, cache=,
 // no_migrate, config=, migrate_interval=, nonempty, metrics=) go into *config, the
 // rest into config->fuse_options. Returns "" or a one-line error.

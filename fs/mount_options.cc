@@ -3,6 +3,7 @@
 #include <fuse_lowlevel.h>
 
 #include "base/units.h"
+#include "fmt/format.h"
 #include "fs/metrics.h"
 #include "fs/mount.h"
 #include "fs/mount_internal.h"
@@ -63,16 +64,19 @@ int ProcessMountOpt(void* data, const char* arg, int key, struct fuse_args*) {
     if (p->error.empty()) p->error = std::move(msg);
     return -1;
   };
+  auto path = [&](const char* name, std::string* out) {
+    // Empty is a mistake: store= alone would mean the default store.
+    if (value.empty()) return fail(fmt::format("{}: give a path ({}=PATH)", name, name));
+    *out = value;
+    return 0;
+  };
   switch (key) {
     case kOptStore:
-      config->store_dir = value;
-      return 0;
+      return path("store", &config->store_dir);
     case kOptState:
-      config->state_dir = value;
-      return 0;
+      return path("state", &config->state_dir);
     case kOptConfig:
-      config->config_file = value;
-      return 0;
+      return path("config", &config->config_file);
     case kOptNoMigrate:
       config->migrate = false;
       return 0;
@@ -96,7 +100,7 @@ int ProcessMountOpt(void* data, const char* arg, int key, struct fuse_args*) {
     }
     case kOptCache: {
       auto b = ParseSizeBytes(value);
-      if (!b.ok()) return fail("cache: " + b.status().message());
+      if (!b.ok() || *b < kMinCacheBytes) return fail("cache: use a size of at least 1M");
       config->cache_bytes = *b;
       return 0;
     }

@@ -35,6 +35,9 @@ TEST(ParseMountOptions, BadValuesAreOneLineErrors) {
             "migrate_interval: use a duration of at least 1s");
   EXPECT_EQ(ParseMountOptions("cache=lots", &c).rfind("cache: ", 0), 0u);
   EXPECT_NE(ParseMountOptions("metrics=nowhere:x", &c), "");
+  EXPECT_EQ(ParseMountOptions("cache=0", &c), "cache: use a size of at least 1M");
+  EXPECT_EQ(ParseMountOptions("store=", &c), "store: give a path (store=PATH)");
+  EXPECT_EQ(ParseMountOptions("state=", &c), "state: give a path (state=PATH)");
 }
 
 // A value from a config file is one value: a comma or a backslash in it

@@ -99,7 +99,7 @@ int RunMountCmd(const MountArgs& args) {
   }
   if (!args.cache.empty()) {
     auto b = ParseSizeBytes(args.cache);
-    if (!b.ok() || *b < (1u << 20)) {
+    if (!b.ok() || *b < fs::kMinCacheBytes) {
       PrintError("mount", "--cache: use a size of at least 1M");
       return kExitError;
     }
