@@ -386,18 +386,20 @@ InodeTable::Rehydrate InodeTable::BeginRehydrate(uint64_t id) {
 
 void InodeTable::RehydrateTarget(uint64_t id, int fd, const struct stat& st) {
   std::string handle = HandleOf(fd, st);
-  UniqueFd path_fd;
-  if (handle.empty())
-    path_fd.reset(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_PATH | O_CLOEXEC));
+  UniqueFd path_fd(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_PATH | O_CLOEXEC));
   MutexLock lock(mu_);
   Inode* inode = Get(id);
   if (!inode->in_transition || inode->kind != Kind::kColdFile) return;
   UnindexHotLocked(inode);
+  // Handles opened while it was cold reopen the new file through the
+  // inode: an O_PATH fd keeps it for them even once it is unlinked and its
+  // writer gone (a file handle would find nothing then). The file handle
+  // stays beside it: it is what lookups compare.
+  const bool pin = handle.empty() || (inode->open_handles > 0 && path_fd.valid());
+  inode->fd = pin ? std::make_shared<UniqueFd>(std::move(path_fd)) : nullptr;
   if (handle.empty()) {
-    inode->fd = std::make_shared<UniqueFd>(std::move(path_fd));
     inode->handle.reset();
   } else {
-    inode->fd.reset();
     inode->handle = std::make_shared<const std::string>(std::move(handle));
   }
   inode->dev = st.st_dev;

@@ -76,7 +76,9 @@ enum class Kind { kHot, kColdFile, kColdDir };
 struct Inode {
   Kind kind = Kind::kHot;
   // The backing file: of a kHot inode, and of a kColdFile still moving out.
-  std::shared_ptr<UniqueFd> fd;               // O_PATH (folders, or no file handles)
+  // O_PATH: folders, files on filesystems without file handles, and a file
+  // rehydrated while open (beside its handle: see RehydrateTarget).
+  std::shared_ptr<UniqueFd> fd;
   std::shared_ptr<const std::string> handle;  // file handle (the rest)
   dev_t dev = 0;
   ino_t ino = 0;

@@ -232,6 +232,38 @@ TEST_F(Mounted, OpeningAColdFileForWriteRehydratesIt) {
   EXPECT_EQ(ReadBytes(L(g)), originals_[g].substr(0, 10));
 }
 
+// A reader opened while the file was cold reads the file a writer
+// rehydrated, even once that file is unlinked and its writer closed, as a
+// reader of a deleted file does on a disk (not ESTALE).
+TEST_F(Mounted, AColdReaderKeepsTheRehydratedFileAfterItsUnlink) {
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  std::string f = BigTrace();
+  ASSERT_EQ(State(M(f)), "cold");
+  auto reader = OpenFile(M(f), O_RDONLY);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  {
+    auto writer = OpenFile(M(f), O_RDWR);
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    ASSERT_EQ(::pwrite(writer->get(), "X", 1, 0), 1);
+    ASSERT_EQ(::unlink(M(f).c_str()), 0);
+  }
+  std::string expect = originals_[f];
+  expect[0] = 'X';
+  std::string got(expect.size() + 1, '\0');
+  size_t done = 0;
+  for (ssize_t n; (n = ::pread(reader->get(), got.data() + done, got.size() - done,
+                               static_cast<off_t>(done))) != 0;) {
+    ASSERT_GT(n, 0) << std::strerror(errno);
+    done += static_cast<size_t>(n);
+  }
+  got.resize(done);
+  EXPECT_TRUE(got == expect) << got.size() << " bytes read of " << expect.size();
+  struct stat st;
+  ASSERT_EQ(::fstat(reader->get(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_nlink, 0u);
+}
+
 TEST_F(Mounted, RenameUnlinkRmdirAcrossHotAndCold) {
   Mount("--no-migrate --cold-after 0");
   MigrateNow();
