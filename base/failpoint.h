@@ -4,7 +4,7 @@
 // every function below is an empty inline and no point's name, environment
 // variable or hook is in the binary).
 //
-// MaybeCrash("migrate.unlinked") ends the process at once with _exit(86)
+// MaybeCrash("migrate.unlinked") ends the process at once, exit status 86
 // when the environment variable TBFS_FAILPOINT names that point (exactly).
 // Crash tests set the variable, run a command, and check what recovery
 // makes of the state left behind.
