@@ -509,9 +509,17 @@ int Mount(const Args& a, const std::string& logdir, const std::string& mnt, int*
   return 0;
 }
 
+// Unmounts, lazily when busy: a daemon that died leaves a mount that files
+// still open (held reads) keep busy, and no mount may outlive the soak.
+void Unmount(const std::string& mnt) {
+  if (std::system(("fusermount3 -u " + mnt + " 2>/dev/null").c_str()) != 0) {
+    std::system(("fusermount3 -u -z " + mnt + " 2>/dev/null").c_str());
+  }
+}
+
 int Run(const Args& a) {
   const std::string logdir = a.dir + "/logdir", mnt = a.dir + "/mnt";
-  std::system(("fusermount3 -u " + mnt + " 2>/dev/null").c_str());
+  Unmount(mnt);
   stdfs::remove_all(a.dir);
   stdfs::create_directories(mnt);
   if (std::system(fmt::format("{} gen {} --runs 2 --steps 300 --trace-mb 16 --seed {} >/dev/null",
@@ -539,13 +547,13 @@ int Run(const Args& a) {
   FinalCheck(soak, model, tally, mnt, "at the end");
   auto status = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
   uint64_t rss_kb = PeakRssKb(pid);
-  std::system(("fusermount3 -u " + mnt).c_str());
+  Unmount(mnt);
   for (int i = 0; i < 500 && stdfs::exists("/proc/" + std::to_string(pid)); ++i) ::usleep(10000);
   if (Mount(a, logdir, mnt, &pid) != 0) {
     tally.Error("remount", mnt, EIO);
   } else {
     FinalCheck(soak, model, tally, mnt, "after a remount");
-    std::system(("fusermount3 -u " + mnt).c_str());
+    Unmount(mnt);
   }
   const double seconds = cli::NowSeconds() - t0;
 
