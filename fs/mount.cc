@@ -197,7 +197,9 @@ class Verdict {
   void Fork(bool foreground) {
     if (foreground) return;
     int fds[2];
-    if (::pipe(fds) != 0) return;
+    // Close-on-exec: a helper libfuse runs (fusermount3 for auto_unmount)
+    // must not hold the pipe open, or the command waits until it exits.
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
     pid_t pid = ::fork();
     if (pid > 0) {
       ::close(fds[1]);

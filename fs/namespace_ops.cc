@@ -300,6 +300,15 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
     bool dst_hot = ::fstatat(npfd->get(), newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0;
     if (flags & RENAME_EXCHANGE) {
       if (!dst_hot) return dst_cold ? -EINVAL : -ENOENT;
+      // Folders trade places; the store's entries below them would have to
+      // trade too, in one commit: not done, so refused as an exchange with
+      // a cold entry is.
+      auto holds_cold = [&](const std::string& rel) {
+        auto e = store_->GetEntry(rel);
+        return !e.status().IsNotFound() && (!e.ok() || e->kind() == storepb::Entry::DIR);
+      };
+      if ((S_ISDIR(sst.st_mode) && holds_cold(src)) || (S_ISDIR(dst_st.st_mode) && holds_cold(dst)))
+        return -EINVAL;
     } else if (dst_cold && !dst_hot) {
       if (flags & RENAME_NOREPLACE) return -EEXIST;
       if (int r = dst_cold_children(); r != 0) return r;

@@ -287,6 +287,20 @@ TEST_F(Mounted, RenameUnlinkRmdirAcrossHotAndCold) {
                         M("elsewhere/t.json").c_str(), RENAME_EXCHANGE),
             0);
   EXPECT_EQ(errno, EINVAL);
+  // Folders holding cold files do not trade places: their cold entries
+  // would stay or go to the wrong side. Nothing moves.
+  ASSERT_EQ(::mkdir(M("hot_only").c_str(), 0755), 0);
+  WriteBytes(M("hot_only/h.txt"), "h");
+  EXPECT_NE(::renameat2(AT_FDCWD, M("hot_only").c_str(), AT_FDCWD, M("elsewhere").c_str(),
+                        RENAME_EXCHANGE),
+            0);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_NE(::renameat2(AT_FDCWD, M("elsewhere").c_str(), AT_FDCWD, M("hot_only").c_str(),
+                        RENAME_EXCHANGE),
+            0);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_TRUE(ReadBytes(M("elsewhere/t.json")) == originals_[cold]);
+  EXPECT_EQ(ReadBytes(M("hot_only/h.txt")), "h");
   // A hot file renamed over a cold one replaces it.
   ASSERT_EQ(::rename(M("elsewhere/hot.txt").c_str(), M("elsewhere/t.json").c_str()), 0);
   EXPECT_EQ(ReadBytes(M("elsewhere/t.json")), "hot");
@@ -551,6 +565,17 @@ TEST_F(Mounted, AMountTheKernelNeverStartsFails) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("ended before it served"), std::string::npos) << r.out;
   EXPECT_FALSE(IsMounted(mnt_));
+}
+
+// libfuse runs fusermount3 for auto_unmount: it must not inherit the pipe
+// `tbfs mount` waits on, or the command waits until the unmount.
+TEST_F(Mounted, AutoUnmountReturnsOnceMounted) {
+  auto r = RunCommand("timeout 30 " + Tbfs("mount " + Quote(logdir_) + " " + Quote(mnt_) +
+                                           " --no-migrate -o auto_unmount 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_TRUE(IsMounted(mnt_));
+  pid_ = Status()["pid"].get<int>();
+  EXPECT_TRUE(ReadBytes(M(events_[0])) == ReadBytes(L(events_[0])));
 }
 
 TEST_F(Mounted, VerifyThroughTheMountSeesTheSameCurves) {
