@@ -183,12 +183,16 @@ Result<UniqueFd> OpenParentBeneath(int dir_fd, std::string_view rel, std::string
   return OpenBeneath(dir_fd, parent, O_PATH | O_DIRECTORY);
 }
 
-bool NamesFile(int dir_fd, std::string_view rel, const struct stat& st) {
-  std::string name;
-  auto parent = OpenParentBeneath(dir_fd, rel, &name);
+Result<UniqueFd> OpenParentNaming(int dir_fd, std::string_view rel, const struct stat& st,
+                                  std::string* name) {
+  auto parent = OpenParentBeneath(dir_fd, rel, name);
+  if (!parent.ok()) return parent.status();
   struct stat now;
-  return parent.ok() && ::fstatat(parent->get(), name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
-         now.st_dev == st.st_dev && now.st_ino == st.st_ino;
+  if (::fstatat(parent->get(), name->c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0)
+    return Status::FromErrno(errno, "stat", std::string(rel));
+  if (now.st_dev != st.st_dev || now.st_ino != st.st_ino)
+    return Status::NotFound(std::string(rel) + " names another file now");
+  return parent;
 }
 
 Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int flags, mode_t mode) {

@@ -67,10 +67,12 @@ Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t
 // The folder holding `rel` beneath dir_fd (O_PATH | O_DIRECTORY), and the
 // last component in *name; dir_fd itself (duplicated) for a one-component path.
 Result<UniqueFd> OpenParentBeneath(int dir_fd, std::string_view rel, std::string* name);
-// True when `rel` beneath dir_fd names the file `st` describes (same device
-// and inode) now, resolved as OpenBeneath does. A file whose folder was
-// renamed, or that was renamed itself, is no longer named by its old path.
-bool NamesFile(int dir_fd, std::string_view rel, const struct stat& st);
+// OpenParentBeneath, when the name in that folder is the file `st`
+// describes (same device and inode) now; NotFound otherwise: a file that
+// was renamed, or whose folder was, is no longer named by its old path.
+// Act on the folder returned, not on `rel` resolved again.
+Result<UniqueFd> OpenParentNaming(int dir_fd, std::string_view rel, const struct stat& st,
+                                  std::string* name);
 // OpenBeneath from the folder `root` (a path the administrator gave, such
 // as the logdir, which may itself be reached through symlinks).
 Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int flags,

@@ -294,9 +294,9 @@ class Filesystem : public store::MoveObserver {
   int Eio(EioSite site, std::string_view what);
   int UnlinkCold(const std::string& rel);
   // After the hot file at `rel` left the path (unlinked, renamed away): the
-  // cold file its presence hid there leaves too. Always 0 (the hot change
-  // stands; a failure is logged).
-  int DropShadowed(const std::string& rel);
+  // cold file its presence hid there leaves too. The hot change stands
+  // whatever happens; a failure is logged.
+  void DropShadowed(const std::string& rel);
   // Gives what a caller created to the caller, keeping the mode it asked
   // for (a chown clears set-id bits).
   // The object is open as fd, or (fd < 0) is opened O_PATH by name and must

@@ -167,6 +167,20 @@ std::unique_ptr<FileHandle> TakeBack(fuse_req_t req, FileHandle* fh) {
   return std::unique_ptr<FileHandle>(fh);
 }
 
+DirHandle* HandOver(fuse_req_t req, std::unique_ptr<DirHandle> dh) {
+  FuseContext& c = Context(req);
+  MutexLock lock(c.handles_mu);
+  c.dirs.insert(dh.get());
+  return dh.release();
+}
+
+std::unique_ptr<DirHandle> TakeBack(fuse_req_t req, DirHandle* dh) {
+  FuseContext& c = Context(req);
+  MutexLock lock(c.handles_mu);
+  c.dirs.erase(dh);
+  return std::unique_ptr<DirHandle>(dh);
+}
+
 void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   std::unique_ptr<FileHandle> fh;
   int err = Fs(req).Open(ino, fi->flags, &fh);
@@ -270,17 +284,8 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   // old) and after any change made through the mount.
   fi->cache_readdir = 1;
   fi->keep_cache = 1;
-  FuseContext& c = Context(req);
-  {
-    MutexLock lock(c.handles_mu);
-    c.dirs.insert(dh.get());
-  }
-  if (fuse_reply_open(req, fi) == 0) {
-    dh.release();
-    return;
-  }
-  MutexLock lock(c.handles_mu);
-  c.dirs.erase(dh.get());
+  DirHandle* h = HandOver(req, std::move(dh));
+  if (fuse_reply_open(req, fi) != 0) TakeBack(req, h);  // the opener is gone
 }
 
 void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi,
@@ -343,12 +348,7 @@ void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 void OpReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-  {
-    FuseContext& c = Context(req);
-    MutexLock lock(c.handles_mu);
-    c.dirs.erase(Dh(fi));
-  }
-  delete Dh(fi);
+  TakeBack(req, Dh(fi));  // freed here
   fuse_reply_err(req, 0);
 }
 

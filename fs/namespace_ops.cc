@@ -203,35 +203,36 @@ int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
 int Filesystem::Unlink(uint64_t parent, const char* name) {
   if (IsHidden(parent, name)) return -EPERM;
   ReaderMutexLock ns(ns_mu_);
-  std::string rel;
-  if (int r = RelPath(parent, &rel); r != 0) return r;
-  rel = JoinPath(rel, name);
+  std::string prel;
   InodeView v = inodes_.View(parent);
   if (v.kind == Kind::kHot) {
-    if (::unlinkat(v.fd->get(), name, 0) == 0) return DropShadowed(rel);
+    if (::unlinkat(v.fd->get(), name, 0) == 0) {
+      if (RelPath(parent, &prel) == 0) DropShadowed(JoinPath(prel, name));
+      return 0;
+    }
     if (errno != ENOENT) return Errno();
   }
-  return UnlinkCold(rel);
+  if (int r = RelPath(parent, &prel); r != 0) return r;
+  return UnlinkCold(JoinPath(prel, name));
 }
 
-int Filesystem::DropShadowed(const std::string& rel) {
+void Filesystem::DropShadowed(const std::string& rel) {
   // A cold file at the path of a hot one is hidden by it: a copy the
   // migrator has committed but not yet moved aside, or an older version.
   // Once the hot file has gone from the path, it must not show there.
   auto entry = store_->GetEntry(rel);
   if (entry.status().IsNotFound() || (entry.ok() && entry->kind() != storepb::Entry::FILE)) {
-    return 0;
+    return;
   }
   if (!entry.ok() || !store_->writer()) {
     // The hot file is gone all the same; the log names what may show.
     spdlog::error("{}: the cold copy hidden by the hot file stays: {}", rel,
                   entry.ok() ? "this mount does not write the store" : entry.status().message());
-    return 0;
+    return;
   }
   if (int r = UnlinkCold(rel); r != 0) {
     spdlog::error("{}: the cold copy hidden by the hot file stays: {}", rel, std::strerror(-r));
   }
-  return 0;
 }
 
 int Filesystem::Rmdir(uint64_t parent, const char* name) {

@@ -131,7 +131,8 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   std::shared_lock<SharedMutex> lock;
   FailpointHook("ingest.commit", path);  // tests: a rename at the end of the copy
   if (options.commit_lock != nullptr) lock = std::shared_lock(*options.commit_lock);
-  if (options.root_fd >= 0 && !NamesFile(options.root_fd, rel_path, st)) {
+  std::string name;
+  if (options.root_fd >= 0 && !OpenParentNaming(options.root_fd, rel_path, st, &name).ok()) {
     return Status::Aborted(path + " was renamed (or its folder was) while it was copied");
   }
   TBFS_RETURN_IF_ERROR(store.AddFile(&batch, m, LogdirFolders(logdir), options.retire_replaced));

@@ -214,8 +214,8 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   if (::fstat(fd, &after) != 0 || !SameIdentity(after, entry) || after.st_nlink != 1) {
     return give_up(Outcome::kChanged, "modified while it was copied; left in place");
   }
-  auto now_dir = OpenParentBeneath(root_fd_, current->path(), &s.name);
-  if (!now_dir.ok() || !NamesFile(root_fd_, current->path(), after)) {
+  auto now_dir = OpenParentNaming(root_fd_, current->path(), after, &s.name);
+  if (!now_dir.ok()) {
     return give_up(Outcome::kChanged, "renamed while it was copied; left in place");
   }
   s.dir = std::move(now_dir).value();
