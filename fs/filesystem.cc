@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <set>
 #include <thread>
 
+#include "base/failpoint.h"
 #include "base/work_pool.h"
 #include "events/logdir_digest.h"
 #include "fmt/format.h"
@@ -34,6 +36,8 @@ bool IsTransientName(std::string_view name) {
 Filesystem::Filesystem(const FsOptions& options, store::ColdStore* store, UniqueFd root_fd,
                        const struct stat& root_st, SharedMutex* namespace_lock)
     : options_(options),
+      cookie_seed_((uint64_t{std::random_device()()} << 32) | std::random_device()()),
+      colliding_cookies_(ShouldFail("readdir.colliding_cookies")),
       store_(store),
       inodes_(std::move(root_fd), root_st),
       cache_(store, options.cache_bytes, 2),

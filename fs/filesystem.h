@@ -81,6 +81,7 @@ struct DirEntryOut {
   std::string name;
   mode_t type = 0;  // S_IFMT bits
   ino_t ino = 0;
+  uint64_t cookie = 0;  // the listing's offset right after this entry (DirHandle)
 };
 
 // An open file. Reads and writes go to `fd`: the backing file, or -1 for a
@@ -107,8 +108,23 @@ struct FileHandle {
   ~FileHandle();
 };
 
+// An open folder. A listing is in cookie order: an entry's cookie (its
+// d_off, where a listing resumes after it) is a 63-bit hash of its name
+// under a seed drawn at start-up ("." is 1, ".." 2), so it does not depend
+// on the handle, on what else the folder holds, or on whether the entry is
+// hot or cold (names sharing a hash: readdir.cc, SortByCookie). A READDIR
+// at offset `off` answers the entries whose cookie is above off. The
+// kernel may serve the start of a listing from its cache and ask for the
+// rest on a handle that never listed (after reclaiming a cached page), or
+// a program may seekdir to an offset another handle gave it: either way
+// the listing goes on exactly where it stopped, each name once.
+// `entries` is this handle's snapshot, sorted by (cookie, name): taken at
+// its first READDIR, whatever the offset, and again at every READDIR from
+// 0 (a rewind). The kernel sends one READDIR of a handle at a time (its
+// per-file readdir lock), so the handle needs no lock of its own.
 struct DirHandle {
-  std::vector<DirEntryOut> entries;  // snapshot taken at offset 0
+  std::vector<DirEntryOut> entries;
+  bool filled = false;
 };
 
 // Each place an operation can answer EIO: its tag in the log ("[EIO:tag]")
@@ -213,7 +229,10 @@ class Filesystem : public store::MoveObserver {
   int FsyncDir(uint64_t ino, bool datasync);
 
   int OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out);
-  int FillDir(uint64_t ino, DirHandle* dh);
+  // The entries of the listing from offset `off` on (see DirHandle): *first
+  // is the index in dh->entries of the first one; the snapshot is taken
+  // when off is 0 or the handle has none yet.
+  int ReadDir(uint64_t ino, DirHandle* dh, off_t off, size_t* first);
   int StatFs(struct statvfs* st);
 
   int GetXattr(uint64_t ino, const char* name, std::string* value);
@@ -279,6 +298,9 @@ class Filesystem : public store::MoveObserver {
   int RelPathByWalk(int fd, std::string* rel);
   int LookupCold(const std::string& rel, EntryOut* out);
   int HotLookupAt(int dir_fd, const char* name, EntryOut* out);
+  // The folder's entries, hot and cold, into dh (sorted by cookie).
+  int FillDir(uint64_t ino, DirHandle* dh);
+  uint64_t DirCookie(std::string_view name) const;
   // Makes sure a backing folder exists for a cold-only folder inode, and
   // returns an fd of it (O_PATH). Converts the inode to hot.
   int EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd);
@@ -312,6 +334,12 @@ class Filesystem : public store::MoveObserver {
   std::unique_ptr<FileHandle> NewHandle(uint64_t ino, uint64_t generation, int fd, bool writable);
 
   const FsOptions options_;
+  // Drawn at start-up: no name can be made ahead to collide with another's
+  // cookie (DirHandle).
+  const uint64_t cookie_seed_;
+  // Tests: hashes of 8 bits, so that many names share one (failpoint
+  // "readdir.colliding_cookies").
+  const bool colliding_cookies_;
   KernelCache* kernel_ = nullptr;
   store::ColdStore* const store_;
   InodeTable inodes_;

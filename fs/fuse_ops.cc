@@ -293,17 +293,16 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fu
   OpLatency::Timer timer(Latency(req), FuseOp::kReadDir);
   DirHandle* dh = Dh(fi);
   Filesystem& fs = Fs(req);
-  if (off == 0) {
-    int err = fs.FillDir(ino, dh);
-    if (err != 0) {
-      fuse_reply_err(req, -err);
-      return;
-    }
+  size_t first = 0;
+  if (int err = fs.ReadDir(ino, dh, off, &first); err != 0) {
+    fuse_reply_err(req, -err);
+    return;
   }
   std::vector<char> buf(size);
   size_t used = 0;
-  for (size_t i = static_cast<size_t>(off); i < dh->entries.size(); ++i) {
-    const DirEntryOut& d = dh->entries[i];
+  const auto& entries = dh->entries;
+  for (size_t i = first; i < entries.size(); ++i) {
+    const DirEntryOut& d = entries[i];
     size_t rem = size - used;
     size_t n;
     if (plus) {
@@ -320,7 +319,7 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fu
         e.attr_timeout = e.entry_timeout = fs.CacheTtl(out.id);
       }
       n = fuse_add_direntry_plus(req, buf.data() + used, rem, d.name.c_str(), &e,
-                                 static_cast<off_t>(i + 1));
+                                 static_cast<off_t>(d.cookie));
       if (n > rem) {
         if (e.ino != 0) fs.Forget(e.ino, 1);  // the kernel never saw it
         break;
@@ -330,7 +329,7 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fu
       st.st_ino = d.ino;
       st.st_mode = d.type;
       n = fuse_add_direntry(req, buf.data() + used, rem, d.name.c_str(), &st,
-                            static_cast<off_t>(i + 1));
+                            static_cast<off_t>(d.cookie));
       if (n > rem) break;
     }
     used += n;

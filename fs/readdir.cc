@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <set>
 
@@ -26,12 +28,57 @@ int Filesystem::OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out) {
   return 0;
 }
 
+uint64_t Filesystem::DirCookie(std::string_view name) const {
+  // The top 55 bits of a 63-bit cookie (a positive off_t); FillDir adds a
+  // name's rank among those that share them. Never below 256: 1 and 2 are
+  // "." and "..", 0 the start.
+  uint64_t h = XXH3_64bits_withSeed(name.data(), name.size(), cookie_seed_) >> 1;
+  if (colliding_cookies_) h &= 0xff00;
+  return std::max<uint64_t>(h & ~uint64_t{0xff}, 0x100);
+}
+
+int Filesystem::ReadDir(uint64_t ino, DirHandle* dh, off_t off, size_t* first) {
+  if (off == 0 || !dh->filled) {
+    dh->filled = false;
+    if (int r = FillDir(ino, dh); r != 0) return r;
+    dh->filled = true;
+  }
+  auto it = std::upper_bound(dh->entries.begin(), dh->entries.end(), static_cast<uint64_t>(off),
+                             [](uint64_t o, const DirEntryOut& e) { return o < e.cookie; });
+  *first = static_cast<size_t>(it - dh->entries.begin());
+  return 0;
+}
+
+namespace {
+
+// Sorts entries by cookie and makes the cookies unique: names that share a
+// hash get their rank among them (by name) in the low 8 bits. Ranks are
+// the same in every snapshot unless a name that shares the hash comes or
+// goes meanwhile; with a secret seed, that takes two names of one folder
+// sharing 55 bits of hash by chance (about 1 in 10^5 for a million names).
+void SortByCookie(std::vector<DirEntryOut>* entries) {
+  std::sort(entries->begin(), entries->end(), [](const DirEntryOut& a, const DirEntryOut& b) {
+    return a.cookie != b.cookie ? a.cookie < b.cookie : a.name < b.name;
+  });
+  uint64_t rank = 0;
+  for (size_t i = 1; i < entries->size(); ++i) {
+    DirEntryOut& e = (*entries)[i];
+    if ((e.cookie & ~uint64_t{0xff}) == ((*entries)[i - 1].cookie & ~uint64_t{0xff})) {
+      e.cookie |= std::min<uint64_t>(++rank, 0xff);
+    } else {
+      rank = 0;
+    }
+  }
+}
+
+}  // namespace
+
 int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
   dh->entries.clear();
   InodeView v = inodes_.View(ino);
   std::set<std::string> hot_names;
-  dh->entries.push_back({".", S_IFDIR, v.shown_ino});
-  dh->entries.push_back({"..", S_IFDIR, 1});  // d_ino 0 would hide it from readdir(3)
+  dh->entries.push_back({".", S_IFDIR, v.shown_ino, 1});
+  dh->entries.push_back({"..", S_IFDIR, 1, 2});  // d_ino 0 would hide it from readdir(3)
   if (v.kind == Kind::kHot) {
     int fd = ::openat(v.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return Errno();
@@ -54,12 +101,15 @@ int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
       if (IsTransientName(n)) continue;
       hot_names.emplace(n);
       dh->entries.push_back({std::string(n), static_cast<mode_t>(DTTOIF(de->d_type)),
-                             inodes_.HotDirentIno(dir_st.st_dev, de->d_ino)});
+                             inodes_.HotDirentIno(dir_st.st_dev, de->d_ino), DirCookie(n)});
     }
     ::closedir(dir);
   }
   std::string rel;
-  if (RelPath(ino, &rel) != 0) return 0;  // a folder gone from the logdir has no cold part
+  if (RelPath(ino, &rel) != 0) {  // a folder gone from the logdir has no cold part
+    SortByCookie(&dh->entries);
+    return 0;
+  }
   std::vector<store::ChildEntry> cold;
   Status st = store_->ListChildren(rel, &cold);
   if (!st.ok()) return StoreError(st, EioSite::kReaddir);
@@ -68,13 +118,15 @@ int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
     bool dir = c.entry.kind() == storepb::Entry::DIR;
     dh->entries.push_back(
         {c.name, static_cast<mode_t>(dir ? S_IFDIR : S_IFREG),
-         dir ? inodes_.ColdDirIno(JoinPath(rel, c.name)) : ColdIno(c.entry.file_id())});
+         dir ? inodes_.ColdDirIno(JoinPath(rel, c.name)) : ColdIno(c.entry.file_id()),
+         DirCookie(c.name)});
   }
   if (!options_.store_skip.empty() && options_.store_skip.find('/') != std::string::npos) {
     std::erase_if(dh->entries, [&](const DirEntryOut& e) {
       return JoinPath(rel, e.name) == options_.store_skip;
     });
   }
+  SortByCookie(&dh->entries);
   return 0;
 }
 

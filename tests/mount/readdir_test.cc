@@ -1,0 +1,234 @@
+// Folder listings through a real mount: complete and consistent whatever
+// the kernel's listing cache keeps or drops, whichever handle continues a
+// listing, and while files migrate and rename beneath it.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "fmt/format.h"
+#include "tests/mount/mount_fixture.h"
+
+namespace tbfs::testing {
+namespace {
+
+struct Dirent {
+  std::string name;
+  off_t next = 0;  // d_off: where a listing resumes after this entry
+};
+
+// Reads up to `max` entries (0: all) from dir fd with getdents64, from the
+// fd's position; "." and ".." included.
+std::vector<Dirent> ReadEntries(int fd, size_t max = 0) {
+  std::vector<Dirent> out;
+  alignas(8) char buf[4096];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, fd, buf, sizeof(buf));
+    EXPECT_GE(n, 0) << std::strerror(errno);
+    if (n <= 0) break;
+    for (long pos = 0; pos < n;) {
+      auto* d = reinterpret_cast<struct dirent64*>(buf + pos);
+      out.push_back({d->d_name, d->d_off});
+      pos += d->d_reclen;
+    }
+    // getdents64 returns whole buffers: stop once enough is read, and put
+    // the position right after the last entry kept.
+    if (max != 0 && out.size() >= max) {
+      out.resize(max);
+      EXPECT_EQ(::lseek(fd, out.back().next, SEEK_SET), out.back().next);
+      break;
+    }
+  }
+  return out;
+}
+
+// Names (no "." and "..") counted: a listing must hold each once.
+std::map<std::string, int> Count(const std::vector<Dirent>& entries) {
+  std::map<std::string, int> n;
+  for (const auto& e : entries) {
+    if (e.name != "." && e.name != "..") ++n[e.name];
+  }
+  return n;
+}
+
+std::vector<Dirent> ListAll(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << dir << ": " << std::strerror(errno);
+  if (fd < 0) return {};
+  auto out = ReadEntries(fd);
+  ::close(fd);
+  return out;
+}
+
+// Drops the kernel's cached listing of `dir` from byte `from` on: what page
+// reclaim does to a busy machine's cache.
+void DropCachedListing(const std::string& dir, off_t from) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << dir;
+  EXPECT_EQ(::posix_fadvise(fd, from, 0, POSIX_FADV_DONTNEED), 0);
+  ::close(fd);
+}
+
+void ExpectExactly(const std::vector<Dirent>& listed, const std::set<std::string>& want,
+                   const std::string& what) {
+  auto counts = Count(listed);
+  size_t missing = 0, twice = 0, unknown = 0;
+  for (const auto& n : want) missing += counts.count(n) ? 0 : 1;
+  for (const auto& [n, c] : counts) {
+    twice += c > 1 ? 1 : 0;
+    unknown += want.count(n) ? 0 : 1;
+  }
+  EXPECT_EQ(missing, 0u) << what << ": " << counts.size() << " of " << want.size() << " listed";
+  EXPECT_EQ(twice, 0u) << what << ": names listed more than once";
+  EXPECT_EQ(unknown, 0u) << what << ": names that are not there";
+}
+
+class Listing : public MountTest {
+ protected:
+  // `count` files named like traces in logdir/run; returns their names.
+  std::set<std::string> MakeFolder(const std::string& run, int count, const std::string& body,
+                                   const std::string& suffix = ".pt.trace.json") {
+    std::set<std::string> names;
+    std::filesystem::create_directories(L(run));
+    for (int i = 0; i < count; ++i) {
+      std::string name = fmt::format("w{:05}{}", i, suffix);
+      WriteBytes(L(run + "/" + name), body + name);
+      names.insert(name);
+    }
+    return names;
+  }
+  void MigrateNow() {
+    auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+};
+
+TEST_F(Listing, AReclaimedPageOfTheKernelsListingLosesNoEntry) {
+  auto hot = MakeFolder("hot", 1000, "", ".txt");  // never migrates
+  auto cold = MakeFolder("cold", 3001, R"({"traceEvents": []})");
+  WriteBytes(L("cold/events.out.tfevents.1.host"), "");  // stays hot beside them
+  cold.insert("events.out.tfevents.1.host");
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  ASSERT_EQ(State(M("cold/w00000.pt.trace.json")), "cold");
+  ASSERT_EQ(State(M("cold/events.out.tfevents.1.host")), "hot");
+  for (const auto& [dir, want] : {std::pair{std::string("hot"), &hot}, {"cold", &cold}}) {
+    ExpectExactly(ListAll(M(dir)), *want, dir + ", first listing");
+    ExpectExactly(ListAll(M(dir)), *want, dir + ", listed from the kernel's cache");
+    DropCachedListing(M(dir), 4096);
+    ExpectExactly(ListAll(M(dir)), *want, dir + ", after the cache lost all but its first page");
+    DropCachedListing(M(dir), 3 * 4096);
+    ExpectExactly(ListAll(M(dir)), *want, dir + ", after the cache lost its fourth page on");
+  }
+}
+
+TEST_F(Listing, AListingResumesAtItsOffsetOnAnyHandle) {
+  auto names = MakeFolder("run", 700, "");
+  Mount("--no-migrate --cold-after 0");
+  for (bool cached : {false, true}) {
+    if (!cached) DropCachedListing(M("run"), 0);
+    // One handle reads a third, a second handle carries on from its offset.
+    int a = ::open(M("run").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(a, 0);
+    auto first = ReadEntries(a, 250);
+    ::close(a);
+    ASSERT_EQ(first.size(), 250u);
+    DropCachedListing(M("run"), 0);
+    int b = ::open(M("run").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(b, 0);
+    ASSERT_EQ(::lseek(b, first.back().next, SEEK_SET), first.back().next);
+    auto rest = ReadEntries(b);
+    ::close(b);
+    first.insert(first.end(), rest.begin(), rest.end());
+    ExpectExactly(first, names, cached ? "resumed with a cache" : "resumed without a cache");
+  }
+}
+
+// Names whose hashes collide (forced: 8-bit hashes, about three names to
+// a hash) still list once each, resumed after any entry: their cookies
+// tell them apart.
+TEST_F(Listing, NamesSharingAHashAreListedOnceEach) {
+  auto names = MakeFolder("run", 700, "");
+  ASSERT_EQ(::setenv("TBFS_FAIL", "readdir.colliding_cookies", 1), 0);
+  Mount("--no-migrate --cold-after 0");
+  ::unsetenv("TBFS_FAIL");
+  auto listed = ListAll(M("run"));
+  ExpectExactly(listed, names, "first listing");
+  std::set<off_t> cookies, hashes;
+  for (const auto& e : listed) {
+    cookies.insert(e.next);
+    hashes.insert(e.next >> 8);
+  }
+  EXPECT_EQ(cookies.size(), listed.size()) << "two entries share a cookie";
+  EXPECT_LT(hashes.size(), 300u) << "the failpoint did not make hashes collide";
+  // Resumed after each entry in turn, on a fresh handle with no cache.
+  for (size_t i = 0; i < listed.size(); i += 37) {
+    DropCachedListing(M("run"), 0);
+    int fd = ::open(M("run").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::lseek(fd, listed[i].next, SEEK_SET), listed[i].next);
+    auto rest = ReadEntries(fd);
+    ::close(fd);
+    std::vector<Dirent> all(listed.begin(), listed.begin() + static_cast<long>(i) + 1);
+    all.insert(all.end(), rest.begin(), rest.end());
+    ExpectExactly(all, names, "resumed after entry " + std::to_string(i));
+  }
+}
+
+// Files migrate and rename while another process lists, with the kernel's
+// cache dropped in the middle of each listing: a name nobody touches is
+// listed exactly once every time, and no listing holds a name twice.
+TEST_F(Listing, ListingsWhileFilesMigrateAndRenameHoldEachNameOnce) {
+  auto steady = MakeFolder("run", 1500, R"({"traceEvents": []})");
+  std::set<std::string> moving;
+  for (int i = 0; i < 40; ++i) moving.insert(fmt::format("m{:02}.pt.trace.json", i));
+  for (const auto& n : moving) WriteBytes(L("run/" + n), n);
+  Mount("--no-migrate --cold-after 0");
+  std::atomic<bool> stop{false};
+  std::thread renamer([&] {
+    for (int round = 0; !stop; ++round) {
+      for (const auto& n : moving) {
+        std::string a = M("run/" + n), b = M("run/r-" + n);
+        if (round % 2) std::swap(a, b);
+        ::rename(a.c_str(), b.c_str());
+      }
+      // Pauses let some listings start from the kernel's cache.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::thread migrator([&] {
+    auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+  });
+  std::set<std::string> want = steady;
+  for (int i = 0; i < 30; ++i) {
+    ListAll(M("run"));  // fills the kernel's cache, unless a change drops it
+    int fd = ::open(M("run").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    auto listed = ReadEntries(fd, 300);
+    ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    auto rest = ReadEntries(fd);
+    ::close(fd);
+    listed.insert(listed.end(), rest.begin(), rest.end());
+    auto counts = Count(listed);
+    for (const auto& [n, c] : counts) EXPECT_EQ(c, 1) << "listing " << i << ": " << n;
+    size_t missing = 0;
+    for (const auto& n : steady) missing += counts.count(n) ? 0 : 1;
+    EXPECT_EQ(missing, 0u) << "listing " << i << ": names nobody touched were missing";
+  }
+  migrator.join();
+  stop = true;
+  renamer.join();
+  EXPECT_EQ(State(M("run/w00000.pt.trace.json")), "cold");
+  std::set<std::string> all = steady;
+  for (const auto& n : moving) all.insert(std::filesystem::exists(M("run/" + n)) ? n : "r-" + n);
+  ExpectExactly(ListAll(M("run")), all, "after the churn");
+}
+
+}  // namespace
+}  // namespace tbfs::testing
