@@ -305,6 +305,7 @@ Status WalkFrom(UniqueFd root, const WalkOptions& options,
   stack.push_back({std::move(root), "", {}, 0});
   TBFS_RETURN_IF_ERROR(ListFolder(stack.back().dir.get(), "", &stack.back().names));
   while (!stack.empty()) {
+    if (options.stop != nullptr && options.stop->load()) return Status::Aborted("walk stopped");
     WalkFrame& top = stack.back();
     if (top.next == top.names.size()) {
       stack.pop_back();

@@ -7,6 +7,7 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -111,6 +112,9 @@ struct WalkOptions {
   // Where a folder cannot be read, the walk notes it here (one line naming
   // it) and goes on; without it, the walk stops with that error.
   std::vector<std::string>* warnings = nullptr;
+  // When set and it becomes true, the walk ends with Status::Aborted at
+  // the next entry (a mount shutting down mid-pass).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Visits every non-directory entry below root (files, symlinks, ...) in

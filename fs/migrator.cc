@@ -46,7 +46,7 @@ void Migrator::Loop() {
       }
     }
     Status st = config_.background ? Pass() : KeepWriterRole();
-    if (!st.ok()) spdlog::error("migrator: {}", st.message());
+    if (!st.ok() && !stop_flag_) spdlog::error("migrator: {}", st.message());
   }
 }
 
@@ -59,6 +59,7 @@ Status Migrator::KeepWriterRole() {
 
 int Migrator::RunNow() {
   Status st = Pass();
+  if (st.code() == Code::kAborted && stop_flag_) return -ECANCELED;
   if (!st.ok()) {
     spdlog::error("migrator: {}", st.message());
     MutexLock lock(mu_);
@@ -116,6 +117,7 @@ Status Migrator::Pass() {
     Status r = ApplyRetention();
     if (st.ok()) st = r;
   }
+  if (stop_flag_) return Status::Aborted("the mount is stopping; the pass stopped at a file");
   // After what the pass changed: hot and cold as they are now.
   std::vector<std::string> unwalked;  // named in the log; the rest goes on
   WalkOptions walk = config_.walk;
@@ -180,6 +182,7 @@ Status Migrator::MovePass() {
   copt.policy = config_.policy;
   copt.older_than_s = config_.cold_after_s;
   copt.walk = config_.walk;
+  copt.walk.stop = &stop_flag_;
   std::vector<store::Candidate> candidates;
   std::vector<store::Skipped> skipped;
   Status st = store::FindCandidates(logdir_, copt, &candidates, &skipped);
@@ -194,7 +197,7 @@ Status Migrator::MovePass() {
 
   store::MigrateOptions mopt;
   mopt.must_have = config_.must_have;
-  mopt.walk = config_.walk;
+  mopt.walk = copt.walk;
   mopt.threads = 2;
   mopt.batch_files = 64;
   mopt.batch_bytes = 512ull << 20;

@@ -70,9 +70,13 @@ class Migrator {
   ~Migrator();
 
   void Start();
-  // Stops after the batch in flight (never in the middle of one).
+  // Stops the pass in flight at its next file (store::MigrateOptions::stop:
+  // its batch is verified and committed with what moved) and every pass
+  // after it, then joins the background thread. A RunNow on another thread
+  // returns soon after.
   void Stop();
-  // One pass now; 0, or -EIO when the pass could not run.
+  // One pass now; 0, -ECANCELED when Stop cut it short, or -EIO when the
+  // pass could not run.
   int RunNow();
   MigratorStats stats();
   bool retention_enabled() const { return config_.retention.any(); }

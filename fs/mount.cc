@@ -596,8 +596,10 @@ int RunMount(const MountOptions& mc_in) {
 
   spdlog::info("unmounting {}", mc.mountpoint);
   exposer.reset();
-  control->reset();
+  // First: a pass on a control connection (migrate --now) stops at its
+  // next file, so the connection's thread ends soon and can be joined.
   migrator.Stop();
+  control->reset();
   kernel_cache.Set(nullptr);
   fuse_session_unmount(se);
   readahead.join();

@@ -124,7 +124,12 @@ std::string Control(const std::string& request, const MountOptions& mc,
                     Migrator& migrator) {
   if (request == "status") return StatusJson(mc, store_dir, store, fs, migrator);
   if (request == "migrate-now") {
-    if (migrator.RunNow() != 0) {
+    const int r = migrator.RunNow();
+    if (r == -ECANCELED) {
+      return Compact({{"error", "the mount is stopping: the pass stopped at its next file (what "
+                                "moved before is cold, the rest stays hot)"}});
+    }
+    if (r != 0) {
       return Compact(
           {{"error", "the migration pass failed: " + migrator.stats().last_error + " (the log is " +
                          JoinPath(mc.state_dir, "tbfs-mount.log") + ")"}});

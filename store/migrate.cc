@@ -32,6 +32,8 @@ namespace {
 // found it by name just before it moved (the others wait one file's copy).
 constexpr auto kAsideGrace = std::chrono::milliseconds(20);
 
+constexpr char kStoppedReason[] = "the migration was stopped; left in place";
+
 // A read lease on the file open (read-only) as fd. The kernel refuses it
 // while any process has the file open for writing and breaks it when one
 // opens it for writing or truncates it; the opener then waits (at most
@@ -109,6 +111,7 @@ class BatchRunner {
     return std::shared_lock(*options_.batch_lock);
   }
   bool retire() const { return options_.observer != nullptr; }
+  bool stopping() const { return options_.stop != nullptr && options_.stop->load(); }
 
  public:
   // Why the store could take no more (empty while it could).
@@ -176,7 +179,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   io.file_class = std::string(ClassName(c.cls));
   io.pool = &pool_;
   io.progress = options_.progress;
-  io.should_stop = [fd] { return !LeaseHeld(fd); };
+  io.should_stop = [this, fd] { return stopping() || !LeaseHeld(fd); };
   io.commit_lock = options_.batch_lock;
   io.root_fd = root_fd_;
   io.retire_replaced = retire();
@@ -187,6 +190,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
       store_full_ = manifest.status().message();
       return give_up(Outcome::kChanged, "the store has no room; left in place");
     }
+    if (stopping()) return give_up(Outcome::kChanged, kStoppedReason);
     bool changed = manifest.status().code() == Code::kAborted;
     return give_up(changed ? Outcome::kChanged : Outcome::kFailed, manifest.status().message());
   }
@@ -445,12 +449,15 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     if (result.files[i].outcome == Outcome::kMoved) folders.insert(ParentPath(batch[i].path));
   };
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (!present[i] || !store_full_.empty()) {
+    if (!present[i] || !store_full_.empty() || stopping()) {
       result.files[i].outcome = Outcome::kChanged;
-      result.files[i].reason =
-          present[i] ? "the store has no room; left in place" : "gone before the batch began";
+      result.files[i].reason = !present[i]           ? "gone before the batch began"
+                               : store_full_.empty() ? kStoppedReason
+                                                     : "the store has no room; left in place";
       continue;
     }
+    // Tests: a pass that takes its time (a mount stopped in the middle).
+    if (ShouldFail("migrate.slow_file")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     auto next = Stage(record.entries(static_cast<int>(i)), batch[i], i, &result.files[i]);
     if (staged) finish();
     staged = std::move(next);

@@ -107,7 +107,9 @@ struct MigrateOptions {
   class MoveObserver* observer = nullptr;
   // Hears how each batch ended.
   std::function<void(const struct BatchResult& batch)> after_batch;
-  // Stops between batches when it becomes true.
+  // When it becomes true the migration stops at the next file: the copy in
+  // flight is given up, the files not yet copied stay in place, and the
+  // batch is verified and committed with what moved; no batch follows.
   const std::atomic<bool>* stop = nullptr;
   // Held shared around each short step that changes the namespace (a
   // manifest's commit, a file's move aside and its unlink, the verifier and

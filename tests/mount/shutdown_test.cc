@@ -1,0 +1,76 @@
+// Stopping a mount in the middle of a migration pass: the pass stops at its
+// next file, the daemon exits, and nothing is lost or left in two places.
+#include <signal.h>
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <thread>
+
+#include "fmt/format.h"
+#include "tests/mount/mount_fixture.h"
+
+namespace tbfs::testing {
+namespace {
+
+class Shutdown : public MountTest, public ::testing::WithParamInterface<bool> {};
+
+// Unmount (false) or SIGTERM (true) while `tbfs migrate MNT --now` runs a
+// pass that would take 30 s (the failpoint slows every file to 100 ms).
+TEST_P(Shutdown, DuringAPassStopsItAtTheNextFile) {
+  const bool sigterm = GetParam();
+  std::map<std::string, std::string> files;
+  for (int i = 0; i < 300; ++i) {
+    std::string rel = fmt::format("run/t{:03}.pt.trace.json", i);
+    files[rel] = fmt::format("{{\"traceEvents\": [{}]}}", i);
+    WriteBytes(L(rel), files[rel]);
+  }
+  ASSERT_EQ(::setenv("TBFS_FAIL", "migrate.slow_file", 1), 0);
+  Mount("--no-migrate --cold-after 0");
+  ::unsetenv("TBFS_FAIL");
+  auto pass = std::async(std::launch::async,
+                         [&] { return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1")); });
+  bool moving = false;
+  for (int i = 0; i < 400 && !moving; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    moving = Status()["cold"]["files"].get<uint64_t>() >= 3;
+  }
+  ASSERT_TRUE(moving) << "the pass did not start";
+  const int pid = pid_;
+  auto asked = std::chrono::steady_clock::now();
+  if (sigterm) {
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  } else {
+    ASSERT_EQ(RunCommand("fusermount3 -u " + Quote(mnt_) + " 2>&1").exit_code, 0);
+  }
+  // Bounded, not timed: the pass had ~28 s to go.
+  while (Alive(pid) && std::chrono::steady_clock::now() - asked < std::chrono::seconds(15)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(Alive(pid)) << "the daemon still runs 15 s after it was asked to stop";
+  auto r = pass.get();
+  EXPECT_NE(r.exit_code, 0) << "a stopped pass said it was done: " << r.out;
+  EXPECT_NE(r.out.find("stopping"), std::string::npos) << r.out;
+  Unmount();
+  ASSERT_FALSE(IsMounted(mnt_));
+
+  // Every file, once, with its bytes: the ones that moved are cold.
+  Mount("--no-migrate --cold-after 0");
+  int cold = 0, hot = 0;
+  for (const auto& [rel, bytes] : files) {
+    EXPECT_EQ(ReadBytes(M(rel)), bytes) << rel;
+    std::string state = State(M(rel));
+    cold += state == "cold";
+    hot += state == "hot";
+  }
+  EXPECT_GE(cold, 3);
+  EXPECT_GT(hot, 0) << "the whole pass ran: nothing stopped it";
+  EXPECT_EQ(cold + hot, 300);
+  EXPECT_EQ(Status()["cold"]["files"].get<uint64_t>(), static_cast<uint64_t>(cold));
+}
+
+INSTANTIATE_TEST_SUITE_P(UnmountOrSigterm, Shutdown, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Sigterm" : "Unmount"; });
+
+}  // namespace
+}  // namespace tbfs::testing
