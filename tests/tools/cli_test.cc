@@ -91,5 +91,21 @@ TEST_F(CliTest, GenIntoNonEmptyFolderChangesNothing) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
+// stdout on a full disk (/dev/full): every report that cannot be written is
+// a one-line error and exit 2, never an abort; what the command did stands.
+TEST_F(CliTest, AReportThatCannotBeWrittenIsAOneLineErrorNeverAnAbort) {
+  for (const char* cmd : {"scan --json", "scan", "verify --json", "migrate --json", "ls --json",
+                          "migrate --apply --older-than 0s --json", "fsck --json"}) {
+    CommandResult r = RunCommand(Tbfs(std::string(cmd) + " " + logdir_ + " 2>&1 >/dev/full"));
+    EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("No space left on device"), std::string::npos) << cmd << ": " << r.out;
+  }
+  // The migration ran: the store has the traces, and fsck says so.
+  CommandResult fsck = RunCommand(Tbfs("fsck --json " + logdir_));
+  EXPECT_EQ(fsck.exit_code, 0) << fsck.out;
+  EXPECT_GT(nlohmann::json::parse(fsck.out, nullptr, false)["files"].get<int>(), 0) << fsck.out;
+}
+
 }  // namespace
 }  // namespace tbfs

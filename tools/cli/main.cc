@@ -5,6 +5,10 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <system_error>
 
 #include "tools/cli/commands.h"
 
@@ -53,11 +57,23 @@ int main(int argc, char** argv) {
     if (!known) args.insert(args.begin(), "mount");
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
+  // Reports go to stdout after the work is done. One that cannot be written
+  // (a full disk, a closed terminal) is said in one line, and the exit code
+  // says it: fmt::print throws, and what is still buffered fails at the
+  // flush below.
+  auto output_error = [](int err) {
+    std::fprintf(stderr, "tbfs: cannot write the report to stdout: %s\n", std::strerror(err));
+    return tbfs::cli::kExitError;
+  };
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : tbfs::cli::kExitError;
+  } catch (const std::system_error& e) {
+    return output_error(e.code().value());
   }
+  if (std::fflush(stdout) != 0) return output_error(errno);
+  if (std::ferror(stdout)) return output_error(EIO);
   return exit_code;
 }
