@@ -68,14 +68,14 @@ int Filesystem::StoreError(const Status& st, EioSite site) {
   return -err;
 }
 
-bool Filesystem::IsHidden(uint64_t parent, const char* name) {
+bool Filesystem::IsHidden(Folder* parent, const char* name) {
   // LOGDIR/.tbfs is tbfs's own (the logdir's lock; the store by default).
-  if (parent == InodeTable::kRootId && std::strcmp(name, store::kStoreDirName) == 0) return true;
+  const bool root = parent->ino == InodeTable::kRootId;
+  if (root && std::strcmp(name, store::kStoreDirName) == 0) return true;
   if (options_.store_skip.empty()) return false;
-  if (parent == InodeTable::kRootId) return options_.store_skip == name;
+  if (root) return options_.store_skip == name;
   if (options_.store_skip.find('/') == std::string::npos) return false;
-  std::string rel;
-  return RelPath(parent, &rel) == 0 && JoinPath(rel, name) == options_.store_skip;
+  return FolderRel(parent) == 0 && JoinPath(parent->rel, name) == options_.store_skip;
 }
 
 int Filesystem::RelPath(uint64_t ino, std::string* rel) {

@@ -233,6 +233,11 @@ class Filesystem : public store::MoveObserver {
   // is the index in dh->entries of the first one; the snapshot is taken
   // when off is 0 or the handle has none yet.
   int ReadDir(uint64_t ino, DirHandle* dh, off_t off, size_t* first);
+  // Readdirplus: looks entries [first, first + count) of dh's snapshot up
+  // in folder ino, as Lookup would one by one, looking at the folder once.
+  // (*out)[i].id is 0 for "." and "..", and for a name gone since.
+  void LookupListed(uint64_t ino, const DirHandle& dh, size_t first, size_t count,
+                    std::vector<EntryOut>* out);
   int StatFs(struct statvfs* st);
 
   int GetXattr(uint64_t ino, const char* name, std::string* value);
@@ -296,6 +301,20 @@ class Filesystem : public store::MoveObserver {
   // RelPath of a hot folder whose path is longer than the kernel will name
   // (PATH_MAX): found by climbing its parents.
   int RelPathByWalk(int fd, std::string* rel);
+  // The folder a lookup looks in: its inode's state, and its path, found
+  // once a lookup needs it (RelPath costs a readlink).
+  struct Folder {
+    uint64_t ino = 0;
+    InodeView view;
+    int rel_status = 1;  // 1: not asked yet; then RelPath's answer
+    std::string rel;
+  };
+  Folder FolderOf(uint64_t ino) { return {ino, inodes_.View(ino)}; }
+  int FolderRel(Folder* f) {
+    if (f->rel_status == 1) f->rel_status = RelPath(f->ino, &f->rel);
+    return f->rel_status;
+  }
+  int LookupIn(Folder* f, const char* name, EntryOut* out);
   int LookupCold(const std::string& rel, EntryOut* out);
   int HotLookupAt(int dir_fd, const char* name, EntryOut* out);
   // The folder's entries, hot and cold, into dh (sorted by cookie).
@@ -308,7 +327,11 @@ class Filesystem : public store::MoveObserver {
   int Rehydrate(uint64_t ino);
   void ColdAttr(const storepb::Manifest& m, ino_t shown_ino, struct stat* st);
   void ColdDirAttr(const std::string& rel, ino_t shown_ino, struct stat* st);
-  bool IsHidden(uint64_t parent, const char* name);
+  bool IsHidden(Folder* parent, const char* name);  // uses parent's ino and path only
+  bool IsHidden(uint64_t parent, const char* name) {
+    Folder f{parent, {}};
+    return IsHidden(&f, name);
+  }
   // The answer to a failed store operation at `site`: ENOENT, EROFS (a
   // shared store this mount only reads), or an error counted and logged.
   int StoreError(const Status& st, EioSite site);

@@ -55,6 +55,7 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;  // writes reach the backing file at once
+  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
   static_cast<FuseContext*>(userdata)->initialized.set_value();  // INIT comes once
 }
 
@@ -299,40 +300,43 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fu
     return;
   }
   std::vector<char> buf(size);
-  size_t used = 0;
   const auto& entries = dh->entries;
-  for (size_t i = first; i < entries.size(); ++i) {
-    const DirEntryOut& d = entries[i];
-    size_t rem = size - used;
-    size_t n;
+  // The entries that fit (their size depends on their names only), looked
+  // up together for readdirplus.
+  size_t count = 0;
+  for (size_t fit = 0; first + count < entries.size(); ++count) {
+    const char* name = entries[first + count].name.c_str();
+    fit += plus ? fuse_add_direntry_plus(req, nullptr, 0, name, nullptr, 0)
+                : fuse_add_direntry(req, nullptr, 0, name, nullptr, 0);
+    if (fit > size) break;
+  }
+  std::vector<EntryOut> looked_up;
+  if (plus) fs.LookupListed(ino, *dh, first, count, &looked_up);
+  size_t used = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const DirEntryOut& d = entries[first + i];
+    const size_t rem = size - used;
     if (plus) {
       struct fuse_entry_param e {};
-      bool dot = d.name == "." || d.name == "..";
-      if (dot) {
+      if (d.name == "." || d.name == "..") {
         e.attr.st_ino = d.ino;
         e.attr.st_mode = d.type;
+      } else if (looked_up[i].id == 0) {
+        continue;  // gone since the snapshot
       } else {
-        EntryOut out;
-        if (fs.Lookup(ino, d.name.c_str(), &out) != 0) continue;  // gone since the snapshot
-        e.ino = out.id;
-        e.attr = out.attr;
-        e.attr_timeout = e.entry_timeout = fs.CacheTtl(out.id);
+        e.ino = looked_up[i].id;
+        e.attr = looked_up[i].attr;
+        e.attr_timeout = e.entry_timeout = fs.CacheTtl(e.ino);
       }
-      n = fuse_add_direntry_plus(req, buf.data() + used, rem, d.name.c_str(), &e,
-                                 static_cast<off_t>(d.cookie));
-      if (n > rem) {
-        if (e.ino != 0) fs.Forget(e.ino, 1);  // the kernel never saw it
-        break;
-      }
+      used += fuse_add_direntry_plus(req, buf.data() + used, rem, d.name.c_str(), &e,
+                                     static_cast<off_t>(d.cookie));
     } else {
       struct stat st {};
       st.st_ino = d.ino;
       st.st_mode = d.type;
-      n = fuse_add_direntry(req, buf.data() + used, rem, d.name.c_str(), &st,
-                            static_cast<off_t>(d.cookie));
-      if (n > rem) break;
+      used += fuse_add_direntry(req, buf.data() + used, rem, d.name.c_str(), &st,
+                                static_cast<off_t>(d.cookie));
     }
-    used += n;
   }
   fuse_reply_buf(req, buf.data(), used);
 }

@@ -218,6 +218,19 @@ InodeRef InodeTable::RefHot(const struct stat& st, const std::string& handle, bo
   return {Id(found), found->shown_ino, found->kind == Kind::kColdFile ? found->manifest : nullptr};
 }
 
+InodeRef InodeTable::AddHotByHandle(const struct stat& st, std::string handle,
+                                    bool volatile_attrs) {
+  MutexLock lock(mu_);
+  Inode* inode = FindHotLocked(st.st_dev, st.st_ino, handle);
+  if (inode == nullptr) {
+    inode = NewLocked();
+    SetHotLocked(inode, UniqueFd(), std::move(handle), st);
+  }
+  inode->nlookup++;
+  inode->volatile_attrs |= volatile_attrs;
+  return {Id(inode), inode->shown_ino, inode->kind == Kind::kColdFile ? inode->manifest : nullptr};
+}
+
 InodeRef InodeTable::AddColdFile(std::shared_ptr<const storepb::Manifest> m) {
   MutexLock lock(mu_);
   auto it = cold_files_.find(m->file_id());

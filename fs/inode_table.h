@@ -143,6 +143,9 @@ class InodeTable {
   // The known inode of (st.st_dev, st.st_ino) if it is the same file
   // (`handle`, from HandleAt, matches); id 0 when there is none.
   InodeRef RefHot(const struct stat& st, const std::string& handle, bool volatile_attrs);
+  // RefHot, or a new inode held by `handle` (not empty), with no fd: the
+  // caller made sure st and handle are of one file.
+  InodeRef AddHotByHandle(const struct stat& st, std::string handle, bool volatile_attrs);
   // The file handle of dir_fd/name (st is its lstat), or "" where the inode
   // is held by an fd (folders, or no file handles here).
   std::string HandleAt(int dir_fd, const char* name, const struct stat& st);

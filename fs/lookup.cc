@@ -52,7 +52,19 @@ int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
   // Folders (whose listings TensorBoard polls) and tfevents files (which grow
   // in place) must look fresh; the rest may be cached longer.
   const bool fresh = S_ISDIR(st.st_mode) || events::IsEventsFileName(name);
-  InodeRef ref = inodes_.RefHot(st, inodes_.HandleAt(dir_fd, name, st), fresh);
+  std::string handle = inodes_.HandleAt(dir_fd, name, st);
+  InodeRef ref = inodes_.RefHot(st, handle, fresh);
+  // A new file with a handle needs no fd: a second stat shows that st and
+  // handle are of one file (no rename at the name between the two stats:
+  // a rename changes the file's ctime).
+  struct stat again;
+  if (ref.id == 0 && !handle.empty() &&
+      ::fstatat(dir_fd, name, &again, AT_SYMLINK_NOFOLLOW) == 0 && again.st_dev == st.st_dev &&
+      again.st_ino == st.st_ino && again.st_ctim.tv_sec == st.st_ctim.tv_sec &&
+      again.st_ctim.tv_nsec == st.st_ctim.tv_nsec) {
+    ref = inodes_.AddHotByHandle(again, std::move(handle), fresh);
+    st = again;
+  }
   if (ref.id == 0) {
     int fd = ::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return Errno();
@@ -94,16 +106,19 @@ int Filesystem::LookupCold(const std::string& rel, EntryOut* out) {
 }
 
 int Filesystem::Lookup(uint64_t parent, const char* name, EntryOut* out) {
-  if (IsHidden(parent, name) || IsTransientName(name)) return -ENOENT;
-  InodeView v = inodes_.View(parent);
-  if (v.kind == Kind::kColdFile) return -ENOTDIR;
-  if (v.kind == Kind::kHot) {
-    int r = HotLookupAt(v.fd->get(), name, out);
+  Folder f = FolderOf(parent);
+  return LookupIn(&f, name, out);
+}
+
+int Filesystem::LookupIn(Folder* f, const char* name, EntryOut* out) {
+  if (IsHidden(f, name) || IsTransientName(name)) return -ENOENT;
+  if (f->view.kind == Kind::kColdFile) return -ENOTDIR;
+  if (f->view.kind == Kind::kHot) {
+    int r = HotLookupAt(f->view.fd->get(), name, out);
     if (r != -ENOENT) return r;
   }
-  std::string rel;
-  if (int r = RelPath(parent, &rel); r != 0) return r == -ENOENT ? -ENOENT : r;
-  return LookupCold(JoinPath(rel, name), out);
+  if (int r = FolderRel(f); r != 0) return r;
+  return LookupCold(JoinPath(f->rel, name), out);
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }

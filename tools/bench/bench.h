@@ -15,6 +15,7 @@ void RegisterSoakBench(CLI::App& app, int* exit_code);
 void RegisterFaultsBench(CLI::App& app, int* exit_code);
 void RegisterBackendsBench(CLI::App& app, int* exit_code);  // RocksDB vs RADOS
 void RegisterStoresBench(CLI::App& app, int* exit_code);    // the same, through a mount
+void RegisterScaleBench(CLI::App& app, int* exit_code);     // a big logdir
 
 // What the mount benchmarks share (bench_util.cc).
 // Drops the page cache (root only; a no-op otherwise).
