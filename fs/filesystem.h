@@ -82,6 +82,7 @@ struct DirEntryOut {
   mode_t type = 0;  // S_IFMT bits
   ino_t ino = 0;
   uint64_t cookie = 0;  // the listing's offset right after this entry (DirHandle)
+  uint64_t cold_file_id = 0;  // a cold file's, as the store's listing said
 };
 
 // An open file. Reads and writes go to `fd`: the backing file, or -1 for a
@@ -125,6 +126,8 @@ struct FileHandle {
 struct DirHandle {
   std::vector<DirEntryOut> entries;
   bool filled = false;
+  uint64_t store_commits = 0;  // ColdStore::commits() before the snapshot's store listing
+  std::string rel;             // the folder's path in the logdir then
 };
 
 // Each place an operation can answer EIO: its tag in the log ("[EIO:tag]")
@@ -315,6 +318,9 @@ class Filesystem : public store::MoveObserver {
     return f->rel_status;
   }
   int LookupIn(Folder* f, const char* name, EntryOut* out);
+  // A cold entry found as `file_id` (by ListChildren, or the store's
+  // namespace entry): its inode, serving the file's manifest.
+  int LookupColdFile(uint64_t file_id, EntryOut* out);
   int LookupCold(const std::string& rel, EntryOut* out);
   int HotLookupAt(int dir_fd, const char* name, EntryOut* out);
   // The folder's entries, hot and cold, into dh (sorted by cookie).

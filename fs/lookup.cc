@@ -90,7 +90,11 @@ int Filesystem::LookupCold(const std::string& rel, EntryOut* out) {
     ColdDirAttr(rel, inodes_.ShownIno(out->id), &out->attr);
     return 0;
   }
-  auto m = store_->GetManifest(entry->file_id());
+  return LookupColdFile(entry->file_id(), out);
+}
+
+int Filesystem::LookupColdFile(uint64_t file_id, EntryOut* out) {
+  auto m = store_->GetManifest(file_id);
   if (!m.ok()) return StoreError(m.status(), EioSite::kLookupManifest);
   InodeRef ref =
       inodes_.AddColdFile(std::make_shared<const storepb::Manifest>(std::move(m).value()));

@@ -53,10 +53,23 @@ void Filesystem::LookupListed(uint64_t ino, const DirHandle& dh, size_t first, s
                               std::vector<EntryOut>* out) {
   out->assign(count, EntryOut{});
   Folder f = FolderOf(ino);
+  // The snapshot's cold entries are the store's still when nothing was
+  // committed since it was taken: no namespace read per entry then.
+  const bool current = !store_->shared() && store_->commits() == dh.store_commits &&
+                       f.view.kind == Kind::kHot && FolderRel(&f) == 0 && f.rel == dh.rel;
   for (size_t i = 0; i < count; ++i) {
-    const std::string& name = dh.entries[first + i].name;
-    if (name == "." || name == "..") continue;
-    if (LookupIn(&f, name.c_str(), &(*out)[i]) != 0) (*out)[i].id = 0;
+    const DirEntryOut& d = dh.entries[first + i];
+    if (d.name == "." || d.name == "..") continue;
+    EntryOut* o = &(*out)[i];
+    int r;
+    if (current && d.cold_file_id != 0 && !IsTransientName(d.name) &&
+        !IsHidden(&f, d.name.c_str())) {
+      r = HotLookupAt(f.view.fd->get(), d.name.c_str(), o);  // a hot file wins
+      if (r == -ENOENT) r = LookupColdFile(d.cold_file_id, o);
+    } else {
+      r = LookupIn(&f, d.name.c_str(), o);
+    }
+    if (r != 0) o->id = 0;
   }
 }
 
@@ -116,7 +129,9 @@ int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
     }
     ::closedir(dir);
   }
-  std::string rel;
+  dh->store_commits = store_->commits();
+  dh->rel.clear();
+  std::string& rel = dh->rel;
   if (RelPath(ino, &rel) != 0) {  // a folder gone from the logdir has no cold part
     SortByCookie(&dh->entries);
     return 0;
@@ -130,7 +145,7 @@ int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
     dh->entries.push_back(
         {c.name, static_cast<mode_t>(dir ? S_IFDIR : S_IFREG),
          dir ? inodes_.ColdDirIno(JoinPath(rel, c.name)) : ColdIno(c.entry.file_id()),
-         DirCookie(c.name)});
+         DirCookie(c.name), dir ? 0 : c.entry.file_id()});
   }
   if (!options_.store_skip.empty() && options_.store_skip.find('/') != std::string::npos) {
     std::erase_if(dh->entries, [&](const DirEntryOut& e) {

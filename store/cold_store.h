@@ -170,7 +170,16 @@ class ColdStore {
                 const FolderAttrs& folders);
   // True when the folder has at least one cold entry below it.
   Result<bool> HasChildren(std::string_view folder);
-  Status Commit(const WriteBatch& batch, bool sync) { return backend_->Commit(batch, sync); }
+  Status Commit(const WriteBatch& batch, bool sync) {
+    Status st = backend_->Commit(batch, sync);
+    commits_.fetch_add(1, std::memory_order_acq_rel);  // after the write, even a failed one
+    return st;
+  }
+  // Commits made through this object so far (Commit: every change of the
+  // namespace, manifests and chunks). Read before a read of the store, an
+  // unchanged count after it means no record it read has changed since,
+  // unless another process writes the store too (shared()).
+  uint64_t commits() const { return commits_.load(std::memory_order_acquire); }
   // OK when the store's filesystem has room for `bytes` more, twice (the
   // log, then the engine's files), plus what the log holds unflushed, plus a
   // margin (5% of its size, at least 2 MiB, at most 64 MiB) that keeps the
@@ -241,6 +250,7 @@ class ColdStore {
   std::unique_ptr<Backend> backend_;
   storepb::StoreInfo info_;
   std::atomic<uint64_t> next_file_id_{1};
+  std::atomic<uint64_t> commits_{0};
   std::atomic<uint64_t> next_batch_id_{1};
 };
 
