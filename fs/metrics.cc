@@ -89,7 +89,7 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   Families f(mountpoint_);
   const MigratorStats m = migrator_.stats();
   const Filesystem::Stats k = fs_.stats();
-  auto totals = store_.ComputeTotals();
+  auto totals = store_.GetTotals();
   const double cold_files = totals.ok() ? static_cast<double>(totals->files) : 0;
   const double cold_bytes = totals.ok() ? static_cast<double>(totals->logical_bytes) : 0;
   const double stored = totals.ok() ? static_cast<double>(totals->stored_bytes) : 0;

@@ -36,7 +36,7 @@ nlohmann::json BySite(const uint64_t (&counts)[kNumEioSites]) {
 
 std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
                        store::ColdStore& store, Filesystem& fs, Migrator& migrator) {
-  auto totals = store.ComputeTotals();
+  auto totals = store.GetTotals();
   MigratorStats m = migrator.stats();
   Filesystem::Stats k = fs.stats();
   const ChunkCache::Stats& c = k.cache;

@@ -709,15 +709,4 @@ Status ColdStore::ListJournal(std::vector<storepb::JournalRecord>* out) {
   return inner;
 }
 
-Result<ColdStore::Totals> ColdStore::ComputeTotals() {
-  Totals t;
-  TBFS_RETURN_IF_ERROR(ForEachManifest([&](const storepb::Manifest& m) {
-    t.files++;
-    t.logical_bytes += m.size();
-    t.stored_bytes += m.stored_bytes();
-    return true;
-  }));
-  return t;
-}
-
 }  // namespace tbfs::store

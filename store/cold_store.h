@@ -21,8 +21,10 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -170,11 +172,9 @@ class ColdStore {
                 const FolderAttrs& folders);
   // True when the folder has at least one cold entry below it.
   Result<bool> HasChildren(std::string_view folder);
-  Status Commit(const WriteBatch& batch, bool sync) {
-    Status st = backend_->Commit(batch, sync);
-    commits_.fetch_add(1, std::memory_order_acq_rel);  // after the write, even a failed one
-    return st;
-  }
+  // Commits a batch (synced to the engine's log when `sync`) and keeps the
+  // totals (Totals()) in step with the manifests it writes and deletes.
+  Status Commit(const WriteBatch& batch, bool sync);
   // Commits made through this object so far (Commit: every change of the
   // namespace, manifests and chunks). Read before a read of the store, an
   // unchanged count after it means no record it read has changed since,
@@ -212,12 +212,23 @@ class ColdStore {
   Status DeleteJournal(uint64_t batch_id);                  // synced
   Status ListJournal(std::vector<storepb::JournalRecord>* out);
 
-  // --- accounting
+  // --- accounting (store/totals.cc)
   struct Totals {
     uint64_t files = 0;
     uint64_t logical_bytes = 0;
     uint64_t stored_bytes = 0;
+    // Logical bytes by the first component of their path ("." for a file
+    // at the top): what growth samples call a run.
+    std::map<std::string, uint64_t> top_folder_bytes;
   };
+  // The cold files' totals: counted by one scan of the manifests the first
+  // time, then kept by every Commit, which reads the manifests a batch
+  // replaces or deletes before it commits. Scanned afresh when the last
+  // count is in doubt (a commit that failed, a manifest that does not
+  // parse), and always for a shared store, whose other writers' commits
+  // this object does not see. Errors as ForEachManifest.
+  Result<Totals> GetTotals();
+  // Always a scan of every manifest (fsck).
   Result<Totals> ComputeTotals();
 
  private:
@@ -251,6 +262,12 @@ class ColdStore {
   storepb::StoreInfo info_;
   std::atomic<uint64_t> next_file_id_{1};
   std::atomic<uint64_t> commits_{0};
+  // Held across the commit of a batch that writes manifests, and the reads
+  // of what it replaces just before (no two such commits interleave); a
+  // leaf.
+  Mutex totals_mu_;
+  std::optional<Totals> totals_ TBFS_GUARDED_BY(totals_mu_);  // none: not counted, or in doubt
+  uint64_t manifest_commits_ TBFS_GUARDED_BY(totals_mu_) = 0;
   std::atomic<uint64_t> next_batch_id_{1};
 };
 

@@ -91,12 +91,11 @@ Result<GrowthSample> TakeGrowthSample(const std::string& logdir, ColdStore* stor
     s.runs[RunOf(e.rel)] += bytes;
   }));
   if (store != nullptr) {
-    TBFS_RETURN_IF_ERROR(store->ForEachManifest([&](const storepb::Manifest& m) {
-      s.cold_bytes += m.size();
-      s.cold_stored_bytes += m.stored_bytes();
-      s.runs[RunOf(m.path())] += m.size();
-      return true;
-    }));
+    auto totals = store->GetTotals();
+    if (!totals.ok()) return totals.status();
+    s.cold_bytes = totals->logical_bytes;
+    s.cold_stored_bytes = totals->stored_bytes;
+    for (const auto& [top, bytes] : totals->top_folder_bytes) s.runs[ValidUtf8(top)] += bytes;
   }
   struct statvfs vfs;
   if (::statvfs(logdir.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs", logdir);

@@ -1,0 +1,122 @@
+// ColdStore: commits, and the cold files' totals they keep in step.
+#include <set>
+
+#include "fmt/format.h"
+#include "store/cold_store.h"
+#include "store/format.h"
+
+namespace tbfs::store {
+
+namespace {
+
+std::string TopFolder(std::string_view path) {
+  const size_t slash = path.find('/');
+  return slash == std::string_view::npos ? "." : std::string(path.substr(0, slash));
+}
+
+// What one manifest adds to the totals (nothing for a value that does not
+// parse: *ok goes false).
+void Count(std::string_view value, int sign, ColdStore::Totals* t, bool* ok) {
+  storepb::Manifest m;
+  if (!m.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+    *ok = false;
+    return;
+  }
+  const auto s = static_cast<uint64_t>(sign);  // wraps: adding -x subtracts x
+  t->files += s;
+  t->logical_bytes += s * m.size();
+  t->stored_bytes += s * m.stored_bytes();
+  t->top_folder_bytes[TopFolder(m.path())] += s * m.size();
+}
+
+}  // namespace
+
+Status ColdStore::Commit(const WriteBatch& batch, bool sync) {
+  std::set<std::string> keys;  // manifests the batch writes or deletes
+  for (const WriteBatch::Op& op : batch.ops()) {
+    if (op.space == Space::kManifests) keys.insert(op.key);
+  }
+  for (const WriteBatch::Op& r : batch.ranges()) {
+    if (r.space == Space::kManifests) keys.insert(r.key);  // never made; counted as in doubt
+  }
+  if (keys.empty()) {
+    Status st = backend_->Commit(batch, sync);
+    commits_.fetch_add(1, std::memory_order_acq_rel);  // after the write, even a failed one
+    return st;
+  }
+  MutexLock lock(totals_mu_);
+  // Before: the manifests as the store has them; after: the batch's last
+  // word on each key.
+  std::optional<Totals> delta;
+  if (totals_ && !shared() && batch.ranges().empty()) {
+    delta.emplace();
+    bool ok = true;
+    for (const std::string& key : keys) {
+      std::string old;
+      Status st = backend_->Get(Space::kManifests, key, &old);
+      if (st.ok()) {
+        Count(old, -1, &*delta, &ok);
+      } else if (!st.IsNotFound()) {
+        ok = false;
+      }
+    }
+    std::map<std::string_view, const WriteBatch::Op*> last;
+    for (const WriteBatch::Op& op : batch.ops()) {
+      if (op.space == Space::kManifests) last[op.key] = &op;
+    }
+    for (const auto& [key, op] : last) {
+      if (!op->is_delete) Count(op->value, +1, &*delta, &ok);
+    }
+    if (!ok) delta.reset();
+  }
+  Status st = backend_->Commit(batch, sync);
+  commits_.fetch_add(1, std::memory_order_acq_rel);
+  manifest_commits_++;
+  if (!st.ok() || !delta) {
+    totals_.reset();  // counted again when next asked
+  } else {
+    totals_->files += delta->files;
+    totals_->logical_bytes += delta->logical_bytes;
+    totals_->stored_bytes += delta->stored_bytes;
+    for (const auto& [top, bytes] : delta->top_folder_bytes) {
+      auto it = totals_->top_folder_bytes.emplace(top, 0).first;
+      it->second += bytes;
+      if (it->second == 0) totals_->top_folder_bytes.erase(it);
+    }
+  }
+  return st;
+}
+
+Result<ColdStore::Totals> ColdStore::GetTotals() {
+  {
+    MutexLock lock(totals_mu_);
+    if (totals_ && !shared()) return *totals_;
+  }
+  // Counted outside the lock (commits go on); kept only if no manifest
+  // changed meanwhile.
+  uint64_t before;
+  {
+    MutexLock lock(totals_mu_);
+    before = manifest_commits_;
+  }
+  auto counted = ComputeTotals();
+  if (!counted.ok() || shared()) return counted;
+  MutexLock lock(totals_mu_);
+  if (manifest_commits_ == before) totals_ = *counted;
+  return counted;
+}
+
+Result<ColdStore::Totals> ColdStore::ComputeTotals() {
+  Totals t;
+  TBFS_RETURN_IF_ERROR(ForEachManifest([&](const storepb::Manifest& m) {
+    t.files++;
+    t.logical_bytes += m.size();
+    t.stored_bytes += m.stored_bytes();
+    t.top_folder_bytes[TopFolder(m.path())] += m.size();
+    return true;
+  }));
+  std::erase_if(t.top_folder_bytes, [](const auto& r) { return r.second == 0; });  // as Commit keeps them
+  return t;
+}
+
+}  // namespace tbfs::store
