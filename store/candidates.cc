@@ -18,10 +18,9 @@
 
 namespace tbfs::store {
 
-Status FindCandidates(const std::string& logdir, const CandidateOptions& options,
-                      std::vector<Candidate>* candidates, std::vector<Skipped>* skipped) {
-  candidates->clear();
-  skipped->clear();
+Status ForEachCandidate(const std::string& logdir, const CandidateOptions& options,
+                        const std::function<void(Candidate&&)>& on_candidate,
+                        const std::function<void(Skipped&&)>& on_skipped) {
   const int64_t now_s = NowNs() / 1'000'000'000;
   // A folder that cannot be read is named among the skipped; the rest goes on.
   std::vector<std::string> warnings;
@@ -34,7 +33,7 @@ Status FindCandidates(const std::string& logdir, const CandidateOptions& options
         std::find(options.classes.begin(), options.classes.end(), cls) == options.classes.end()) {
       return;
     }
-    auto skip = [&](std::string reason) { skipped->push_back({e.rel, std::move(reason)}); };
+    auto skip = [&](std::string reason) { on_skipped({e.rel, std::move(reason)}); };
     if (options.policy.IsProtected(e.rel)) return skip("protected by a marker");
     if (BaseName(e.rel).find(".tbfs-tmp-") != std::string_view::npos) {
       return skip("a tbfs temporary file");
@@ -46,10 +45,19 @@ Status FindCandidates(const std::string& logdir, const CandidateOptions& options
     }
     int64_t age = now_s - static_cast<int64_t>(e.st.st_mtim.tv_sec);
     if (age < options.older_than_s) return skip(fmt::format("modified {}s ago", age));
-    candidates->push_back({e.rel, cls, static_cast<uint64_t>(e.st.st_size)});
+    on_candidate({e.rel, cls, static_cast<uint64_t>(e.st.st_size)});
   });
-  for (std::string& w : warnings) skipped->push_back({"", std::move(w)});
+  for (std::string& w : warnings) on_skipped({"", std::move(w)});
   return st;
+}
+
+Status FindCandidates(const std::string& logdir, const CandidateOptions& options,
+                      std::vector<Candidate>* candidates, std::vector<Skipped>* skipped) {
+  candidates->clear();
+  skipped->clear();
+  return ForEachCandidate(
+      logdir, options, [&](Candidate&& c) { candidates->push_back(std::move(c)); },
+      [&](Skipped&& s) { skipped->push_back(std::move(s)); });
 }
 
 }  // namespace tbfs::store

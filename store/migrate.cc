@@ -572,16 +572,22 @@ Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manif
   return st;
 }
 
-bool MigrateResult::ok() const {
-  for (const BatchResult& b : batches) {
-    if (b.rolled_back) return false;
-  }
-  return true;
-}
+bool MigrateResult::ok() const { return rolled_back_batches == 0; }
 
 Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
                               const std::vector<Candidate>& candidates,
                               const MigrateOptions& options) {
+  return MigrateFrom(
+      store, logdir,
+      [&](const std::function<void(Candidate&&)>& sink) {
+        for (const Candidate& c : candidates) sink(Candidate(c));
+        return Status::OK();
+      },
+      options);
+}
+
+Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
+                                  const CandidateSource& source, const MigrateOptions& options) {
   std::vector<std::string> event_files;
   uint64_t event_bytes = 0;
   // A folder the walk cannot enter has no candidate either (FindCandidates
@@ -601,8 +607,9 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
   MigrateResult result;
   std::vector<Candidate> batch;
   uint64_t batch_bytes = 0;
+  auto stopping = [&] { return options.stop != nullptr && options.stop->load(); };
   auto flush = [&] {
-    if (batch.empty() || result.store_full) return;
+    if (batch.empty() || result.store_full || stopping()) return;
     // Not even the margin free: no batch starts.
     if (Status room = store.CheckRoom(0); !room.ok()) {
       result.store_full = true;
@@ -623,30 +630,37 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
         result.stored_bytes += f.stored_bytes;
       }
     }
-    result.batches.push_back(std::move(b));
+    result.rolled_back_batches += b.rolled_back ? 1 : 0;
+    if (options.keep_batches) result.batches.push_back(std::move(b));
     batch.clear();
     batch_bytes = 0;
   };
-  for (const Candidate& c : candidates) {
-    if (options.stop != nullptr && options.stop->load()) break;
+  Status refused;
+  Status found = source([&](Candidate&& c) {
+    if (!refused.ok() || stopping() || result.store_full) return;
     bool in_skipped_dir =
         std::find(options.walk.skip_dirs.begin(), options.walk.skip_dirs.end(),
                   c.path.substr(0, c.path.find('/'))) != options.walk.skip_dirs.end();
     if (!IsSafeRelativePath(c.path) || !IsTraceClass(c.cls) || in_skipped_dir) {
-      return Status::InvalidArgument("not a migration candidate: " + c.path);
+      refused = Status::InvalidArgument("not a migration candidate: " + c.path);
+      return;
     }
     if (events::IsEventsFileName(c.path)) {
-      return Status::InvalidArgument("refusing to migrate a tfevents file: " + c.path);  // I1
+      refused = Status::InvalidArgument("refusing to migrate a tfevents file: " + c.path);  // I1
+      return;
     }
-    batch.push_back(c);
     batch_bytes += c.size;
+    batch.push_back(std::move(c));
     if (batch_bytes >= options.batch_bytes || batch.size() >= options.batch_files) flush();
-  }
-  if (options.stop == nullptr || !options.stop->load()) flush();
+  });
+  if (!refused.ok()) return refused;
+  if (found.ok()) flush();
   if (result.files_moved > 0) {
     Status st = store.Flush();  // the WAL would hold a second copy
     if (!st.ok()) spdlog::warn("migrate: {}", st.message());
   }
+  // A walk stopped on purpose (MigrateOptions::stop) is not an error.
+  if (!found.ok() && !(found.code() == Code::kAborted && stopping())) return found;
   return result;
 }
 

@@ -71,6 +71,10 @@ struct CandidateOptions {
 // (with why: too recent, linked, too small, ...).
 Status FindCandidates(const std::string& logdir, const CandidateOptions& options,
                       std::vector<Candidate>* candidates, std::vector<Skipped>* skipped);
+// The same, handed over one by one as the walk finds them (in path order).
+Status ForEachCandidate(const std::string& logdir, const CandidateOptions& options,
+                        const std::function<void(Candidate&&)>& on_candidate,
+                        const std::function<void(Skipped&&)>& on_skipped);
 
 // What a mount needs to hear while its files change place, so that every
 // path stays visible and every open handle keeps reading (invariant I7).
@@ -117,6 +121,9 @@ struct MigrateOptions {
   // with them. Never held across a file's copy.
   SharedMutex* batch_lock = nullptr;
   WalkOptions walk;  // to find the tfevents files
+  // false: MigrateResult::batches stays empty (after_batch sees each
+  // batch), so that memory does not grow with the number of files.
+  bool keep_batches = true;
 };
 
 enum class Outcome { kMoved, kChanged, kFailed, kRolledBack };
@@ -141,7 +148,8 @@ struct BatchResult {
 };
 
 struct MigrateResult {
-  std::vector<BatchResult> batches;
+  std::vector<BatchResult> batches;  // with MigrateOptions::keep_batches
+  uint64_t rolled_back_batches = 0;
   uint64_t files_moved = 0;
   uint64_t bytes_moved = 0;
   uint64_t stored_bytes = 0;
@@ -159,6 +167,13 @@ struct MigrateResult {
 Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
                               const std::vector<Candidate>& candidates,
                               const MigrateOptions& options);
+// The same, with candidates as `source` finds them: it calls its argument
+// with each one (ForEachCandidate, say); batches run as they fill, so only
+// one batch's candidates are held. source's error ends the migration (what
+// moved before stays cold) and is returned.
+using CandidateSource = std::function<Status(const std::function<void(Candidate&&)>& sink)>;
+Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
+                                  const CandidateSource& source, const MigrateOptions& options);
 
 struct RecoveryResult {
   uint64_t batches = 0;

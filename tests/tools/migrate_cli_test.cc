@@ -95,6 +95,31 @@ TEST_F(MigrateCli, ApplyThenRestoreIsByteIdentical) {
   EXPECT_EQ(Tree(logdir_), before_);
 }
 
+// Candidates stream into batches (512 files each) and the report streams
+// out batch by batch: one JSON document still, naming every file once.
+TEST_F(MigrateCli, ApplyReportsEveryFileOfEveryBatchInOneJsonDocument) {
+  for (int i = 0; i < 700; ++i) {
+    WriteBytes(logdir_ + "/many/t" + std::to_string(i) + ".pt.trace.json",
+               "{\"traceEvents\": [" + std::to_string(i) + "]}");
+  }
+  auto r = RunCommand(Tbfs("migrate --json " + logdir_ + " --older-than 0 --apply"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  ASSERT_GE(j["batches"].size(), 2u);
+  std::set<std::string> moved;
+  for (const auto& b : j["batches"]) {
+    for (const auto& f : b["files"]) {
+      EXPECT_EQ(f["outcome"], "moved") << f;
+      EXPECT_TRUE(moved.insert(f["path"].get<std::string>()).second) << f;
+    }
+  }
+  EXPECT_EQ(moved.size(), j["files_moved"].get<size_t>());
+  EXPECT_GE(moved.size(), 700u);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_EQ(RunCommand(Tbfs("fsck " + logdir_ + " >/dev/null")).exit_code, 0);
+}
+
 TEST_F(MigrateCli, HostileConfigLeavesEveryTfeventsFileUntouched) {
   WriteBytes(dir_ / "policy.yaml",
              "criteria:\n  trace_marker: ['.tfevents.', '*tfevents*', '**']\ndry_run: false\n");

@@ -207,13 +207,6 @@ int RunMigrate(MigrateArgs args) {
     return kExitFinding;
   }
 
-  std::vector<store::Candidate> candidates;
-  std::vector<store::Skipped> skipped;
-  Status st = store::FindCandidates(args.logdir, copt, &candidates, &skipped);
-  if (!st.ok()) {
-    PrintError("migrate", st.message());
-    return kExitError;
-  }
   uint32_t chunk_bytes = store::kDefaultChunkBytes;
   if (!args.chunk_size.empty()) {
     auto n = ParseSizeBytes(args.chunk_size);
@@ -223,7 +216,37 @@ int RunMigrate(MigrateArgs args) {
     }
     chunk_bytes = static_cast<uint32_t>(*n);
   }
-  if (candidates.empty()) {
+  // --apply without --backup keeps no list of the files: a first walk
+  // counts them (the progress line's total), the migration takes them as a
+  // second walk finds them, a batch at a time, and the report goes out
+  // batch by batch. A dry run, a backup, or nothing to move need the list.
+  uint64_t count = 0, total = 0;
+  if (apply && args.backup.empty()) {
+    Status st = store::ForEachCandidate(
+        args.logdir, copt,
+        [&](store::Candidate&& c) {
+          count++;
+          total += c.size;
+        },
+        [](store::Skipped&&) {});
+    if (!st.ok()) {
+      PrintError("migrate", st.message());
+      return kExitError;
+    }
+  }
+  std::vector<store::Candidate> candidates;
+  std::vector<store::Skipped> skipped;
+  if (!apply || !args.backup.empty() || count == 0) {
+    Status st = store::FindCandidates(args.logdir, copt, &candidates, &skipped);
+    if (!st.ok()) {
+      PrintError("migrate", st.message());
+      return kExitError;
+    }
+    count = candidates.size();
+    total = 0;
+    for (const auto& c : candidates) total += c.size;
+  }
+  if (count == 0) {
     if (args.json) {
       PrintJson(json{{"logdir", args.logdir}, {"files", 0}, {"dry_run", !apply}});
     } else {
@@ -251,8 +274,6 @@ int RunMigrate(MigrateArgs args) {
     PrintError("migrate", store.status().message());
     return kExitError;
   }
-  uint64_t total = 0;
-  for (const auto& c : candidates) total += c.size;
   std::string archive;
   if (!args.backup.empty()) {
     if (store::SameFilesystem(args.backup, args.logdir) ||
@@ -264,7 +285,7 @@ int RunMigrate(MigrateArgs args) {
     std::vector<std::string> paths;
     for (const auto& c : candidates) paths.push_back(c.path);
     Progress progress("backup", total);
-    st = store::WriteBackup(args.logdir, paths, args.backup, &archive, progress.counter());
+    Status st = store::WriteBackup(args.logdir, paths, args.backup, &archive, progress.counter());
     if (!st.ok()) {
       PrintError("migrate", "backup failed, nothing moved: " + st.message());
       return kExitError;
@@ -276,32 +297,18 @@ int RunMigrate(MigrateArgs args) {
   mopt.level = args.level;
   mopt.threads = args.threads;
   mopt.walk = loc->walk;
-  double start = NowSeconds();
-  auto run = [&] {
-    Progress progress("migrate", total);
-    mopt.progress = progress.counter();
-    return store::Migrate(**store, args.logdir, candidates, mopt);
-  };
-  auto result = run();
-  double secs = NowSeconds() - start;
-  if (!result.ok()) {
-    PrintError("migrate", result.status().message());
-    return kExitError;
-  }
+  mopt.keep_batches = false;
+  // The report, a batch at a time: JSON as one document whose "batches"
+  // are written as they end, text as the lines of what did not move.
+  bool first_batch = true;
   if (args.json) {
-    json j = {{"logdir", args.logdir},
-              {"store", loc->dir},
-              {"dry_run", false},
-              {"files_moved", result->files_moved},
-              {"bytes_moved", result->bytes_moved},
-              {"stored_bytes", result->stored_bytes},
-              {"ratio", Ratio(result->bytes_moved, result->stored_bytes)},
-              {"seconds", secs},
-              {"backup", archive},
-              {"ok", result->ok()},
-              {"store_full", result->store_full}};
-    if (result->store_full) j["store_full_reason"] = result->store_full_reason;
-    for (const auto& b : result->batches) {
+    std::string head = json{{"logdir", args.logdir}, {"store", loc->dir}, {"dry_run", false}}.dump(
+        -1, ' ', false, json::error_handler_t::replace);
+    head.pop_back();  // the closing brace: the batches and the summary follow
+    fmt::print("{},\n\"batches\": [", head);
+  }
+  mopt.after_batch = [&](const store::BatchResult& b) {
+    if (args.json) {
       json jb = {{"batch", b.batch_id},
                  {"rolled_back", b.rolled_back},
                  {"runs_verified", b.runs_verified}};
@@ -313,11 +320,9 @@ int RunMigrate(MigrateArgs args) {
                                {"bytes", f.bytes},
                                {"stored_bytes", f.stored_bytes}});
       }
-      j["batches"].push_back(jb);
-    }
-    PrintJson(j);
-  } else {
-    for (const auto& b : result->batches) {
+      fmt::print("{}\n{}", first_batch ? "" : ",",
+                 jb.dump(-1, ' ', false, json::error_handler_t::replace));
+    } else {
       for (const auto& f : b.files) {
         if (f.outcome != store::Outcome::kMoved) {
           fmt::print("  {}: {} ({})\n", Printable(f.path), OutcomeName(f.outcome),
@@ -330,6 +335,40 @@ int RunMigrate(MigrateArgs args) {
                    b.failures.empty() ? "intact" : "CHECK FAILED, rolled back");
       }
     }
+    first_batch = false;
+  };
+  double start = NowSeconds();
+  Result<store::MigrateResult> result = [&] {
+    Progress progress("migrate", total);
+    mopt.progress = progress.counter();
+    if (!candidates.empty()) return store::Migrate(**store, args.logdir, candidates, mopt);
+    return store::MigrateFrom(
+        **store, args.logdir,
+        [&](const std::function<void(store::Candidate&&)>& sink) {
+          return store::ForEachCandidate(args.logdir, copt, sink, [](store::Skipped&&) {});
+        },
+        mopt);
+  }();
+  double secs = NowSeconds() - start;
+  if (args.json) {
+    json tail = result.ok() ? json{{"files_moved", result->files_moved},
+                                   {"bytes_moved", result->bytes_moved},
+                                   {"stored_bytes", result->stored_bytes},
+                                   {"ratio", Ratio(result->bytes_moved, result->stored_bytes)},
+                                   {"seconds", secs},
+                                   {"backup", archive},
+                                   {"ok", result->ok()},
+                                   {"store_full", result->store_full}}
+                            : json{{"error", result.status().message()}, {"ok", false}};
+    if (result.ok() && result->store_full) tail["store_full_reason"] = result->store_full_reason;
+    fmt::print("\n],\n{}\n",
+               tail.dump(-1, ' ', false, json::error_handler_t::replace).substr(1));
+  }
+  if (!result.ok()) {
+    PrintError("migrate", result.status().message());
+    return kExitError;
+  }
+  if (!args.json) {
     if (!archive.empty()) fmt::print("backup: {}\n", archive);
     fmt::print("moved {} files: {} -> {} in the store ({:.1f}x) in {:.1f}s ({:.0f} MB/s)\n",
                result->files_moved, HumanBytes(result->bytes_moved),
