@@ -89,7 +89,9 @@ int Filesystem::RelPath(uint64_t ino, std::string* rel) {
     return 0;
   }
   if (v.kind == Kind::kColdFile) {
-    *rel = v.manifest->path();
+    auto m = store_->GetManifest(v.file_id);  // the inode keeps no path
+    if (!m.ok()) return StoreError(m.status(), EioSite::kLookupManifest);
+    *rel = m->path();
     return 0;
   }
   char buf[PATH_MAX + 1];

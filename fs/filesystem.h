@@ -97,8 +97,8 @@ struct FileHandle {
   bool cold = false;  // opened on a cold file
   bool writable = false;
   std::shared_ptr<const storepb::Manifest> manifest;  // cold handles: the chunks read
-  const std::atomic<uint64_t>* generation = nullptr;  // the inode's (InodeTable::Generation)
-  std::atomic<uint64_t> seen{0};                      // the generation fd was chosen at
+  const std::atomic<uint32_t>* generation = nullptr;  // the inode's (InodeTable::Generation)
+  std::atomic<uint32_t> seen{0};                      // the generation fd was chosen at
   std::atomic<int> fd{-1};
   Mutex mu;                           // a change of fd; a leaf
   dev_t dev TBFS_GUARDED_BY(mu) = 0;  // fd's file
@@ -331,7 +331,7 @@ class Filesystem : public store::MoveObserver {
   int EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd);
   // Rehydrates a cold file inode into the backing folder (then it is hot).
   int Rehydrate(uint64_t ino);
-  void ColdAttr(const storepb::Manifest& m, ino_t shown_ino, struct stat* st);
+  void ColdAttr(const ColdAttrs& a, ino_t shown_ino, struct stat* st);
   void ColdDirAttr(const std::string& rel, ino_t shown_ino, struct stat* st);
   bool IsHidden(Folder* parent, const char* name);  // uses parent's ino and path only
   bool IsHidden(uint64_t parent, const char* name) {
@@ -360,7 +360,7 @@ class Filesystem : public store::MoveObserver {
   }
   // A new FileHandle on inode `ino` serving the backing file open as fd (or
   // the store, fd -1), chosen when the inode's generation was `generation`.
-  std::unique_ptr<FileHandle> NewHandle(uint64_t ino, uint64_t generation, int fd, bool writable);
+  std::unique_ptr<FileHandle> NewHandle(uint64_t ino, uint32_t generation, int fd, bool writable);
 
   const FsOptions options_;
   // Drawn at start-up: no name can be made ahead to collide with another's

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -21,23 +22,60 @@ std::string HandleOfAny(int fd, int* mount_id) {
   return buf;
 }
 
+// The raw struct file_handle bytes as an InlineHandle; empty when there
+// are none or they do not fit.
+InlineHandle Inline(const std::string& raw) {
+  InlineHandle h;
+  if (raw.size() < sizeof(struct file_handle)) return h;
+  const auto* fh = reinterpret_cast<const struct file_handle*>(raw.data());
+  if (fh->handle_bytes == 0 || fh->handle_bytes > InlineHandle::kMaxBytes ||
+      raw.size() != sizeof(struct file_handle) + fh->handle_bytes) {
+    return h;
+  }
+  h.type = fh->handle_type;
+  h.size = static_cast<uint8_t>(fh->handle_bytes);
+  std::memcpy(h.bytes, fh->f_handle, fh->handle_bytes);
+  return h;
+}
+
+// An fd (O_PATH) of the file h names, or -1 when it is gone.
+int OpenByHandle(int mount_fd, const InlineHandle& h) {
+  alignas(struct file_handle) char buf[sizeof(struct file_handle) + InlineHandle::kMaxBytes];
+  auto* fh = reinterpret_cast<struct file_handle*>(buf);
+  fh->handle_bytes = h.size;
+  fh->handle_type = h.type;
+  std::memcpy(fh->f_handle, h.bytes, h.size);
+  return ::open_by_handle_at(mount_fd, fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+}
+
 }  // namespace
+
+ColdAttrs ColdAttrs::Of(const storepb::Manifest& m) {
+  const uint64_t blocks = (m.stored_bytes() + 4095) / 4096;  // 16 TiB at most: it saturates
+  return {m.size(), m.atime_ns(), m.mtime_ns(), m.ctime_ns(), m.mode(), m.uid(), m.gid(),
+          static_cast<uint32_t>(std::min<uint64_t>(blocks, UINT32_MAX))};
+}
+
+static_assert(sizeof(Inode) <= 104, "an inode the kernel holds: about 120 bytes with its index");
+
+size_t InodeTable::HotHash::operator()(const HotKey& k) const {
+  return absl::HashOf(static_cast<uint64_t>(k.dev), static_cast<uint64_t>(k.ino));
+}
 
 InodeTable::InodeTable(UniqueFd root_fd, const struct stat& st) {
   root_dev_ = st.st_dev;
   root_.kind = Kind::kHot;
   root_.dev = st.st_dev;
   root_.ino = st.st_ino;
-  root_.shown_ino = root_.hot_ino = st.st_ino < kAssignedInoBase ? st.st_ino : kAssignedInoBase;
-  root_.fd = std::make_shared<UniqueFd>(std::move(root_fd));
+  Extra(&root_).assigned_ino = kAssignedInoBase;  // shown if its own number cannot be
+  root_.extra->fd = std::make_shared<UniqueFd>(std::move(root_fd));
   root_.nlookup = 1;
   // File handles need the filesystem's support and CAP_DAC_READ_SEARCH, and
   // open_by_handle_at a real (not O_PATH) fd on the same mount.
-  mount_fd_.reset(::openat(root_.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  std::string probe = HandleOfAny(root_.fd->get(), &mount_id_);
+  mount_fd_.reset(::openat(RootFd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  InlineHandle probe = Inline(HandleOfAny(RootFd(), &mount_id_));
   if (mount_fd_.valid() && !probe.empty()) {
-    int fd = ::open_by_handle_at(
-        mount_fd_.get(), reinterpret_cast<struct file_handle*>(probe.data()), O_PATH | O_CLOEXEC);
+    int fd = OpenByHandle(mount_fd_.get(), probe);
     if (fd >= 0) {
       use_handles_ = true;
       ::close(fd);
@@ -49,6 +87,17 @@ Inode* InodeTable::Get(uint64_t id) {
   return id == kRootId ? &root_ : reinterpret_cast<Inode*>(static_cast<uintptr_t>(id));
 }
 
+InodeExtra& InodeTable::Extra(Inode* inode) {
+  if (!inode->extra) inode->extra = std::make_unique<InodeExtra>();
+  return *inode->extra;
+}
+
+const InlineHandle& InodeTable::BackingHandle(const Inode* inode) {
+  static const InlineHandle kNone;
+  if (inode->kind == Kind::kHot) return inode->handle;
+  return inode->extra ? inode->extra->backing : kNone;
+}
+
 std::string InodeTable::HandleAt(int dir_fd, const char* name, const struct stat& st) {
   if (!use_handles_ || S_ISDIR(st.st_mode)) return "";
   std::string buf(sizeof(struct file_handle) + MAX_HANDLE_SZ, '\0');
@@ -57,29 +106,46 @@ std::string InodeTable::HandleAt(int dir_fd, const char* name, const struct stat
   int mount_id;
   if (::name_to_handle_at(dir_fd, name, fh, &mount_id, 0) != 0 || mount_id != mount_id_) return "";
   buf.resize(sizeof(struct file_handle) + fh->handle_bytes);
-  return buf;
+  return Inline(buf).empty() ? "" : buf;
 }
 
 std::string InodeTable::HandleOf(int fd, const struct stat& st) {
   if (!use_handles_ || S_ISDIR(st.st_mode)) return "";
   int mount_id = -1;
   std::string h = HandleOfAny(fd, &mount_id);
-  return mount_id == mount_id_ ? h : "";  // another filesystem mounted inside: keep the fd
+  // Another filesystem mounted inside, or a handle too long: keep the fd.
+  return mount_id == mount_id_ && !Inline(h).empty() ? h : "";
 }
 
-Inode* InodeTable::FindHotLocked(dev_t dev, ino_t ino, const std::string& handle) {
-  auto it = hot_.find({dev, ino});
+Inode* InodeTable::FindHotLocked(dev_t dev, ino_t ino, const InlineHandle& handle) {
+  auto it = hot_.find(HotKey{dev, ino});
   if (it == hot_.end()) return nullptr;
-  Inode* inode = it->second;
-  bool same = inode->handle ? *inode->handle == handle : handle.empty();
-  if (same) return inode;
+  Inode* inode = *it;
+  if (BackingHandle(inode) == handle) return inode;
   hot_.erase(it);  // the kernel may still hold it; it lives until forgotten
   return nullptr;
 }
 
-ino_t InodeTable::HotNumberLocked(dev_t dev, ino_t ino) {
-  if (dev == root_dev_ && ino < kAssignedInoBase) return ino;
-  return kAssignedInoBase + next_assigned_++;
+ino_t InodeTable::HotNumberLocked(const Inode* inode) const {
+  if (inode->dev == root_dev_ && inode->ino < kAssignedInoBase) return inode->ino;
+  return inode->extra ? inode->extra->assigned_ino : kAssignedInoBase;
+}
+
+void InodeTable::AssignHotNumberLocked(Inode* inode) {
+  if (inode->dev == root_dev_ && inode->ino < kAssignedInoBase) return;
+  Extra(inode).assigned_ino = kAssignedInoBase + next_assigned_++;
+}
+
+ino_t InodeTable::ShownLocked(const Inode* inode) const {
+  switch (inode->kind) {
+    case Kind::kHot:
+      return HotNumberLocked(inode);
+    case Kind::kColdFile:
+      return ColdIno(inode->file_id);
+    case Kind::kColdDir:
+      return inode->extra->assigned_ino;
+  }
+  return 0;
 }
 
 ino_t InodeTable::HotDirentIno(dev_t dev, ino_t ino) {
@@ -90,18 +156,21 @@ ino_t InodeTable::HotDirentIno(dev_t dev, ino_t ino) {
 
 InodeView InodeTable::View(uint64_t id) {
   InodeView v;
-  std::shared_ptr<const std::string> handle;
+  InlineHandle handle;
   {
     MutexLock lock(mu_);
     Inode* i = Get(id);
-    v = {i->kind, i->fd, i->manifest, i->cold_path, i->shown_ino};
-    handle = i->handle;
+    v.kind = i->kind;
+    v.fd = i->extra ? i->extra->fd : nullptr;
+    v.file_id = i->file_id;
+    if (i->kind == Kind::kColdFile) v.cold = i->cold;
+    if (i->kind == Kind::kColdDir) v.cold_path = i->extra->cold_path;
+    v.shown_ino = ShownLocked(i);
+    if (i->kind == Kind::kHot) handle = i->handle;
   }
   if (v.kind == Kind::kHot && !v.fd) {
-    std::string h = *handle;  // open_by_handle_at wants a mutable struct
-    int fd = ::open_by_handle_at(mount_fd_.get(), reinterpret_cast<struct file_handle*>(h.data()),
-                                 O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    v.fd = std::make_shared<UniqueFd>(fd);  // -1 when the file is gone
+    // -1 when the file is gone
+    v.fd = std::make_shared<UniqueFd>(OpenByHandle(mount_fd_.get(), handle));
   }
   return v;
 }
@@ -113,7 +182,7 @@ Kind InodeTable::KindOf(uint64_t id) {
 
 ino_t InodeTable::ShownIno(uint64_t id) {
   MutexLock lock(mu_);
-  return Get(id)->shown_ino;
+  return ShownLocked(Get(id));
 }
 
 bool InodeTable::VolatileAttrs(uint64_t id) {
@@ -123,130 +192,146 @@ bool InodeTable::VolatileAttrs(uint64_t id) {
          inode->kind == Kind::kColdDir;
 }
 
-void InodeTable::SetHotLocked(Inode* inode, UniqueFd fd, std::string handle,
+void InodeTable::SetHotLocked(Inode* inode, UniqueFd fd, const InlineHandle& handle,
                               const struct stat& st) {
   inode->kind = Kind::kHot;
+  inode->handle = handle;
   if (handle.empty()) {
-    inode->fd = std::make_shared<UniqueFd>(std::move(fd));
-    inode->handle.reset();
-  } else {
-    inode->fd.reset();
-    inode->handle = std::make_shared<const std::string>(std::move(handle));
+    Extra(inode).fd = std::make_shared<UniqueFd>(std::move(fd));
+  } else if (inode->extra) {
+    inode->extra->fd.reset();
+  }
+  if (inode->extra) {
+    inode->extra->backing = {};
+    inode->extra->cold_path.clear();
   }
   inode->dev = st.st_dev;
   inode->ino = st.st_ino;
-  inode->hot_ino = inode->shown_ino = HotNumberLocked(st.st_dev, st.st_ino);
-  inode->manifest.reset();
-  inode->cold_path.clear();
+  AssignHotNumberLocked(inode);
   inode->generation.fetch_add(1, std::memory_order_release);
-  hot_[{inode->dev, inode->ino}] = inode;
+  IndexHotLocked(inode);
 }
 
 Inode* InodeTable::NewLocked() {
-  auto owned = std::make_unique<Inode>();
-  Inode* raw = owned.get();
-  all_.emplace(raw, std::move(owned));
-  return raw;
+  if (!free_.empty()) {
+    Inode* inode = free_.back();
+    free_.pop_back();
+    return inode;
+  }
+  return &slab_.emplace_back();
+}
+
+void InodeTable::IndexHotLocked(Inode* inode) {
+  // Another inode of the same (dev, ino) is stale (a reused number): this
+  // one takes its place in the index.
+  hot_.erase(HotKey{inode->dev, inode->ino});
+  hot_.insert(inode);
 }
 
 void InodeTable::UnindexHotLocked(Inode* inode) {
-  auto it = hot_.find({inode->dev, inode->ino});
-  if (it != hot_.end() && it->second == inode) hot_.erase(it);
+  auto it = hot_.find(HotKey{inode->dev, inode->ino});
+  if (it != hot_.end() && *it == inode) hot_.erase(it);
 }
 
 void InodeTable::IndexColdLocked(Inode* inode, uint64_t file_id) {
   if (inode->file_id != 0 && inode->file_id != file_id) {
     auto it = cold_files_.find(inode->file_id);
-    if (it != cold_files_.end() && it->second == inode) cold_files_.erase(it);
+    if (it != cold_files_.end() && *it == inode) cold_files_.erase(it);
   }
-  cold_files_[file_id] = inode;
+  cold_files_.erase(file_id);
   inode->file_id = file_id;
+  cold_files_.insert(inode);
 }
 
 void InodeTable::UnindexColdLocked(Inode* inode) {
   if (inode->file_id != 0) {
     auto it = cold_files_.find(inode->file_id);
-    if (it != cold_files_.end() && it->second == inode) cold_files_.erase(it);
+    if (it != cold_files_.end() && *it == inode) cold_files_.erase(it);
     inode->file_id = 0;
   }
   if (inode->kind == Kind::kColdDir) {
-    auto it = cold_dirs_.find(inode->cold_path);
+    auto it = cold_dirs_.find(inode->extra->cold_path);
     if (it != cold_dirs_.end() && it->second == inode) cold_dirs_.erase(it);
   }
 }
 
-std::unique_ptr<Inode> InodeTable::ReleaseIfUnusedLocked(Inode* inode) {
+std::unique_ptr<InodeExtra> InodeTable::ReleaseIfUnusedLocked(Inode* inode) {
   if (inode == &root_ || inode->nlookup > 0 || inode->open_handles > 0 || inode->pins > 0) {
     return nullptr;
   }
   UnindexHotLocked(inode);
   UnindexColdLocked(inode);
-  auto it = all_.find(inode);
-  if (it == all_.end()) return nullptr;
-  std::unique_ptr<Inode> dead = std::move(it->second);
-  all_.erase(it);
-  return dead;
+  std::unique_ptr<InodeExtra> held = std::move(inode->extra);
+  inode->dev = 0;
+  inode->ino = 0;
+  inode->kind = Kind::kHot;
+  inode->handle = {};
+  inode->in_transition = false;
+  inode->volatile_attrs = false;
+  inode->write_handles = 0;
+  free_.push_back(inode);
+  return held;
+}
+
+InodeRef InodeTable::RefLocked(Inode* inode) {
+  inode->nlookup++;
+  InodeRef ref{Id(inode), ShownLocked(inode), std::nullopt};
+  if (inode->kind == Kind::kColdFile) ref.cold = inode->cold;
+  return ref;
 }
 
 InodeRef InodeTable::AddHot(UniqueFd fd, const struct stat& st, bool volatile_attrs) {
-  std::string handle = HandleOf(fd.get(), st);
+  InlineHandle handle = Inline(HandleOf(fd.get(), st));
   MutexLock lock(mu_);
-  if (st.st_dev == root_.dev && st.st_ino == root_.ino) {
-    root_.nlookup++;
-    return {kRootId, root_.shown_ino, nullptr};
-  }
+  if (st.st_dev == root_.dev && st.st_ino == root_.ino) return RefLocked(&root_);
   Inode* inode = FindHotLocked(st.st_dev, st.st_ino, handle);
   if (inode == nullptr) {
     inode = NewLocked();
-    SetHotLocked(inode, std::move(fd), std::move(handle), st);
+    SetHotLocked(inode, std::move(fd), handle, st);
   }
-  inode->nlookup++;
   inode->volatile_attrs |= volatile_attrs;
-  return {Id(inode), inode->shown_ino, inode->kind == Kind::kColdFile ? inode->manifest : nullptr};
+  return RefLocked(inode);
 }
 
 InodeRef InodeTable::RefHot(const struct stat& st, const std::string& handle, bool volatile_attrs) {
+  const InlineHandle h = Inline(handle);
   MutexLock lock(mu_);
-  if (st.st_dev == root_.dev && st.st_ino == root_.ino) {
-    root_.nlookup++;
-    return {kRootId, root_.shown_ino, nullptr};
-  }
-  Inode* found = FindHotLocked(st.st_dev, st.st_ino, handle);
+  if (st.st_dev == root_.dev && st.st_ino == root_.ino) return RefLocked(&root_);
+  Inode* found = FindHotLocked(st.st_dev, st.st_ino, h);
   if (found == nullptr) return {};
-  found->nlookup++;
   found->volatile_attrs |= volatile_attrs;
-  return {Id(found), found->shown_ino, found->kind == Kind::kColdFile ? found->manifest : nullptr};
+  return RefLocked(found);
 }
 
-InodeRef InodeTable::AddHotByHandle(const struct stat& st, std::string handle,
+InodeRef InodeTable::AddHotByHandle(const struct stat& st, const std::string& handle,
                                     bool volatile_attrs) {
+  const InlineHandle h = Inline(handle);
+  if (h.empty()) return {};
   MutexLock lock(mu_);
-  Inode* inode = FindHotLocked(st.st_dev, st.st_ino, handle);
+  if (st.st_dev == root_.dev && st.st_ino == root_.ino) return RefLocked(&root_);
+  Inode* inode = FindHotLocked(st.st_dev, st.st_ino, h);
   if (inode == nullptr) {
     inode = NewLocked();
-    SetHotLocked(inode, UniqueFd(), std::move(handle), st);
+    SetHotLocked(inode, UniqueFd(), h, st);
   }
-  inode->nlookup++;
   inode->volatile_attrs |= volatile_attrs;
-  return {Id(inode), inode->shown_ino, inode->kind == Kind::kColdFile ? inode->manifest : nullptr};
+  return RefLocked(inode);
 }
 
-InodeRef InodeTable::AddColdFile(std::shared_ptr<const storepb::Manifest> m) {
+InodeRef InodeTable::AddColdFile(const storepb::Manifest& m) {
   MutexLock lock(mu_);
-  auto it = cold_files_.find(m->file_id());
+  auto it = cold_files_.find(m.file_id());
   Inode* inode;
   if (it != cold_files_.end()) {
-    inode = it->second;
-    if (inode->kind == Kind::kColdFile) inode->manifest = std::move(m);
+    inode = *it;
+    if (inode->kind == Kind::kColdFile) inode->cold = ColdAttrs::Of(m);
   } else {
     inode = NewLocked();
     inode->kind = Kind::kColdFile;
-    inode->shown_ino = ColdIno(m->file_id());
-    inode->manifest = std::move(m);
-    IndexColdLocked(inode, inode->manifest->file_id());
+    inode->cold = ColdAttrs::Of(m);
+    IndexColdLocked(inode, m.file_id());
   }
-  inode->nlookup++;
-  return {Id(inode), inode->shown_ino, inode->kind == Kind::kColdFile ? inode->manifest : nullptr};
+  return RefLocked(inode);
 }
 
 ino_t InodeTable::ColdDirIno(const std::string& rel_path) {
@@ -266,29 +351,27 @@ uint64_t InodeTable::AddColdDir(const std::string& rel_path) {
   }
   Inode* inode = NewLocked();
   inode->kind = Kind::kColdDir;
-  inode->cold_path = rel_path;
-  inode->shown_ino = shown;
+  Extra(inode).cold_path = rel_path;
+  inode->extra->assigned_ino = shown;
   inode->nlookup = 1;
   cold_dirs_[rel_path] = inode;
   return Id(inode);
 }
 
 void InodeTable::Forget(uint64_t id, uint64_t n) {
-  std::unique_ptr<Inode> dead;  // destroyed after the lock is released
+  std::unique_ptr<InodeExtra> dead;  // destroyed after the lock is released
   MutexLock lock(mu_);
   Inode* inode = Get(id);
   inode->nlookup = n >= inode->nlookup ? 0 : inode->nlookup - n;
   dead = ReleaseIfUnusedLocked(inode);
 }
 
-InodeTable::Open InodeTable::OpenHandle(uint64_t id, bool writable, const storepb::Manifest* cold) {
+InodeTable::Open InodeTable::OpenHandle(uint64_t id, bool writable, uint64_t cold_file_id) {
   MutexLock lock(mu_);
   Inode* inode = Get(id);
-  if (cold != nullptr) {
-    if (inode->kind != Kind::kColdFile || inode->manifest->file_id() != cold->file_id()) {
-      return Open::kRetry;
-    }
-    readers_[cold->file_id()]++;
+  if (cold_file_id != 0) {
+    if (inode->kind != Kind::kColdFile || inode->file_id != cold_file_id) return Open::kRetry;
+    readers_[cold_file_id]++;
   } else {
     if (inode->kind != Kind::kHot) return Open::kRetry;
     if (writable && inode->in_transition) return Open::kWait;
@@ -299,7 +382,7 @@ InodeTable::Open InodeTable::OpenHandle(uint64_t id, bool writable, const storep
 }
 
 int InodeTable::CloseHandle(uint64_t id, bool writable, uint64_t cold_file_id) {
-  std::unique_ptr<Inode> dead;
+  std::unique_ptr<InodeExtra> dead;
   int left = 0;
   {
     MutexLock lock(mu_);
@@ -331,9 +414,8 @@ void InodeTable::WaitSettled(uint64_t id) {
   settled_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return !inode->in_transition; });
 }
 
-uint64_t InodeTable::BeginMove(int fd, const struct stat& st,
-                               std::shared_ptr<const storepb::Manifest> m) {
-  std::string handle = HandleOf(fd, st);
+uint64_t InodeTable::BeginMove(int fd, const struct stat& st, const storepb::Manifest& m) {
+  const InlineHandle handle = Inline(HandleOf(fd, st));
   UniqueFd path_fd;
   if (handle.empty()) {
     path_fd.reset(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_PATH | O_CLOEXEC));
@@ -346,37 +428,39 @@ uint64_t InodeTable::BeginMove(int fd, const struct stat& st,
   } else {
     // Not known to the kernel yet: an inode the lookups of either side find.
     inode = NewLocked();
-    SetHotLocked(inode, std::move(path_fd), std::move(handle), st);
+    SetHotLocked(inode, std::move(path_fd), handle, st);
   }
+  // Still found by its backing identity until EndMove.
+  Extra(inode).backing = inode->handle;
   inode->kind = Kind::kColdFile;
-  inode->manifest = std::move(m);
-  inode->shown_ino = ColdIno(inode->manifest->file_id());
+  inode->cold = ColdAttrs::Of(m);
   inode->in_transition = true;
   inode->pins++;
   inode->generation.fetch_add(1, std::memory_order_release);
-  IndexColdLocked(inode, inode->manifest->file_id());
+  IndexColdLocked(inode, m.file_id());
   return Id(inode);
 }
 
 uint64_t InodeTable::EndMove(uint64_t file_id, bool moved) {
-  std::unique_ptr<Inode> dead;
+  std::unique_ptr<InodeExtra> dead;
+  std::shared_ptr<UniqueFd> fd;  // closed after the lock is released
   uint64_t id = 0;
   {
     MutexLock lock(mu_);
     auto it = cold_files_.find(file_id);
-    if (it == cold_files_.end() || !it->second->in_transition) return 0;
-    Inode* inode = it->second;
+    if (it == cold_files_.end() || !(*it)->in_transition) return 0;
+    Inode* inode = *it;
     id = Id(inode);
     UnindexHotLocked(inode);
     if (moved) {
-      inode->fd.reset();
-      inode->handle.reset();
+      fd = std::move(inode->extra->fd);
+      inode->extra->backing = {};
     } else {
       UnindexColdLocked(inode);
       inode->kind = Kind::kHot;
-      inode->manifest.reset();
-      inode->shown_ino = inode->hot_ino;
-      hot_[{inode->dev, inode->ino}] = inode;
+      inode->handle = inode->extra->backing;
+      inode->extra->backing = {};
+      IndexHotLocked(inode);
     }
     inode->in_transition = false;
     inode->pins--;
@@ -398,8 +482,9 @@ InodeTable::Rehydrate InodeTable::BeginRehydrate(uint64_t id) {
 }
 
 void InodeTable::RehydrateTarget(uint64_t id, int fd, const struct stat& st) {
-  std::string handle = HandleOf(fd, st);
+  const InlineHandle handle = Inline(HandleOf(fd, st));
   UniqueFd path_fd(::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_PATH | O_CLOEXEC));
+  std::shared_ptr<UniqueFd> replaced;  // closed after the lock is released
   MutexLock lock(mu_);
   Inode* inode = Get(id);
   if (!inode->in_transition || inode->kind != Kind::kColdFile) return;
@@ -409,32 +494,35 @@ void InodeTable::RehydrateTarget(uint64_t id, int fd, const struct stat& st) {
   // writer gone (a file handle would find nothing then). The file handle
   // stays beside it: it is what lookups compare.
   const bool pin = handle.empty() || (inode->open_handles > 0 && path_fd.valid());
-  inode->fd = pin ? std::make_shared<UniqueFd>(std::move(path_fd)) : nullptr;
-  if (handle.empty()) {
-    inode->handle.reset();
-  } else {
-    inode->handle = std::make_shared<const std::string>(std::move(handle));
-  }
+  InodeExtra& extra = Extra(inode);
+  replaced = std::move(extra.fd);
+  extra.fd = pin ? std::make_shared<UniqueFd>(std::move(path_fd)) : nullptr;
+  extra.backing = handle;
   inode->dev = st.st_dev;
   inode->ino = st.st_ino;
-  hot_[{inode->dev, inode->ino}] = inode;
+  IndexHotLocked(inode);
 }
 
 void InodeTable::EndRehydrate(uint64_t id, bool placed) {
-  std::unique_ptr<Inode> dead;
+  std::unique_ptr<InodeExtra> dead;
+  std::shared_ptr<UniqueFd> fd;  // closed after the lock is released
   {
     MutexLock lock(mu_);
     Inode* inode = Get(id);
-    if (placed && (inode->fd || inode->handle)) {
+    InodeExtra* extra = inode->extra.get();
+    if (placed && extra != nullptr && (extra->fd || !extra->backing.empty())) {
       // Its file id still finds it (see the header comment).
       inode->kind = Kind::kHot;
-      inode->manifest.reset();
-      inode->hot_ino = inode->shown_ino = HotNumberLocked(inode->dev, inode->ino);
+      inode->handle = extra->backing;
+      extra->backing = {};
+      AssignHotNumberLocked(inode);
       inode->generation.fetch_add(1, std::memory_order_release);
     } else {
       UnindexHotLocked(inode);
-      inode->fd.reset();
-      inode->handle.reset();
+      if (extra != nullptr) {
+        fd = std::move(extra->fd);
+        extra->backing = {};
+      }
     }
     inode->in_transition = false;
     inode->pins--;
@@ -444,13 +532,15 @@ void InodeTable::EndRehydrate(uint64_t id, bool placed) {
 }
 
 uint64_t InodeTable::PutBackHot(uint64_t file_id, UniqueFd fd, const struct stat& st) {
-  std::string handle = HandleOf(fd.get(), st);
+  const InlineHandle handle = Inline(HandleOf(fd.get(), st));
+  std::shared_ptr<UniqueFd> replaced;  // closed after the lock is released
   MutexLock lock(mu_);
   auto it = cold_files_.find(file_id);
-  if (it == cold_files_.end() || it->second->kind == Kind::kColdDir) return 0;
-  Inode* inode = it->second;
+  if (it == cold_files_.end() || (*it)->kind == Kind::kColdDir) return 0;
+  Inode* inode = *it;
   UnindexHotLocked(inode);
-  SetHotLocked(inode, std::move(fd), std::move(handle), st);  // its file id still finds it
+  if (inode->extra) replaced = std::move(inode->extra->fd);
+  SetHotLocked(inode, std::move(fd), handle, st);  // its file id still finds it
   return Id(inode);
 }
 
@@ -459,14 +549,13 @@ void InodeTable::ColdDirToHot(uint64_t id, UniqueFd fd, const struct stat& st) {
   Inode* inode = Get(id);
   if (inode->kind != Kind::kColdDir) return;
   UnindexColdLocked(inode);
-  SetHotLocked(inode, std::move(fd), "", st);
+  SetHotLocked(inode, std::move(fd), InlineHandle(), st);
 }
 
-void InodeTable::UpdateManifest(std::shared_ptr<const storepb::Manifest> m) {
+void InodeTable::UpdateManifest(const storepb::Manifest& m) {
   MutexLock lock(mu_);
-  auto it = cold_files_.find(m->file_id());
-  if (it != cold_files_.end() && it->second->kind == Kind::kColdFile)
-    it->second->manifest = std::move(m);
+  auto it = cold_files_.find(m.file_id());
+  if (it != cold_files_.end() && (*it)->kind == Kind::kColdFile) (*it)->cold = ColdAttrs::Of(m);
 }
 
 void InodeTable::RenameColdDirs(const std::string& from, const std::string& to) {
@@ -484,8 +573,9 @@ void InodeTable::RenameColdDirs(const std::string& from, const std::string& to) 
     }
   }
   for (Inode* inode : moved) {
-    inode->cold_path = to + inode->cold_path.substr(from.size());
-    cold_dirs_[inode->cold_path] = inode;
+    std::string& path = inode->extra->cold_path;
+    path = to + path.substr(from.size());
+    cold_dirs_[path] = inode;
   }
   std::vector<std::pair<std::string, ino_t>> numbers;
   for (auto it = cold_dir_inos_.begin(); it != cold_dir_inos_.end();) {
@@ -501,7 +591,7 @@ void InodeTable::RenameColdDirs(const std::string& from, const std::string& to) 
 
 size_t InodeTable::size() {
   MutexLock lock(mu_);
-  return all_.size() + 1;
+  return slab_.size() - free_.size() + 1;
 }
 
 }  // namespace tbfs::fs

@@ -42,6 +42,13 @@
 // freed. Open cold handles are counted per file id (Readers): a file's
 // chunks stay in the store while someone reads them.
 //
+// Memory: an inode the kernel holds costs about 120 bytes, whatever the
+// logdir's size: a slot of a slab (no allocation of its own), a file
+// handle held inline, a cold file's attributes (not its manifest, which is
+// read from the store when a handle is opened), and one slot of a flat
+// hash index. Folders, and files without a usable handle, add an O_PATH
+// fd; cold-only folders their path (InodeExtra). Slots are reused.
+//
 // Locking: one mutex (mu_) guards the indexes, the counts and every
 // mutable field of every inode. It is the innermost lock of the daemon
 // (Filesystem::rehydrate_mu_ -> Filesystem::ns_mu_ -> InodeTable::mu_), and
@@ -50,15 +57,19 @@
 // conversion cannot close it under a user).
 #pragma once
 
+#include <absl/container/flat_hash_set.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "base/fs_util.h"
 #include "base/thread_annotations.h"
@@ -71,48 +82,84 @@ inline constexpr ino_t kAssignedInoBase = ino_t{1} << 48;  // numbers the mount 
 inline constexpr ino_t kColdInoBase = ino_t{3} << 47;      // + cold file id
 inline ino_t ColdIno(uint64_t file_id) { return kColdInoBase + file_id; }
 
-enum class Kind { kHot, kColdFile, kColdDir };
+enum class Kind : uint8_t { kHot, kColdFile, kColdDir };
+
+// A kernel file handle (struct file_handle's type and bytes), inline. The
+// handles of ext4, xfs, btrfs and tmpfs fit; a file whose handle does not
+// is held by an fd, as where there are no handles.
+struct InlineHandle {
+  static constexpr size_t kMaxBytes = 24;
+  int32_t type = 0;
+  uint8_t size = 0;  // 0: none
+  uint8_t bytes[kMaxBytes] = {};
+  bool empty() const { return size == 0; }
+  bool operator==(const InlineHandle&) const = default;
+};
+
+// A cold file's attributes, as its manifest has them: what getattr shows.
+struct ColdAttrs {
+  uint64_t size = 0;
+  int64_t atime_ns = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  uint32_t mode = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t stored_4k = 0;  // what it takes in the store, in 4 KiB blocks, rounded up
+  static ColdAttrs Of(const storepb::Manifest& m);
+};
+
+// What few inodes need: allocated for those only.
+struct InodeExtra {
+  // O_PATH: folders, files on filesystems without (inline) file handles,
+  // a kColdFile moving out without a handle, and a file rehydrated while
+  // open (beside its handle: see RehydrateTarget).
+  std::shared_ptr<UniqueFd> fd;
+  std::string cold_path;  // kColdDir
+  ino_t assigned_ino = 0;  // a number the mount handed out (other filesystems, cold-only folders)
+  InlineHandle backing;    // kColdFile: the backing file it still has (moving out, rehydrating)
+};
 
 struct Inode {
-  Kind kind = Kind::kHot;
-  // The backing file: of a kHot inode, and of a kColdFile still moving out.
-  // O_PATH: folders, files on filesystems without file handles, and a file
-  // rehydrated while open (beside its handle: see RehydrateTarget).
-  std::shared_ptr<UniqueFd> fd;
-  std::shared_ptr<const std::string> handle;  // file handle (the rest)
+  Inode() : handle() {}
+  uint64_t nlookup = 0;
+  uint64_t file_id = 0;  // the cold file id that finds it (kept when it turns hot)
+  // The backing file: of a kHot inode, and of a kColdFile still moving out
+  // or being rehydrated.
   dev_t dev = 0;
   ino_t ino = 0;
-  ino_t hot_ino = 0;                                  // st_ino shown while hot
-  std::shared_ptr<const storepb::Manifest> manifest;  // kColdFile
-  uint64_t file_id = 0;   // the cold file id that finds it (kept when it turns hot)
-  std::string cold_path;  // kColdDir
-  ino_t shown_ino = 0;    // st_ino shown now
-  uint64_t nlookup = 0;
-  int open_handles = 0;
-  int write_handles = 0;        // ... of them writable
-  int pins = 0;                 // transitions holding it
-  bool in_transition = false;   // writable opens wait
-  bool volatile_attrs = false;  // a folder or a tfevents file: short TTL
   // Bumped at every change of what the inode serves (Generation). Read
   // without the lock by open handles.
-  std::atomic<uint64_t> generation{0};
+  std::atomic<uint32_t> generation{0};
+  uint32_t open_handles = 0;
+  uint16_t write_handles = 0;  // ... of them writable
+  uint16_t pins = 0;           // transitions holding it
+  Kind kind = Kind::kHot;
+  bool in_transition = false;   // writable opens wait
+  bool volatile_attrs = false;  // a folder or a tfevents file: short TTL
+  union {
+    InlineHandle handle;  // kHot: the file (empty: held by extra->fd)
+    ColdAttrs cold;       // kColdFile
+  };
+  std::unique_ptr<InodeExtra> extra;
 };
 
 // A consistent copy of an inode's state, for use outside the lock.
 struct InodeView {
   Kind kind;
   std::shared_ptr<UniqueFd> fd;  // kHot: always set; invalid (-1) when the file is gone
-  std::shared_ptr<const storepb::Manifest> manifest;
-  std::string cold_path;
+  ColdAttrs cold;                // kColdFile
+  uint64_t file_id;              // kColdFile
+  std::string cold_path;         // kColdDir
   ino_t shown_ino;
 };
 
 // What a lookup found: the node id, the st_ino to show, and, for an inode
-// that serves the store's copy already (moving), its manifest.
+// that serves the store's copy already (moving), its attributes.
 struct InodeRef {
   uint64_t id = 0;
   ino_t shown_ino = 0;
-  std::shared_ptr<const storepb::Manifest> manifest;
+  std::optional<ColdAttrs> cold;
 };
 
 class InodeTable {
@@ -130,9 +177,9 @@ class InodeTable {
   // move, a rehydration, a put-back): an open handle compares it with the
   // value it saw to know when to look again. Valid while the inode lives
   // (an open handle keeps it alive).
-  const std::atomic<uint64_t>* Generation(uint64_t id) { return &Get(id)->generation; }
+  const std::atomic<uint32_t>* Generation(uint64_t id) { return &Get(id)->generation; }
   ino_t ShownIno(uint64_t id);
-  int RootFd() const { return root_.fd->get(); }
+  int RootFd() const { return root_.extra->fd->get(); }
   bool VolatileAttrs(uint64_t id);
 
   // --- lookups: each counts one lookup of the inode it returns.
@@ -145,13 +192,13 @@ class InodeTable {
   InodeRef RefHot(const struct stat& st, const std::string& handle, bool volatile_attrs);
   // RefHot, or a new inode held by `handle` (not empty), with no fd: the
   // caller made sure st and handle are of one file.
-  InodeRef AddHotByHandle(const struct stat& st, std::string handle, bool volatile_attrs);
+  InodeRef AddHotByHandle(const struct stat& st, const std::string& handle, bool volatile_attrs);
   // The file handle of dir_fd/name (st is its lstat), or "" where the inode
-  // is held by an fd (folders, or no file handles here).
+  // is held by an fd (folders, no file handles here, or one too long).
   std::string HandleAt(int dir_fd, const char* name, const struct stat& st);
-  // Finds or adds the inode of cold file m; `manifest` is empty in the
-  // result when that inode serves the file from the logdir by now.
-  InodeRef AddColdFile(std::shared_ptr<const storepb::Manifest> m);
+  // Finds or adds the inode of cold file m; `cold` is empty in the result
+  // when that inode serves the file from the logdir by now.
+  InodeRef AddColdFile(const storepb::Manifest& m);
   // Finds or adds the inode of the cold-only folder rel_path.
   uint64_t AddColdDir(const std::string& rel_path);
   // The st_ino of the cold-only folder rel_path (stable for the mount's life).
@@ -163,11 +210,11 @@ class InodeTable {
 
   // --- open handles
   enum class Open { kOk, kRetry, kWait };
-  // Counts an open handle. Hot (cold == nullptr): kRetry when the inode is
+  // Counts an open handle. Hot (cold_file_id 0): kRetry when the inode is
   // not hot any more, kWait when a writable open must wait for a
-  // transition. Cold: a reader of cold's chunks; kRetry when the inode no
-  // longer serves that file.
-  Open OpenHandle(uint64_t id, bool writable, const storepb::Manifest* cold);
+  // transition. Cold: a reader of that file id's chunks; kRetry when the
+  // inode no longer serves that file.
+  Open OpenHandle(uint64_t id, bool writable, uint64_t cold_file_id);
   // Returns the readers cold_file_id has left (0 for hot handles).
   int CloseHandle(uint64_t id, bool writable, uint64_t cold_file_id);
   // Open cold handles of a file id.
@@ -179,7 +226,7 @@ class InodeTable {
   // whose attributes changed (0 for none): the caller tells the kernel.
   // BeginMove returns 0 (nothing changes) when the file is open for
   // writing through the mount or in another transition.
-  uint64_t BeginMove(int fd, const struct stat& st, std::shared_ptr<const storepb::Manifest> m);
+  uint64_t BeginMove(int fd, const struct stat& st, const storepb::Manifest& m);
   uint64_t EndMove(uint64_t file_id, bool moved);
   enum class Rehydrate { kStarted, kNotCold, kBusy };
   Rehydrate BeginRehydrate(uint64_t id);
@@ -194,55 +241,95 @@ class InodeTable {
   // A cold-only folder now exists in the backing folder, open as fd.
   void ColdDirToHot(uint64_t id, UniqueFd fd, const struct stat& st);
   // A cold file's manifest changed (renamed, chmod); updates whoever holds it.
-  void UpdateManifest(std::shared_ptr<const storepb::Manifest> m);
+  void UpdateManifest(const storepb::Manifest& m);
   // Cold-only folder inodes at or below `from` move to `to`.
   void RenameColdDirs(const std::string& from, const std::string& to);
 
   size_t size();
 
  private:
-  using HotKey = std::pair<dev_t, ino_t>;
-  struct HotKeyHash {
-    size_t operator()(const HotKey& k) const {  // splitmix64 finalizer
-      uint64_t x = static_cast<uint64_t>(k.first) * 0x9e3779b97f4a7c15ull ^ k.second;
-      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-      x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-      return static_cast<size_t>(x ^ (x >> 31));
+  // The flat indexes hold inode pointers and hash the inode's own key
+  // fields: an inode's (dev, ino) or file_id never changes while it is
+  // indexed by it.
+  struct HotKey {
+    dev_t dev;
+    ino_t ino;
+  };
+  struct HotHash {
+    using is_transparent = void;
+    size_t operator()(const HotKey& k) const;
+    size_t operator()(const Inode* i) const { return (*this)(HotKey{i->dev, i->ino}); }
+  };
+  struct HotEq {
+    using is_transparent = void;
+    static HotKey Key(const HotKey& k) { return k; }
+    static HotKey Key(const Inode* i) { return {i->dev, i->ino}; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Key(a).dev == Key(b).dev && Key(a).ino == Key(b).ino;
     }
   };
+  struct ColdHash {
+    using is_transparent = void;
+    size_t operator()(uint64_t id) const { return absl::Hash<uint64_t>()(id); }
+    size_t operator()(const Inode* i) const { return (*this)(i->file_id); }
+  };
+  struct ColdEq {
+    using is_transparent = void;
+    static uint64_t Key(uint64_t id) { return id; }
+    static uint64_t Key(const Inode* i) { return i->file_id; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Key(a) == Key(b);
+    }
+  };
+
   Inode* Get(uint64_t id);
   uint64_t Id(Inode* inode) {
     return inode == &root_ ? kRootId : reinterpret_cast<uintptr_t>(inode);
   }
   Inode* NewLocked() TBFS_REQUIRES(mu_);
+  static InodeExtra& Extra(Inode* inode);
+  // The st_ino shown now; a hot file's number.
+  ino_t ShownLocked(const Inode* inode) const TBFS_REQUIRES(mu_);
+  ino_t HotNumberLocked(const Inode* inode) const TBFS_REQUIRES(mu_);
+  // Gives a hot inode its own number where the backing one cannot be shown.
+  void AssignHotNumberLocked(Inode* inode) TBFS_REQUIRES(mu_);
+  // The handle a lookup compares: a hot file's, or a cold file's backing one.
+  static const InlineHandle& BackingHandle(const Inode* inode);
+  InodeRef RefLocked(Inode* inode) TBFS_REQUIRES(mu_);
   // The indexed hot inode of (dev, ino) if it is the file with `handle`; a
   // stale one (a reused inode number) is dropped from the index.
-  Inode* FindHotLocked(dev_t dev, ino_t ino, const std::string& handle) TBFS_REQUIRES(mu_);
+  Inode* FindHotLocked(dev_t dev, ino_t ino, const InlineHandle& handle) TBFS_REQUIRES(mu_);
   // The file handle for a hot non-folder entry open as fd ("" to keep the fd).
   std::string HandleOf(int fd, const struct stat& st);
-  // Makes the inode the hot file (fd or handle) with identity st, indexed.
-  void SetHotLocked(Inode* inode, UniqueFd fd, std::string handle, const struct stat& st)
+  // Makes the inode the hot file (fd, or handle when not empty) with
+  // identity st, indexed.
+  void SetHotLocked(Inode* inode, UniqueFd fd, const InlineHandle& handle, const struct stat& st)
       TBFS_REQUIRES(mu_);
-  ino_t HotNumberLocked(dev_t dev, ino_t ino) TBFS_REQUIRES(mu_);
+  void IndexHotLocked(Inode* inode) TBFS_REQUIRES(mu_);
   void UnindexHotLocked(Inode* inode) TBFS_REQUIRES(mu_);
   void IndexColdLocked(Inode* inode, uint64_t file_id) TBFS_REQUIRES(mu_);
   void UnindexColdLocked(Inode* inode) TBFS_REQUIRES(mu_);
-  // The inode, removed from the table, when nothing holds it any more.
-  std::unique_ptr<Inode> ReleaseIfUnusedLocked(Inode* inode) TBFS_REQUIRES(mu_);
+  // When nothing holds the inode any more: back to the free slots; returns
+  // what it held (closed by the caller, outside the lock).
+  std::unique_ptr<InodeExtra> ReleaseIfUnusedLocked(Inode* inode) TBFS_REQUIRES(mu_);
 
   Mutex mu_;
   std::condition_variable_any settled_;  // an inode's transition ended
-  // A member, not in all_: never freed, whatever the kernel forgets of it.
+  // A member, not in the slab: never freed, whatever the kernel forgets of it.
   Inode root_;
   dev_t root_dev_ = 0;
   bool use_handles_ = false;  // set once at construction
   UniqueFd mount_fd_;         // the root, opened O_RDONLY, for open_by_handle_at
   int mount_id_ = -1;
   uint64_t next_assigned_ TBFS_GUARDED_BY(mu_) = 0;
-  // Owners of every inode but the root; the indexes point into them.
-  std::unordered_map<Inode*, std::unique_ptr<Inode>> all_ TBFS_GUARDED_BY(mu_);
-  std::unordered_map<HotKey, Inode*, HotKeyHash> hot_ TBFS_GUARDED_BY(mu_);
-  std::unordered_map<uint64_t, Inode*> cold_files_ TBFS_GUARDED_BY(mu_);
+  // Every inode but the root, at a fixed address (a deque never moves its
+  // elements); free_ lists the slots to use again.
+  std::deque<Inode> slab_ TBFS_GUARDED_BY(mu_);
+  std::vector<Inode*> free_ TBFS_GUARDED_BY(mu_);
+  absl::flat_hash_set<Inode*, HotHash, HotEq> hot_ TBFS_GUARDED_BY(mu_);
+  absl::flat_hash_set<Inode*, ColdHash, ColdEq> cold_files_ TBFS_GUARDED_BY(mu_);
   std::map<std::string, Inode*> cold_dirs_ TBFS_GUARDED_BY(mu_);
   std::map<std::string, ino_t> cold_dir_inos_ TBFS_GUARDED_BY(mu_);  // for the mount's life
   std::unordered_map<uint64_t, int> readers_ TBFS_GUARDED_BY(mu_);   // file id -> open cold handles

@@ -15,19 +15,19 @@
 
 namespace tbfs::fs {
 
-void Filesystem::ColdAttr(const storepb::Manifest& m, ino_t shown_ino, struct stat* st) {
+void Filesystem::ColdAttr(const ColdAttrs& a, ino_t shown_ino, struct stat* st) {
   *st = {};
   st->st_ino = shown_ino;
-  st->st_mode = m.mode();
+  st->st_mode = a.mode;
   st->st_nlink = 1;
-  st->st_uid = m.uid();
-  st->st_gid = m.gid();
-  st->st_size = static_cast<off_t>(m.size());
+  st->st_uid = a.uid;
+  st->st_gid = a.gid;
+  st->st_size = static_cast<off_t>(a.size);
   st->st_blksize = 1 << 16;
-  st->st_blocks = static_cast<blkcnt_t>((m.stored_bytes() + 511) / 512);
-  st->st_atim = FromNs(m.atime_ns());
-  st->st_mtim = FromNs(m.mtime_ns());
-  st->st_ctim = FromNs(m.ctime_ns());
+  st->st_blocks = static_cast<blkcnt_t>(a.stored_4k) * 8;
+  st->st_atim = FromNs(a.atime_ns);
+  st->st_mtim = FromNs(a.mtime_ns);
+  st->st_ctim = FromNs(a.ctime_ns);
 }
 
 void Filesystem::ColdDirAttr(const std::string& rel, ino_t shown_ino, struct stat* st) {
@@ -73,8 +73,8 @@ int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
     ref = inodes_.AddHot(std::move(owned), st, fresh);
   }
   out->id = ref.id;
-  if (ref.manifest) {
-    ColdAttr(*ref.manifest, ref.shown_ino, &out->attr);  // on its way to the store
+  if (ref.cold) {
+    ColdAttr(*ref.cold, ref.shown_ino, &out->attr);  // on its way to the store
   } else {
     out->attr = st;
     out->attr.st_ino = ref.shown_ino;
@@ -97,10 +97,10 @@ int Filesystem::LookupColdFile(uint64_t file_id, EntryOut* out) {
   auto m = store_->GetManifest(file_id);
   if (!m.ok()) return StoreError(m.status(), EioSite::kLookupManifest);
   InodeRef ref =
-      inodes_.AddColdFile(std::make_shared<const storepb::Manifest>(std::move(m).value()));
+      inodes_.AddColdFile(*m);
   out->id = ref.id;
-  if (ref.manifest) {
-    ColdAttr(*ref.manifest, ref.shown_ino, &out->attr);
+  if (ref.cold) {
+    ColdAttr(*ref.cold, ref.shown_ino, &out->attr);
     return 0;
   }
   // Back in the logdir since the store was asked: the inode serves it there.
@@ -138,7 +138,7 @@ int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
   InodeView v = inodes_.View(ino);
   switch (v.kind) {
     case Kind::kColdFile:
-      ColdAttr(*v.manifest, v.shown_ino, st);
+      ColdAttr(v.cold, v.shown_ino, st);
       return 0;
     case Kind::kColdDir:
       ColdDirAttr(v.cold_path, v.shown_ino, st);
@@ -160,7 +160,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
   if (v.kind == Kind::kColdFile && !(to_set & kSetSize)) {
     // Metadata of a cold file changes in its manifest; no rehydration.
     ReaderMutexLock ns(ns_mu_);
-    auto m = store_->GetManifest(v.manifest->file_id());
+    auto m = store_->GetManifest(v.file_id);
     if (!m.ok()) return StoreError(m.status(), EioSite::kSetattr);
     if (to_set & kSetMode) m->set_mode((m->mode() & S_IFMT) | (attr.st_mode & 07777));
     if (to_set & kSetUid) m->set_uid(attr.st_uid);
@@ -179,9 +179,8 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     store_->UpdateManifest(&batch, *m);
     Status st = store_->Commit(batch, true);
     if (!st.ok()) return StoreError(st, EioSite::kSetattr);
-    auto shared = std::make_shared<const storepb::Manifest>(std::move(m).value());
-    inodes_.UpdateManifest(shared);
-    ColdAttr(*shared, v.shown_ino, out);
+    inodes_.UpdateManifest(*m);
+    ColdAttr(ColdAttrs::Of(*m), v.shown_ino, out);
     return 0;
   }
   if (v.kind == Kind::kColdFile) {

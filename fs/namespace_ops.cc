@@ -390,7 +390,7 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
   } else {
     auto m = store_->GetManifest(src_entry->file_id());
     if (m.ok())
-      inodes_.UpdateManifest(std::make_shared<const storepb::Manifest>(std::move(m).value()));
+      inodes_.UpdateManifest(*m);
   }
   return 0;
 }

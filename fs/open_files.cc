@@ -35,7 +35,7 @@ FileHandle::~FileHandle() {
   for (int f : earlier_fds) ::close(f);
 }
 
-std::unique_ptr<FileHandle> Filesystem::NewHandle(uint64_t ino, uint64_t generation, int fd,
+std::unique_ptr<FileHandle> Filesystem::NewHandle(uint64_t ino, uint32_t generation, int fd,
                                                   bool writable) {
   auto fh = std::make_unique<FileHandle>();
   fh->inode = ino;
@@ -66,7 +66,7 @@ int Filesystem::Rehydrate(uint64_t ino) {
         break;
     }
     InodeView v = inodes_.View(ino);
-    auto m = store_->GetManifest(v.manifest->file_id());  // its current path
+    auto m = store_->GetManifest(v.file_id);  // its current path
     if (!m.ok()) {
       inodes_.EndRehydrate(ino, false);
       return StoreError(m.status(), EioSite::kRehydrate);
@@ -132,7 +132,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
   for (;;) {
     // Read before the view: if the inode serves another file by the time
     // the handle exists, its first use notices (IoFd).
-    const uint64_t generation = inodes_.Generation(ino)->load(std::memory_order_acquire);
+    const uint32_t generation = inodes_.Generation(ino)->load(std::memory_order_acquire);
     InodeView v = inodes_.View(ino);
     if (v.kind == Kind::kColdDir) return -EISDIR;
     if (v.kind == Kind::kColdFile && writable) {
@@ -140,8 +140,8 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
       continue;
     }
     if (v.kind == Kind::kColdFile) {
-      const uint64_t id = v.manifest->file_id();
-      if (inodes_.OpenHandle(ino, false, v.manifest.get()) != InodeTable::Open::kOk) continue;
+      const uint64_t id = v.file_id;
+      if (inodes_.OpenHandle(ino, false, id) != InodeTable::Open::kOk) continue;
       // Counted as a reader, the chunks stay; unless the file left the
       // store before (ReapRetired checks readers after the manifest went).
       auto m = store_->GetManifest(id);
@@ -153,11 +153,11 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
       }
       auto fh = NewHandle(ino, generation, -1, false);
       fh->cold = true;
-      fh->manifest = v.manifest;
+      fh->manifest = std::make_shared<const storepb::Manifest>(std::move(m).value());
       *out = std::move(fh);
       return 0;
     }
-    switch (inodes_.OpenHandle(ino, writable, nullptr)) {
+    switch (inodes_.OpenHandle(ino, writable, 0)) {
       case InodeTable::Open::kRetry:
         continue;
       case InodeTable::Open::kWait:
@@ -203,7 +203,7 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
     return r;
   }
   bool writable = IsWritable(flags);
-  if (inodes_.OpenHandle(entry->id, writable, nullptr) != InodeTable::Open::kOk) {
+  if (inodes_.OpenHandle(entry->id, writable, 0) != InodeTable::Open::kOk) {
     // Another process's file, already on its way to the store: open that.
     ::close(fd);
     int r = Open(entry->id, flags & ~(O_CREAT | O_EXCL), out);
@@ -217,7 +217,7 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
 }
 
 int Filesystem::IoFd(FileHandle* fh) {
-  uint64_t now = fh->generation->load(std::memory_order_acquire);
+  uint32_t now = fh->generation->load(std::memory_order_acquire);
   if (now == fh->seen.load(std::memory_order_acquire))
     return fh->fd.load(std::memory_order_acquire);
   MutexLock lock(fh->mu);
@@ -337,7 +337,7 @@ void Filesystem::ReapRetired(uint64_t file_id) {
 }
 
 bool Filesystem::BeginMove(int fd, const struct stat& st, const storepb::Manifest& m) {
-  uint64_t id = inodes_.BeginMove(fd, st, std::make_shared<const storepb::Manifest>(m));
+  uint64_t id = inodes_.BeginMove(fd, st, m);
   Invalidate(id);  // it shows a number of the store's range now
   return id != 0;
 }

@@ -16,6 +16,7 @@ packages=(
   prometheus-cpp-dev
   librados-dev libradospp-dev
   libmount-dev
+  libabsl-dev
 )
 missing=()
 for p in "${packages[@]}"; do

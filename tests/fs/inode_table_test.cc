@@ -24,10 +24,11 @@ struct stat Stat(const std::string& p) {
 // A table whose root is the folder p (guaranteed elision: no move needed).
 InodeTable NewTable(const std::string& p) { return InodeTable(OpenPath(p), Stat(p)); }
 
-std::shared_ptr<const storepb::Manifest> Manifest(uint64_t id, const std::string& path) {
-  auto m = std::make_shared<storepb::Manifest>();
-  m->set_file_id(id);
-  m->set_path(path);
+storepb::Manifest Manifest(uint64_t id, const std::string& path) {
+  storepb::Manifest m;
+  m.set_file_id(id);
+  m.set_path(path);
+  m.set_size(100 + id);
   return m;
 }
 
@@ -70,8 +71,9 @@ TEST_F(InodeTableTest, AMoveKeepsTheNodeIdAndShowsANumberNoBackingFileHas) {
   EXPECT_GE(ColdIno(7), kColdInoBase);
   InodeRef by_backing = table_.RefHot(st, Handle("t.json"), false);
   EXPECT_EQ(by_backing.id, id);
-  ASSERT_TRUE(by_backing.manifest);
-  EXPECT_EQ(by_backing.manifest->file_id(), 7u);
+  ASSERT_TRUE(by_backing.cold);
+  EXPECT_EQ(by_backing.cold->size, 107u);
+  EXPECT_EQ(table_.View(by_backing.id).file_id, 7u);
   EXPECT_EQ(table_.AddColdFile(Manifest(7, "t.json")).id, id);
   table_.EndMove(7, true);
   EXPECT_EQ(table_.RefHot(st, Handle("t.json"), false).id, 0u);
@@ -110,12 +112,12 @@ TEST_F(InodeTableTest, WritersAndMovesExcludeEachOther) {
   uint64_t id = table_.AddHot(OpenPath(dir_ / "t"), st).id;
   UniqueFd fd(::open((dir_ / "t").c_str(), O_RDONLY | O_CLOEXEC));
   // Open for writing through the mount: it does not move.
-  ASSERT_EQ(table_.OpenHandle(id, true, nullptr), InodeTable::Open::kOk);
+  ASSERT_EQ(table_.OpenHandle(id, true, 0), InodeTable::Open::kOk);
   EXPECT_FALSE(table_.BeginMove(fd.get(), st, Manifest(3, "t")));
   table_.CloseHandle(id, true, 0);
   // Moving: a writer finds a cold file, whose rehydration waits for the end.
   ASSERT_TRUE(table_.BeginMove(fd.get(), st, Manifest(3, "t")));
-  EXPECT_EQ(table_.OpenHandle(id, true, nullptr), InodeTable::Open::kRetry);
+  EXPECT_EQ(table_.OpenHandle(id, true, 0), InodeTable::Open::kRetry);
   EXPECT_EQ(table_.BeginRehydrate(id), InodeTable::Rehydrate::kBusy);
   std::thread ender([&] { table_.EndMove(3, true); });
   table_.WaitSettled(id);
@@ -135,7 +137,7 @@ TEST_F(InodeTableTest, RehydrationMakesTheSameNodeTheBackingFile) {
   // still serving the store's copy.
   InodeRef early = table_.RefHot(st, Handle("r.json"), false);
   EXPECT_EQ(early.id, id);
-  EXPECT_TRUE(early.manifest);
+  EXPECT_TRUE(early.cold);
   table_.EndRehydrate(id, true);
   EXPECT_EQ(table_.View(id).kind, Kind::kHot);
   EXPECT_EQ(table_.ShownIno(id), st.st_ino);
@@ -143,7 +145,7 @@ TEST_F(InodeTableTest, RehydrationMakesTheSameNodeTheBackingFile) {
   // A lookup that still found the store's entry gets the same inode.
   InodeRef late = table_.AddColdFile(Manifest(5, "r.json"));
   EXPECT_EQ(late.id, id);
-  EXPECT_FALSE(late.manifest);
+  EXPECT_FALSE(late.cold);
 }
 
 TEST_F(InodeTableTest, AFailedRehydrationLeavesTheFileCold) {
@@ -161,14 +163,14 @@ TEST_F(InodeTableTest, AFailedRehydrationLeavesTheFileCold) {
 TEST_F(InodeTableTest, ColdHandlesAreCountedAsReadersOfTheirFile) {
   auto m = Manifest(4, "x");
   uint64_t id = table_.AddColdFile(m).id;
-  ASSERT_EQ(table_.OpenHandle(id, false, m.get()), InodeTable::Open::kOk);
-  ASSERT_EQ(table_.OpenHandle(id, false, m.get()), InodeTable::Open::kOk);
+  ASSERT_EQ(table_.OpenHandle(id, false, 4), InodeTable::Open::kOk);
+  ASSERT_EQ(table_.OpenHandle(id, false, 4), InodeTable::Open::kOk);
   EXPECT_EQ(table_.Readers(4), 2);
   EXPECT_EQ(table_.CloseHandle(id, false, 4), 1);
   EXPECT_EQ(table_.CloseHandle(id, false, 4), 0);
   EXPECT_EQ(table_.Readers(4), 0);
   // A handle on another file id than the inode serves is refused.
-  EXPECT_EQ(table_.OpenHandle(id, false, Manifest(5, "x").get()), InodeTable::Open::kRetry);
+  EXPECT_EQ(table_.OpenHandle(id, false, 5), InodeTable::Open::kRetry);
 }
 
 TEST_F(InodeTableTest, ColdFolderRenamesMoveTheirDescendantsAndNumbers) {
