@@ -180,6 +180,33 @@ struct Counters {
   std::atomic<uint64_t> eio_by_site[kNumEioSites] = {};      // indexed by EioSite
 };
 
+// Files put in place in the backing folder while the store still has them
+// (a rehydration): for a moment a file is in both, and a reader that looks
+// at the backing folder before it lands and at the store after it left
+// finds it in neither. Readers take a Mark before they look and ask
+// Moved(mark) after: true when a placement began, ended or was in flight
+// in between, and they look again. Lock-free.
+class Placements {
+ public:
+  struct Mark {
+    uint64_t events;
+  };
+  void Begin() {
+    in_flight_.fetch_add(1);
+    events_.fetch_add(1);
+  }
+  void End() {
+    events_.fetch_add(1);
+    in_flight_.fetch_sub(1);
+  }
+  Mark Now() const { return {events_.load()}; }
+  bool Moved(Mark m) const { return in_flight_.load() != 0 || events_.load() != m.events; }
+
+ private:
+  std::atomic<uint64_t> events_{0};
+  std::atomic<int64_t> in_flight_{0};
+};
+
 class Filesystem : public store::MoveObserver {
  public:
   // `namespace_lock` (the caller's, shared with the migrator, which takes
@@ -317,14 +344,19 @@ class Filesystem : public store::MoveObserver {
     if (f->rel_status == 1) f->rel_status = RelPath(f->ino, &f->rel);
     return f->rel_status;
   }
-  int LookupIn(Folder* f, const char* name, EntryOut* out);
+  // Lookup with the folder looked at already; the namespace lock held
+  // shared, so that a rename (exclusive) never shows the store's entries
+  // of a folder at its old path while the folder is at its new one.
+  int LookupIn(Folder* f, const char* name, EntryOut* out) TBFS_REQUIRES_SHARED(ns_mu_);
   // A cold entry found as `file_id` (by ListChildren, or the store's
   // namespace entry): its inode, serving the file's manifest.
   int LookupColdFile(uint64_t file_id, EntryOut* out);
   int LookupCold(const std::string& rel, EntryOut* out);
   int HotLookupAt(int dir_fd, const char* name, EntryOut* out);
-  // The folder's entries, hot and cold, into dh (sorted by cookie).
+  // The folder's entries, hot and cold, into dh (sorted by cookie), under
+  // the namespace lock; again when a file was put in place meanwhile.
   int FillDir(uint64_t ino, DirHandle* dh);
+  int FillDirOnce(uint64_t ino, DirHandle* dh) TBFS_REQUIRES_SHARED(ns_mu_);
   uint64_t DirCookie(std::string_view name) const;
   // Makes sure a backing folder exists for a cold-only folder inode, and
   // returns an fd of it (O_PATH). Converts the inode to hot.
@@ -374,6 +406,7 @@ class Filesystem : public store::MoveObserver {
   InodeTable inodes_;
   ChunkCache cache_;
   Counters counters_;
+  Placements placements_;
   // Lock order: see the constructor. None is held across a FUSE reply.
   // One rehydration at a time (they are rare). Held across the file's copy
   // out of the store and the commits that follow, on purpose: a second

@@ -110,6 +110,7 @@ int Filesystem::LookupColdFile(uint64_t file_id, EntryOut* out) {
 }
 
 int Filesystem::Lookup(uint64_t parent, const char* name, EntryOut* out) {
+  ReaderMutexLock ns(ns_mu_);
   Folder f = FolderOf(parent);
   return LookupIn(&f, name, out);
 }
@@ -117,12 +118,19 @@ int Filesystem::Lookup(uint64_t parent, const char* name, EntryOut* out) {
 int Filesystem::LookupIn(Folder* f, const char* name, EntryOut* out) {
   if (IsHidden(f, name) || IsTransientName(name)) return -ENOENT;
   if (f->view.kind == Kind::kColdFile) return -ENOTDIR;
+  const Placements::Mark mark = placements_.Now();
   if (f->view.kind == Kind::kHot) {
     int r = HotLookupAt(f->view.fd->get(), name, out);
     if (r != -ENOENT) return r;
   }
   if (int r = FolderRel(f); r != 0) return r;
-  return LookupCold(JoinPath(f->rel, name), out);
+  int r = LookupCold(JoinPath(f->rel, name), out);
+  // Neither hot nor cold: unless a file was put in place meanwhile (a
+  // rehydration lands in the folder before it leaves the store).
+  if (r == -ENOENT && f->view.kind == Kind::kHot && placements_.Moved(mark)) {
+    r = HotLookupAt(f->view.fd->get(), name, out);
+  }
+  return r;
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }

@@ -202,16 +202,24 @@ int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
 
 int Filesystem::Unlink(uint64_t parent, const char* name) {
   if (IsHidden(parent, name)) return -EPERM;
-  ReaderMutexLock ns(ns_mu_);
-  std::string prel;
-  InodeView v = inodes_.View(parent);
-  if (v.kind == Kind::kHot) {
-    if (::unlinkat(v.fd->get(), name, 0) == 0) {
-      if (RelPath(parent, &prel) == 0) DropShadowed(JoinPath(prel, name));
-      return 0;
-    }
-    if (errno != ENOENT) return Errno();
+  auto unlink_hot = [&]() TBFS_REQUIRES_SHARED(ns_mu_) {
+    InodeView v = inodes_.View(parent);
+    if (v.kind != Kind::kHot) return -ENOENT;
+    if (::unlinkat(v.fd->get(), name, 0) != 0) return Errno();
+    std::string prel;
+    if (RelPath(parent, &prel) == 0) DropShadowed(JoinPath(prel, name));
+    return 0;
+  };
+  {
+    ReaderMutexLock ns(ns_mu_);
+    if (int r = unlink_hot(); r != -ENOENT) return r;
   }
+  // A cold file: not while it is being rehydrated, which would bring it
+  // back; by then it may be hot.
+  MutexLock one(rehydrate_mu_);
+  ReaderMutexLock ns(ns_mu_);
+  if (int r = unlink_hot(); r != -ENOENT) return r;
+  std::string prel;
   if (int r = RelPath(parent, &prel); r != 0) return r;
   return UnlinkCold(JoinPath(prel, name));
 }

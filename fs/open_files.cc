@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "base/failpoint.h"
 #include "base/work_pool.h"
 #include "fs/filesystem.h"
 #include "spdlog/spdlog.h"
@@ -69,7 +70,9 @@ int Filesystem::Rehydrate(uint64_t ino) {
     auto m = store_->GetManifest(v.file_id);  // its current path
     if (!m.ok()) {
       inodes_.EndRehydrate(ino, false);
-      return StoreError(m.status(), EioSite::kRehydrate);
+      // Deleted meanwhile: ESTALE has the kernel look the name up again
+      // (an open with O_CREAT then makes a new file).
+      return m.status().IsNotFound() ? -ESTALE : StoreError(m.status(), EioSite::kRehydrate);
     }
     storepb::JournalRecord record;
     record.set_kind(storepb::JournalRecord::RESTORE);
@@ -81,9 +84,13 @@ int Filesystem::Rehydrate(uint64_t ino) {
     store::RestoreOptions options;
     options.pool = &pool;
     options.retire = true;  // open cold handles keep reading their chunks
+    bool placing = false;
     options.placing = [&](const storepb::Manifest&, int fd) {
       struct stat st;
       if (::fstat(fd, &st) == 0) inodes_.RehydrateTarget(ino, fd, st);
+      MaybePause("rehydrate.placing");  // tests: copied, not yet in place
+      placements_.Begin();  // in the folder from now, in the store a moment longer
+      placing = true;
     };
     bool placed = false;
     options.placed = [&](const storepb::Manifest&) {
@@ -94,6 +101,7 @@ int Filesystem::Rehydrate(uint64_t ino) {
     };
     Status st = store_->PutJournal(record);
     if (st.ok()) st = store::RestoreOne(*store_, options_.logdir, *m, options);
+    if (placing) placements_.End();
     if (!placed) inodes_.EndRehydrate(ino, false);
     if (placed && !st.ok()) {
       // In place but still in the store too: the journal record stays, and
@@ -184,11 +192,18 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
   if (IsHidden(parent, name)) return -EPERM;
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
-  std::string prel;
-  if (RelPath(parent, &prel) == 0 && store_->GetEntry(JoinPath(prel, name)).ok()) {
-    // O_CREAT on an existing (cold) file opens it.
-    if (flags & O_EXCL) return -EEXIST;
-    if (int r = LookupCold(JoinPath(prel, name), entry); r != 0) return r;
+  bool cold = false;
+  {
+    ReaderMutexLock ns(ns_mu_);  // the folder's path is the store's (LookupIn)
+    std::string prel;
+    if (RelPath(parent, &prel) == 0 && store_->GetEntry(JoinPath(prel, name)).ok()) {
+      // O_CREAT on an existing (cold) file opens it.
+      if (flags & O_EXCL) return -EEXIST;
+      if (int r = LookupCold(JoinPath(prel, name), entry); r != 0) return r;
+      cold = true;
+    }
+  }
+  if (cold) {
     int r = Open(entry->id, flags & ~(O_CREAT | O_EXCL), out);
     if (r == 0) r = GetAttr(entry->id, &entry->attr);
     if (r != 0) inodes_.Forget(entry->id, 1);

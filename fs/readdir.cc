@@ -52,6 +52,7 @@ int Filesystem::ReadDir(uint64_t ino, DirHandle* dh, off_t off, size_t* first) {
 void Filesystem::LookupListed(uint64_t ino, const DirHandle& dh, size_t first, size_t count,
                               std::vector<EntryOut>* out) {
   out->assign(count, EntryOut{});
+  ReaderMutexLock ns(ns_mu_);  // the folder's path stays the store's (LookupIn)
   Folder f = FolderOf(ino);
   // The snapshot's cold entries are the store's still when nothing was
   // committed since it was taken: no namespace read per entry then.
@@ -64,8 +65,10 @@ void Filesystem::LookupListed(uint64_t ino, const DirHandle& dh, size_t first, s
     int r;
     if (current && d.cold_file_id != 0 && !IsTransientName(d.name) &&
         !IsHidden(&f, d.name.c_str())) {
+      const Placements::Mark mark = placements_.Now();
       r = HotLookupAt(f.view.fd->get(), d.name.c_str(), o);  // a hot file wins
       if (r == -ENOENT) r = LookupColdFile(d.cold_file_id, o);
+      if (r == -ENOENT && placements_.Moved(mark)) r = LookupIn(&f, d.name.c_str(), o);
     } else {
       r = LookupIn(&f, d.name.c_str(), o);
     }
@@ -98,6 +101,19 @@ void SortByCookie(std::vector<DirEntryOut>* entries) {
 }  // namespace
 
 int Filesystem::FillDir(uint64_t ino, DirHandle* dh) {
+  // The backing folder is listed before the store: a file migrating is in
+  // the store before it leaves the folder, so it is in one of the two
+  // listings. A file put in place (rehydrated) lands in the folder before
+  // it leaves the store: listed again if one was (Placements).
+  ReaderMutexLock ns(ns_mu_);
+  for (int attempt = 1;; ++attempt) {
+    const Placements::Mark mark = placements_.Now();
+    if (int r = FillDirOnce(ino, dh); r != 0) return r;
+    if (attempt == 3 || !placements_.Moved(mark)) return 0;
+  }
+}
+
+int Filesystem::FillDirOnce(uint64_t ino, DirHandle* dh) {
   dh->entries.clear();
   InodeView v = inodes_.View(ino);
   std::set<std::string> hot_names;

@@ -617,6 +617,9 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
       auto manifest = GetManifest(e.file_id());
       if (!manifest.ok()) return manifest.status();
       manifest->set_path(m.new_path);
+      // A file renamed has a new ctime, as on ext4 (not the files beneath a
+      // renamed folder).
+      if (m.new_path == to) manifest->set_ctime_ns(NowNs());
       PutManifest(batch, *manifest);
     }
   }

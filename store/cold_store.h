@@ -166,8 +166,9 @@ class ColdStore {
   // Removes the entry at m.path() if it is m's file (see RemoveFile).
   Status RemoveEntryOf(WriteBatch* batch, const storepb::Manifest& m);
   // Moves the entry at `from` (a file or a folder with everything below it)
-  // to `to`: namespace keys and manifest paths. Ancestors of `to` get folder
-  // entries (attributes from `folders`) where missing.
+  // to `to`: namespace keys and manifest paths (a file moved itself gets a
+  // new ctime). Ancestors of `to` get folder entries (attributes from
+  // `folders`) where missing.
   Status Rename(WriteBatch* batch, const std::string& from, const std::string& to,
                 const FolderAttrs& folders);
   // True when the folder has at least one cold entry below it.

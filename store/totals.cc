@@ -49,7 +49,7 @@ Status ColdStore::Commit(const WriteBatch& batch, bool sync) {
   // word on each key.
   std::optional<Totals> delta;
   if (totals_ && !shared() && batch.ranges().empty()) {
-    delta.emplace();
+    delta = Totals();
     bool ok = true;
     for (const std::string& key : keys) {
       std::string old;

@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   // says it: fmt::print throws, and what is still buffered fails at the
   // flush below.
   auto output_error = [](int err) {
-    std::fprintf(stderr, "tbfs: cannot write the report to stdout: %s\n", std::strerror(err));
+    std::fprintf(stderr, "tbfs: cannot write the report to stdout: %s (what the command did stands)\n",
+                 std::strerror(err));
     return tbfs::cli::kExitError;
   };
   try {

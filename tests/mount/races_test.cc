@@ -1,0 +1,120 @@
+// Namespace changes racing lookups and listings through a real mount: a
+// folder renamed while its cold entries are listed, a file deleted while it
+// is being rehydrated.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "fmt/format.h"
+#include "tests/mount/mount_fixture.h"
+
+namespace tbfs::testing {
+namespace {
+
+class Races : public MountTest {
+ protected:
+  void MigrateNow() {
+    auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+};
+
+// Names in the folder open as fd (rewound: a fresh listing each time).
+size_t CountEntries(int fd) {
+  int dup = ::dup(fd);
+  DIR* d = ::fdopendir(dup);
+  if (d == nullptr) return 0;
+  ::rewinddir(d);
+  size_t n = 0;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string_view name = e->d_name;
+    if (name != "." && name != "..") ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+// The folder moves between two names through the mount; a process holding
+// it open lists it and stats a cold child the whole time. The store moves
+// the folder's cold entries in its own commit after the backing rename:
+// nobody may see the folder at its new path with the store's entries still
+// at the old one.
+TEST_F(Races, AFolderRenamedWhileListedKeepsItsColdEntries) {
+  for (int i = 0; i < 300; ++i) {
+    WriteBytes(L(fmt::format("d0/c{}.pt.trace.json", i)), R"({"traceEvents": []})");
+    WriteBytes(L(fmt::format("d0/h{}.txt", i)), "x");
+  }
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  ASSERT_EQ(State(M("d0/c7.pt.trace.json")), "cold");
+  int fd = ::open(M("d0").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::atomic<bool> stop{false};
+  std::thread mover([&] {
+    while (!stop) {
+      ::rename(M("d0").c_str(), M("d1").c_str());
+      ::rename(M("d1").c_str(), M("d0").c_str());
+    }
+  });
+  int listings = 0, short_listings = 0, lost_child = 0;
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+       std::chrono::steady_clock::now() < end; ++listings) {
+    if (CountEntries(fd) != 600) ++short_listings;
+    struct stat st;
+    if (::fstatat(fd, "c7.pt.trace.json", &st, 0) != 0) ++lost_child;
+  }
+  stop = true;
+  mover.join();
+  ::close(fd);
+  EXPECT_EQ(short_listings, 0) << "of " << listings << " listings";
+  EXPECT_EQ(lost_child, 0) << "of " << listings << " stats of a cold child";
+}
+
+// A cold file is deleted while a writer's open rehydrates it, held after
+// the copy and before the file takes its name: the delete waits for the
+// rehydration and then deletes the file in place. It must not come back,
+// and nothing is counted as an I/O error.
+TEST_F(Races, AnUnlinkDuringARehydrationDeletesTheFile) {
+  const std::string rel = "run/t.pt.trace.json";
+  WriteBytes(L(rel), std::string(1 << 20, 'a'));
+  WriteBytes(L("run/events.out.tfevents.1.host"), "");
+  const std::string marker = dir_ / "pause";
+  WriteBytes(marker, "");
+  ASSERT_EQ(::setenv("TBFS_PAUSE", ("rehydrate.placing:" + marker).c_str(), 1), 0);
+  Mount("--no-migrate --cold-after 0");
+  ::unsetenv("TBFS_PAUSE");
+  MigrateNow();
+  ASSERT_EQ(State(M(rel)), "cold");
+  std::atomic<int> open_errno{-1};
+  std::thread writer([&] {
+    int fd = ::open(M(rel).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);  // rehydrates
+    open_errno = fd < 0 ? errno : 0;
+    if (fd >= 0) ::close(fd);
+  });
+  for (int i = 0; i < 1000 && !std::filesystem::exists(marker + ".reached"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(std::filesystem::exists(marker + ".reached")) << "the rehydration never started";
+  std::atomic<int> unlink_errno{-1};
+  std::thread deleter([&] { unlink_errno = ::unlink(M(rel).c_str()) == 0 ? 0 : errno; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the delete is under way
+  std::filesystem::remove(marker);
+  writer.join();
+  deleter.join();
+  EXPECT_EQ(open_errno, 0) << std::strerror(open_errno);
+  EXPECT_EQ(unlink_errno, 0) << std::strerror(unlink_errno);
+  struct stat st;
+  EXPECT_NE(::stat(M(rel).c_str(), &st), 0) << "the deleted file came back";
+  EXPECT_FALSE(std::filesystem::exists(L(rel))) << "the deleted file came back in the logdir";
+  auto status = Status();
+  EXPECT_EQ(status["eio"]["rehydrate"].get<uint64_t>(), 0u);
+  EXPECT_EQ(status["cold"]["files"].get<uint64_t>(), 0u);
+}
+
+}  // namespace
+}  // namespace tbfs::testing
