@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tbfs::bench {
@@ -26,5 +27,7 @@ double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes);
 std::string MountStatus(const std::string& tbfs, const std::string& mnt);
 // A process's peak resident set (VmHWM), in KiB; 0 when unknown.
 uint64_t PeakRssKb(int pid);
+// A field of /proc/PID/status in KiB ("VmRSS", "VmHWM"); 0 when unknown.
+uint64_t ProcStatusKb(int pid, std::string_view field);
 
 }  // namespace tbfs::bench

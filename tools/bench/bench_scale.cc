@@ -56,15 +56,6 @@ double Walk(const std::string& root, uint64_t* entries) {
   return cli::NowSeconds() - t0;
 }
 
-uint64_t RssKb(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
-  }
-  return 0;
-}
-
 // Runs a command and returns its exit status, wall seconds and peak RSS.
 struct Ran {
   int code = -1;
@@ -133,7 +124,7 @@ int Run(const Args& a) {
   if (!Sh(fmt::format("{} mount {} {} --no-migrate --cache {}", a.tbfs, logdir, mnt, a.cache)))
     return 2;
   const int pid = MountPid(a, mnt);
-  const uint64_t rss_before = RssKb(pid);
+  const uint64_t rss_before = ProcStatusKb(pid, "VmRSS");
   uint64_t native_entries = 0, mount_entries = 0;
   DropCaches();
   const double native = Walk(native_copy, &native_entries);
@@ -144,7 +135,7 @@ int Run(const Args& a) {
   const double third = Walk(mnt, &mount_entries);  // the daemon's state warm
   auto st = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
   const uint64_t inodes = st.is_discarded() ? 0 : st["inodes"].get<uint64_t>();
-  const uint64_t rss_after = RssKb(pid);
+  const uint64_t rss_after = ProcStatusKb(pid, "VmRSS");
   fmt::print("walk of {} entries (mount: {}), kernel caches dropped: native {:.2f} s, mount {:.2f} s "
              "({:.2f}x native); again with the caches warm {:.2f} s; dropped again {:.2f} s "
              "({:.2f}x)\n",

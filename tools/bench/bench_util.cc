@@ -41,13 +41,17 @@ std::string MountStatus(const std::string& tbfs, const std::string& mnt) {
   return out;
 }
 
-uint64_t PeakRssKb(int pid) {
+uint64_t ProcStatusKb(int pid, std::string_view field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6));
+    if (line.starts_with(field) && line.size() > field.size() && line[field.size()] == ':') {
+      return std::stoull(line.substr(field.size() + 1));
+    }
   }
   return 0;
 }
+
+uint64_t PeakRssKb(int pid) { return ProcStatusKb(pid, "VmHWM"); }
 
 }  // namespace tbfs::bench
