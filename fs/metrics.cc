@@ -119,6 +119,12 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
           "1 when the last verification of a migrated batch found every "
           "scalar curve intact (or none ran yet), 0 when it failed",
           m.last_verifier.empty() || m.last_verifier == "intact" ? 1 : 0);
+  std::vector<store::ColdStore::LostFile> lost;
+  const bool listed = store_.ListLost(&lost).ok();
+  f.Gauge("tbfs_lost_files",
+          "Files a recovery found neither in the logdir nor in the store (until tbfs fsck "
+          "--clear-lost); -1 when the records cannot be read",
+          listed ? static_cast<double>(lost.size()) : -1);
   f.Gauge("tbfs_last_pass_timestamp_seconds", "When the migrator last finished a pass",
           static_cast<double>(m.last_pass_unix));
   f.Counter("tbfs_rehydrations_total", "Cold files brought back to the logdir (opened for writing)",

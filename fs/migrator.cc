@@ -79,6 +79,10 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
   } else {
     stats_.last_verifier = "intact";
   }
+  if (!batch.unsynced.empty()) {
+    stats_.last_error = "batch " + std::to_string(batch.batch_id) + " not synced: " +
+                        batch.unsynced + " (its journal record stays)";
+  }
 }
 
 Status Migrator::TakeWriterRole() {
@@ -92,6 +96,11 @@ Status Migrator::TakeWriterRole() {
   if (!recovered.ok()) {
     store.DropWriterRole();
     return Status::FromErrno(EIO, "recovery", store.dir() + ": " + recovered.status().message());
+  }
+  for (const std::string& note : recovered->notes) spdlog::warn("recovery: {}", note);
+  for (const std::string& path : recovered->lost) {
+    spdlog::error("recovery: LOST {}: found neither in the logdir nor in the store (recorded)",
+                  JoinPath(logdir_, path));
   }
   spdlog::warn(
       "migrator: this mount writes {} now; recovery undid {} unfinished batch(es) of the last "

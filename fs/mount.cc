@@ -448,6 +448,14 @@ int RunMount(const MountOptions& mc_in) {
       spdlog::warn("recovered {} unfinished batch(es): {} restored, {} dropped", recovered->batches,
                    recovered->restored, recovered->dropped);
     }
+    for (const std::string& note : recovered->notes) spdlog::warn("recovery: {}", note);
+    for (const std::string& path : recovered->lost) {
+      spdlog::error(
+          "recovery: LOST {}: journaled by an unfinished migration, found neither in the logdir "
+          "nor in the store (recorded: status, metrics and fsck report it until tbfs fsck "
+          "--clear-lost)",
+          JoinPath(mc.logdir, path));
+    }
   } else {
     spdlog::info("{}: serving it read-only; {}", store_dir, store->refusal());
   }

@@ -41,6 +41,12 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
   Filesystem::Stats k = fs.stats();
   const ChunkCache::Stats& c = k.cache;
   uint64_t lookups = c.hits + c.misses;
+  std::vector<store::ColdStore::LostFile> lost;
+  Status listed = store.ListLost(&lost);
+  nlohmann::json lost_paths = nlohmann::json::array();
+  for (const auto& l : lost) {
+    if (lost_paths.size() < 100) lost_paths.push_back(l.path);
+  }
   nlohmann::json j = {
       {"logdir", mc.logdir},
       {"mountpoint", mc.mountpoint},
@@ -68,6 +74,11 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
         {"last_pass_unix", m.last_pass_unix},
         {"last_error", m.last_error}}},
       {"last_verifier", m.last_verifier},
+      // Recorded by a recovery until an admin clears them (fsck --clear-lost).
+      {"lost",
+       {{"files", lost.size()},
+        {"paths", lost_paths},
+        {"error", listed.ok() ? "" : listed.message()}}},
       {"rehydrations", k.rehydrations},
       {"cold_reads", k.cold_reads},
       {"cache",

@@ -213,6 +213,20 @@ class ColdStore {
   Status DeleteJournal(uint64_t batch_id);                  // synced
   Status ListJournal(std::vector<storepb::JournalRecord>* out);
 
+  // --- losses (store/lost.cc): files recovery found neither in the logdir
+  // nor in the store. Recorded, never turned into a success; reported by
+  // fsck, status and the metrics until ClearLost.
+  struct LostFile {
+    uint64_t file_id = 0;
+    std::string path;  // relative to the logdir
+    uint64_t batch_id = 0;
+    uint64_t found_ns = 0;
+    std::string why;
+  };
+  Status RecordLost(const LostFile& f);  // synced
+  Status ListLost(std::vector<LostFile>* out);
+  Status ClearLost(uint64_t* cleared);  // synced; *cleared: how many went
+
   // --- accounting (store/totals.cc)
   struct Totals {
     uint64_t files = 0;

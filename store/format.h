@@ -24,6 +24,10 @@ inline constexpr char kMetaNextFileIdKey[] = "next_file_id";
 // while open handles of a mount still read it; its chunks stay until the
 // last reader is gone (or the next recovery).
 inline constexpr char kRetiredPrefix[] = "retired/";
+// Meta: "lost/" + file id (8 bytes BE) -> JSON {path, batch, found_ns, why}:
+// a file recovery found neither in the logdir nor in the store. It stays
+// (fsck, status and the metrics report it) until an admin clears it.
+inline constexpr char kLostPrefix[] = "lost/";
 inline constexpr char kLastBaselineKey[] = "last";
 
 // Chunk value: [codec u8][raw_len u32 LE][checksum u64 LE][payload]. The

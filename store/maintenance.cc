@@ -64,6 +64,8 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
   if (Status st = store.ListJournal(&journal); !st.ok())
     result.problems.push_back("journal: " + st.message());
   result.journal_records = journal.size();
+  if (Status st = store.ListLost(&result.lost); !st.ok())
+    result.problems.push_back("lost-file records: " + st.message());
   std::error_code ec;
   for (const auto& e :
        std::filesystem::directory_iterator(store.dir() + "/" + kLostFoundName, ec)) {

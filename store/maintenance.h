@@ -26,7 +26,12 @@ struct FsckResult {
   std::vector<std::string> problems;
   bool manifests_from_copies = false;  // the manifests space was unreadable
   uint64_t set_aside_files = 0;        // in STORE/lost+found (store/store_dir.h)
-  bool clean() const { return damaged.empty() && dangling_entries == 0 && problems.empty(); }
+  // Files a recovery found neither in the logdir nor in the store, until an
+  // admin clears them (ColdStore::ClearLost): never clean while any is.
+  std::vector<ColdStore::LostFile> lost;
+  bool clean() const {
+    return damaged.empty() && dangling_entries == 0 && problems.empty() && lost.empty();
+  }
 };
 
 // Reads every chunk of every cold file, checks checksums and whole-file

@@ -28,9 +28,17 @@ namespace tbfs::store {
 
 namespace {
 
-// How long the last staged file of a batch waits aside for a writer that
-// found it by name just before it moved (the others wait one file's copy).
+// How long the last staged file of a group waits aside, at least, for a
+// writer that found it by name just before it moved (the others wait the
+// next files' copies too).
 constexpr auto kAsideGrace = std::chrono::milliseconds(20);
+
+// Staged files wait aside in groups: before the first unlink of a group the
+// engine flushes, so that nothing a moved file needs lives only in its
+// write-ahead log (I2; docs/format.md). A group closes at this many files
+// or when its first file has waited this long.
+constexpr size_t kGroupFiles = 256;
+constexpr auto kGroupAge = std::chrono::seconds(1);
 
 constexpr char kStoppedReason[] = "the migration was stopped; left in place";
 
@@ -73,9 +81,10 @@ std::vector<std::string> AffectedEventFiles(const std::vector<std::string>& even
 }
 
 // A file copied into the store and renamed aside in its folder, waiting for
-// its unlink while the next file is copied.
+// its unlink while the next files of its group are copied.
 struct Staged {
   size_t index = 0;
+  std::chrono::steady_clock::time_point aside_at;
   storepb::Manifest manifest;
   UniqueFd dir;   // its folder (O_PATH)
   UniqueFd file;  // the file, read-only, holding the read lease
@@ -96,8 +105,10 @@ class BatchRunner {
   // (*result says why).
   std::optional<Staged> Stage(const storepb::JournalEntry& entry, const Candidate& c, size_t index,
                               FileResult* result);
-  // Unlinks a staged file, or puts it back where a writer showed up.
-  void Finish(Staged staged, FileResult* result, std::vector<storepb::Manifest>* moved);
+  // Unlinks a staged file, or puts it back where a writer showed up or
+  // where the store could not make its copy durable (`durable` not ok).
+  void Finish(Staged staged, const Status& durable, FileResult* result,
+              std::vector<storepb::Manifest>* moved);
   // The folder of `rel` beneath the logdir, made where missing; *name gets
   // the last component.
   Result<UniqueFd> FolderFor(const std::string& rel, std::string* name);
@@ -236,6 +247,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
     if (options_.observer != nullptr) options_.observer->EndMove(entry.file_id(), false);
     return give_up(Outcome::kChanged, err.message());
   }
+  s.aside_at = std::chrono::steady_clock::now();
   MaybeCrash("migrate.aside");
   s.manifest = std::move(manifest).value();
   return s;
@@ -267,7 +279,8 @@ Result<UniqueFd> BatchRunner::FolderFor(const std::string& rel, std::string* nam
   return dir;
 }
 
-void BatchRunner::Finish(Staged s, FileResult* result, std::vector<storepb::Manifest>* moved) {
+void BatchRunner::Finish(Staged s, const Status& durable, FileResult* result,
+                         std::vector<storepb::Manifest>* moved) {
   MaybePause("migrate.staged");
   auto lock = NamespaceLock();
   const uint64_t id = s.manifest.file_id();
@@ -297,7 +310,7 @@ void BatchRunner::Finish(Staged s, FileResult* result, std::vector<storepb::Mani
   struct stat taken;
   const bool free =
       target.ok() && ::fstatat(target->get(), name.c_str(), &taken, AT_SYMLINK_NOFOLLOW) != 0;
-  if (LeaseHeld(s.file.get()) && free) {
+  if (durable.ok() && LeaseHeld(s.file.get()) && free) {
     if (::unlinkat(dir, s.aside.c_str(), 0) == 0) {
       MaybeCrash("migrate.unlinked");
       if (options_.observer != nullptr) options_.observer->EndMove(id, true);
@@ -310,8 +323,10 @@ void BatchRunner::Finish(Staged s, FileResult* result, std::vector<storepb::Mani
   }
   // Back into the logdir: a writer is waiting for it, or a new file took
   // its path (then it goes beside that one, under another name).
-  const std::string reason = !LeaseHeld(s.file.get())
-                                 ? "opened for writing as it moved; left in place"
+  const std::string reason =
+      !durable.ok()              ? "the store could not make its copy durable (" +
+                                       durable.message() + "); left in place"
+      : !LeaseHeld(s.file.get()) ? "opened for writing as it moved; left in place"
                                  : "a new file took its path as it moved";
   const int fd = s.file.get();
   // The bytes go back whatever happens below; an attribute that cannot be
@@ -438,15 +453,35 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   }
   MaybeCrash("migrate.journaled");
 
-  // 3. Move the files, each staged aside while the next one is copied.
+  // 3. Move the files: each is staged aside while the next ones of its
+  // group are copied; the engine flushes; then the group is unlinked.
   std::vector<storepb::Manifest> moved;
   std::set<std::string> folders;
-  std::optional<Staged> staged;
-  auto finish = [&] {
-    size_t i = staged->index;
-    Finish(std::move(*staged), &result.files[i], &moved);
-    staged.reset();
-    if (result.files[i].outcome == Outcome::kMoved) folders.insert(ParentPath(batch[i].path));
+  std::vector<Staged> group;
+  auto finish_group = [&] {
+    if (group.empty()) return;
+    const auto waited = std::chrono::steady_clock::now() - group.back().aside_at;
+    if (waited < kAsideGrace) std::this_thread::sleep_for(kAsideGrace - waited);
+    // I2: the copies, their manifests and the journal record in the engine's
+    // flushed, checksummed files, not only in its log, before any unlink.
+    const auto flush_start = std::chrono::steady_clock::now();
+    Status durable = store_.Flush();
+    result.flushes++;
+    result.flush_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - flush_start).count();
+    if (ShouldFail("migrate.flush"))
+      durable = Status::FromErrno(EIO, "flush", "failure injected for testing (failpoint migrate.flush)");
+    if (!durable.ok()) {
+      spdlog::error("migrate: batch {}: {}", result.batch_id, durable.message());
+    } else {
+      MaybeCrash("migrate.flushed");
+    }
+    for (Staged& s : group) {
+      const size_t i = s.index;
+      Finish(std::move(s), durable, &result.files[i], &moved);
+      if (result.files[i].outcome == Outcome::kMoved) folders.insert(ParentPath(batch[i].path));
+    }
+    group.clear();
   };
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!present[i] || !store_full_.empty() || stopping()) {
@@ -459,23 +494,29 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     // Tests: a pass that takes its time (a mount stopped in the middle).
     if (ShouldFail("migrate.slow_file")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     auto next = Stage(record.entries(static_cast<int>(i)), batch[i], i, &result.files[i]);
-    if (staged) finish();
-    staged = std::move(next);
+    if (next) group.push_back(std::move(*next));
+    if (!group.empty() && (group.size() >= kGroupFiles ||
+                           std::chrono::steady_clock::now() - group.front().aside_at >= kGroupAge)) {
+      finish_group();
+    }
   }
-  if (staged) {
-    std::this_thread::sleep_for(kAsideGrace);
-    finish();
-  }
+  finish_group();
   for (const std::string& dir : folders) {
     auto fd = dir.empty() ? OpenFile(logdir_, O_RDONLY | O_DIRECTORY)
                           : OpenBeneath(root_fd_, dir, O_RDONLY | O_DIRECTORY);
     // The unlinks reach the disk before the verdict. A folder that cannot
-    // be synced leaves them to the journal: recovery finishes or undoes the
-    // batch whichever way the disk kept it.
+    // be synced leaves them to the journal: its record stays, and recovery
+    // finishes or undoes the batch whichever way the disk kept it.
     Status synced = fd.status();
     if (fd.ok() && ::fsync(fd->get()) != 0)
       synced = Status::FromErrno(errno, "fsync", JoinPath(logdir_, dir));
-    if (!synced.ok()) spdlog::error("migrate: batch {}: {}", result.batch_id, synced.message());
+    if (synced.ok() && ShouldFail("migrate.fsync_folder"))
+      synced = Status::FromErrno(EIO, "fsync", JoinPath(logdir_, dir) + " (failpoint)");
+    if (!synced.ok()) {
+      spdlog::error("migrate: batch {}: {}; its journal record stays", result.batch_id,
+                    synced.message());
+      if (result.unsynced.empty()) result.unsynced = synced.message();
+    }
   }
   MaybeCrash("migrate.all_unlinked");
 
@@ -504,7 +545,7 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     MaybeCrash("migrate.verified");
   }
   WriteBatch commit;
-  commit.Delete(Space::kJournal, EncodeId(result.batch_id));
+  if (result.unsynced.empty()) commit.Delete(Space::kJournal, EncodeId(result.batch_id));
   commit.Put(Space::kBaselines, kLastBaselineKey,
              nlohmann::json{{"batch", result.batch_id},
                             {"time_ns", NowNs()},
@@ -572,7 +613,7 @@ Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manif
   return st;
 }
 
-bool MigrateResult::ok() const { return rolled_back_batches == 0; }
+bool MigrateResult::ok() const { return rolled_back_batches == 0 && unsynced_batches == 0; }
 
 Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
                               const std::vector<Candidate>& candidates,
@@ -631,6 +672,9 @@ Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
       }
     }
     result.rolled_back_batches += b.rolled_back ? 1 : 0;
+    result.unsynced_batches += b.unsynced.empty() ? 0 : 1;
+    result.flushes += b.flushes;
+    result.flush_seconds += b.flush_seconds;
     if (options.keep_batches) result.batches.push_back(std::move(b));
     batch.clear();
     batch_bytes = 0;

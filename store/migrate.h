@@ -145,11 +145,22 @@ struct BatchResult {
   std::vector<events::Failure> failures;  // verifier findings (the batch rolled back)
   bool rolled_back = false;
   bool store_full = false;  // the store ran out of room: the rest stayed in place
+  // A folder of the moved files could not be synced: the batch's journal
+  // record stays, and recovery (at the next start of a writer) decides it
+  // whichever way the disk kept the unlinks. Empty when all were synced.
+  std::string unsynced;
+  // The engine's flushes before the unlinks (I2): how many, and the time
+  // they took.
+  uint64_t flushes = 0;
+  double flush_seconds = 0;
 };
 
 struct MigrateResult {
   std::vector<BatchResult> batches;  // with MigrateOptions::keep_batches
   uint64_t rolled_back_batches = 0;
+  uint64_t unsynced_batches = 0;  // BatchResult::unsynced
+  uint64_t flushes = 0;           // BatchResult::flushes, summed
+  double flush_seconds = 0;
   uint64_t files_moved = 0;
   uint64_t bytes_moved = 0;
   uint64_t stored_bytes = 0;
@@ -158,7 +169,7 @@ struct MigrateResult {
   // rest is in place. `store_full_reason` says how full.
   bool store_full = false;
   std::string store_full_reason;
-  bool ok() const;  // every batch committed
+  bool ok() const;  // every batch committed (none rolled back or left unsynced)
 };
 
 // Migrates the candidates, batch by batch. An error return means the store
@@ -180,6 +191,10 @@ struct RecoveryResult {
   uint64_t restored = 0;           // files written back from the store
   uint64_t dropped = 0;            // store copies dropped (the hot file was there)
   std::vector<std::string> notes;  // anything unusual, one line each
+  // Journaled files found neither in the logdir nor in the store (paths
+  // relative to the logdir): each is recorded (ColdStore::RecordLost). A
+  // caller reports them and fails; they are never a success.
+  std::vector<std::string> lost;
 };
 
 // Resolves every journal record left by a crash. Run before any other work

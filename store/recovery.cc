@@ -76,10 +76,22 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
         continue;
       }
       if (!manifest.ok()) {
-        // Never unlinked without a synced manifest: a file missing here was
-        // removed by someone else; drop partial chunks.
+        // Never unlinked before its manifest was in the engine's flushed
+        // files (I2): gone from both places, it was deleted by someone else
+        // before its copy, or the store lost it. Nothing tells which, so it
+        // is a loss until an admin says otherwise (fsck --clear-lost).
         TBFS_RETURN_IF_ERROR(DropFromStore(store, Stub(e)));
-        if (!exists) result.notes.push_back(path + " is gone and was not in the store");
+        if (!exists) {
+          ColdStore::LostFile lost;
+          lost.file_id = e.file_id();
+          lost.path = e.path();
+          lost.batch_id = record.batch_id();
+          lost.found_ns = NowNs();
+          lost.why =
+              "journaled by an unfinished migration, found neither in the logdir nor in the store";
+          TBFS_RETURN_IF_ERROR(store.RecordLost(lost));
+          result.lost.push_back(e.path());
+        }
         continue;
       }
       if (exists && static_cast<uint64_t>(st.st_size) == manifest->size() && S_ISREG(st.st_mode)) {

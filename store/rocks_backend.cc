@@ -341,6 +341,12 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
   // written, and the free space CheckRoom sees is the truth without it.
   db_options.allow_fallocate = false;
   db_options.keep_log_file_num = 4;
+  // Every flush (Flush(), or a full memtable) takes every space at once, so
+  // that all of them always describe the same point of the log: damage to
+  // the log after a crash then loses only what came after the last flush,
+  // and never leaves one space ahead of the others (which no writer can
+  // open: "SST file is ahead of WALs").
+  db_options.atomic_flush = true;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db_options.info_log = std::make_shared<EngineLog>(
       options.read_only || options.best_efforts ? spdlog::level::debug : spdlog::level::warn);

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "fmt/format.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "store/backend.h"
 #include "store/blob_scan.h"
@@ -105,6 +106,7 @@ class Salvager {
     TBFS_RETURN_IF_ERROR(ScanBlobs());
     CollectManifests();
     WriteFiles();
+    ReadRecordsOfMissingFiles();
     return Status::OK();
   }
 
@@ -342,6 +344,40 @@ class Salvager {
         r_->lost.push_back({path, id, st.message()});
       }
     }
+  }
+
+  // Files other records name that no manifest describes: each is lost to
+  // salvage (the exit status says so), with what the record says of it.
+  void ReadRecordsOfMissingFiles() {
+    if (!engine_) return;
+    const std::string prefix = kLostPrefix;
+    Status st = engine_->Scan(Space::kMeta, prefix, [&](std::string_view k, std::string_view v) {
+      uint64_t id = 0;
+      (void)DecodeId(k.substr(prefix.size()), &id);
+      auto j = nlohmann::json::parse(v, nullptr, false);
+      const std::string path = j.is_object() ? j.value("path", "") : "";
+      r_->lost.push_back({path, id, "recorded lost by a recovery (tbfs fsck --clear-lost)"});
+      return true;
+    });
+    if (!st.ok()) r_->problems.push_back("lost-file records: " + st.message());
+    st = engine_->Scan(Space::kJournal, "", [&](std::string_view, std::string_view v) {
+      storepb::JournalRecord record;
+      if (!record.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+        r_->problems.push_back("a journal record does not parse");
+        return true;
+      }
+      if (record.kind() != storepb::JournalRecord::MIGRATE) return true;
+      for (const auto& e : record.entries()) {
+        if (manifests_.count(e.file_id())) continue;
+        r_->lost.push_back({e.path(), e.file_id(),
+                            "named by an unfinished migration (batch " +
+                                std::to_string(record.batch_id()) +
+                                ") and not in the store: it is in the logdir unless the crash "
+                                "lost it"});
+      }
+      return true;
+    });
+    if (!st.ok()) r_->problems.push_back("journal: " + st.message());
   }
 
   const SalvageOptions& o_;

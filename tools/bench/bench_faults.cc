@@ -15,11 +15,26 @@
 //     happen; a store that does not open fails every file;
 //   - runs salvage into a scratch folder and counts the files it writes
 //     back byte for byte (each verified against its content hash).
-// Prints a table by kind of store file and the totals. Exit 0 when no
-// wrong byte was ever served or written, 1 otherwise, 2 when the run could
-// not start.
+// Prints a table by kind of store file and the totals.
+//
+// Then --crash-trials trials of a crash followed by damage to the engine's
+// log: a logdir of the generator's traces plus many small PyTorch traces
+// is migrated by `tbfs migrate --apply`, killed (SIGKILL) at a random
+// instant of the run; one 4 KiB block of its largest write-ahead log is
+// zeroed; a writer opens the store and recovers. Every trace must then be
+// in the logdir or in the store, byte for byte: the lost files are counted
+// by kind of file, and so are those recovery recorded as lost.
+//
+// Exit 0 when no wrong byte was ever served or written and no file was
+// lost, 1 otherwise, 2 when the run could not start.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <array>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -28,6 +43,9 @@
 #include "base/fs_util.h"
 #include "base/work_pool.h"
 #include "fmt/format.h"
+#include "spdlog/spdlog.h"
+#include "base/time_util.h"
+#include "store/classify.h"
 #include "store/cold_store.h"
 #include "store/migrate.h"
 #include "store/salvage.h"
@@ -44,7 +62,10 @@ namespace stdfs = std::filesystem;
 
 struct Args {
   std::string dir = "/tmp/tbfs-bench-faults";
+  std::string tbfs = "tbfs";
   int trials = 200;
+  int crash_trials = 20;
+  int small_traces = 600;
   double trace_mb = 8;
   uint64_t seed = 1;
   bool json = false;
@@ -164,6 +185,164 @@ void SalvageAll(const std::string& store_dir, const std::string& to,
   }
 }
 
+// --- a crash, then damage to the engine's log ------------------------------
+
+struct CrashTotals {
+  uint64_t trials = 0;
+  uint64_t finished = 0;    // the run ended before the kill
+  uint64_t not_opened = 0;  // no writer could open the store after the damage
+  uint64_t recorded_lost = 0;
+  // By kind of file (its class): files, lost, wrong bytes.
+  std::map<std::string, std::array<uint64_t, 3>> by_class;
+};
+
+struct Original {
+  std::string bytes;
+  std::string cls;
+};
+
+// Runs `tbfs migrate LOGDIR --apply`; with kill_after_s >= 0, SIGKILLs it
+// that long after it started. True when it ran to its end.
+bool RunMigrate(const std::string& tbfs, const std::string& logdir, double kill_after_s) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::freopen("/dev/null", "w", stdout);
+    ::freopen("/dev/null", "w", stderr);
+    ::execlp(tbfs.c_str(), tbfs.c_str(), "migrate", logdir.c_str(), "--apply", "--older-than",
+             "0s", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  if (kill_after_s >= 0) {
+    const double deadline = cli::NowSeconds() + kill_after_s;
+    while (cli::NowSeconds() < deadline) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) return true;
+      ::usleep(2000);
+    }
+    ::kill(pid, SIGKILL);
+  }
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status);
+}
+
+// Zeroes one 4 KiB block at a random offset of the largest *.log of the
+// store. False when there is no log with bytes in it.
+bool DamageLargestLog(const std::string& store_dir, std::mt19937_64& rng) {
+  std::string largest;
+  uint64_t size = 0;
+  std::error_code ec;
+  for (const auto& e : stdfs::directory_iterator(store_dir, ec)) {
+    if (e.path().extension() == ".log" && e.file_size() > size) {
+      size = e.file_size();
+      largest = e.path();
+    }
+  }
+  if (size == 0) return false;
+  const uint64_t at = (rng() % size) & ~uint64_t{4095};
+  const std::string zeros(std::min<uint64_t>(4096, size - at), '\0');
+  UniqueFd fd(::open(largest.c_str(), O_WRONLY | O_CLOEXEC));
+  return fd.valid() && ::pwrite(fd.get(), zeros.data(), zeros.size(), static_cast<off_t>(at)) ==
+                           static_cast<ssize_t>(zeros.size());
+}
+
+// Where each original is after recovery: in place, cold, lost or wrong.
+void CountAfterRecovery(const std::string& logdir, const std::map<std::string, Original>& originals,
+                        CrashTotals* t) {
+  store::OpenOptions o;
+  auto store = store::ColdStore::Open(logdir + "/" + store::kStoreDirName, o);
+  if (store.ok()) {
+    auto recovered = store::Recover(**store, logdir);
+    if (recovered.ok()) t->recorded_lost += recovered->lost.size();
+  } else {
+    t->not_opened++;
+  }
+  store::ChunkCodec codec;
+  for (const auto& [path, orig] : originals) {
+    auto& row = t->by_class[orig.cls];
+    row[0]++;
+    std::string got;
+    if (ReadFileToString(logdir + "/" + path, &got).ok()) {
+      if (got != orig.bytes) row[2]++;
+      continue;
+    }
+    auto m = store.ok() ? (*store)->Lookup(path) : Result<storepb::Manifest>(Status::NotFound(""));
+    if (!m.ok()) {
+      row[1]++;
+      continue;
+    }
+    got.assign(m->size(), '\0');
+    size_t n = 0;
+    Status st = (*store)->ReadRange(*m, 0, got.size(), got.data(), &n, &codec);
+    if (!st.ok()) {
+      row[1]++;
+    } else if (n != orig.bytes.size() || got.compare(0, n, orig.bytes) != 0) {
+      row[2]++;
+    }
+  }
+}
+
+Status CrashTrials(const Args& a, CrashTotals* t) {
+  std::error_code ec;
+  const std::string pristine = a.dir + "/crash-pristine", logdir = a.dir + "/crash-logdir";
+  gen::GenOptions g;
+  g.runs = 3;
+  g.steps = 100;
+  g.trace_mb = a.trace_mb;
+  g.seed = a.seed;
+  gen::GenReport report;
+  TBFS_RETURN_IF_ERROR(gen::GenerateLogdir(pristine, g, &report));
+  std::mt19937_64 rng(a.seed);
+  for (int i = 0; i < a.small_traces; ++i) {
+    const std::string dir = fmt::format("{}/small{:02}", pristine, i % 10);
+    stdfs::create_directories(dir, ec);
+    std::string trace = "{\"traceEvents\":[";
+    const int events = 50 + static_cast<int>(rng() % 3000);
+    for (int e = 0; e < events; ++e) {
+      trace += fmt::format("{}{{\"ph\":\"X\",\"name\":\"op{}\",\"ts\":{},\"dur\":{}}}",
+                           e ? "," : "", e % 97, e * 3, e % 7);
+    }
+    trace += "]}";
+    TBFS_RETURN_IF_ERROR(
+        WriteFileAtomic(fmt::format("{}/w{}.pt.trace.json", dir, i), trace, 0644));
+  }
+  store::CandidateOptions c;
+  c.older_than_s = 0;
+  std::vector<store::Candidate> candidates;
+  std::vector<store::Skipped> skipped;
+  TBFS_RETURN_IF_ERROR(store::FindCandidates(pristine, c, &candidates, &skipped));
+  std::map<std::string, Original> originals;
+  for (const auto& cand : candidates) {
+    originals[cand.path] = {Slurp(pristine + "/" + cand.path),
+                            std::string(store::ClassName(cand.cls))};
+  }
+  // How long a whole run takes: the kills fall anywhere in it.
+  stdfs::copy(pristine, logdir, stdfs::copy_options::recursive, ec);
+  const double t0 = cli::NowSeconds();
+  if (!RunMigrate(a.tbfs, logdir, -1)) {
+    return Status::Aborted("tbfs migrate did not run (--tbfs " + a.tbfs + ")");
+  }
+  const double whole = cli::NowSeconds() - t0;
+  // The engine's account of each damaged log (records dropped) is not the
+  // report: errors only.
+  const auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::err);
+  cli::Progress progress("crashes", static_cast<uint64_t>(a.crash_trials));
+  for (int i = 0; i < a.crash_trials; ++i) {
+    stdfs::remove_all(logdir, ec);
+    stdfs::copy(pristine, logdir, stdfs::copy_options::recursive, ec);
+    const double kill_at = whole * (0.05 + 0.9 * static_cast<double>(rng() % 1000) / 1000);
+    t->trials++;
+    if (RunMigrate(a.tbfs, logdir, kill_at)) t->finished++;
+    (void)DamageLargestLog(logdir + "/" + store::kStoreDirName, rng);
+    CountAfterRecovery(logdir, originals, t);
+    progress.counter()->fetch_add(1);
+  }
+  spdlog::set_level(level);
+  stdfs::remove_all(logdir, ec);
+  stdfs::remove_all(pristine, ec);
+  return Status::OK();
+}
+
 int Run(const Args& a) {
   std::error_code ec;
   stdfs::remove_all(a.dir, ec);
@@ -217,7 +396,20 @@ int Run(const Args& a) {
     total.salvage_wrong += r.salvage_wrong;
     total.salvage_lost += r.salvage_lost;
   }
-  const bool ok = total.served_wrong == 0 && total.salvage_wrong == 0;
+  CrashTotals crash;
+  if (a.crash_trials > 0) {
+    if (Status st = CrashTrials(a, &crash); !st.ok()) {
+      fmt::print(stderr, "tbfs-bench faults: crash trials: {}\n", st.message());
+      return 2;
+    }
+  }
+  uint64_t crash_lost = 0, crash_wrong = 0;
+  for (const auto& [cls, r] : crash.by_class) {
+    crash_lost += r[1];
+    crash_wrong += r[2];
+  }
+  const bool ok = total.served_wrong == 0 && total.salvage_wrong == 0 && crash_lost == 0 &&
+                  crash_wrong == 0;
   auto row_json = [](const Row& r) {
     return nlohmann::json{{"trials", r.trials},
                           {"not_opened", r.not_opened},
@@ -234,6 +426,17 @@ int Run(const Args& a) {
                         {"total", row_json(total)},
                         {"by_kind", nlohmann::json::object()}};
     for (const auto& [kind, r] : table) j["by_kind"][kind] = row_json(r);
+    j["crash_then_damaged_log"] = {{"trials", crash.trials},
+                                   {"finished_before_the_kill", crash.finished},
+                                   {"store_not_opened", crash.not_opened},
+                                   {"recorded_lost", crash.recorded_lost},
+                                   {"lost", crash_lost},
+                                   {"wrong", crash_wrong},
+                                   {"by_class", nlohmann::json::object()}};
+    for (const auto& [cls, r] : crash.by_class) {
+      j["crash_then_damaged_log"]["by_class"][cls] = {
+          {"files", r[0]}, {"lost", r[1]}, {"wrong", r[2]}};
+    }
     cli::PrintJson(j);
   } else {
     fmt::print(
@@ -248,7 +451,18 @@ int Run(const Args& a) {
     };
     for (const auto& [kind, r] : table) line(kind, r);
     line("total", total);
-    fmt::print("{}\n", ok ? "no wrong byte served or salvaged" : "WRONG BYTES: a bug");
+    if (crash.trials > 0) {
+      fmt::print(
+          "\n{} crashes (kill -9 of tbfs migrate --apply at a random instant; {} ended first), "
+          "each followed by a zeroed 4 KiB block of the engine's log; the store did not open "
+          "{} times; recovery recorded {} file(s) as lost\n",
+          crash.trials, crash.finished, crash.not_opened, crash.recorded_lost);
+      fmt::print("{:<14} {:>8} {:>6} {:>6}\n", "kind of file", "files", "lost", "WRONG");
+      for (const auto& [cls, r] : crash.by_class)
+        fmt::print("{:<14} {:>8} {:>6} {:>6}\n", cls, r[0], r[1], r[2]);
+    }
+    fmt::print("{}\n", ok ? "no wrong byte served or salvaged, no file lost"
+                          : "WRONG BYTES OR LOST FILES: a bug");
   }
   stdfs::remove_all(a.dir, ec);
   return ok ? 0 : 1;
@@ -261,12 +475,20 @@ void RegisterFaultsBench(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "faults",
       "flip one random bit in one random store file per trial; count files served "
-      "right, failed, wrong (exit 1 if any) and salvaged");
+      "right, failed, wrong (exit 1 if any) and salvaged; then crash migrations and damage "
+      "the engine's log: count lost files (exit 1 if any)");
   cmd->add_option("--dir", a->dir, "scratch folder (wiped)")->capture_default_str();
   cmd->add_option("--trials", a->trials, "damaged copies of the store to try")
       ->capture_default_str();
   cmd->add_option("--trace-mb", a->trace_mb, "MiB of traces in the store")->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the logdir and the flips")->capture_default_str();
+  cmd->add_option("--crash-trials", a->crash_trials,
+                  "crashes of tbfs migrate --apply, each followed by damage to the engine's log")
+      ->capture_default_str();
+  cmd->add_option("--small-traces", a->small_traces,
+                  "small PyTorch traces beside the generated ones (crash trials)")
+      ->capture_default_str();
+  cmd->add_option("--tbfs", a->tbfs, "the tbfs command (crash trials)")->capture_default_str();
   cmd->add_flag("--json", a->json, "print the report as JSON");
   cmd->callback([a, exit_code] { *exit_code = Run(*a); });
 }

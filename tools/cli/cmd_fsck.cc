@@ -30,6 +30,7 @@ struct FsckArgs {
   bool garbage = false;
   bool apply = false;
   bool json = false;
+  bool clear_lost = false;
 };
 
 // LOGDIR (its store), or --store DIR alone.
@@ -84,12 +85,44 @@ int FsckUnopenable(const FsckArgs& args, const StoreLocation& loc, const Status&
   return kExitFinding;
 }
 
+// fsck --clear-lost: the admin has dealt with the files recovery recorded
+// as lost; their records go.
+int ClearLost(const FsckArgs& args, const StoreLocation& loc) {
+  if (args.logdir.empty()) {
+    PrintError("fsck", "--clear-lost needs LOGDIR (it opens the store for writing)");
+    return kExitError;
+  }
+  auto store = OpenStoreForWrite(loc, false, "fsck");
+  if (!store.ok()) {
+    PrintError("fsck", store.status().message());
+    return kExitError;
+  }
+  uint64_t cleared = 0;
+  std::vector<store::ColdStore::LostFile> lost;
+  Status st = *store ? (*store)->ListLost(&lost) : Status::OK();
+  if (st.ok() && *store) st = (*store)->ClearLost(&cleared);
+  if (!st.ok()) {
+    PrintError("fsck", "--clear-lost: " + st.message());
+    return kExitError;
+  }
+  if (args.json) {
+    json j = {{"cleared", cleared}, {"paths", json::array()}};
+    for (const auto& l : lost) j["paths"].push_back(l.path);
+    PrintJson(j);
+  } else {
+    for (const auto& l : lost) fmt::print("cleared: {}\n", Printable(l.path));
+    fmt::print("{}: {} lost-file record(s) cleared\n", loc.dir, cleared);
+  }
+  return kExitOk;
+}
+
 int RunFsck(const FsckArgs& args) {
   auto loc = Locate(args);
   if (!loc.ok()) {
     PrintError("fsck", loc.status().message());
     return kExitError;
   }
+  if (args.clear_lost) return ClearLost(args, *loc);
   auto store = OpenStoreForRead(*loc);
   if (!store.ok() && store.status().code() != Code::kNotSupported &&
       store.status().code() != Code::kInvalidArgument) {
@@ -130,13 +163,26 @@ int RunFsck(const FsckArgs& args) {
               {"orphan_chunk_files", r->orphan_chunk_files},
               {"dangling_entries", r->dangling_entries},
               {"journal_records", r->journal_records},
-              {"damaged", json::array()}};
+              {"damaged", json::array()},
+              {"lost", json::array()}};
     for (const auto& [p, why] : r->damaged) j["damaged"].push_back({{"path", p}, {"reason", why}});
+    for (const auto& l : r->lost) {
+      j["lost"].push_back({{"path", l.path}, {"batch", l.batch_id}, {"found_ns", l.found_ns},
+                           {"reason", l.why}});
+    }
     PrintJson(j);
   } else {
     for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", Printable(p));
     for (const auto& [p, why] : r->damaged)
       fmt::print("DAMAGED: {}: {}\n", Printable(p), Printable(why));
+    for (const auto& l : r->lost)
+      fmt::print("LOST: {}: {} (batch {})\n", Printable(l.path), Printable(l.why), l.batch_id);
+    if (!r->lost.empty()) {
+      fmt::print(
+          "note: {} file(s) recorded as lost by a recovery; restore them from a backup, then "
+          "tbfs fsck {} --clear-lost\n",
+          r->lost.size(), args.logdir.empty() ? "LOGDIR" : args.logdir);
+    }
     if (r->orphan_chunk_files) {
       fmt::print(
           "note: chunks of {} unknown file ids (garbage a crash left; tbfs gc --garbage --apply "
@@ -158,7 +204,8 @@ int RunFsck(const FsckArgs& args) {
                r->clean()
                    ? "clean"
                    : fmt::format("{} problem(s); tbfs salvage recovers every file that verifies",
-                                 r->damaged.size() + r->dangling_entries + r->problems.size()));
+                                 r->damaged.size() + r->dangling_entries + r->problems.size() +
+                                     r->lost.size()));
   }
   return r->clean() ? kExitOk : kExitFinding;
 }
@@ -290,6 +337,9 @@ void RegisterFsck(CLI::App& app, int* exit_code) {
   cmd->add_option("LOGDIR", args->logdir, "the logdir");
   cmd->add_option("--store", args->store, kStoreOptionHelp);
   cmd->add_flag("--json", args->json, "print the report as JSON");
+  cmd->add_flag("--clear-lost", args->clear_lost,
+                "forget the files a recovery recorded as lost (after restoring them or "
+                "accepting the loss); fsck reports them until then");
   cmd->callback([args, exit_code] { *exit_code = RunFsck(*args); });
 
   auto gargs = std::make_shared<FsckArgs>();

@@ -312,6 +312,7 @@ int RunMigrate(MigrateArgs args) {
       json jb = {{"batch", b.batch_id},
                  {"rolled_back", b.rolled_back},
                  {"runs_verified", b.runs_verified}};
+      if (!b.unsynced.empty()) jb["unsynced"] = b.unsynced;
       for (const auto& f : b.failures) jb["verifier_failures"].push_back(f.ToString());
       for (const auto& f : b.files) {
         jb["files"].push_back({{"path", f.path},
@@ -330,6 +331,11 @@ int RunMigrate(MigrateArgs args) {
         }
       }
       for (const auto& f : b.failures) fmt::print("  VERIFIER FAILURE: {}\n", f.ToString());
+      if (!b.unsynced.empty()) {
+        fmt::print("  batch {}: NOT SYNCED: {} (its journal record stays: the next writer's "
+                   "recovery undoes it)\n",
+                   b.batch_id, Printable(b.unsynced));
+      }
       for (const auto& r : b.runs_verified) {
         fmt::print("  run {}: scalars {}\n", Printable(r),
                    b.failures.empty() ? "intact" : "CHECK FAILED, rolled back");
@@ -356,6 +362,8 @@ int RunMigrate(MigrateArgs args) {
                                    {"stored_bytes", result->stored_bytes},
                                    {"ratio", Ratio(result->bytes_moved, result->stored_bytes)},
                                    {"seconds", secs},
+                                   {"flushes", result->flushes},
+                                   {"flush_seconds", result->flush_seconds},
                                    {"backup", archive},
                                    {"ok", result->ok()},
                                    {"store_full", result->store_full}}
@@ -374,6 +382,11 @@ int RunMigrate(MigrateArgs args) {
                result->files_moved, HumanBytes(result->bytes_moved),
                HumanBytes(result->stored_bytes), Ratio(result->bytes_moved, result->stored_bytes),
                secs, static_cast<double>(result->bytes_moved) / 1e6 / std::max(secs, 1e-9));
+    if (result->flushes > 0) {
+      fmt::print("engine flushes before the unlinks: {}, {:.2f}s in all ({:.1f}% of the time)\n",
+                 result->flushes, result->flush_seconds,
+                 100 * result->flush_seconds / std::max(secs, 1e-9));
+    }
   }
   if (result->store_full) {
     PrintError(

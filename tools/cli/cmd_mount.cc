@@ -139,6 +139,17 @@ int RunStatus(const std::string& mountpoint, bool json) {
   fmt::print("last verifier: {}\n", j["last_verifier"].get<std::string>().empty()
                                         ? "no batch yet"
                                         : j["last_verifier"].get<std::string>());
+  const std::string last_error = j["migrations"]["last_error"].get<std::string>();
+  if (!last_error.empty()) fmt::print("last pass: {}\n", Printable(last_error));
+  if (u("migrations", "stopped_store_full") > 0) {
+    fmt::print("passes stopped by a full store: {}\n", u("migrations", "stopped_store_full"));
+  }
+  const uint64_t lost = j.contains("lost") ? u("lost", "files") : 0;
+  if (lost > 0) {
+    fmt::print("LOST: {} file(s) a recovery found neither in the logdir nor in the store", lost);
+    for (const auto& p : j["lost"]["paths"]) fmt::print("\n  {}", Printable(p.get<std::string>()));
+    fmt::print("\n(tbfs fsck LOGDIR lists them; --clear-lost once dealt with)\n");
+  }
   fmt::print("rehydrations: {}; cache hit ratio {:.1f}% ({} cached)\n",
              j["rehydrations"].get<uint64_t>(), 100 * j["cache"]["hit_ratio"].get<double>(),
              HumanBytes(u("cache", "bytes")));
@@ -171,7 +182,7 @@ int RunStatus(const std::string& mountpoint, bool json) {
                  Printable(r["run"].get<std::string>()));
     }
   }
-  return kExitOk;
+  return lost > 0 ? kExitFinding : kExitOk;
 }
 
 }  // namespace

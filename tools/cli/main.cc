@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "tools/cli/commands.h"
+#include "tools/cli/store_cli.h"
 
 int main(int argc, char** argv) {
   // A walk holds an fd per folder level: allow what the hard limit allows.
@@ -76,5 +77,7 @@ int main(int argc, char** argv) {
   }
   if (std::fflush(stdout) != 0) return output_error(errno);
   if (std::ferror(stdout)) return output_error(EIO);
+  if (exit_code == tbfs::cli::kExitOk && tbfs::cli::RecoveryFoundLosses())
+    return tbfs::cli::kExitFinding;
   return exit_code;
 }

@@ -3,9 +3,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 
+#include "base/text.h"
 #include "fmt/format.h"
 #include "fs/mount.h"
 #include "store/classify.h"
@@ -16,6 +18,8 @@
 namespace tbfs::cli {
 
 namespace {
+
+std::atomic<bool> recovery_found_losses{false};  // RecoveryFoundLosses
 
 std::string RealPath(const std::string& p) {
   char buf[PATH_MAX];
@@ -68,6 +72,8 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForRead(const StoreLocation& 
   return s;
 }
 
+bool RecoveryFoundLosses() { return recovery_found_losses.load(); }
+
 Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation& loc, bool create,
                                                             const std::string& command) {
   store::OpenOptions options;
@@ -104,6 +110,12 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation&
                                     recovered->batches, recovered->restored, recovered->dropped));
   }
   for (const std::string& note : recovered->notes) PrintError(command, "recovery: " + note);
+  for (const std::string& path : recovered->lost) {
+    PrintError(command, "recovery: LOST " + Printable(JoinPath(loc.logdir, path)) +
+                            ": journaled by an unfinished migration, found neither in the logdir "
+                            "nor in the store (recorded: tbfs fsck reports it until --clear-lost)");
+  }
+  if (!recovered->lost.empty()) recovery_found_losses = true;
   return s;
 }
 

@@ -40,6 +40,10 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForRead(const StoreLocation& 
 // Opens the store for writing (creating it when `create`), then resolves any
 // journal a crash left (I4), printing what recovery did on stderr. A missing
 // store yields nullptr when !create.
+// True once a writer's open in this process ran a recovery that found
+// files lost (neither in the logdir nor in the store): the command then
+// exits 1 however the rest went (tools/cli/main.cc).
+bool RecoveryFoundLosses();
 Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation& loc, bool create,
                                                             const std::string& command);
 

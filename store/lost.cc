@@ -1,0 +1,50 @@
+// Lost files: what recovery could find neither in the logdir nor in the
+// store (store/cold_store.h: RecordLost).
+#include "nlohmann/json.hpp"
+#include "store/cold_store.h"
+#include "store/format.h"
+
+namespace tbfs::store {
+
+Status ColdStore::RecordLost(const LostFile& f) {
+  WriteBatch batch;
+  batch.Put(Space::kMeta, kLostPrefix + EncodeId(f.file_id),
+            nlohmann::json{{"path", f.path},
+                           {"batch", f.batch_id},
+                           {"found_ns", f.found_ns},
+                           {"why", f.why}}
+                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  return Commit(batch, true);
+}
+
+Status ColdStore::ListLost(std::vector<LostFile>* out) {
+  out->clear();
+  const std::string prefix = kLostPrefix;
+  return backend_->Scan(Space::kMeta, prefix, [&](std::string_view key, std::string_view value) {
+    LostFile f;
+    (void)DecodeId(key.substr(prefix.size()), &f.file_id);
+    auto j = nlohmann::json::parse(value, nullptr, false);
+    if (j.is_object()) {
+      f.path = j.value("path", "");
+      f.batch_id = j.value("batch", uint64_t{0});
+      f.found_ns = j.value("found_ns", uint64_t{0});
+      f.why = j.value("why", "");
+    } else {
+      f.why = "(the record does not parse)";
+    }
+    out->push_back(std::move(f));
+    return true;
+  });
+}
+
+Status ColdStore::ClearLost(uint64_t* cleared) {
+  std::vector<LostFile> lost;
+  TBFS_RETURN_IF_ERROR(ListLost(&lost));
+  *cleared = lost.size();
+  if (lost.empty()) return Status::OK();
+  WriteBatch batch;
+  for (const LostFile& f : lost) batch.Delete(Space::kMeta, kLostPrefix + EncodeId(f.file_id));
+  return Commit(batch, true);
+}
+
+}  // namespace tbfs::store
