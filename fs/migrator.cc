@@ -112,8 +112,9 @@ Status Migrator::TakeWriterRole() {
 
 Status Migrator::Pass() {
   MutexLock one(pass_mu_);
-  if (store_.shared() && !store_.writer()) {
-    // Another mount writes the store (or did, until its lease ran out).
+  if (!store_.writer()) {
+    // Another mount writes the store (or did, until its lease ran out), or
+    // its filesystem had no room for a writer: the store is read-only.
     Status role = TakeWriterRole();
     if (!role.ok()) {
       MutexLock lock(mu_);
@@ -217,17 +218,25 @@ Status Migrator::MovePass() {
   auto result = store::Migrate(store_, logdir_, candidates, mopt);
   if (!result.ok()) return result.status();
   MutexLock lock(mu_);
-  if (result->store_full) {
-    stats_.stopped_store_full++;
-    stats_.last_error = "the store is full: " + result->store_full_reason;
-    spdlog::warn("migrator: {}; hot files stay hot until there is room", result->store_full_reason);
-  }
   stats_.files_moved += result->files_moved;
   stats_.bytes_moved += result->bytes_moved;
   stats_.stored_bytes += result->stored_bytes;
   if (result->files_moved > 0) {
     spdlog::info("migrator: moved {} files, {} bytes -> {} stored", result->files_moved,
                  result->bytes_moved, result->stored_bytes);
+  }
+  if (result->store_full) {
+    // The pass stopped: said (status, migrate --now, the log), not a success.
+    stats_.stopped_store_full++;
+    stats_.last_error = "the store is full: " + result->store_full_reason;
+    return Status::FromErrno(ENOSPC, "migrate",
+                             "the pass stopped, the store is full: " +
+                                 result->store_full_reason +
+                                 "; hot files stay hot until there is room");
+  }
+  if (result->unsynced_batches > 0) {
+    return Status::FromErrno(EIO, "migrate",
+                             stats_.last_error + " (the next start's recovery undoes the batch)");
   }
   return Status::OK();
 }

@@ -412,6 +412,9 @@ int RunMount(const MountOptions& mc_in) {
                                    ::getpid())
                      : fmt::format("the tbfs mount on {} (pid {})", mc.mountpoint, ::getpid());
   so.lock_wait_ms = 5000;  // a mount of this logdir just unmounted may still be closing
+  // A full disk does not keep the mount down: the store is served
+  // read-only, and becomes writable when room comes back (the migrator).
+  so.read_only_when_full = true;
   std::unique_ptr<store::ColdStore> store;
   UniqueFd state_lock;  // a RADOS mount's hold on its state folder
   if (shared) {

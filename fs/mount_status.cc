@@ -52,7 +52,7 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
       {"mountpoint", mc.mountpoint},
       {"store", store_dir},
       {"state", mc.state_dir},
-      {"store_role", !store.shared()  ? "writer"
+      {"store_role", !store.shared()  ? (store.writer() ? "writer" : store.refusal())
                      : store.writer() ? "writer (holds the shared store's lease)"
                                       : "reader: " + store.refusal()},
       {"pid", ::getpid()},
@@ -146,8 +146,11 @@ std::string Control(const std::string& request, const MountOptions& mc,
                          JoinPath(mc.state_dir, "tbfs-mount.log") + ")"}});
     }
     if (!store.writer()) {
-      return Compact({{"error", "this mount reads the shared store " + store_dir +
-                                    " and another one writes it: " + store.refusal()}});
+      return Compact({{"error", store.shared() ? "this mount reads the shared store " + store_dir +
+                                                     " and another one writes it: " +
+                                                     store.refusal()
+                                               : "the store " + store_dir + " is " +
+                                                     store.refusal()}});
     }
     return StatusJson(mc, store_dir, store, fs, migrator);
   }

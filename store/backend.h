@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 
 namespace tbfs::store {
 
@@ -116,5 +117,38 @@ struct BackendOptions {
 // holds it; NotFound when missing and !create_if_missing.
 Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
                                                   const BackendOptions& options);
+
+// The RocksDB store in `dir` opened read-only because its filesystem had no
+// room for a writer's open (the engine writes as it opens): reads go on,
+// writes fail with EROFS, until OpenWriter() opens it read-write and puts
+// that in the reader's place (calls in flight finish first).
+class ReadOnlyUntilRoom final : public Backend {
+ public:
+  static Result<std::unique_ptr<ReadOnlyUntilRoom>> Open(const std::string& dir);
+  // ENOSPC (no room yet) or the engine's error; OK once writable.
+  Status OpenWriter();
+  bool writable() const;
+
+  Status Commit(const WriteBatch& batch, bool sync) override;
+  Status Get(Space space, std::string_view key, std::string* value) override;
+  Status Scan(Space space, std::string_view prefix,
+              const std::function<bool(std::string_view, std::string_view)>& fn) override;
+  Status LastKey(Space space, std::string* key) override;
+  uint64_t DiskBytes() override;
+  Status FreeBytes(uint64_t* free, uint64_t* size) override;
+  uint64_t UnflushedBytes() override;
+  Status Compact() override;
+  Status Flush() override;
+
+ private:
+  ReadOnlyUntilRoom(std::string dir, std::unique_ptr<Backend> reader)
+      : dir_(std::move(dir)), inner_(std::move(reader)) {}
+  Status ReadOnly() const;
+
+  const std::string dir_;
+  mutable SharedMutex mu_;  // shared by every call, exclusive for the switch
+  std::unique_ptr<Backend> inner_ TBFS_GUARDED_BY(mu_);
+  bool writable_ TBFS_GUARDED_BY(mu_) = false;
+};
 
 }  // namespace tbfs::store

@@ -77,6 +77,7 @@ std::string ColdStore::refusal() const {
 }
 
 Status ColdStore::TakeWriterRole(const OpenOptions& options) {
+  if (!fence_ && until_room_ != nullptr) return OpenWriterWhenRoom();
   if (!fence_) return Status::NotSupported(dir_ + ": only a shared store changes writers");
   if (writer()) return Status::OK();
   DropWriterRole();  // a lease that ran out
@@ -111,6 +112,33 @@ Status ColdStore::TakeWriterRole(const OpenOptions& options) {
     return refused(st);
   }
   return Status::OK();
+}
+
+Status ColdStore::OpenWriterWhenRoom() {
+  if (!read_only_) return Status::OK();
+  auto refused = [&](const Status& st) {
+    MutexLock lock(role_mu_);
+    refusal_ = "read-only: " + st.message();
+    return st;
+  };
+  // Room for the engine's open (a new log and MANIFEST) and a first batch,
+  // with the margin CheckRoom keeps.
+  uint64_t free = 0, size = 0;
+  TBFS_RETURN_IF_ERROR(backend_->FreeBytes(&free, &size));
+  const uint64_t need = std::clamp<uint64_t>(size / 20, 2u << 20, 64u << 20) + (8u << 20);
+  if (free < need) {
+    return refused(Status::FromErrno(
+        ENOSPC, "store",
+        fmt::format("{} has no room for a writer: {} bytes free, {} needed", dir_, free, need)));
+  }
+  if (Status st = until_room_->OpenWriter(); !st.ok()) return refused(st);
+  read_only_ = false;
+  {
+    MutexLock lock(role_mu_);
+    refusal_.clear();
+  }
+  spdlog::warn("store {}: its filesystem has room again: writable", dir_);
+  return LoadIds();
 }
 
 void ColdStore::DropWriterRole() {
@@ -181,6 +209,27 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
     if (!st.ok()) return damaged(st);
   }
   auto backend = OpenRocksBackend(dir, bo);
+  const int err = backend.ok() ? 0 : backend.status().sys_errno();
+  if (!backend.ok() && existed && options.read_only_when_full && (err == ENOSPC || err == EDQUOT)) {
+    // No room for the engine's open: read-only, until there is.
+    auto reader = ReadOnlyUntilRoom::Open(dir);
+    if (!reader.ok()) return damaged(reader.status());
+    ReadOnlyUntilRoom* until_room = reader->get();
+    std::unique_ptr<ColdStore> store(new ColdStore(dir, std::move(reader).value()));
+    store->until_room_ = until_room;
+    store->read_only_ = true;
+    {
+      MutexLock role(store->role_mu_);
+      store->logdir_lock_ = std::move(lock);
+      store->refusal_ = "read-only: " + backend.status().message() +
+                        " (writable again once its filesystem has room)";
+    }
+    OpenOptions reading = options;
+    reading.read_only = true;
+    if (Status st = store->Init(reading, existed); !st.ok()) return damaged(st);
+    spdlog::warn("store {}: opened read-only: {}", dir, store->refusal());
+    return store;
+  }
   if (!backend.ok()) return damaged(backend.status());
   std::unique_ptr<ColdStore> store(new ColdStore(dir, std::move(backend).value()));
   {

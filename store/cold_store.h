@@ -57,6 +57,11 @@ struct OpenOptions {
   // Shared stores: a writer's Open whose lease another holds opens the
   // store as a reader instead of failing (refusal() says who writes it).
   bool reader_if_busy = false;
+  // Local stores (the mount): a writer's open that fails for want of room
+  // (the engine writes as it opens) opens the store read-only instead,
+  // still holding the logdir's lock: writer() is false and refusal() says
+  // why, until TakeWriterRole finds room and reopens it read-write.
+  bool read_only_when_full = false;
   uint32_t chunk_bytes = kDefaultChunkBytes;  // recorded at creation
   int level = kDefaultZstdLevel;              // recorded at creation
 };
@@ -91,8 +96,11 @@ class ColdStore {
   // Shared stores: takes the writer's lease (and options.logdir's lock,
   // which keeps a local-store writer of the same logdir off it), then reads
   // where the last writer left the file and batch ids. Busy, naming the
-  // holder, while another has it; NotSupported for a local store. The
-  // caller runs recovery (store::Recover) next, before any other write.
+  // holder, while another has it. A local store opened read-only for want
+  // of room (OpenOptions::read_only_when_full): reopens it read-write once
+  // its filesystem has room, ENOSPC until then. NotSupported for any other
+  // local store. The caller runs recovery (store::Recover) next, before
+  // any other write.
   Status TakeWriterRole(const OpenOptions& options);
   // Gives the lease back (a writer that lost it, or one shutting down).
   void DropWriterRole();
@@ -254,6 +262,7 @@ class ColdStore {
   static Result<std::unique_ptr<ColdStore>> OpenShared(const std::string& url,
                                                        const OpenOptions& options);
   Status Init(const OpenOptions& options, bool existed);
+  Status OpenWriterWhenRoom();  // TakeWriterRole of a local store
   // Next file and batch ids after what the store holds (and kMetaNextFileIdKey).
   Status LoadIds();
   Status UpgradeFromV1();
@@ -268,7 +277,10 @@ class ColdStore {
   mutable Mutex role_mu_;  // the writer's role of a shared store
   // Held while open (OpenOptions::logdir) or, shared, while the writer.
   UniqueFd logdir_lock_ TBFS_GUARDED_BY(role_mu_);
-  bool read_only_ = false;             // local stores: opened read-only
+  std::atomic<bool> read_only_{false};  // local stores: opened read-only
+  // Local stores opened read-only for want of room: the backend, which
+  // becomes writable in place (owned by backend_).
+  ReadOnlyUntilRoom* until_room_ = nullptr;
   std::shared_ptr<RadosFence> fence_;  // shared stores: the writer's lease, when held
   RadosLocation rados_;
   std::string refusal_ TBFS_GUARDED_BY(role_mu_);

@@ -86,14 +86,67 @@ TEST_F(NoRoom, TheMountKeepsServingWhenTheStoreIsFull) {
   WriteTraces(logdir_, 10, 3 << 20);
   Mount("--no-migrate --cold-after 0 --store " + small_ + "/store");
   auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
-  EXPECT_EQ(r.exit_code, 0) << r.out;
+  // A pass the full store stopped is no success: said, with the reason.
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("the store is full"), std::string::npos) << r.out;
   auto st = Status();
   ASSERT_TRUE(st.contains("migrations")) << "the daemon died";
   EXPECT_GE(st["migrations"]["stopped_store_full"].get<int>(), 1) << st.dump();
+  auto plain = RunCommand(Tbfs("status " + mnt_));
+  EXPECT_NE(plain.out.find("passes stopped by a full store: "), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("last pass: "), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("the store is full"), std::string::npos) << plain.out;
   for (const auto& [rel, bytes] : traces_) EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
   EXPECT_EQ(ReadBytes(M("r/events.out.tfevents.1.host")), "");
   WriteBytes(M("r/new.txt"), "still writable");
   EXPECT_EQ(ReadBytes(L("r/new.txt")), "still writable");
+}
+
+// A mount (re)started on a full disk: the engine cannot write as it opens,
+// so the store is served read-only (hot files, cold reads), migration
+// waits and says why, and once there is room the mount writes again.
+TEST_F(NoRoom, AMountStartsOnAFullDiskAndWritesWhenRoomComes) {
+  SmallFs("40m");
+  WriteTraces(logdir_, 3, 3 << 20);
+  const std::string store = small_ + "/store";
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + store +
+                            " >/dev/null 2>&1"))
+                .exit_code,
+            0);
+  // More traces, still hot; then the store's filesystem fills up.
+  const auto cold = traces_;
+  traces_.clear();
+  for (int i = 0; i < 6; ++i) {
+    std::string rel = fmt::format("r/plugins/profile/u{}.pt.trace.json", i);
+    traces_[rel] = RandomBytes(1 << 20, static_cast<uint64_t>(100 + i));
+    WriteBytes(L(rel), traces_[rel]);
+  }
+  RunCommand("dd if=/dev/zero of=" + small_ + "/filler bs=64K 2>/dev/null");
+  Mount("--no-migrate --cold-after 0 --store " + store);
+  auto st = Status();
+  ASSERT_TRUE(st.contains("store_role")) << st.dump();
+  EXPECT_NE(st["store_role"].get<std::string>().find("read-only"), std::string::npos) << st.dump();
+  // Every file reads: the hot ones, and the cold ones from the store.
+  for (const auto& [rel, bytes] : cold) {
+    EXPECT_EQ(State(M(rel)), "cold") << rel;
+    EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  }
+  for (const auto& [rel, bytes] : traces_) EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  WriteBytes(M("r/new.txt"), "still writable");
+  EXPECT_EQ(ReadBytes(L("r/new.txt")), "still writable");
+  auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("no room"), std::string::npos) << r.out;
+  // Room again: the next pass makes the mount the writer, and migrates.
+  ASSERT_EQ(::unlink((small_ + "/filler").c_str()), 0);
+  r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  st = Status();
+  EXPECT_EQ(st["store_role"], "writer") << st.dump();
+  for (const auto& [rel, bytes] : traces_) {
+    EXPECT_EQ(State(M(rel)), "cold") << rel;
+    EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  }
 }
 
 TEST_F(NoRoom, ARehydrationOnAFullLogdirIsENOSPC) {
