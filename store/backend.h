@@ -100,6 +100,12 @@ class Backend {
   // Moves what is only in the write-ahead log into the store's files, so
   // the log can go (after a migration, the log holds a copy of every chunk).
   virtual Status Flush() = 0;
+  // Reads every table file whole and checks its checksums: what a writer's
+  // open needs intact, beyond what the reads of the files touch (fsck).
+  virtual Status VerifyTables() { return Status::OK(); }
+  // Damaged records of the engine's log that its open skipped (what they
+  // held since the last flush is gone); "" when there were none.
+  virtual std::string LogDamage() { return ""; }
 };
 
 struct BackendOptions {
@@ -117,6 +123,11 @@ struct BackendOptions {
 // holds it; NotFound when missing and !create_if_missing.
 Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
                                                   const BackendOptions& options);
+
+// Whether an engine's open error is damage to its write-ahead log (a
+// record, a write batch), as opposed to its tables or MANIFEST: a writer's
+// open then sets the log aside and opens at the last flush.
+bool LooksLikeLogDamage(std::string_view error);
 
 // The RocksDB store in `dir` opened read-only because its filesystem had no
 // room for a writer's open (the engine writes as it opens): reads go on,
@@ -139,6 +150,8 @@ class ReadOnlyUntilRoom final : public Backend {
   uint64_t UnflushedBytes() override;
   Status Compact() override;
   Status Flush() override;
+  Status VerifyTables() override;
+  std::string LogDamage() override;
 
  private:
   ReadOnlyUntilRoom(std::string dir, std::unique_ptr<Backend> reader)

@@ -198,9 +198,15 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
     BackendOptions check;
     check.read_only = true;
     auto reader = OpenRocksBackend(dir, check);
-    if (!reader.ok()) return damaged(reader.status());
+    // A damaged log keeps a reader out, not a writer (it sets the log
+    // aside, and any file it does not list: store/rocks_backend.cc); the
+    // format record is then checked after its open (Init).
+    if (!reader.ok() && !(reader.status().code() == Code::kCorruption &&
+                          LooksLikeLogDamage(reader.status().message()))) {
+      return damaged(reader.status());
+    }
     std::string bytes;
-    Status st = (*reader)->Get(Space::kMeta, kMetaInfoKey, &bytes);
+    Status st = reader.ok() ? (*reader)->Get(Space::kMeta, kMetaInfoKey, &bytes) : Status::OK();
     if (st.IsNotFound()) {
       st = Status::Corruption("store " + dir +
                               " opens without its format record (its engine "
@@ -257,6 +263,9 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
     WriteBatch batch;
     batch.Put(Space::kMeta, kMetaInfoKey, info_.SerializeAsString());
     TBFS_RETURN_IF_ERROR(backend_->Commit(batch, true));
+    // In the engine's tables at once: a store whose format record lived
+    // only in a log that was then damaged would not open at all.
+    TBFS_RETURN_IF_ERROR(backend_->Flush());
   } else {
     TBFS_RETURN_IF_ERROR(st);
     TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &info_, "store info"));

@@ -211,6 +211,10 @@ class ColdStore {
   // Moves what is only in the engine's log into its files (after a
   // migration the log holds a second copy of every chunk).
   Status Flush() { return backend_->Flush(); }
+  // Every table file's checksums (Backend::VerifyTables).
+  Status VerifyTables() { return backend_->VerifyTables(); }
+  // Damaged records of the engine's log its open skipped ("" when none).
+  std::string LogDamage() { return backend_->LogDamage(); }
   // Returns the space of deleted data (compaction, blob garbage collection).
   Status Compact() { return backend_->Compact(); }
   // Bytes the store's files take on disk.

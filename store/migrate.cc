@@ -447,6 +447,20 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     }
   }
   Status st = store_.PutJournal(record);
+  // In the engine's tables before the first file moves aside: recovery
+  // finds the files aside by their journal record, and a damaged log must
+  // not take it with it.
+  if (st.ok()) {
+    const auto flush_start = std::chrono::steady_clock::now();
+    st = store_.Flush();
+    result.flushes++;
+    result.flush_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - flush_start).count();
+    if (!st.ok() && !store_.DeleteJournal(result.batch_id).ok()) {
+      spdlog::error("migrate: batch {}: its journal record stays (recovery drops it)",
+                    result.batch_id);
+    }
+  }
   if (!st.ok()) {
     for (FileResult& f : result.files) f.reason = st.message();
     return result;

@@ -161,6 +161,13 @@ class RocksBackend final : public Backend {
     return FromRocks(db_->Flush(options, handles_), "flush store " + dir_);
   }
 
+  std::string LogDamage() override { return log_damage_; }
+  void set_log_damage(std::string what) { log_damage_ = std::move(what); }
+
+  Status VerifyTables() override {
+    return FromRocks(db_->VerifyChecksum(), "verify the table files of store " + dir_);
+  }
+
   Status Compact() override {
     if (Status failed = Failed(); !failed.ok()) return failed;
     // Blob garbage collection only here, over every blob file: chunks are
@@ -195,6 +202,7 @@ class RocksBackend final : public Backend {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::mutex failed_mu_;
   Status failed_;  // guarded by failed_mu_: the first failed write, until resumed
+  std::string log_damage_;  // set once, before the backend is shared
 };
 
 // RocksDB's files, made 0600 as they are created, whatever the process's
@@ -318,6 +326,13 @@ rocksdb::ColumnFamilyOptions SpaceOptions(Space space) {
 
 }  // namespace
 
+bool LooksLikeLogDamage(std::string_view error) {
+  return error.find("Write batch") != std::string_view::npos ||
+         error.find("WriteBatch") != std::string_view::npos ||
+         error.find("ahead of WAL") != std::string_view::npos ||
+         error.find(".log") != std::string_view::npos;
+}
+
 Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
                                                   const BackendOptions& options) {
   struct stat st;
@@ -346,7 +361,9 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
   // the log after a crash then loses only what came after the last flush,
   // and never leaves one space ahead of the others (which no writer can
   // open: "SST file is ahead of WALs").
-  db_options.atomic_flush = true;
+  // (RocksDB's best-efforts recovery, salvage's, refuses atomic flush: a
+  // scratch copy only reads what the flushes left.)
+  db_options.atomic_flush = !options.best_efforts;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db_options.info_log = std::make_shared<EngineLog>(
       options.read_only || options.best_efforts ? spdlog::level::debug : spdlog::level::warn);
@@ -363,14 +380,76 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s;
-  if (options.read_only) {
-    s = rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw);
-  } else {
+  auto open = [&] {
+    if (options.read_only) return rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw);
     PrivateFileSystem::opening_writers++;
-    s = rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
+    rocksdb::Status opened = rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
     PrivateFileSystem::opening_writers--;
+    return opened;
+  };
+  s = open();
+  std::string log_damage;
+  if (s.IsCorruption() && LooksLikeLogDamage(s.ToString())) log_damage = s.ToString();
+  if (!log_damage.empty() && options.read_only) {
+    // A damaged record in the engine's log that its point-in-time replay
+    // refuses: a reader skips what is damaged and replays the rest. The log
+    // holds only what came after the last flush, and every moved file's
+    // copy, every journal record and the format record are flushed before
+    // they count (docs/format.md): what goes is a change made since (a
+    // cold file's name or attributes) or the copy of a file still in place.
+    db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords;
+    handles.clear();
+    raw = nullptr;
+    s = open();
+    if (s.ok()) {
+      spdlog::log(options.read_only ? spdlog::level::debug : spdlog::level::warn,
+                  "store {}: the engine's log has damaged records ({}): skipped; what they held "
+                  "since the last flush is gone",
+                  dir, log_damage);
+    }
+  }
+  if (s.IsCorruption() && !log_damage.empty() && !options.best_efforts && !options.read_only) {
+    // A record whose fragments each check but do not form a batch stops
+    // even that replay. A writer then sets the logs aside (kLostFoundName)
+    // and opens at the last flush; it puts them back if that fails too.
+    std::vector<std::pair<std::string, std::string>> moved;
+    const std::string aside = dir + "/" + kLostFoundName;
+    std::vector<std::string> names;
+    (void)PrivateEnv()->GetChildren(dir, &names);
+    for (const auto& n : names) {
+      if (!n.ends_with(".log") || n.find_first_not_of("0123456789") != n.size() - 4) continue;
+      const std::string to = fmt::format("{}/{}-{}", aside, NowNs(), n);
+      if ((::mkdir(aside.c_str(), 0700) == 0 || errno == EEXIST) &&
+          ::rename((dir + "/" + n).c_str(), to.c_str()) == 0) {
+        moved.emplace_back(dir + "/" + n, to);
+      }
+    }
+    handles.clear();
+    raw = nullptr;
+    const rocksdb::Status without = moved.empty() ? s : open();
+    if (without.ok()) {
+      s = without;
+      spdlog::warn(
+          "store {}: the engine's log is damaged ({}): set aside in {}; the store opens as its "
+          "last flush left it (every moved file's copy is there; changes made through a mount "
+          "since, and copies of files still in place, are not)",
+          dir, log_damage, aside);
+    } else {
+      for (const auto& [from, to] : moved) (void)::rename(to.c_str(), from.c_str());
+    }
   }
   if (!s.ok()) {
+    if (!log_damage.empty()) {
+      s = rocksdb::Status::Corruption(log_damage + "; and replaying around its damaged records: " +
+                                      s.ToString());
+    }
+    if (s.IsInvalidArgument() && s.ToString().find("Column family not found") != std::string::npos) {
+      // A store has all its spaces from its creation on.
+      return Status::Corruption("open store " + dir +
+                                ": its engine MANIFEST lacks some of the store's spaces (damaged, "
+                                "cut short, or its creation was cut short by a crash): " +
+                                s.ToString());
+    }
     Status st = FromRocks(s, "open store " + dir);
     if (st.code() == Code::kInvalidArgument) {
       return Status::NotSupported("open store " + dir + ": not a tbfs store of a known layout (" +
@@ -378,8 +457,10 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
     }
     return st;
   }
-  return std::unique_ptr<Backend>(
-      new RocksBackend(dir, std::unique_ptr<rocksdb::DB>(raw), std::move(handles)));
+  auto backend = std::make_unique<RocksBackend>(dir, std::unique_ptr<rocksdb::DB>(raw),
+                                                std::move(handles));
+  backend->set_log_damage(std::move(log_damage));
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 }  // namespace tbfs::store

@@ -91,4 +91,14 @@ Status ReadOnlyUntilRoom::Flush() {
   return writable_ ? inner_->Flush() : Status::OK();  // a reader holds nothing unflushed
 }
 
+Status ReadOnlyUntilRoom::VerifyTables() {
+  ReaderMutexLock lock(mu_);
+  return inner_->VerifyTables();
+}
+
+std::string ReadOnlyUntilRoom::LogDamage() {
+  ReaderMutexLock lock(mu_);
+  return inner_->LogDamage();
+}
+
 }  // namespace tbfs::store

@@ -241,6 +241,11 @@ TEST_F(MigrateCli, FsckNamesDamageAndSalvageWritesEveryIntactFile) {
   auto j = nlohmann::json::parse(fsck.out);
   ASSERT_EQ(j["damaged"].size(), 1u) << fsck.out;
   const std::string damaged = j["damaged"][0]["path"];
+  // Its only copy of that chunk is damaged: lost for salvage too, and fsck
+  // says so (LOST, not DAMAGED (recoverable)).
+  EXPECT_EQ(j["damaged"][0]["recoverable"], false) << fsck.out;
+  fsck = RunCommand(Tbfs("fsck " + logdir_));
+  EXPECT_NE(fsck.out.find("LOST: " + damaged + ": "), std::string::npos) << fsck.out;
   salvage = RunCommand(Tbfs("salvage --json " + logdir_ + " --to " + (dir_ / "out2")));
   EXPECT_EQ(salvage.exit_code, 1) << salvage.out;
   j = nlohmann::json::parse(salvage.out);
@@ -251,6 +256,46 @@ TEST_F(MigrateCli, FsckNamesDamageAndSalvageWritesEveryIntactFile) {
   salvage = RunCommand(Tbfs("salvage " + logdir_ + " --to " + (dir_ / "out2") + " 2>&1"));
   EXPECT_EQ(salvage.exit_code, 2);
   EXPECT_NE(salvage.out.find("not empty"), std::string::npos) << salvage.out;
+}
+
+// fsck tells what is lost from what salvage can still write out: with the
+// chunk space's table damaged, the engine cannot read the files' chunks, but
+// their blob files hold them: DAMAGED (recoverable), and salvage agrees.
+TEST_F(MigrateCli, FsckSaysWhichDamagedFilesSalvageRecovers) {
+  ASSERT_EQ(
+      RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code, 0);
+  const std::string store = logdir_ + "/.tbfs";
+  // The chunk space's table: the one whose damage makes fsck name files.
+  bool found = false;
+  for (const auto& e : std::filesystem::directory_iterator(store)) {
+    if (e.path().extension() != ".sst" || found) continue;
+    const std::string work = dir_ / "work";
+    std::filesystem::remove_all(work);
+    std::filesystem::copy(store, work);
+    const std::string sst = work + "/" + e.path().filename().string();
+    std::string bytes = ReadBytes(sst);
+    bytes[bytes.size() / 4] ^= 0x08;
+    WriteBytes(sst, bytes);
+    auto fsck = RunCommand(Tbfs("fsck --json --store " + work));
+    auto j = nlohmann::json::parse(fsck.out, nullptr, false);
+    if (j.is_discarded() || !j.contains("damaged") || j["damaged"].empty()) continue;
+    found = true;
+    EXPECT_EQ(fsck.exit_code, 1) << fsck.out;
+    auto salvage = RunCommand(Tbfs("salvage --json --store " + work + " --to " + (dir_ / "out")));
+    auto s = nlohmann::json::parse(salvage.out);
+    std::set<std::string> lost;
+    for (const auto& l : s["lost"]) lost.insert(l["path"].get<std::string>());
+    for (const auto& d : j["damaged"]) {
+      const std::string path = d["path"];
+      EXPECT_EQ(d["recoverable"].get<bool>(), !lost.count(path)) << path;
+      if (!lost.count(path)) {
+        EXPECT_EQ(ReadBytes(dir_ / ("out/" + path)), before_[path]) << path;
+      }
+    }
+    auto text = RunCommand(Tbfs("fsck --store " + work));
+    EXPECT_NE(text.out.find("DAMAGED (recoverable): "), std::string::npos) << text.out;
+  }
+  EXPECT_TRUE(found) << "no table's damage made fsck name a file";
 }
 
 // tbfs watch on a logdir that grows while it samples: a positive rate, the

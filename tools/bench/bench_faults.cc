@@ -191,6 +191,7 @@ struct CrashTotals {
   uint64_t trials = 0;
   uint64_t finished = 0;    // the run ended before the kill
   uint64_t not_opened = 0;  // no writer could open the store after the damage
+  std::string open_error;   // the first such open's error
   uint64_t recorded_lost = 0;
   // By kind of file (its class): files, lost, wrong bytes.
   std::map<std::string, std::array<uint64_t, 3>> by_class;
@@ -255,6 +256,7 @@ void CountAfterRecovery(const std::string& logdir, const std::map<std::string, O
     if (recovered.ok()) t->recorded_lost += recovered->lost.size();
   } else {
     t->not_opened++;
+    if (t->open_error.empty()) t->open_error = store.status().message();
   }
   store::ChunkCodec codec;
   for (const auto& [path, orig] : originals) {
@@ -429,6 +431,7 @@ int Run(const Args& a) {
     j["crash_then_damaged_log"] = {{"trials", crash.trials},
                                    {"finished_before_the_kill", crash.finished},
                                    {"store_not_opened", crash.not_opened},
+                                   {"first_open_error", crash.open_error},
                                    {"recorded_lost", crash.recorded_lost},
                                    {"lost", crash_lost},
                                    {"wrong", crash_wrong},
@@ -457,6 +460,7 @@ int Run(const Args& a) {
           "each followed by a zeroed 4 KiB block of the engine's log; the store did not open "
           "{} times; recovery recorded {} file(s) as lost\n",
           crash.trials, crash.finished, crash.not_opened, crash.recorded_lost);
+      if (!crash.open_error.empty()) fmt::print("first refused open: {}\n", crash.open_error);
       fmt::print("{:<14} {:>8} {:>6} {:>6}\n", "kind of file", "files", "lost", "WRONG");
       for (const auto& [cls, r] : crash.by_class)
         fmt::print("{:<14} {:>8} {:>6} {:>6}\n", cls, r[0], r[1], r[2]);

@@ -2,6 +2,8 @@
 // tbfs gc: retention, drop cold files older than a cutoff (dry run by default).
 #include <nlohmann/json.hpp>
 
+#include <map>
+
 #include "base/text.h"
 #include "base/units.h"
 #include "base/work_pool.h"
@@ -152,6 +154,25 @@ int RunFsck(const FsckArgs& args) {
     PrintError("fsck", r.status().message());
     return kExitError;
   }
+  // What the engine cannot read is not always lost: salvage reads around
+  // damage (manifest copies, the blob files). Each damaged file is labelled
+  // by what a salvage check (nothing written) finds of it.
+  std::map<std::string, std::string> unsalvageable;
+  bool salvage_checked = false;
+  if (!r->damaged.empty()) {
+    store::SalvageOptions so;
+    so.store_dir = loc->dir;
+    so.pool = &pool;
+    auto check = store::Salvage(so);
+    if (check.ok()) {
+      salvage_checked = true;
+      for (const auto& l : check->lost) unsalvageable[l.path] = l.why;
+    }
+  }
+  auto label = [&](const std::string& path) -> std::string {
+    if (!salvage_checked) return "DAMAGED";
+    return unsalvageable.count(path) ? "LOST" : "DAMAGED (recoverable)";
+  };
   if (args.json) {
     json j = {{"files", r->files},
               {"bytes", r->bytes},
@@ -165,7 +186,12 @@ int RunFsck(const FsckArgs& args) {
               {"journal_records", r->journal_records},
               {"damaged", json::array()},
               {"lost", json::array()}};
-    for (const auto& [p, why] : r->damaged) j["damaged"].push_back({{"path", p}, {"reason", why}});
+    for (const auto& [p, why] : r->damaged) {
+      j["damaged"].push_back({{"path", p},
+                              {"reason", why},
+                              {"recoverable", salvage_checked ? json(!unsalvageable.count(p))
+                                                              : json(nullptr)}});
+    }
     for (const auto& l : r->lost) {
       j["lost"].push_back({{"path", l.path}, {"batch", l.batch_id}, {"found_ns", l.found_ns},
                            {"reason", l.why}});
@@ -174,7 +200,7 @@ int RunFsck(const FsckArgs& args) {
   } else {
     for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", Printable(p));
     for (const auto& [p, why] : r->damaged)
-      fmt::print("DAMAGED: {}: {}\n", Printable(p), Printable(why));
+      fmt::print("{}: {}: {}\n", label(p), Printable(p), Printable(why));
     for (const auto& l : r->lost)
       fmt::print("LOST: {}: {} (batch {})\n", Printable(l.path), Printable(l.why), l.batch_id);
     if (!r->lost.empty()) {
