@@ -92,7 +92,10 @@ Status Migrator::TakeWriterRole() {
   WriterMutexLock ns(ns_mu_);
   Status st = store.TakeWriterRole(config_.writer);
   if (!st.ok()) return st;
-  auto recovered = store::Recover(store, logdir_);
+  // The mount served the store until now: handles open on its cold files
+  // read on (what recovery drops is retired, reaped when they close).
+  auto recovered = store::RecoverServing(store, logdir_);
+  fs_.Retired();
   if (!recovered.ok()) {
     store.DropWriterRole();
     return Status::FromErrno(EIO, "recovery", store.dir() + ": " + recovered.status().message());

@@ -377,6 +377,9 @@ int RunMount(const MountOptions& mc_in) {
       return Fail(verdict,
                   "MOUNTPOINT " + mc.mountpoint + " must not contain the store " + store_abs);
     }
+    // Absolute: the daemon leaves its working folder (chdir "/"), and the
+    // engine opens its files by the store's path long after.
+    if (!mc.store_dir.empty()) mc.store_dir = store_abs;
   }
   if (!mc.nonempty && !IsEmptyDir(mc.mountpoint)) {
     return Fail(verdict,

@@ -200,6 +200,11 @@ struct RecoveryResult {
 // Resolves every journal record left by a crash. Run before any other work
 // on a store opened for writing.
 Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir);
+// The same, in a mount that has served the store until now (a reader that
+// became the writer): handles open on its cold files survive, so a store
+// copy recovery drops is retired (its chunks stay until the mount's last
+// reader is gone: the caller reaps them), and retired chunks are kept.
+Result<RecoveryResult> RecoverServing(ColdStore& store, const std::string& logdir);
 
 }  // namespace tbfs::store
 

@@ -18,10 +18,10 @@
 
 namespace tbfs::store {
 
-Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
+namespace {
+
+Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdir, bool retire) {
   RecoveryResult result;
-  // No open handle survives a restart: retired chunks can all go.
-  TBFS_RETURN_IF_ERROR(store.DropAllRetired());
   std::vector<storepb::JournalRecord> records;
   TBFS_RETURN_IF_ERROR(store.ListJournal(&records));
   if (records.empty()) return result;
@@ -64,14 +64,14 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
       if (restoring) {
         // Finished where the file is in place, undone (still cold) otherwise.
         if (exists && manifest.ok()) {
-          TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
+          TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
           result.dropped++;
         }
         continue;
       }
       // An unfinished migration is undone.
       if (exists && SameIdentity(st, e)) {
-        TBFS_RETURN_IF_ERROR(DropFromStore(store, manifest.ok() ? *manifest : Stub(e)));
+        TBFS_RETURN_IF_ERROR(DropFromStore(store, manifest.ok() ? *manifest : Stub(e), retire && manifest.ok()));
         result.dropped++;
         continue;
       }
@@ -104,7 +104,7 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
         bool same = fd.valid() && HashFd(fd.get(), path, &size, &hash).ok() &&
                     size == manifest->size() && hash == ManifestHash(*manifest);
         if (same) {
-          TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
+          TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
           result.dropped++;
           continue;
         }
@@ -121,12 +121,24 @@ Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
       }
       TBFS_RETURN_IF_ERROR(put);
       if (!note.empty()) result.notes.push_back(note);
-      TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest));
+      TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
       result.restored++;
     }
     if (!keep_record) TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
   }
   return result;
+}
+
+}  // namespace
+
+Result<RecoveryResult> Recover(ColdStore& store, const std::string& logdir) {
+  // No open handle survives a restart: retired chunks can all go.
+  TBFS_RETURN_IF_ERROR(store.DropAllRetired());
+  return RecoverJournal(store, logdir, false);
+}
+
+Result<RecoveryResult> RecoverServing(ColdStore& store, const std::string& logdir) {
+  return RecoverJournal(store, logdir, true);
 }
 
 }  // namespace tbfs::store

@@ -368,18 +368,37 @@ class Salvager {
       }
       if (record.kind() != storepb::JournalRecord::MIGRATE) return true;
       for (const auto& e : record.entries()) {
-        if (manifests_.count(e.file_id())) continue;
+        if (manifests_.count(e.file_id()) || InLogdir(e.path(), e.file_id())) continue;
         r_->lost.push_back({e.path(), e.file_id(),
                             "named by an unfinished migration (batch " +
                                 std::to_string(record.batch_id()) +
-                                ") and not in the store: it is in the logdir unless the crash "
-                                "lost it"});
+                                ") and neither in the store nor in the logdir" +
+                                (o_.logdir.empty() ? std::string(" (not looked at: give LOGDIR)")
+                                                   : std::string())});
       }
       return true;
     });
     if (!st.ok()) r_->problems.push_back("journal: " + st.message());
   }
 
+  // The file is in the logdir, under its name or aside (a crash's
+  // leftover, which the next writer's recovery puts back).
+  bool InLogdir(const std::string& rel, uint64_t file_id) {
+    if (o_.logdir.empty()) return false;
+    if (!logdir_fd_.valid()) {
+      logdir_fd_.reset(::open(o_.logdir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!logdir_fd_.valid()) return false;
+    }
+    std::string name;
+    auto dir = OpenParentBeneath(logdir_fd_.get(), rel, &name);
+    if (!dir.ok()) return false;
+    struct stat st;
+    const std::string aside = fmt::format(".{}.tbfs-mig-{}", name, file_id);
+    return ::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+           ::fstatat(dir->get(), aside.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  }
+
+  UniqueFd logdir_fd_;
   const SalvageOptions& o_;
   SalvageReport* r_;
   UniqueFd out_fd_;  // `to`, opened once

@@ -43,6 +43,9 @@ struct SalvageOptions {
   // read and verified, nothing is written.
   std::string to;
   bool keep_owner = true;                     // chown to the manifest's owner (as root)
+  // The logdir, when known: a file an unfinished migration's journal names
+  // that is there (under its name, or aside) is not lost.
+  std::string logdir;
   WorkPool* pool = nullptr;                   // required
   std::atomic<uint64_t>* progress = nullptr;  // bytes written
 };

@@ -1090,4 +1090,27 @@ TEST_F(MountTest, AMetricsAddressThatIsNotOneIsAOneLineError) {
   }
 }
 
+// Red team: a daemon leaves its working folder (chdir "/"); a store given
+// by a relative path was then read from the wrong place: every cold read
+// was EIO, and a pass said the store was full. The path is made absolute
+// before the daemon starts.
+TEST_F(MountTest, ARelativeStorePathServesColdFilesFromTheDaemon) {
+  Gen();
+  auto before = RunCommand("cd " + Quote(logdir_) + " && find . -name '*.pt.trace.json' | head -1");
+  const std::string rel = before.out.substr(2, before.out.find('\n') - 2);
+  ASSERT_FALSE(rel.empty());
+  const std::string bytes = ReadBytes(L(rel));
+  ASSERT_EQ(RunCommand("cd " + Quote(dir_.path()) + " && " +
+                       Tbfs("migrate logdir --apply --older-than 0 --store rst >/dev/null 2>&1"))
+                .exit_code,
+            0);
+  auto r = RunCommand("cd " + Quote(dir_.path()) + " && " +
+                      Tbfs("mount logdir mnt --store rst --no-migrate 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  pid_ = Status()["pid"].get<int>();
+  EXPECT_EQ(State(M(rel)), "cold");
+  EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  EXPECT_EQ(Status()["store"], dir_ / "rst");
+}
+
 }  // namespace tbfs::testing

@@ -56,6 +56,7 @@ int FsckUnopenable(const FsckArgs& args, const StoreLocation& loc, const Status&
   WorkPool pool(0);
   store::SalvageOptions options;
   options.store_dir = loc.dir;
+  if (!args.logdir.empty()) options.logdir = loc.logdir;
   options.pool = &pool;
   auto r = store::Salvage(options);
   if (!r.ok()) {
@@ -80,8 +81,7 @@ int FsckUnopenable(const FsckArgs& args, const StoreLocation& loc, const Status&
     PrintJson(j);
   } else {
     for (const auto& p : r->problems) fmt::print("PROBLEM: {}\n", Printable(p));
-    for (const auto& l : r->lost)
-      fmt::print("DAMAGED: {}: {}\n", Printable(l.path), Printable(l.why));
+    for (const auto& l : r->lost) fmt::print("LOST: {}: {}\n", Printable(l.path), Printable(l.why));
     fmt::print("{}: {}\n", loc.dir, advice);
   }
   return kExitFinding;
@@ -162,6 +162,7 @@ int RunFsck(const FsckArgs& args) {
   if (!r->damaged.empty()) {
     store::SalvageOptions so;
     so.store_dir = loc->dir;
+    if (!args.logdir.empty()) so.logdir = loc->logdir;
     so.pool = &pool;
     auto check = store::Salvage(so);
     if (check.ok()) {
@@ -229,9 +230,12 @@ int RunFsck(const FsckArgs& args) {
     fmt::print("{}: {} files, {} checked: {}\n", loc->dir, r->files, HumanBytes(r->bytes),
                r->clean()
                    ? "clean"
-                   : fmt::format("{} problem(s); tbfs salvage recovers every file that verifies",
+                   : fmt::format("{} problem(s){}",
                                  r->damaged.size() + r->dangling_entries + r->problems.size() +
-                                     r->lost.size()));
+                                     r->lost.size(),
+                                 r->damaged.empty() && r->problems.empty()
+                                     ? ""
+                                     : "; tbfs salvage recovers every file that verifies"));
   }
   return r->clean() ? kExitOk : kExitFinding;
 }

@@ -115,19 +115,24 @@ int RunStatus(const std::string& mountpoint, bool json) {
     PrintError("status", status);
     return kExitError;
   }
-  if (json) {
-    fmt::print("{}\n", value);
-    return kExitOk;
-  }
   auto j = nlohmann::json::parse(value, nullptr, false);
   if (j.is_discarded()) {
     PrintError("status", "the mount answered something that is not JSON");
     return kExitError;
   }
+  // Lost files are a finding, in either form.
+  const uint64_t lost = j.contains("lost") ? j["lost"].value("files", uint64_t{0}) : 0;
+  if (json) {
+    fmt::print("{}\n", value);
+    return lost > 0 ? kExitFinding : kExitOk;
+  }
   auto u = [&](const char* a, const char* b) { return j[a][b].get<uint64_t>(); };
   fmt::print("{} on {} (pid {}), store {}\n", j["logdir"].get<std::string>(),
              j["mountpoint"].get<std::string>(), j["pid"].get<int>(),
              j["store"].get<std::string>());
+  if (const std::string role = j.value("store_role", ""); !role.starts_with("writer")) {
+    fmt::print("store: {}\n", Printable(role));
+  }
   fmt::print("hot:   {} files, {} (at the last pass)\n", u("hot", "files"),
              HumanBytes(u("hot", "bytes")));
   fmt::print("cold:  {} files, {} stored as {}; {} saved\n", u("cold", "files"),
@@ -144,7 +149,10 @@ int RunStatus(const std::string& mountpoint, bool json) {
   if (u("migrations", "stopped_store_full") > 0) {
     fmt::print("passes stopped by a full store: {}\n", u("migrations", "stopped_store_full"));
   }
-  const uint64_t lost = j.contains("lost") ? u("lost", "files") : 0;
+  if (j.contains("lost") && !j["lost"].value("error", "").empty()) {
+    fmt::print("LOST: the records of lost files cannot be read: {}\n",
+               Printable(j["lost"]["error"].get<std::string>()));
+  }
   if (lost > 0) {
     fmt::print("LOST: {} file(s) a recovery found neither in the logdir nor in the store", lost);
     for (const auto& p : j["lost"]["paths"]) fmt::print("\n  {}", Printable(p.get<std::string>()));

@@ -53,6 +53,7 @@ int RunSalvage(const SalvageArgs& args) {
   store::SalvageOptions options;
   options.store_dir = loc.dir;
   options.to = args.to;
+  if (!args.logdir.empty()) options.logdir = loc.logdir;
   options.pool = &pool;
   Result<store::SalvageReport> r = [&] {
     Progress progress("salvage", 0);
