@@ -117,6 +117,15 @@ class BatchRunner {
   void GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, FileResult* result,
               Outcome outcome, const std::string& reason);
   void Rollback(const std::vector<storepb::Manifest>& moved, BatchResult* result);
+  // The engine's flush (I2), counted and timed in *result.
+  Status Flush(BatchResult* result) {
+    const auto start = std::chrono::steady_clock::now();
+    Status st = store_.Flush();
+    result->flushes++;
+    result->flush_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return st;
+  }
   std::shared_lock<SharedMutex> NamespaceLock() {
     if (options_.batch_lock == nullptr) return {};
     return std::shared_lock(*options_.batch_lock);
@@ -451,11 +460,7 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   // finds the files aside by their journal record, and a damaged log must
   // not take it with it.
   if (st.ok()) {
-    const auto flush_start = std::chrono::steady_clock::now();
-    st = store_.Flush();
-    result.flushes++;
-    result.flush_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - flush_start).count();
+    st = Flush(&result);
     if (!st.ok() && !store_.DeleteJournal(result.batch_id).ok()) {
       spdlog::error("migrate: batch {}: its journal record stays (recovery drops it)",
                     result.batch_id);
@@ -478,11 +483,7 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     if (waited < kAsideGrace) std::this_thread::sleep_for(kAsideGrace - waited);
     // I2: the copies, their manifests and the journal record in the engine's
     // flushed, checksummed files, not only in its log, before any unlink.
-    const auto flush_start = std::chrono::steady_clock::now();
-    Status durable = store_.Flush();
-    result.flushes++;
-    result.flush_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - flush_start).count();
+    Status durable = Flush(&result);
     if (ShouldFail("migrate.flush"))
       durable = Status::FromErrno(EIO, "flush", "failure injected for testing (failpoint migrate.flush)");
     if (!durable.ok()) {

@@ -281,6 +281,25 @@ void ExpectEveryFileOnce(ColdStore& store, const std::string& logdir,
   EXPECT_EQ(fsck->orphan_chunk_files, 0u) << label;
 }
 
+// A generated logdir (2 runs, 3 MiB of traces) whose `tbfs migrate
+// --apply` the failpoint in `env` ends; *before and *baseline: the logdir's
+// files and scalars before it ran.
+void GenerateAndCrash(const std::string& logdir, const std::string& env,
+                      std::map<std::string, FileState>* before,
+                      std::vector<events::FileDigest>* baseline) {
+  gen::GenOptions g;
+  g.runs = 2;
+  g.steps = 100;
+  g.trace_mb = 3;
+  gen::GenReport report;
+  ASSERT_TRUE(gen::GenerateLogdir(logdir, g, &report).ok());
+  *before = Snapshot(logdir);
+  *baseline = Baseline(logdir);
+  auto run = RunCommand(env + " " + TBFS_BINARY + " migrate " + logdir +
+                        " --older-than 0 --apply --chunk-size 64K >/dev/null 2>&1");
+  ASSERT_EQ(run.exit_code, kFailpointExitCode) << env << ": the failpoint was not reached";
+}
+
 struct CrashCase {
   const char* point;
   bool inject_failure;
@@ -293,20 +312,12 @@ TEST_P(CrashTest, EveryFileIsPresentExactlyOnceAfterRecovery) {
   const CrashCase& c = GetParam();
   TempDir dir;
   std::string logdir = dir / "logdir";
-  gen::GenOptions g;
-  g.runs = 2;
-  g.steps = 100;
-  g.trace_mb = 3;
-  gen::GenReport report;
-  ASSERT_TRUE(gen::GenerateLogdir(logdir, g, &report).ok());
-  auto before = Snapshot(logdir);
-  auto baseline = Baseline(logdir);
-
   std::string env = std::string("TBFS_FAILPOINT=") + c.point;
   if (c.inject_failure) env += " TBFS_FAIL=migrate.verify";
-  auto run = RunCommand(env + " " + TBFS_BINARY + " migrate " + logdir +
-                        " --older-than 0 --apply --chunk-size 64K >/dev/null 2>&1");
-  ASSERT_EQ(run.exit_code, kFailpointExitCode) << c.point << " was not reached";
+  std::map<std::string, FileState> before;
+  std::vector<events::FileDigest> baseline;
+  GenerateAndCrash(logdir, env, &before, &baseline);
+  if (HasFatalFailure()) return;
 
   OpenOptions o;
   auto store = ColdStore::Open(JoinPath(logdir, kStoreDirName), o);
@@ -337,17 +348,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(LogDamage, ACrashAfterTheFirstUnlinkAndADamagedLogLoseNothing) {
   TempDir dir;
   std::string logdir = dir / "logdir";
-  gen::GenOptions g;
-  g.runs = 2;
-  g.steps = 100;
-  g.trace_mb = 3;
-  gen::GenReport report;
-  ASSERT_TRUE(gen::GenerateLogdir(logdir, g, &report).ok());
-  auto before = Snapshot(logdir);
-  auto baseline = Baseline(logdir);
-  auto run = RunCommand(std::string("TBFS_FAILPOINT=migrate.unlinked ") + TBFS_BINARY + " migrate " +
-                        logdir + " --older-than 0 --apply --chunk-size 64K >/dev/null 2>&1");
-  ASSERT_EQ(run.exit_code, kFailpointExitCode) << "migrate.unlinked was not reached";
+  std::map<std::string, FileState> before;
+  std::vector<events::FileDigest> baseline;
+  GenerateAndCrash(logdir, "TBFS_FAILPOINT=migrate.unlinked", &before, &baseline);
+  if (::testing::Test::HasFatalFailure()) return;
   const std::string store_dir = JoinPath(logdir, kStoreDirName);
   int damaged = 0;
   for (const auto& e : std::filesystem::directory_iterator(store_dir)) {

@@ -95,17 +95,22 @@ std::string Slurp(const std::string& path) {
   return out;
 }
 
-// The pristine store and the bytes of every cold file.
-Status Prepare(const Args& a, const std::string& store_dir,
-               std::map<std::string, std::string>* originals) {
-  const std::string logdir = a.dir + "/logdir";
+// The generator's logdir of the bench (3 runs, --trace-mb of traces).
+Status GenerateLogdir(const Args& a, const std::string& logdir) {
   gen::GenOptions g;
   g.runs = 3;
   g.steps = 100;
   g.trace_mb = a.trace_mb;
   g.seed = a.seed;
   gen::GenReport report;
-  TBFS_RETURN_IF_ERROR(gen::GenerateLogdir(logdir, g, &report));
+  return gen::GenerateLogdir(logdir, g, &report);
+}
+
+// The pristine store and the bytes of every cold file.
+Status Prepare(const Args& a, const std::string& store_dir,
+               std::map<std::string, std::string>* originals) {
+  const std::string logdir = a.dir + "/logdir";
+  TBFS_RETURN_IF_ERROR(GenerateLogdir(a, logdir));
   store::CandidateOptions c;
   c.older_than_s = 0;
   std::vector<store::Candidate> candidates;
@@ -286,13 +291,7 @@ void CountAfterRecovery(const std::string& logdir, const std::map<std::string, O
 Status CrashTrials(const Args& a, CrashTotals* t) {
   std::error_code ec;
   const std::string pristine = a.dir + "/crash-pristine", logdir = a.dir + "/crash-logdir";
-  gen::GenOptions g;
-  g.runs = 3;
-  g.steps = 100;
-  g.trace_mb = a.trace_mb;
-  g.seed = a.seed;
-  gen::GenReport report;
-  TBFS_RETURN_IF_ERROR(gen::GenerateLogdir(pristine, g, &report));
+  TBFS_RETURN_IF_ERROR(GenerateLogdir(a, pristine));
   std::mt19937_64 rng(a.seed);
   for (int i = 0; i < a.small_traces; ++i) {
     const std::string dir = fmt::format("{}/small{:02}", pristine, i % 10);
