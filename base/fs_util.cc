@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <climits>
 
+#include "base/failpoint.h"
+#include "base/text.h"
 #include "fmt/format.h"
 
 namespace tbfs {
@@ -206,6 +208,83 @@ Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int fl
   return fd;
 }
 
+Result<UniqueFd> OpenRegularUnder(const std::string& root, std::string_view rel) {
+  FailpointHook("open_regular.before", JoinPath(root, rel));
+  auto fd = OpenUnder(root, rel, O_RDONLY | O_NONBLOCK);
+  if (!fd.ok()) return fd;
+  TBFS_RETURN_IF_ERROR(CheckRegular(fd->get(), JoinPath(root, rel)));
+  return fd;
+}
+
+Status CheckRegular(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "fstat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(Printable(path) + ": not a regular file (not read)");
+  }
+  return Status::OK();
+}
+
+Result<UniqueFd> OpenOwnFolder(const std::string& dir) {
+  std::string abs = dir;
+  if (abs.empty()) return Status::InvalidArgument("no folder given");
+  if (abs[0] != '/') {
+    char cwd[PATH_MAX];
+    if (::getcwd(cwd, sizeof(cwd)) == nullptr) return Status::FromErrno(errno, "getcwd", dir);
+    abs = JoinPath(cwd, abs);
+  }
+  UniqueFd cur(::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!cur.valid()) return Status::FromErrno(errno, "open", "/");
+  std::string sofar;
+  size_t start = 0;
+  while (start < abs.size()) {
+    const size_t slash = std::min(abs.find('/', start), abs.size());
+    const std::string part = abs.substr(start, slash - start);
+    start = slash + 1;
+    if (part.empty() || part == ".") continue;
+    if (part == "..")
+      return Status::InvalidArgument(Printable(dir) + ": give the folder without '..'");
+    sofar += "/" + part;
+    const bool last = abs.find_first_not_of('/', slash) == std::string::npos;
+    if (::mkdirat(cur.get(), part.c_str(), 0700) != 0 && errno != EEXIST)
+      return Status::FromErrno(errno, "mkdir", sofar);
+    UniqueFd next(
+        ::openat(cur.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) {
+      if (errno == ELOOP || errno == ENOTDIR) {
+        return Status::InvalidArgument(
+            fmt::format("{}: {} is a symlink or not a folder", Printable(dir), Printable(sofar)));
+      }
+      return Status::FromErrno(errno, "open", sofar);
+    }
+    struct stat st;
+    if (::fstat(next.get(), &st) != 0) return Status::FromErrno(errno, "stat", sofar);
+    auto unsafe = [&](const std::string& why) {
+      return Status::InvalidArgument(
+          fmt::format("{}: {} {}; name a folder no other user can change", Printable(dir),
+                      Printable(sofar), why));
+    };
+    if (st.st_uid != 0 && st.st_uid != ::geteuid())
+      return unsafe(fmt::format("is owned by uid {}", st.st_uid));
+    if (last && st.st_uid != ::geteuid()) return unsafe("is not this user's");
+    if ((st.st_mode & 022) != 0 && (last || !(st.st_mode & S_ISVTX)))
+      return unsafe("is writable by other users");
+    cur = std::move(next);
+  }
+  return cur;
+}
+
+bool HasHole(int fd, uint64_t size) {
+  if (size == 0) return false;
+  const off_t hole = ::lseek(fd, 0, SEEK_HOLE);
+  return hole >= 0 && static_cast<uint64_t>(hole) < size;
+}
+
+bool MayBeSparse(const struct stat& st) {
+  const uint64_t allocated = static_cast<uint64_t>(st.st_blocks) * 512;
+  return allocated + (64 << 10) < static_cast<uint64_t>(st.st_size);
+}
+
 Result<UniqueFd> MakeDirsBeneath(int dir_fd, std::string_view rel, mode_t mode,
                                  const std::function<void(const std::string&, int)>& made) {
   UniqueFd dir(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -301,6 +380,8 @@ Status ListFolder(int dir_fd, const std::string& rel, std::vector<std::string>* 
 // Depth first, with an explicit stack (a deep tree cannot overflow ours).
 Status WalkFrom(UniqueFd root, const WalkOptions& options,
                 const std::function<void(const WalkEntry&)>& visit) {
+  struct stat root_st;
+  if (::fstat(root.get(), &root_st) != 0) return Status::FromErrno(errno, "fstat", ".");
   std::vector<WalkFrame> stack;
   stack.push_back({std::move(root), "", {}, 0});
   TBFS_RETURN_IF_ERROR(ListFolder(stack.back().dir.get(), "", &stack.back().names));
@@ -318,7 +399,12 @@ Status WalkFrom(UniqueFd root, const WalkOptions& options,
     entry.name = name.c_str();
     if (::fstatat(top.dir.get(), name.c_str(), &entry.st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;  // removed while we walked
-      return Status::FromErrno(errno, "lstat", entry.rel);
+      // Another user's FUSE mount answers EACCES even to root: one entry,
+      // not the walk.
+      Status st = Status::FromErrno(errno, "lstat", entry.rel);
+      if (options.warnings == nullptr) return st;
+      options.warnings->push_back(st.message() + " (skipped)");
+      continue;
     }
     if (!S_ISDIR(entry.st.st_mode)) {
       visit(entry);
@@ -331,7 +417,11 @@ Status WalkFrom(UniqueFd root, const WalkOptions& options,
     WalkFrame sub;
     sub.rel = entry.rel;
     Status st;
-    if (stack.size() > kMaxWalkDepth) {
+    if (entry.st.st_dev != root_st.st_dev) {
+      // A mount inside the logdir (someone's own FUSE mount, say) is not
+      // the logdir's: its server could stall every call the walk makes.
+      st = Status::InvalidArgument(entry.rel + ": another filesystem is mounted there");
+    } else if (stack.size() > kMaxWalkDepth) {
       st = Status::InvalidArgument(
           fmt::format("{}: nested more than {} folders deep", entry.rel, kMaxWalkDepth));
     } else {

@@ -78,6 +78,29 @@ Result<UniqueFd> OpenParentNaming(int dir_fd, std::string_view rel, const struct
 // as the logdir, which may itself be reached through symlinks).
 Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int flags,
                            mode_t mode = 0);
+// A user's file, to read: OpenUnder with O_RDONLY | O_NONBLOCK (a FIFO
+// swapped in after the caller's lstat cannot block the open) and a type
+// check on the fd. Anything but a regular file is InvalidArgument.
+Result<UniqueFd> OpenRegularUnder(const std::string& root, std::string_view rel);
+// The same check for an fd already open: InvalidArgument naming `path`
+// unless it is a regular file.
+Status CheckRegular(int fd, const std::string& path);
+// True when the regular file open as fd, `size` bytes long, has a hole
+// before its end (lseek SEEK_HOLE): a sparse file. Filesystems that do not
+// track holes say none.
+bool HasHole(int fd, uint64_t size);
+// Cheap first look from a stat: fewer bytes allocated than the size by
+// more than 64 KiB. Only then is it worth opening the file for HasHole
+// (a compressing filesystem, such as ZFS, allocates less without holes).
+bool MayBeSparse(const struct stat& st);
+// The folder `dir` (absolute, or relative to the working folder) for
+// output no other user may redirect or read: opened one component at a
+// time from "/" without following symlinks, and made (0700) where
+// missing. Every folder on the way is root's or this user's and, unless
+// sticky, writable by no one else; `dir` itself is this user's and
+// writable by no one else. InvalidArgument naming the component
+// otherwise. Returns it open (O_RDONLY | O_DIRECTORY): act beneath the fd.
+Result<UniqueFd> OpenOwnFolder(const std::string& dir);
 // The folder `rel` beneath dir_fd, made (mkdirat, `mode`) where missing, one
 // component at a time without following symlinks; opened O_RDONLY |
 // O_DIRECTORY (it can be fsynced). made(rel_so_far, fd) is called for every
@@ -109,8 +132,9 @@ struct WalkOptions {
   // Relative paths (from the root) of folders not to enter, such as the
   // store folder ".tbfs". Compared exactly.
   std::vector<std::string> skip_dirs;
-  // Where a folder cannot be read, the walk notes it here (one line naming
-  // it) and goes on; without it, the walk stops with that error.
+  // Where a folder cannot be read or entered, or an entry stat'ed, the
+  // walk notes it here (one line naming it) and goes on; without it, the
+  // walk stops with that error.
   std::vector<std::string>* warnings = nullptr;
   // When set and it becomes true, the walk ends with Status::Aborted at
   // the next entry (a mount shutting down mid-pass).
@@ -119,7 +143,9 @@ struct WalkOptions {
 
 // Visits every non-directory entry below root (files, symlinks, ...) in
 // sorted path order. Folders are entered by fd, never through a symlink,
-// so paths of any length are walked. A missing root is NotFound.
+// so paths of any length are walked; a folder on another filesystem than
+// root's (a mount point) is not entered, like one that cannot be read. An
+// entry removed during the walk is passed over. A missing root is NotFound.
 Status WalkTree(const std::string& root, const WalkOptions& options,
                 const std::function<void(const WalkEntry&)>& visit);
 

@@ -75,7 +75,7 @@ Status DigestFile(const std::string& root, const std::string& rel_path, FileDige
   *out = FileDigest();
   out->path = rel_path;
   const std::string abs_path = JoinPath(root, rel_path);
-  auto fd = OpenUnder(root, rel_path, O_RDONLY);
+  auto fd = OpenRegularUnder(root, rel_path);
   if (!fd.ok()) return fd.status();
   std::unique_ptr<RecordReader> reader =
       RecordReader::Open(std::move(fd).value(), abs_path, 0, limit_offset);

@@ -21,6 +21,10 @@ namespace tbfs::fs {
 
 namespace {
 
+// Blocked runs named by label (bounded: a label per run would let users
+// grow every scrape).
+constexpr size_t kMetricsBlockedRuns = 10;
+
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
@@ -119,6 +123,20 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
           "1 when the last verification of a migrated batch found every "
           "scalar curve intact (or none ran yet), 0 when it failed",
           m.last_verifier.empty() || m.last_verifier == "intact" ? 1 : 0);
+  f.Gauge("tbfs_blocked_runs",
+          "Runs whose traces stayed hot at the last pass: a tfevents file of theirs cannot be "
+          "read (tbfs_blocked_run_traces names the first ones)",
+          static_cast<double>(m.blocked_runs.size()));
+  for (size_t i = 0; i < m.blocked_runs.size() && i < kMetricsBlockedRuns; ++i) {
+    const store::BlockedRun& b = m.blocked_runs[i];
+    f.Gauge("tbfs_blocked_run_traces",
+            i == 0 ? "Traces a run keeps hot because its tfevents file cannot be read" : "",
+            static_cast<double>(b.traces),
+            {{"run", ValidUtf8(b.run.empty() ? "." : b.run)}, {"file", ValidUtf8(b.file)}});
+  }
+  f.Gauge("tbfs_unwalked_entries",
+          "Folders and entries the last pass could not walk (unreadable, another filesystem)",
+          static_cast<double>(m.unwalked));
   std::vector<store::ColdStore::LostFile> lost;
   const bool listed = store_.ListLost(&lost).ok();
   f.Gauge("tbfs_lost_files",

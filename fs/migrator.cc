@@ -4,11 +4,39 @@
 
 #include <chrono>
 
+#include "base/log.h"
 #include "base/text.h"
 #include "base/time_util.h"
 #include "spdlog/spdlog.h"
 
 namespace tbfs::fs {
+
+namespace {
+
+constexpr size_t kWarningExamples = 3;
+constexpr size_t kWarningExampleBytes = 240;
+constexpr int64_t kWarningRepeatNs = 3600ll * 1'000'000'000;
+
+}  // namespace
+
+void RepeatedWarning::Log(const std::vector<std::string>& lines) {
+  if (lines.empty()) {
+    if (!last_.empty()) spdlog::info("migrator: no {} now", what_);
+    last_.clear();
+    return;
+  }
+  std::string text = fmt::format("{} {}", lines.size(), what_);
+  for (size_t i = 0; i < lines.size() && i < kWarningExamples; ++i) {
+    text += (i == 0 ? ": " : "; ") + Shorten(lines[i], kWarningExampleBytes);
+  }
+  if (lines.size() > kWarningExamples)
+    text += fmt::format("; and {} more", lines.size() - kWarningExamples);
+  const int64_t now = NowNs();
+  if (text == last_ && now - last_ns_ < kWarningRepeatNs) return;
+  spdlog::warn("migrator: {}", text);
+  last_ = std::move(text);
+  last_ns_ = now;
+}
 
 Migrator::Migrator(store::ColdStore& store, std::string logdir, SharedMutex* namespace_lock,
                    Filesystem& fs, MigratorOptions options)
@@ -72,7 +100,11 @@ int Migrator::RunNow() {
 void Migrator::AfterBatch(const store::BatchResult& batch) {
   MutexLock lock(mu_);
   stats_.batches++;
-  if (batch.rolled_back) {
+  if (!batch.not_run.empty()) {
+    // Nothing was verified: the last verifier's word stands.
+    stats_.last_error = "batch " + std::to_string(batch.batch_id) + " not run: " + batch.not_run;
+    spdlog::warn("migrator: {}", stats_.last_error);
+  } else if (batch.rolled_back) {
     stats_.rolled_back++;
     stats_.last_verifier =
         "failed: " + (batch.failures.empty() ? std::string("?") : batch.failures[0].ToString());
@@ -80,8 +112,8 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
     stats_.last_verifier = "intact";
   }
   if (!batch.unsynced.empty()) {
-    stats_.last_error = "batch " + std::to_string(batch.batch_id) + " not synced: " +
-                        batch.unsynced + " (its journal record stays)";
+    stats_.last_error = "batch " + std::to_string(batch.batch_id) +
+                        " not synced: " + batch.unsynced + " (its journal record stays)";
   }
 }
 
@@ -132,11 +164,11 @@ Status Migrator::Pass() {
   }
   if (stop_flag_) return Status::Aborted("the mount is stopping; the pass stopped at a file");
   // After what the pass changed: hot and cold as they are now.
-  std::vector<std::string> unwalked;  // named in the log; the rest goes on
+  // The candidates' walk said the same already (MovePass).
+  std::vector<std::string> unwalked;
   WalkOptions walk = config_.walk;
   walk.warnings = &unwalked;
   auto sample = store::TakeGrowthSample(logdir_, &store_, config_.policy, walk);
-  for (const std::string& w : unwalked) spdlog::warn("migrator: {}", w);
   if (!sample.ok()) {
     spdlog::warn("migrator: growth sample: {}", sample.status().message());
     return st;
@@ -199,14 +231,36 @@ Status Migrator::MovePass() {
   std::vector<store::Candidate> candidates;
   std::vector<store::Skipped> skipped;
   Status st = store::FindCandidates(logdir_, copt, &candidates, &skipped);
+  // Folders the walk could not enter come back as skipped entries without
+  // a path: one line for them all (RepeatedWarning).
+  std::vector<std::string> unwalked, sparse;
+  for (store::Skipped& s : skipped) {
+    if (s.path.empty()) {
+      unwalked.push_back(std::move(s.reason));
+    } else if (s.reason.starts_with(store::kSparseReason)) {
+      sparse.push_back(std::move(s.path));
+    }
+  }
+  skipped.clear();
+  unwalked_log_.Log(unwalked);
+  sparse_log_.Log(sparse);
   {
     MutexLock lock(mu_);
     stats_.passes++;
     stats_.last_pass_unix = NowNs() / 1'000'000'000;
     stats_.last_error = st.ok() ? "" : st.message();
+    stats_.unwalked = unwalked.size();
+    unwalked.resize(std::min(unwalked.size(), kWarningExamples));
+    stats_.unwalked_examples = std::move(unwalked);
+    stats_.sparse = sparse.size();
+    sparse.resize(std::min(sparse.size(), kWarningExamples));
+    stats_.sparse_examples = std::move(sparse);
   }
   if (!st.ok()) return st;
-  if (candidates.empty()) return Status::OK();
+  if (candidates.empty()) {
+    NoteBlockedRuns({});
+    return Status::OK();
+  }
 
   store::MigrateOptions mopt;
   mopt.must_have = config_.must_have;
@@ -220,6 +274,7 @@ Status Migrator::MovePass() {
   mopt.batch_lock = &ns_mu_;
   auto result = store::Migrate(store_, logdir_, candidates, mopt);
   if (!result.ok()) return result.status();
+  NoteBlockedRuns(result->blocked_runs);
   MutexLock lock(mu_);
   stats_.files_moved += result->files_moved;
   stats_.bytes_moved += result->bytes_moved;
@@ -233,8 +288,7 @@ Status Migrator::MovePass() {
     stats_.stopped_store_full++;
     stats_.last_error = "the store is full: " + result->store_full_reason;
     return Status::FromErrno(ENOSPC, "migrate",
-                             "the pass stopped, the store is full: " +
-                                 result->store_full_reason +
+                             "the pass stopped, the store is full: " + result->store_full_reason +
                                  "; hot files stay hot until there is room");
   }
   if (result->unsynced_batches > 0) {
@@ -242,6 +296,17 @@ Status Migrator::MovePass() {
                              stats_.last_error + " (the next start's recovery undoes the batch)");
   }
   return Status::OK();
+}
+
+void Migrator::NoteBlockedRuns(std::vector<store::BlockedRun> runs) {
+  std::vector<std::string> lines;
+  for (const store::BlockedRun& b : runs) {
+    lines.push_back(fmt::format("{} ({} trace(s) stay hot; {})", b.run.empty() ? "." : b.run,
+                                b.traces, b.reason));
+  }
+  blocked_log_.Log(lines);
+  MutexLock lock(mu_);
+  stats_.blocked_runs = std::move(runs);
 }
 
 void Migrator::KeepGrowthSample(const store::GrowthSample& sample) {

@@ -58,6 +58,32 @@ struct MigratorStats {
   std::string last_error;
   uint64_t retention_files = 0;  // cold files deleted by the retention policy
   uint64_t retention_bytes = 0;  // their logical bytes
+  // Runs whose traces stayed hot at the last pass because one of their
+  // tfevents files cannot be read (store::BlockedRun), in path order.
+  std::vector<store::BlockedRun> blocked_runs;
+  // Entries the last pass could not walk (folders it could not enter), and
+  // the first few of them.
+  uint64_t unwalked = 0;
+  std::vector<std::string> unwalked_examples;
+  // Sparse traces the last pass left hot (holes are not stored as holes),
+  // and the first few of them.
+  uint64_t sparse = 0;
+  std::vector<std::string> sparse_examples;
+};
+
+// Warnings that repeat every pass (a user's unreadable folders, damaged
+// runs), said in one line: the count and a few examples, each cut short.
+// The line is logged when it differs from the last one or an hour after
+// it, so no one's files can flood the log.
+class RepeatedWarning {
+ public:
+  explicit RepeatedWarning(std::string what) : what_(std::move(what)) {}
+  void Log(const std::vector<std::string>& lines);
+
+ private:
+  const std::string what_;
+  std::string last_;
+  int64_t last_ns_ = 0;
 };
 
 class Migrator {
@@ -65,8 +91,8 @@ class Migrator {
   // Moves files of `logdir` into `store`, with `fs` watching them move
   // (store::MoveObserver) and deleting what retention selects;
   // `namespace_lock` is the one `fs` was given.
-  Migrator(store::ColdStore& store, std::string logdir, SharedMutex* namespace_lock,
-           Filesystem& fs, MigratorOptions options);
+  Migrator(store::ColdStore& store, std::string logdir, SharedMutex* namespace_lock, Filesystem& fs,
+           MigratorOptions options);
   ~Migrator();
 
   void Start();
@@ -96,6 +122,8 @@ class Migrator {
   Status ApplyRetention() TBFS_REQUIRES(pass_mu_);
   void KeepGrowthSample(const store::GrowthSample& sample) TBFS_REQUIRES(pass_mu_);
   void AfterBatch(const store::BatchResult& batch);
+  // The runs the last pass left hot (stats, and the log when they change).
+  void NoteBlockedRuns(std::vector<store::BlockedRun> runs) TBFS_REQUIRES(pass_mu_);
 
   store::ColdStore& store_;
   const std::string logdir_;
@@ -116,6 +144,12 @@ class Migrator {
   std::vector<store::GrowthSample> series_ TBFS_GUARDED_BY(mu_);  // as kept
   std::optional<store::GrowthSample> latest_ TBFS_GUARDED_BY(mu_);
   std::thread thread_;
+  // Only the pass (pass_mu_) logs them.
+  RepeatedWarning unwalked_log_ TBFS_GUARDED_BY(pass_mu_){"entries not walked"};
+  RepeatedWarning sparse_log_ TBFS_GUARDED_BY(pass_mu_){
+      "sparse traces left hot (holes are not stored as holes)"};
+  RepeatedWarning blocked_log_ TBFS_GUARDED_BY(pass_mu_){
+      "runs whose traces stay hot: a tfevents file of theirs cannot be read"};
 };
 
 }  // namespace tbfs::fs

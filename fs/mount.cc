@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cctype>
 #include <climits>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
@@ -24,6 +25,8 @@
 #include <thread>
 
 #include "base/fs_util.h"
+#include "base/log.h"
+#include "base/thread_annotations.h"
 #include "base/units.h"
 #include "fmt/format.h"
 #include "fs/control.h"
@@ -34,7 +37,6 @@
 #include "fs/mount_internal.h"
 #include "fs/mount_table.h"
 #include "prometheus/exposer.h"
-#include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
 #include "store/config.h"
@@ -44,6 +46,12 @@
 namespace tbfs::fs {
 
 namespace {
+
+// The daemon's log: 16 MiB per file, the 4 before it kept (80 MiB at most).
+constexpr uint64_t kMountLogBytes = 16ull << 20;
+constexpr size_t kMountLogFiles = 4;
+// How long the daemon waits for its threads after an unmount or SIGTERM.
+constexpr std::chrono::seconds kShutdownGrace{10};
 
 std::string RealPath(const std::string& p) {
   char buf[PATH_MAX];
@@ -134,7 +142,8 @@ Result<UniqueFd> PrepareStateDir(const std::string& dir) {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
-      if (!kOwn.count(name) && !name.starts_with(".tbfs-tmp")) {
+      const bool rotated_log = name.starts_with("tbfs-mount.") && name.ends_with(".log");
+      if (!kOwn.count(name) && !rotated_log && !name.starts_with(".tbfs-tmp")) {
         return Status::InvalidArgument(
             fmt::format("state folder {} holds other files ({}); give an empty or a new "
                         "folder with -o state=DIR",
@@ -440,8 +449,9 @@ int RunMount(const MountOptions& mc_in) {
   }
   const std::string& state_dir = mc.state_dir;
   if (!mc.foreground) {
-    auto logger = spdlog::basic_logger_mt("tbfs-mount", JoinPath(state_dir, "tbfs-mount.log"));
-    ::chmod(JoinPath(state_dir, "tbfs-mount.log").c_str(), 0600);  // the store is private
+    // Capped: what users' files make the daemon say cannot fill the disk.
+    auto logger = RotatingFileLogger("tbfs-mount", JoinPath(state_dir, "tbfs-mount.log"),
+                                     kMountLogBytes, kMountLogFiles);
     spdlog::set_default_logger(logger);
     spdlog::set_level(spdlog::level::info);
     spdlog::flush_every(std::chrono::seconds(2));
@@ -609,12 +619,45 @@ int RunMount(const MountOptions& mc_in) {
   }
 
   spdlog::info("unmounting {}", mc.mountpoint);
+  // The daemon is gone within kShutdownGrace of the unmount or the signal,
+  // whatever its threads are doing: a worker stuck in a call that does not
+  // return (a store that does not answer, a user's file that blocks) is
+  // left behind by exiting, as a crash would. Nothing moved is lost by
+  // that (the journal and I2); the next start's recovery finishes or undoes
+  // the pass in flight. The logdir's lock goes with the process.
+  Mutex shutdown_mu;
+  std::condition_variable_any shutdown_cv;
+  bool shut_down = false;
+  std::thread watchdog([&] {
+    MutexLock lock(shutdown_mu);
+    if (shutdown_cv.wait_for(lock, kShutdownGrace,
+                             [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return shut_down; })) {
+      return;
+    }
+    spdlog::error(
+        "shutdown: a worker still runs {} s after the unmount (a pass or a store call that "
+        "does not return); exiting without it: the next start recovers what it left",
+        kShutdownGrace.count());
+    spdlog::default_logger()->flush();
+    fuse_session_unmount(se);
+    ::unlink(JoinPath(mc.state_dir, kMountInfoFile).c_str());
+    ::_exit(2);
+  });
+  auto finish_watch = [&] {
+    {
+      MutexLock lock(shutdown_mu);
+      shut_down = true;
+    }
+    shutdown_cv.notify_all();
+    watchdog.join();
+  };
   exposer.reset();
   // First: a pass on a control connection (migrate --now) stops at its
   // next file, so the connection's thread ends soon and can be joined.
   migrator.Stop();
   control->reset();
   kernel_cache.Set(nullptr);
+  finish_watch();
   fuse_session_unmount(se);
   readahead.join();
   if (verdict.daemon()) {

@@ -19,6 +19,7 @@ std::string Compact(const nlohmann::json& j) {
 }
 
 constexpr double kStatusGrowthWindowS = 24 * 3600;
+constexpr size_t kStatusBlockedRuns = 100;  // listed; the count is whole
 
 nlohmann::json ByFault(const uint64_t (&counts)[kNumStoreFaults]) {
   nlohmann::json by;
@@ -47,6 +48,15 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
   for (const auto& l : lost) {
     if (lost_paths.size() < 100) lost_paths.push_back(l.path);
   }
+  // Runs whose traces stay hot (a tfevents file of theirs cannot be read).
+  nlohmann::json blocked = nlohmann::json::array();
+  for (const store::BlockedRun& b : m.blocked_runs) {
+    if (blocked.size() == kStatusBlockedRuns) break;
+    blocked.push_back({{"run", b.run.empty() ? "." : b.run},
+                       {"file", b.file},
+                       {"reason", b.reason},
+                       {"traces", b.traces}});
+  }
   nlohmann::json j = {
       {"logdir", mc.logdir},
       {"mountpoint", mc.mountpoint},
@@ -74,6 +84,9 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
         {"last_pass_unix", m.last_pass_unix},
         {"last_error", m.last_error}}},
       {"last_verifier", m.last_verifier},
+      {"blocked", {{"runs", m.blocked_runs.size()}, {"list", blocked}}},
+      {"unwalked", {{"entries", m.unwalked}, {"examples", m.unwalked_examples}}},
+      {"sparse", {{"files", m.sparse}, {"examples", m.sparse_examples}}},
       // Recorded by a recovery until an admin clears them (fsck --clear-lost).
       {"lost",
        {{"files", lost.size()},
@@ -137,8 +150,9 @@ std::string Control(const std::string& request, const MountOptions& mc,
   if (request == "migrate-now") {
     const int r = migrator.RunNow();
     if (r == -ECANCELED) {
-      return Compact({{"error", "the mount is stopping: the pass stopped at its next file (what "
-                                "moved before is cold, the rest stays hot)"}});
+      return Compact({{"error",
+                       "the mount is stopping: the pass stopped at its next file (what "
+                       "moved before is cold, the rest stays hot)"}});
     }
     if (r != 0) {
       return Compact(
@@ -146,11 +160,10 @@ std::string Control(const std::string& request, const MountOptions& mc,
                          JoinPath(mc.state_dir, "tbfs-mount.log") + ")"}});
     }
     if (!store.writer()) {
-      return Compact({{"error", store.shared() ? "this mount reads the shared store " + store_dir +
-                                                     " and another one writes it: " +
-                                                     store.refusal()
-                                               : "the store " + store_dir + " is " +
-                                                     store.refusal()}});
+      return Compact(
+          {{"error", store.shared() ? "this mount reads the shared store " + store_dir +
+                                          " and another one writes it: " + store.refusal()
+                                    : "the store " + store_dir + " is " + store.refusal()}});
     }
     return StatusJson(mc, store_dir, store, fs, migrator);
   }

@@ -38,34 +38,40 @@ bool SameFilesystem(const std::string& a, const std::string& b) {
 Status WriteBackup(const std::string& logdir, const std::vector<std::string>& rel_paths,
                    const std::string& dir, std::string* archive_path,
                    std::atomic<uint64_t>* progress) {
-  TBFS_RETURN_IF_ERROR(MakeDirs(dir, 0700));
+  // Checked on the way and written beneath its fd: no symlink or folder
+  // another user controls can send root's archive elsewhere.
+  auto dfd = OpenOwnFolder(dir);
+  if (!dfd.ok()) return dfd.status();
   time_t now = ::time(nullptr);
   struct tm tm;
   gmtime_r(&now, &tm);
-  std::string final_path = fmt::format("{}/tbfs-backup-{:04}{:02}{:02}-{:02}{:02}{:02}-{}.tar.zst",
-                                       dir, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                                       tm.tm_hour, tm.tm_min, tm.tm_sec, ::getpid());
-  std::string tmp = final_path + ".partial";
+  const std::string name =
+      fmt::format("tbfs-backup-{:04}{:02}{:02}-{:02}{:02}{:02}-{}.tar.zst", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ::getpid());
+  const std::string final_path = JoinPath(dir, name);
+  const std::string tmp_name = name + ".partial";
+  const std::string tmp = final_path + ".partial";
 
   // 0600: the backup holds files whose modes kept others out.
-  auto out = OpenFile(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
-  if (!out.ok()) return out.status();
+  UniqueFd out(::openat(dfd->get(), tmp_name.c_str(),
+                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out.valid()) return Status::FromErrno(errno, "create", tmp);
   std::unique_ptr<struct archive, ArchiveCloser> a(archive_write_new());
   if (archive_write_add_filter_zstd(a.get()) != ARCHIVE_OK ||
       archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
-      archive_write_open_fd(a.get(), out->get()) != ARCHIVE_OK) {
-    ::unlink(tmp.c_str());
+      archive_write_open_fd(a.get(), out.get()) != ARCHIVE_OK) {
+    ::unlinkat(dfd->get(), tmp_name.c_str(), 0);
     return ArchiveError(a.get(), "create backup " + tmp);
   }
   auto fail = [&](Status st) {
     archive_write_close(a.get());
-    ::unlink(tmp.c_str());
+    ::unlinkat(dfd->get(), tmp_name.c_str(), 0);
     return st;
   };
   std::string buf(1 << 20, '\0');
   for (const std::string& rel : rel_paths) {
     std::string path = JoinPath(logdir, rel);
-    auto fd = OpenUnder(logdir, rel, O_RDONLY | O_NONBLOCK);
+    auto fd = OpenRegularUnder(logdir, rel);
     if (!fd.ok()) return fail(fd.status());
     struct stat st;
     if (::fstat(fd->get(), &st) != 0) return fail(Status::FromErrno(errno, "fstat", path));
@@ -92,20 +98,19 @@ Status WriteBackup(const std::string& logdir, const std::vector<std::string>& re
     }
   }
   if (archive_write_close(a.get()) != ARCHIVE_OK) {
-    ::unlink(tmp.c_str());
+    ::unlinkat(dfd->get(), tmp_name.c_str(), 0);
     return ArchiveError(a.get(), "finish backup " + tmp);
   }
-  if (::fsync(out->get()) != 0) {
-    ::unlink(tmp.c_str());
+  if (::fsync(out.get()) != 0) {
+    ::unlinkat(dfd->get(), tmp_name.c_str(), 0);
     return Status::FromErrno(errno, "fsync", tmp);
   }
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+  if (::renameat(dfd->get(), tmp_name.c_str(), dfd->get(), name.c_str()) != 0) {
     Status st = Status::FromErrno(errno, "rename", final_path);
-    ::unlink(tmp.c_str());
+    ::unlinkat(dfd->get(), tmp_name.c_str(), 0);
     return st;
   }
-  auto dfd = OpenFile(dir, O_RDONLY | O_DIRECTORY);
-  if (dfd.ok()) ::fsync(dfd->get());
+  ::fsync(dfd->get());
   *archive_path = final_path;
   return Status::OK();
 }

@@ -78,7 +78,9 @@ Result<GrowthSample> TakeGrowthSample(const std::string& logdir, ColdStore* stor
   s.unix_s = NowUnixSeconds();
   TBFS_RETURN_IF_ERROR(WalkTree(logdir, walk, [&](const WalkEntry& e) {
     if (!S_ISREG(e.st.st_mode)) return;
-    const uint64_t bytes = static_cast<uint64_t>(e.st.st_size);
+    // What the file takes on disk: a sparse file's holes are not growth.
+    const uint64_t bytes =
+        std::min(static_cast<uint64_t>(e.st.st_size), static_cast<uint64_t>(e.st.st_blocks) * 512);
     s.hot_files++;
     const FileClass c = policy.Classify(e.rel);
     if (c == FileClass::kEvents) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -190,6 +191,9 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || !SameIdentity(st, entry)) {
     return give_up(Outcome::kChanged, "changed before the copy began");
   }
+  if (HasHole(fd, static_cast<uint64_t>(st.st_size))) {
+    return give_up(Outcome::kChanged, std::string(kSparseReason) + " (sparse): stays in place");
+  }
   if (Status lease = TakeReadLease(fd); !lease.ok())
     return give_up(Outcome::kChanged, lease.message());
 
@@ -333,8 +337,8 @@ void BatchRunner::Finish(Staged s, const Status& durable, FileResult* result,
   // Back into the logdir: a writer is waiting for it, or a new file took
   // its path (then it goes beside that one, under another name).
   const std::string reason =
-      !durable.ok()              ? "the store could not make its copy durable (" +
-                                       durable.message() + "); left in place"
+      !durable.ok()
+          ? "the store could not make its copy durable (" + durable.message() + "); left in place"
       : !LeaseHeld(s.file.get()) ? "opened for writing as it moved; left in place"
                                  : "a new file took its path as it moved";
   const int fd = s.file.get();
@@ -425,8 +429,8 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   for (size_t i = 0; i < affected.size(); ++i) {
     Status st = events::DigestFile(logdir_, affected[i], &before[i]);
     if (!st.ok()) {
-      for (FileResult& f : result.files)
-        f.reason = "cannot take the verifier baseline: " + st.message();
+      result.not_run = "cannot take the verifier baseline: " + st.message();
+      for (FileResult& f : result.files) f.reason = result.not_run;
       return result;
     }
     result.runs_verified.push_back(events::RunOf(affected[i]));
@@ -467,6 +471,7 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     }
   }
   if (!st.ok()) {
+    result.not_run = st.message();
     for (FileResult& f : result.files) f.reason = st.message();
     return result;
   }
@@ -485,7 +490,8 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     // flushed, checksummed files, not only in its log, before any unlink.
     Status durable = Flush(&result);
     if (ShouldFail("migrate.flush"))
-      durable = Status::FromErrno(EIO, "flush", "failure injected for testing (failpoint migrate.flush)");
+      durable =
+          Status::FromErrno(EIO, "flush", "failure injected for testing (failpoint migrate.flush)");
     if (!durable.ok()) {
       spdlog::error("migrate: batch {}: {}", result.batch_id, durable.message());
     } else {
@@ -507,11 +513,13 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
       continue;
     }
     // Tests: a pass that takes its time (a mount stopped in the middle).
-    if (ShouldFail("migrate.slow_file")) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (ShouldFail("migrate.slow_file"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     auto next = Stage(record.entries(static_cast<int>(i)), batch[i], i, &result.files[i]);
     if (next) group.push_back(std::move(*next));
-    if (!group.empty() && (group.size() >= kGroupFiles ||
-                           std::chrono::steady_clock::now() - group.front().aside_at >= kGroupAge)) {
+    if (!group.empty() &&
+        (group.size() >= kGroupFiles ||
+         std::chrono::steady_clock::now() - group.front().aside_at >= kGroupAge)) {
       finish_group();
     }
   }
@@ -635,7 +643,7 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
                               const MigrateOptions& options) {
   return MigrateFrom(
       store, logdir,
-      [&](const std::function<void(Candidate&&)>& sink) {
+      [&](const std::function<void(Candidate &&)>& sink) {
         for (const Candidate& c : candidates) sink(Candidate(c));
         return Status::OK();
       },
@@ -655,6 +663,25 @@ Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
   events::DigestOptions digest_options;
   digest_options.threads = options.threads;
   events::LogdirDigest full = events::DigestFiles(logdir, event_files, digest_options);
+  // A run whose tfevents file cannot be digested keeps its traces (I3 could
+  // not be proven for it); the other runs' traces move. Keyed by folder.
+  std::map<std::string, BlockedRun> blocked;
+  for (const events::FileError& e : full.errors) {
+    std::string folder = ParentPath(e.path);
+    if (blocked.count(folder) > 0) continue;
+    blocked[folder] = BlockedRun{folder, e.path, e.status.message(), 0};
+  }
+  // The blocked run a trace lies beneath (its folder or any folder above).
+  auto blocked_for = [&](const std::string& path) -> BlockedRun* {
+    if (blocked.empty()) return nullptr;
+    std::string dir = ParentPath(path);
+    for (;;) {
+      auto it = blocked.find(dir);
+      if (it != blocked.end()) return &it->second;
+      if (dir.empty()) return nullptr;
+      dir = ParentPath(dir);
+    }
+  };
 
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return root.status();
@@ -708,12 +735,19 @@ Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
       refused = Status::InvalidArgument("refusing to migrate a tfevents file: " + c.path);  // I1
       return;
     }
+    if (BlockedRun* b = blocked_for(c.path); b != nullptr) {
+      b->traces++;
+      return;
+    }
     batch_bytes += c.size;
     batch.push_back(std::move(c));
     if (batch_bytes >= options.batch_bytes || batch.size() >= options.batch_files) flush();
   });
   if (!refused.ok()) return refused;
   if (found.ok()) flush();
+  for (auto& [folder, b] : blocked) {
+    if (b.traces > 0) result.blocked_runs.push_back(std::move(b));
+  }
   if (result.files_moved > 0) {
     Status st = store.Flush();  // the WAL would hold a second copy
     if (!st.ok()) spdlog::warn("migrate: {}", st.message());

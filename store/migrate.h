@@ -59,6 +59,10 @@ struct Skipped {
   std::string reason;
 };
 
+// How a Skipped reason starts for a sparse file (left hot: holes are not
+// stored as holes).
+inline constexpr std::string_view kSparseReason = "has holes";
+
 struct CandidateOptions {
   Policy policy;
   std::vector<FileClass> classes;  // empty: every trace class
@@ -144,6 +148,9 @@ struct BatchResult {
   std::vector<std::string> runs_verified;
   std::vector<events::Failure> failures;  // verifier findings (the batch rolled back)
   bool rolled_back = false;
+  // Why the batch did not run at all (its baseline or its journal record
+  // could not be taken): every file stayed in place. Empty when it ran.
+  std::string not_run;
   bool store_full = false;  // the store ran out of room: the rest stayed in place
   // A folder of the moved files could not be synced: the batch's journal
   // record stays, and recovery (at the next start of a writer) decides it
@@ -155,8 +162,20 @@ struct BatchResult {
   double flush_seconds = 0;
 };
 
+// A run (the folder of a tfevents file) whose tfevents file cannot be
+// digested (damaged, unreadable, no longer a regular file): nothing can
+// prove its curves intact, so none of the traces beneath it moves; every
+// other run's traces do.
+struct BlockedRun {
+  std::string run;      // relative folder ("" for the logdir itself)
+  std::string file;     // the tfevents file that failed, relative
+  std::string reason;   // one line
+  uint64_t traces = 0;  // candidates left in place for it
+};
+
 struct MigrateResult {
-  std::vector<BatchResult> batches;  // with MigrateOptions::keep_batches
+  std::vector<BatchResult> batches;      // with MigrateOptions::keep_batches
+  std::vector<BlockedRun> blocked_runs;  // in path order
   uint64_t rolled_back_batches = 0;
   uint64_t unsynced_batches = 0;  // BatchResult::unsynced
   uint64_t flushes = 0;           // BatchResult::flushes, summed

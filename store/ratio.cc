@@ -1,7 +1,5 @@
 // How small the candidates would get, from a sample of their chunks
 // (store/migrate.h: EstimateRatio).
-#include "store/migrate.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -12,10 +10,11 @@
 #include "base/time_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
+#include "store/chunk.h"
 #include "store/file_io.h"
 #include "store/format.h"
+#include "store/migrate.h"
 #include "store/migrate_internal.h"
-#include "store/chunk.h"
 
 namespace tbfs::store {
 
@@ -33,7 +32,7 @@ Result<double> EstimateRatio(const std::string& logdir, const std::vector<Candid
     uint64_t represented = 0;
     for (size_t i = lo; i < hi; ++i) represented += candidates[i].size;
     std::string path = JoinPath(logdir, c.path);
-    auto fd = OpenUnder(logdir, c.path, O_RDONLY | O_NONBLOCK);
+    auto fd = OpenRegularUnder(logdir, c.path);
     if (!fd.ok()) continue;
     uint64_t raw_bytes = 0, stored_bytes = 0;
     for (uint64_t offset : {uint64_t{0}, c.size / 2 / chunk_bytes * chunk_bytes}) {

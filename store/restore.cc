@@ -125,10 +125,10 @@ Result<CopyResult> Export(ColdStore& store, const std::string& to_dir,
                           const std::vector<storepb::Manifest>& files, bool force, WorkPool* pool,
                           std::atomic<uint64_t>* progress) {
   CopyResult result;
-  TBFS_RETURN_IF_ERROR(MakeDirs(to_dir));
-  // Opened once: every file goes beneath this folder, whatever happens to
-  // its path meanwhile (another user renaming it, a symlink in its place).
-  auto root = OpenFile(to_dir, O_PATH | O_DIRECTORY);
+  // Opened once, checked on the way (no symlink, no folder another user
+  // could change): every file goes beneath this fd, whatever happens to
+  // the path meanwhile.
+  auto root = OpenOwnFolder(to_dir);
   if (!root.ok()) return root.status();
   MaterializeOptions mo;
   mo.root_fd = root->get();

@@ -1,7 +1,16 @@
 #include "base/fs_util.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstring>
+#include <future>
+
+#include "base/failpoint.h"
 #include "tests/test_util.h"
 
 namespace tbfs {
@@ -43,6 +52,49 @@ TEST(WalkTree, VisitsFilesSortedAndSkipsFolders) {
   ASSERT_TRUE(
       WalkTree(dir.path(), options, [&](const WalkEntry& e) { seen.push_back(e.rel); }).ok());
   EXPECT_EQ(seen, (std::vector<std::string>{"a", "b/1", "b/2"}));
+}
+
+// A FIFO swapped in for a checked file: the open must not wait for a
+// writer (it would wait for ever), and the FIFO is not read.
+TEST(OpenRegularUnder, AFifoSwappedInIsRefusedWithoutBlocking) {
+  static_assert(kFailpointsBuilt, "the test build has failpoints");
+  TempDir dir;
+  WriteBytes(dir / "run/events.out.tfevents.1", "x");
+  ScopedFailpoint swap("open_regular.before", [&](const std::string& path) {
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+    ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  });
+  auto opened = std::async(std::launch::async, [&] {
+    return OpenRegularUnder(dir.path(), "run/events.out.tfevents.1");
+  });
+  if (opened.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "the open of a FIFO blocked";
+    // Release it: a writer's open ends the reader's wait.
+    ::close(::open((dir / "run/events.out.tfevents.1").c_str(), O_WRONLY | O_NONBLOCK));
+  }
+  auto fd = opened.get();
+  ASSERT_FALSE(fd.ok());
+  EXPECT_NE(fd.status().message().find("not a regular file"), std::string::npos)
+      << fd.status().ToString();
+}
+
+TEST(WalkTree, DoesNotEnterAnotherFilesystemAndGoesOn) {
+  TempDir dir;
+  WriteBytes(dir / "a/1", "x");
+  WriteBytes(dir / "c/1", "x");
+  ASSERT_EQ(::mkdir((dir / "b").c_str(), 0755), 0);
+  ASSERT_EQ(::mount("tmpfs", (dir / "b").c_str(), "tmpfs", 0, "size=1m"), 0)
+      << "the tests run as root: " << std::strerror(errno);
+  WriteBytes(dir / "b/inside", "x");
+  std::vector<std::string> seen, warnings;
+  WalkOptions options;
+  options.warnings = &warnings;
+  Status st = WalkTree(dir.path(), options, [&](const WalkEntry& e) { seen.push_back(e.rel); });
+  ::umount2((dir / "b").c_str(), MNT_DETACH);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(seen, (std::vector<std::string>{"a/1", "c/1"}));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("another filesystem"), std::string::npos) << warnings[0];
 }
 
 TEST(WalkTree, MissingRootIsNotFound) {

@@ -3,9 +3,12 @@
 // -u, then a lazy unmount, then the daemon is killed.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/fs_util.h"
 #include "tests/test_util.h"
 
 namespace tbfs::testing {
@@ -54,6 +58,58 @@ inline std::string State(const std::string& path) {
   char buf[16];
   ssize_t n = ::getxattr(path.c_str(), "user.tbfs.state", buf, sizeof(buf));
   return n < 0 ? std::string("error: ") + std::strerror(errno) : std::string(buf, n);
+}
+
+inline sockaddr_in Loopback(int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return addr;
+}
+
+// A TCP connection to 127.0.0.1:port; invalid when refused.
+inline UniqueFd ConnectLoopback(int port) {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr = Loopback(port);
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return UniqueFd();
+  return s;
+}
+
+// GET /metrics from the mount's Prometheus endpoint (plain HTTP/1.0).
+inline std::string Scrape(int port) {
+  UniqueFd s = ConnectLoopback(port);
+  if (!s.valid()) return "";
+  struct timeval limit = {30, 0};  // a server that never answers fails the test, not hangs it
+  ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  if (::write(s.get(), request.data(), request.size()) != static_cast<ssize_t>(request.size()))
+    return "";
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(s.get(), buf, sizeof(buf))) > 0;)
+    out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// The value of the sample `name{mountpoint="...",extra}` in a scrape; -1 if absent.
+inline double Sample(const std::string& scrape, const std::string& name, const std::string& mnt,
+                     const std::string& extra = "") {
+  const std::string key = name + "{mountpoint=\"" + mnt + "\"" + extra + "} ";
+  size_t at = scrape.find("\n" + key);
+  if (at == std::string::npos) return -1;
+  return std::stod(scrape.substr(at + 1 + key.size()));
+}
+
+inline int FreePort() {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr = Loopback(0);
+  socklen_t len = sizeof(addr);
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return 0;
+  }
+  return ntohs(addr.sin_port);
 }
 
 class MountTest : public ::testing::Test {

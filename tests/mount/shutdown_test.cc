@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <thread>
@@ -28,8 +29,9 @@ TEST_P(Shutdown, DuringAPassStopsItAtTheNextFile) {
   ASSERT_EQ(::setenv("TBFS_FAIL", "migrate.slow_file", 1), 0);
   Mount("--no-migrate --cold-after 0");
   ::unsetenv("TBFS_FAIL");
-  auto pass = std::async(std::launch::async,
-                         [&] { return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1")); });
+  auto pass = std::async(std::launch::async, [&] {
+    return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
+  });
   bool moving = false;
   for (int i = 0; i < 400 && !moving; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -67,6 +69,53 @@ TEST_P(Shutdown, DuringAPassStopsItAtTheNextFile) {
   EXPECT_GT(hot, 0) << "the whole pass ran: nothing stopped it";
   EXPECT_EQ(cold + hot, 300);
   EXPECT_EQ(Status()["cold"]["files"].get<uint64_t>(), static_cast<uint64_t>(cold));
+}
+
+// A worker that never comes back (held inside a batch, a file moved aside,
+// as a call blocked on a user's file or a store that does not answer would
+// hold it) does not keep the daemon: it exits within its grace (10 s) of
+// the unmount or the signal, the mount and the logdir's lock go with it,
+// and the next start's recovery puts the file back.
+TEST_P(Shutdown, AWorkerThatNeverReturnsDoesNotKeepTheDaemon) {
+  const bool sigterm = GetParam();
+  std::map<std::string, std::string> files;
+  for (int i = 0; i < 5; ++i) {
+    std::string rel = fmt::format("run/t{}.pt.trace.json", i);
+    files[rel] = fmt::format("{{\"traceEvents\": [{}]}}", i);
+    WriteBytes(L(rel), files[rel]);
+  }
+  const std::string hold = dir_ / "hold";  // never removed: the worker is stuck
+  WriteBytes(hold, "");
+  ASSERT_EQ(::setenv("TBFS_PAUSE", ("migrate.staged:" + hold).c_str(), 1), 0);
+  Mount("--no-migrate --cold-after 0");
+  ::unsetenv("TBFS_PAUSE");
+  auto pass = std::async(std::launch::async, [&] {
+    return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
+  });
+  for (int i = 0; i < 6000 && !std::filesystem::exists(hold + ".reached"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(std::filesystem::exists(hold + ".reached")) << "the pass never reached a file";
+  const int pid = pid_;
+  auto asked = std::chrono::steady_clock::now();
+  if (sigterm) {
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  } else {
+    ASSERT_EQ(RunCommand("fusermount3 -u " + Quote(mnt_) + " 2>&1").exit_code, 0);
+  }
+  while (Alive(pid) && std::chrono::steady_clock::now() - asked < std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(Alive(pid)) << "the daemon still runs 30 s after it was asked to stop";
+  pass.get();
+  EXPECT_FALSE(IsMounted(mnt_));
+  EXPECT_NE(ReadBytes(L(".tbfs/tbfs-mount.log")).find("exiting without it"), std::string::npos);
+  pid_ = -1;
+
+  // The lock went with the daemon; recovery puts the staged file back.
+  RunCommand("fusermount3 -u -z " + Quote(mnt_) + " 2>/dev/null");
+  Mount("--no-migrate --cold-after 0");
+  for (const auto& [rel, bytes] : files) EXPECT_EQ(ReadBytes(M(rel)), bytes) << rel;
 }
 
 INSTANTIATE_TEST_SUITE_P(UnmountOrSigterm, Shutdown, ::testing::Bool(),

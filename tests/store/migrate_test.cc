@@ -214,6 +214,101 @@ TEST_F(MigrateTest, MissingMustHaveTagRollsBack) {
   EXPECT_EQ(Snapshot(logdir_).size(), before_.size());
 }
 
+// One user's damaged tfevents file keeps that run's traces hot, said once
+// per run with the file and the reason; every other run's traces move.
+TEST_F(MigrateTest, ADamagedTfeventsFileHoldsOnlyItsOwnRunsTraces) {
+  const std::string damaged =
+      "resnet50_lr1e-01_run0/events.out.tfevents.1786042792.gpu-node-42.54595.0";
+  std::string bytes = ReadBytes(JoinPath(logdir_, damaged));
+  ASSERT_GT(bytes.size(), 1000u) << damaged;
+  bytes[bytes.size() / 2] ^= 0x40;
+  WriteBytes(JoinPath(logdir_, damaged), bytes);
+  auto candidates = Candidates();
+  size_t held = 0;
+  for (const Candidate& c : candidates) held += c.path.starts_with("resnet50_lr1e-01_run0/");
+  ASSERT_GT(held, 0u);
+  ASSERT_LT(held, candidates.size());
+
+  MigrateOptions o = Options();
+  o.batch_files = 2;  // batches mixing both runs' traces, as a mount's do
+  auto result = Migrate(*store_, logdir_, candidates, o);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->files_moved, candidates.size() - held);
+  ASSERT_EQ(result->blocked_runs.size(), 1u);
+  EXPECT_EQ(result->blocked_runs[0].run, "resnet50_lr1e-01_run0");
+  EXPECT_EQ(result->blocked_runs[0].file, damaged);
+  EXPECT_EQ(result->blocked_runs[0].traces, held);
+  EXPECT_FALSE(result->blocked_runs[0].reason.empty());
+  for (const Candidate& c : candidates) {
+    const bool hot = ::access(JoinPath(logdir_, c.path).c_str(), F_OK) == 0;
+    EXPECT_EQ(hot, c.path.starts_with("resnet50_lr1e-01_run0/")) << c.path;
+  }
+}
+
+// A FIFO swapped in for a tfevents file between the walk's check and the
+// digest's open (a user's rename loop): the pass neither hangs nor reads it;
+// that run waits for the next pass, the others move.
+TEST_F(MigrateTest, AFifoSwappedInForATfeventsFileCannotHangAPass) {
+  const std::string events =
+      "resnet50_lr1e-01_run0/events.out.tfevents.1786042792.gpu-node-42.54595.0";
+  const std::string path = JoinPath(logdir_, events);
+  std::atomic<bool> swapped{false};
+  ScopedFailpoint swap("open_regular.before", [&](const std::string& p) {
+    if (p != path || swapped.exchange(true)) return;
+    ASSERT_EQ(::rename(path.c_str(), (path + ".real").c_str()), 0);
+    ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  });
+  auto candidates = Candidates();
+  auto run = std::async(std::launch::async,
+                        [&] { return Migrate(*store_, logdir_, candidates, Options()); });
+  if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "the pass hangs on a FIFO";
+    while (run.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      ::close(::open(path.c_str(), O_WRONLY | O_NONBLOCK));  // release it
+    }
+  }
+  auto result = run.get();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(swapped);
+  ASSERT_EQ(result->blocked_runs.size(), 1u);
+  EXPECT_EQ(result->blocked_runs[0].file, events);
+  EXPECT_NE(result->blocked_runs[0].reason.find("not a regular file"), std::string::npos)
+      << result->blocked_runs[0].reason;
+  EXPECT_GT(result->files_moved, 0u);
+}
+
+// A sparse trace (a user's `truncate -s 15T`) is not read: a copy would
+// read every zero and a rehydration write them all. It stays in place,
+// skipped with the reason, even when handed to the migration directly.
+TEST_F(MigrateTest, ASparseTraceStaysInPlaceAndIsNotRead) {
+  const std::string rel = "resnet50_lr1e-01_run0/huge.pt.trace.json";
+  WriteBytes(JoinPath(logdir_, rel), "{\"traceEvents\": []}");
+  ASSERT_EQ(::truncate(JoinPath(logdir_, rel).c_str(), off_t{1} << 40), 0);  // 1 TiB, no blocks
+  CandidateOptions c;
+  c.older_than_s = 0;
+  c.walk.skip_dirs = {kStoreDirName};
+  std::vector<Candidate> candidates;
+  std::vector<Skipped> skipped;
+  ASSERT_TRUE(FindCandidates(logdir_, c, &candidates, &skipped).ok());
+  for (const Candidate& k : candidates) EXPECT_NE(k.path, rel);
+  auto it =
+      std::find_if(skipped.begin(), skipped.end(), [&](const Skipped& s) { return s.path == rel; });
+  ASSERT_NE(it, skipped.end());
+  EXPECT_TRUE(it->reason.starts_with(kSparseReason)) << it->reason;
+
+  std::vector<Candidate> forced = {{rel, FileClass::kPytorchTrace, uint64_t{1} << 40}};
+  auto result = Migrate(*store_, logdir_, forced, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->files_moved, 0u);
+  ASSERT_EQ(result->batches.size(), 1u);
+  EXPECT_NE(result->batches[0].files[0].reason.find("sparse"), std::string::npos)
+      << result->batches[0].files[0].reason;
+  struct stat st;
+  ASSERT_EQ(::stat(JoinPath(logdir_, rel).c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, off_t{1} << 40);
+  EXPECT_LT(st.st_blocks, 1024);  // still sparse
+}
+
 TEST_F(MigrateTest, ATfeventsCandidateIsRefused) {
   std::vector<Candidate> hostile = {{baseline_[0].path, FileClass::kOtherTrace, 1}};
   auto result = Migrate(*store_, logdir_, hostile, Options());
@@ -372,8 +467,8 @@ TEST(LogDamage, ACrashAfterTheFirstUnlinkAndADamagedLogLoseNothing) {
   ASSERT_TRUE(store.ok()) << "damaged " << damaged << " logs: " << store.status().ToString();
   auto recovered = Recover(**store, logdir);
   ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  EXPECT_TRUE(recovered->lost.empty()) << recovered->lost.size() << " lost, first "
-                                       << recovered->lost.front();
+  EXPECT_TRUE(recovered->lost.empty())
+      << recovered->lost.size() << " lost, first " << recovered->lost.front();
   ExpectEveryFileOnce(**store, logdir, before, baseline, dir / "check", "damaged log");
 }
 

@@ -1,6 +1,8 @@
 #include "store/restore.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -57,6 +59,44 @@ TEST_F(MigrateTest, RestoreBringsEverythingBackAndExportLeavesTheStore) {
     EXPECT_TRUE(after[cold[i].path()].bytes == before_[cold[i].path()].bytes);
     EXPECT_EQ(after[cold[i].path()].mtime_ns, before_[cold[i].path()].mtime_ns);
   }
+}
+
+// A user's symlink at the export folder, or above it, or a folder another
+// user may write: root's export writes nothing there (it followed the
+// symlink and, with --force, replaced root's files at its target).
+TEST_F(MigrateTest, ExportRefusesFoldersAnotherUserControls) {
+  auto result = Migrate(*store_, logdir_, Candidates(), Options());
+  ASSERT_TRUE(result.ok() && result->ok());
+  WorkPool pool(2);
+  std::vector<storepb::Manifest> cold;
+  std::vector<std::string> missing;
+  ASSERT_TRUE(SelectCold(*store_, {}, &cold, &missing).ok());
+  ASSERT_FALSE(cold.empty());
+
+  const std::string target = dir_ / "roots";  // root's folder, which the user wants written
+  ASSERT_EQ(::mkdir(target.c_str(), 0755), 0);
+  const std::string user = dir_ / "user";  // the user's folder, holding the symlinks
+  ASSERT_EQ(::mkdir(user.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(target.c_str(), (user + "/out").c_str()), 0);
+  ASSERT_EQ(::chown(user.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::lchown((user + "/out").c_str(), 65534, 65534), 0);
+  const std::string shared = dir_ / "shared";  // writable by all, not sticky
+  ASSERT_EQ(::mkdir(shared.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(shared.c_str(), 0777), 0);
+
+  for (const std::string& to :
+       {user + "/out", user + "/out/sub", user + "/new", shared + "/x", shared}) {
+    auto exported = Export(*store_, to, cold, true, &pool, nullptr);
+    ASSERT_FALSE(exported.ok()) << to;
+    EXPECT_EQ(exported.status().code(), Code::kInvalidArgument) << exported.status().ToString();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(target));
+  EXPECT_TRUE(std::filesystem::is_empty(shared));
+  // A folder of root's own, even below a sticky shared one, is fine.
+  ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
+  auto ok = Export(*store_, shared + "/mine", cold, false, &pool, nullptr);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->files, cold.size());
 }
 
 TEST(NormalizeUserPath, RejectsEscapes) {

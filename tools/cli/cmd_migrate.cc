@@ -332,9 +332,10 @@ int RunMigrate(MigrateArgs args) {
       }
       for (const auto& f : b.failures) fmt::print("  VERIFIER FAILURE: {}\n", f.ToString());
       if (!b.unsynced.empty()) {
-        fmt::print("  batch {}: NOT SYNCED: {} (its journal record stays: the next writer's "
-                   "recovery undoes it)\n",
-                   b.batch_id, Printable(b.unsynced));
+        fmt::print(
+            "  batch {}: NOT SYNCED: {} (its journal record stays: the next writer's "
+            "recovery undoes it)\n",
+            b.batch_id, Printable(b.unsynced));
       }
       for (const auto& r : b.runs_verified) {
         fmt::print("  run {}: scalars {}\n", Printable(r),
@@ -350,7 +351,7 @@ int RunMigrate(MigrateArgs args) {
     if (!candidates.empty()) return store::Migrate(**store, args.logdir, candidates, mopt);
     return store::MigrateFrom(
         **store, args.logdir,
-        [&](const std::function<void(store::Candidate&&)>& sink) {
+        [&](const std::function<void(store::Candidate &&)>& sink) {
           return store::ForEachCandidate(args.logdir, copt, sink, [](store::Skipped&&) {});
         },
         mopt);
@@ -369,8 +370,16 @@ int RunMigrate(MigrateArgs args) {
                                    {"store_full", result->store_full}}
                             : json{{"error", result.status().message()}, {"ok", false}};
     if (result.ok() && result->store_full) tail["store_full_reason"] = result->store_full_reason;
-    fmt::print("\n],\n{}\n",
-               tail.dump(-1, ' ', false, json::error_handler_t::replace).substr(1));
+    if (result.ok()) {
+      tail["blocked_runs"] = json::array();
+      for (const store::BlockedRun& b : result->blocked_runs) {
+        tail["blocked_runs"].push_back({{"run", b.run.empty() ? "." : b.run},
+                                        {"file", b.file},
+                                        {"reason", b.reason},
+                                        {"traces", b.traces}});
+      }
+    }
+    fmt::print("\n],\n{}\n", tail.dump(-1, ' ', false, json::error_handler_t::replace).substr(1));
   }
   if (!result.ok()) {
     PrintError("migrate", result.status().message());
@@ -388,6 +397,12 @@ int RunMigrate(MigrateArgs args) {
                  100 * result->flush_seconds / std::max(secs, 1e-9));
     }
   }
+  if (!args.json) {
+    for (const store::BlockedRun& b : result->blocked_runs) {
+      fmt::print("HELD: run {}: {} trace(s) stay hot: {}\n", Printable(b.run.empty() ? "." : b.run),
+                 b.traces, Printable(b.reason));
+    }
+  }
   if (result->store_full) {
     PrintError(
         "migrate",
@@ -395,7 +410,8 @@ int RunMigrate(MigrateArgs args) {
             "; what moved is cold, the rest stays in place (free space, or --store elsewhere)");
     return kExitError;
   }
-  return result->ok() ? kExitOk : kExitFinding;
+  // A run held hot (its tfevents file cannot be read) is a finding too.
+  return result->ok() && result->blocked_runs.empty() ? kExitOk : kExitFinding;
 }
 
 }  // namespace

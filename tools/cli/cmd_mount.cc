@@ -20,6 +20,8 @@ namespace tbfs::cli {
 
 namespace {
 
+constexpr size_t kStatusListed = 10;  // blocked runs named by plain status
+
 // As given on the command line; RunMountCmd lays it over the config file's
 // mount: section (the command line wins).
 struct MountArgs {
@@ -144,6 +146,32 @@ int RunStatus(const std::string& mountpoint, bool json) {
   fmt::print("last verifier: {}\n", j["last_verifier"].get<std::string>().empty()
                                         ? "no batch yet"
                                         : j["last_verifier"].get<std::string>());
+  if (j.contains("blocked") && j["blocked"].value("runs", uint64_t{0}) > 0) {
+    const auto& b = j["blocked"];
+    fmt::print(
+        "HELD HOT: {} run(s) have a tfevents file that cannot be read; their traces stay "
+        "hot (tbfs verify LOGDIR checks them):",
+        b["runs"].get<uint64_t>());
+    size_t shown = 0;
+    for (const auto& r : b["list"]) {
+      if (shown++ == kStatusListed) break;
+      fmt::print("\n  {}: {} trace(s); {}", Printable(r["run"].get<std::string>()),
+                 r["traces"].get<uint64_t>(), Printable(r["reason"].get<std::string>()));
+    }
+    if (b["runs"].get<uint64_t>() > kStatusListed) {
+      fmt::print("\n  and {} more (status --json lists up to 100)",
+                 b["runs"].get<uint64_t>() - kStatusListed);
+    }
+    fmt::print("\n");
+  }
+  if (j.contains("sparse") && j["sparse"].value("files", uint64_t{0}) > 0) {
+    fmt::print("sparse traces left hot (holes are not stored as holes): {}, e.g. {}\n",
+               u("sparse", "files"), Printable(j["sparse"]["examples"][0].get<std::string>()));
+  }
+  if (j.contains("unwalked") && j["unwalked"].value("entries", uint64_t{0}) > 0) {
+    fmt::print("not walked: {} folder(s) or entries, e.g. {}\n", u("unwalked", "entries"),
+               Printable(j["unwalked"]["examples"][0].get<std::string>()));
+  }
   const std::string last_error = j["migrations"]["last_error"].get<std::string>();
   if (!last_error.empty()) fmt::print("last pass: {}\n", Printable(last_error));
   if (u("migrations", "stopped_store_full") > 0) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "base/log.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/store_cli.h"
 
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
     files.rlim_cur = files.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &files);
   }
-  auto logger = spdlog::stderr_color_mt("tbfs");
+  auto logger = tbfs::StderrLogger("tbfs");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::warn);
   spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=debug overrides
@@ -63,7 +64,8 @@ int main(int argc, char** argv) {
   // says it: fmt::print throws, and what is still buffered fails at the
   // flush below.
   auto output_error = [](int err) {
-    std::fprintf(stderr, "tbfs: cannot write the report to stdout: %s (what the command did stands)\n",
+    std::fprintf(stderr,
+                 "tbfs: cannot write the report to stdout: %s (what the command did stands)\n",
                  std::strerror(err));
     return tbfs::cli::kExitError;
   };

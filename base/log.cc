@@ -1,0 +1,93 @@
+#include "base/log.h"
+
+#include <spdlog/details/log_msg.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/rotating_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <mutex>
+
+#include "base/text.h"
+
+namespace tbfs {
+
+namespace {
+
+bool NeedsEscaping(std::string_view s) {
+  for (unsigned char c : s) {
+    if (c < 0x20 || c >= 0x7F) return true;  // controls, and anything not ASCII to check
+  }
+  return false;
+}
+
+class Escaping final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit Escaping(spdlog::sink_ptr inner) : inner_(std::move(inner)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    const std::string_view payload(msg.payload.data(), msg.payload.size());
+    if (!NeedsEscaping(payload)) return inner_->log(msg);
+    const std::string escaped = EscapeControls(payload);
+    spdlog::details::log_msg copy = msg;
+    copy.payload = spdlog::string_view_t(escaped.data(), escaped.size());
+    inner_->log(copy);
+  }
+  void flush_() override { inner_->flush(); }
+  void set_pattern_(const std::string& pattern) override { inner_->set_pattern(pattern); }
+  void set_formatter_(std::unique_ptr<spdlog::formatter> f) override {
+    inner_->set_formatter(std::move(f));
+  }
+
+ private:
+  spdlog::sink_ptr inner_;
+};
+
+}  // namespace
+
+std::string EscapeControls(std::string_view s) {
+  // Printable, with its doubled backslashes undone: "\\" is the only
+  // sequence it writes that starts with two of them.
+  const std::string p = Printable(s);
+  std::string out;
+  out.reserve(p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    out += p[i];
+    if (p[i] == '\\' && i + 1 < p.size() && p[i + 1] == '\\') ++i;
+  }
+  return out;
+}
+
+spdlog::sink_ptr EscapingSink(spdlog::sink_ptr inner) {
+  return std::make_shared<Escaping>(std::move(inner));
+}
+
+std::shared_ptr<spdlog::logger> RotatingFileLogger(const std::string& name, const std::string& path,
+                                                   uint64_t max_bytes, size_t keep) {
+  // The first file is private; those a rotation makes later sit in the
+  // same folder (the store's, 0700).
+  const mode_t old = ::umask(077);
+  auto file = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(path, max_bytes, keep);
+  ::umask(old);
+  ::chmod(path.c_str(), 0600);
+  auto logger = std::make_shared<spdlog::logger>(name, EscapingSink(std::move(file)));
+  spdlog::register_logger(logger);
+  return logger;
+}
+
+std::shared_ptr<spdlog::logger> StderrLogger(const std::string& name) {
+  auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto logger = std::make_shared<spdlog::logger>(name, EscapingSink(std::move(sink)));
+  spdlog::register_logger(logger);
+  return logger;
+}
+
+std::string Shorten(std::string_view s, size_t max) {
+  if (s.size() <= max) return std::string(s);
+  const size_t half = max > 3 ? (max - 3) / 2 : 0;
+  return std::string(s.substr(0, half)) + "..." + std::string(s.substr(s.size() - half));
+}
+
+}  // namespace tbfs

@@ -1,0 +1,40 @@
+// Log lines no file name can break, forge or flood.
+//
+// A name is bytes a user chose: it may hold a newline and a fake
+// "[info] retention: deleted ..." after it, or escape sequences for the
+// terminal that shows the log. Every logger tbfs makes writes through an
+// escaping sink: control characters in a message become \xNN and bytes
+// that are not UTF-8 become U+FFFD (EscapeControls), so one message is one
+// line whatever it names. The mount's log file is size-capped and rotated.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace tbfs {
+
+// ValidUtf8(s) with control characters (C0, DEL, C1) as \xNN. Unlike
+// Printable, a backslash stays as it is: a message that already printed a
+// name with Printable is not escaped twice.
+std::string EscapeControls(std::string_view s);
+
+// `inner`, behind a sink that escapes each message (EscapeControls).
+spdlog::sink_ptr EscapingSink(spdlog::sink_ptr inner);
+
+// A logger named `name` writing to `path` (mode 0600): at most max_bytes
+// per file, the `keep` files before it kept ("x.log" rotates to "x.1.log",
+// "x.1.log" to "x.2.log" ...).
+std::shared_ptr<spdlog::logger> RotatingFileLogger(const std::string& name, const std::string& path,
+                                                   uint64_t max_bytes, size_t keep);
+// A logger named `name` writing to stderr (in colour on a terminal).
+std::shared_ptr<spdlog::logger> StderrLogger(const std::string& name);
+
+// s cut to at most `max` bytes (its head and tail, "..." between), for a
+// name quoted as an example in an aggregated line.
+std::string Shorten(std::string_view s, size_t max);
+
+}  // namespace tbfs

@@ -1,0 +1,285 @@
+// What one ordinary user's files can do to everyone else's mount (issue 21):
+// a FIFO swapped in for a tfevents file, a damaged tfevents file, a tree
+// too deep to walk. Each user runs as uid 65534 in a child process and
+// writes straight into the logdir, as training jobs do; root runs tbfs.
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/fs.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "base/text.h"
+#include "fmt/format.h"
+#include "tests/mount/mount_fixture.h"
+
+namespace tbfs::testing {
+namespace {
+
+constexpr uid_t kUser = 65534;
+
+// Starts `body` as the ordinary user in a child process. Fork it from the
+// test's main thread before any RunCommand runs beside it: the child would
+// inherit that command's pipe and hold its output open.
+pid_t StartAsUser(const std::function<int()>& body) {
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(kUser) != 0 || ::setuid(kUser) != 0) _exit(3);
+    int code = 99;  // an exception must not run the rest of the tests as the user
+    try {
+      code = body();
+    } catch (...) {
+    }
+    _exit(code);
+  }
+  return child;
+}
+
+// Its exit status.
+int WaitForUser(pid_t child) {
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+int AsUser(const std::function<int()>& body) { return WaitForUser(StartAsUser(body)); }
+
+class HostileUser : public MountTest {
+ protected:
+  // A generated run for each user: "u" (the hostile one) and "v".
+  void SetUp() override {
+    MountTest::SetUp();
+    ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);  // the user reaches the logdir
+    for (const char* who : {"u", "v"}) {
+      ASSERT_EQ(RunCommand(Tbfs(fmt::format("gen {} --runs 1 --steps 100 --trace-mb 1 >/dev/null",
+                                            L(who))))
+                    .exit_code,
+                0);
+    }
+    ASSERT_EQ(RunCommand("chown -R " + std::to_string(kUser) + " " + Quote(L("u"))).exit_code, 0);
+    for (const auto& e : std::filesystem::recursive_directory_iterator(L("u"))) {
+      if (e.is_regular_file() &&
+          e.path().filename().string().find("tfevents") != std::string::npos &&
+          e.file_size() > 1000) {
+        events_ = e.path().string();
+      }
+    }
+    ASSERT_FALSE(events_.empty());
+  }
+
+  // The traces under `who` (relative to the logdir).
+  std::vector<std::string> Traces(const std::string& who) {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(L(who))) {
+      const std::string name = e.path().filename().string();
+      if (e.is_regular_file() && name.find("tfevents") == std::string::npos) {
+        out.push_back(e.path().string().substr(logdir_.size() + 1));
+      }
+    }
+    return out;
+  }
+
+  std::string MountLog() { return ReadBytes(L(".tbfs/tbfs-mount.log")); }
+
+  std::string events_;  // u's tfevents file (absolute path in the logdir)
+};
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The user exchanges a FIFO and their tfevents file in a tight loop while
+// passes run (each with a new trace of v's to move, so each digests u's
+// tfevents). A digest that opened the FIFO would wait for a writer for ever:
+// every pass here must end, and v's traces move.
+TEST_F(HostileUser, AFifoExchangedWithATfeventsFileNeverStallsAPass) {
+  Mount("--no-migrate --cold-after 0");
+  const std::string fifo = ParentPath(events_) + "/fifo";
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  const pid_t user = StartAsUser([&] {
+    if (::mkfifo(fifo.c_str(), 0644) != 0) return 4;
+    uint64_t swaps = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      if (::syscall(SYS_renameat2, AT_FDCWD, events_.c_str(), AT_FDCWD, fifo.c_str(),
+                    RENAME_EXCHANGE) == 0) {
+        ++swaps;
+      }
+    }
+    // The tfevents file back at its name.
+    if (swaps % 2 == 1) {
+      ::syscall(SYS_renameat2, AT_FDCWD, events_.c_str(), AT_FDCWD, fifo.c_str(), RENAME_EXCHANGE);
+    }
+    return swaps > 1000 ? 0 : 5;
+  });
+  int passes = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    WriteBytes(L(fmt::format("v/new{}.pt.trace.json", passes)), "{\"traceEvents\": []}");
+    auto r = RunCommand("timeout 60 " + Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
+    ASSERT_NE(r.exit_code, 124) << "a pass hung (FIFO opened?) after " << passes << " passes";
+    ++passes;
+  }
+  EXPECT_EQ(WaitForUser(user), 0) << "the user's exchange loop did not run";
+  EXPECT_GT(passes, 3);
+  // The loop over, the next pass moves everything, u's traces too.
+  auto r = RunCommand("timeout 60 " + Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  for (const char* who : {"u", "v"}) {
+    for (const std::string& t : Traces(who)) EXPECT_EQ(State(M(t)), "cold") << t;
+  }
+  EXPECT_EQ(Status()["blocked"]["runs"].get<uint64_t>(), 0u);
+}
+
+// One byte flipped in u's tfevents file: u's traces stay hot (nothing can
+// prove u's curves intact), v's move; status, metrics and the log (once)
+// name the run and the file.
+TEST_F(HostileUser, ADamagedTfeventsFileHoldsOnlyItsOwnRunAndIsShown) {
+  ASSERT_EQ(AsUser([&] {
+              std::string bytes = ReadBytes(events_);
+              bytes[bytes.size() / 2] ^= 0x40;
+              WriteBytes(events_, bytes);
+              return 0;
+            }),
+            0);
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  Mount("--cold-after 0 -o migrate_interval=1s,metrics=" + std::to_string(port));
+  const std::vector<std::string> v = Traces("v"), u = Traces("u");
+  bool moved = false;
+  for (int i = 0; i < 600 && !moved; ++i) {
+    moved = std::all_of(v.begin(), v.end(),
+                        [&](const std::string& t) { return State(M(t)) == "cold"; });
+    if (!moved) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(moved) << "v's traces did not move";
+  for (const std::string& t : u) EXPECT_EQ(State(M(t)), "hot") << t;
+
+  const std::string run = ParentPath(events_.substr(logdir_.size() + 1));
+  const std::string file = events_.substr(logdir_.size() + 1);
+  nlohmann::json s = Status();
+  ASSERT_EQ(s["blocked"]["runs"].get<uint64_t>(), 1u) << s.dump();
+  EXPECT_EQ(s["blocked"]["list"][0]["run"].get<std::string>(), run);
+  EXPECT_EQ(s["blocked"]["list"][0]["file"].get<std::string>(), file);
+  EXPECT_EQ(s["blocked"]["list"][0]["traces"].get<uint64_t>(), u.size());
+  const std::string plain = RunCommand(Tbfs("status " + Quote(mnt_))).out;
+  EXPECT_NE(plain.find("HELD HOT: 1 run(s)"), std::string::npos) << plain;
+  EXPECT_NE(plain.find(run), std::string::npos) << plain;
+  const std::string scrape = Scrape(port);
+  EXPECT_EQ(Sample(scrape, "tbfs_blocked_runs", mnt_), 1) << scrape;
+  EXPECT_NE(scrape.find("run=\"" + run + "\""), std::string::npos) << scrape;
+
+  // Passes go on (interval 1 s): the run is logged once, not per pass.
+  const uint64_t passes = s["migrations"]["passes"].get<uint64_t>();
+  for (int i = 0; i < 100 && Status()["migrations"]["passes"].get<uint64_t>() < passes + 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::string log = MountLog();
+  EXPECT_EQ(Count(log, "a tfevents file of theirs cannot be read"), 1u) << log;
+  EXPECT_NE(log.find(run), std::string::npos) << log;
+
+  // Mended (the user writes the file anew), the run's traces move.
+  ASSERT_EQ(RunCommand(Tbfs("gen " + Quote(dir_ / "fresh") + " --runs 1 --steps 100 >/dev/null"))
+                .exit_code,
+            0);
+  std::string fresh;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ / "fresh")) {
+    if (e.path().filename().string().find("tfevents") != std::string::npos && e.file_size() > 1000)
+      fresh = e.path().string();
+  }
+  WriteBytes(events_, ReadBytes(fresh));
+  bool mended = false;
+  for (int i = 0; i < 600 && !mended; ++i) {
+    mended = std::all_of(u.begin(), u.end(),
+                         [&](const std::string& t) { return State(M(t)) == "cold"; });
+    if (!mended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(mended) << Status().dump();
+  EXPECT_EQ(Status()["blocked"]["runs"].get<uint64_t>(), 0u);
+}
+
+// `truncate -s 15T` by a user: no disk blocks, 15 TB of zeros to read.
+// Passes do not read it (v's traces move at once), it stays hot and
+// sparse, status says so, and the growth it shows is what it takes on
+// disk, not 15 TB.
+TEST_F(HostileUser, ASparseTraceIsNotReadAndDoesNotCountAsGrowth) {
+  const std::string huge = L("u/huge.pt.trace.json");
+  ASSERT_EQ(AsUser([&] {
+              int fd = ::open(huge.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+              if (fd < 0) return 4;
+              int r = ::ftruncate(fd, off_t{15} << 40);
+              ::close(fd);
+              return r == 0 ? 0 : 5;
+            }),
+            0);
+  Mount("--no-migrate --cold-after 0");
+  auto r = RunCommand("timeout 120 " + Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const std::string& t : Traces("v")) EXPECT_EQ(State(M(t)), "cold") << t;
+  EXPECT_EQ(State(M("u/huge.pt.trace.json")), "hot");
+  struct stat st;
+  ASSERT_EQ(::stat(huge.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, off_t{15} << 40);
+  EXPECT_LT(st.st_blocks, 1024);
+  nlohmann::json s = Status();
+  EXPECT_EQ(s["sparse"]["files"].get<uint64_t>(), 1u) << s["sparse"].dump();
+  EXPECT_EQ(s["sparse"]["examples"][0].get<std::string>(), "u/huge.pt.trace.json");
+  EXPECT_LT(s["hot"]["bytes"].get<uint64_t>(), uint64_t{1} << 30) << s["hot"].dump();
+  EXPECT_LT(s["growth"]["bytes"]["traces_hot"].get<uint64_t>(), uint64_t{1} << 30)
+      << s["growth"].dump();
+  EXPECT_NE(RunCommand(Tbfs("status " + Quote(mnt_))).out.find("sparse traces left hot"),
+            std::string::npos);
+}
+
+// A chain of folders with 250-byte names and 200 folders at its bottom,
+// just deeper than a walk goes: every pass meets 200 folders it does not
+// enter, each named by a 250 KB path. Said in one line, once, not 200 lines of 250 KB per pass.
+TEST_F(HostileUser, FoldersTooDeepToWalkDoNotFloodTheLog) {
+  const std::string top = L("u/deep");
+  ASSERT_EQ(
+      AsUser([&] {
+        if (::mkdir(top.c_str(), 0755) != 0) return 4;
+        int fd = ::open(top.c_str(), O_RDONLY | O_DIRECTORY);
+        const std::string name(250, 'd');
+        // u/deep/<998 folders>/<200 folders>: the 200 are 1001
+        // deep, one more than a walk enters.
+        for (int depth = 0; depth < 998; ++depth) {
+          if (::mkdirat(fd, name.c_str(), 0755) != 0) return 5;
+          int next = ::openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY);
+          ::close(fd);
+          if (next < 0) return 6;
+          fd = next;
+        }
+        for (int i = 0; i < 200; ++i) {
+          if (::mkdirat(fd, fmt::format("{:03}{}", i, std::string(247, 's')).c_str(), 0755) != 0)
+            return 7;
+        }
+        ::close(fd);
+        return 0;
+      }),
+      0);
+  Mount("--cold-after 0 -o migrate_interval=1s");
+  for (int i = 0; i < 300 && Status()["migrations"]["passes"].get<uint64_t>() < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  nlohmann::json s = Status();
+  EXPECT_GE(s["migrations"]["passes"].get<uint64_t>(), 5u);
+  EXPECT_GE(s["unwalked"]["entries"].get<uint64_t>(), 200u) << s["unwalked"].dump();
+  for (const std::string& t : Traces("v")) EXPECT_EQ(State(M(t)), "cold") << t;
+  const std::string log = MountLog();
+  EXPECT_EQ(Count(log, "entries not walked"), 1u);
+  EXPECT_LT(log.size(), 64u << 10) << "the log grew to " << log.size() << " bytes";
+  Unmount();
+  RunCommand("rm -rf " + Quote(top));  // too deep for the fixture's remove_all
+}
+
+}  // namespace
+}  // namespace tbfs::testing
