@@ -281,8 +281,7 @@ bool HasHole(int fd, uint64_t size) {
 }
 
 bool MayBeSparse(const struct stat& st) {
-  const uint64_t allocated = static_cast<uint64_t>(st.st_blocks) * 512;
-  return allocated + (64 << 10) < static_cast<uint64_t>(st.st_size);
+  return static_cast<uint64_t>(st.st_blocks) * 512 < static_cast<uint64_t>(st.st_size);
 }
 
 Result<UniqueFd> MakeDirsBeneath(int dir_fd, std::string_view rel, mode_t mode,

@@ -89,9 +89,9 @@ Status CheckRegular(int fd, const std::string& path);
 // before its end (lseek SEEK_HOLE): a sparse file. Filesystems that do not
 // track holes say none.
 bool HasHole(int fd, uint64_t size);
-// Cheap first look from a stat: fewer bytes allocated than the size by
-// more than 64 KiB. Only then is it worth opening the file for HasHole
-// (a compressing filesystem, such as ZFS, allocates less without holes).
+// Cheap first look from a stat: fewer bytes allocated than the size. Only
+// then is it worth opening the file for HasHole (a compressing filesystem,
+// such as ZFS, allocates less without holes; so do tiny inline files).
 bool MayBeSparse(const struct stat& st);
 // The folder `dir` (absolute, or relative to the working folder) for
 // output no other user may redirect or read: opened one component at a

@@ -17,9 +17,10 @@
 
 namespace tbfs {
 
-// ValidUtf8(s) with control characters (C0, DEL, C1) as \xNN. Unlike
-// Printable, a backslash stays as it is: a message that already printed a
-// name with Printable is not escaped twice.
+// Printable(s) (controls as \xNN, separators and bidirectional controls
+// as \uNNNN, not UTF-8 as U+FFFD), except that
+// a backslash stays as it is: a message that already printed a name with
+// Printable is not escaped twice.
 std::string EscapeControls(std::string_view s);
 
 // `inner`, behind a sink that escapes each message (EscapeControls).

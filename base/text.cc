@@ -59,6 +59,14 @@ std::string Transcode(std::string_view s, Emit emit) {
   return out;
 }
 
+// Characters that change how the text around them is laid out: line and
+// paragraph separators, and the bidirectional marks, embeddings, overrides
+// and isolates (a name could end a line, or show itself reversed).
+bool IsLayoutControl(uint32_t cp) {
+  return cp == 0x061C || cp == 0x200E || cp == 0x200F || (cp >= 0x2028 && cp <= 0x202E) ||
+         (cp >= 0x2066 && cp <= 0x2069);
+}
+
 }  // namespace
 
 std::string ValidUtf8(std::string_view s) {
@@ -69,6 +77,8 @@ std::string Printable(std::string_view s) {
   return Transcode(s, [](std::string& out, std::string_view seq, uint32_t cp) {
     if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0)) {
       out += fmt::format("\\x{:02x}", cp);  // C1 as its code point, not its two bytes
+    } else if (IsLayoutControl(cp)) {
+      out += fmt::format("\\u{:04x}", cp);
     } else if (cp == '\\') {
       out += "\\\\";
     } else {

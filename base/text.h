@@ -13,9 +13,10 @@ namespace tbfs {
 // included) replaced by U+FFFD; valid text comes back unchanged.
 std::string ValidUtf8(std::string_view s);
 
-// ValidUtf8(s) with control characters (C0, DEL, C1) written as \xNN and
-// the backslash as \\, so a name prints on one line and cannot drive the
-// terminal.
+// ValidUtf8(s) with control characters (C0, DEL, C1) written as \xNN, the
+// line and paragraph separators and bidirectional controls (U+2028,
+// U+202E, ...) as \uNNNN, and the backslash as \\, so a name prints on
+// one line, as it is, and cannot drive the terminal.
 std::string Printable(std::string_view s);
 
 }  // namespace tbfs

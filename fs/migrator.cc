@@ -16,6 +16,9 @@ namespace {
 constexpr size_t kWarningExamples = 3;
 constexpr size_t kWarningExampleBytes = 240;
 constexpr int64_t kWarningRepeatNs = 3600ll * 1'000'000'000;
+// A run that failed the check after its batch moved stays hot this long:
+// one user cannot make every pass roll back everyone's batches.
+constexpr int64_t kHoldAfterFailureNs = 600ll * 1'000'000'000;
 
 }  // namespace
 
@@ -108,6 +111,8 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
     stats_.rolled_back++;
     stats_.last_verifier =
         "failed: " + (batch.failures.empty() ? std::string("?") : batch.failures[0].ToString());
+    spdlog::warn("migrator: batch {} rolled back ({} file(s) back in place): {}", batch.batch_id,
+                 batch.files.size(), stats_.last_verifier);
   } else {
     stats_.last_verifier = "intact";
   }
@@ -272,8 +277,27 @@ Status Migrator::MovePass() {
   mopt.observer = &fs_;  // files stay visible and open handles keep reading as they move
   mopt.after_batch = [this](const store::BatchResult& b) { AfterBatch(b); };
   mopt.batch_lock = &ns_mu_;
+  std::map<std::string, std::string> held;
+  const int64_t now = NowNs();
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->second.until_ns <= now) {
+      it = held_.erase(it);
+    } else {
+      held[it->first] = it->second.why;
+      ++it;
+    }
+  }
+  mopt.held_runs = &held;
   auto result = store::Migrate(store_, logdir_, candidates, mopt);
   if (!result.ok()) return result.status();
+  for (const auto& [folder, why] : result->failed_runs) {
+    spdlog::warn(
+        "migrator: run {} failed the check after its batch moved; its batch rolled back "
+        "and ran again without it; its traces stay hot for {} s: {}",
+        folder.empty() ? "." : folder, kHoldAfterFailureNs / 1'000'000'000, why);
+    held_[folder] = {now + kHoldAfterFailureNs,
+                     "failed the check after its batch moved (held for a while): " + why};
+  }
   NoteBlockedRuns(result->blocked_runs);
   MutexLock lock(mu_);
   stats_.files_moved += result->files_moved;

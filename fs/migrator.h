@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -144,6 +145,13 @@ class Migrator {
   std::vector<store::GrowthSample> series_ TBFS_GUARDED_BY(mu_);  // as kept
   std::optional<store::GrowthSample> latest_ TBFS_GUARDED_BY(mu_);
   std::thread thread_;
+  // Runs whose check after a batch failed: held hot until the time (ns),
+  // with why (store::MigrateResult::failed_runs).
+  struct Held {
+    int64_t until_ns = 0;
+    std::string why;
+  };
+  std::map<std::string, Held> held_ TBFS_GUARDED_BY(pass_mu_);
   // Only the pass (pass_mu_) logs them.
   RepeatedWarning unwalked_log_ TBFS_GUARDED_BY(pass_mu_){"entries not walked"};
   RepeatedWarning sparse_log_ TBFS_GUARDED_BY(pass_mu_){

@@ -46,26 +46,24 @@ int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
   }
 }
 
+// user.tbfs.state is read by name, not listed: copy tools (rsync -X, tar
+// --xattrs) would copy it and fail to set it (EPERM) on the copy.
 int Filesystem::ListXattr(uint64_t ino, std::string* names) {
   InodeView v = inodes_.View(ino);
   names->clear();
-  bool regular = v.kind == Kind::kColdFile;
-  if (v.kind == Kind::kHot) {
-    std::string proc = ProcPath(v.fd->get());
-    struct stat st;
-    if (::fstatat(v.fd->get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0) {
-      regular = S_ISREG(st.st_mode);
-      if (!S_ISLNK(st.st_mode)) {
-        ssize_t n = ::listxattr(proc.c_str(), nullptr, 0);
-        if (n > 0) {
-          names->resize(static_cast<size_t>(n));
-          n = ::listxattr(proc.c_str(), names->data(), names->size());
-          names->resize(n > 0 ? static_cast<size_t>(n) : 0);
-        }
-      }
-    }
+  if (v.kind != Kind::kHot) return 0;
+  struct stat st;
+  if (::fstatat(v.fd->get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0 ||
+      S_ISLNK(st.st_mode)) {
+    return 0;
   }
-  if (regular) names->append(kStateXattr, sizeof(kStateXattr));  // with its NUL
+  const std::string proc = ProcPath(v.fd->get());
+  ssize_t n = ::listxattr(proc.c_str(), nullptr, 0);
+  if (n > 0) {
+    names->resize(static_cast<size_t>(n));
+    n = ::listxattr(proc.c_str(), names->data(), names->size());
+    names->resize(n > 0 ? static_cast<size_t>(n) : 0);
+  }
   return 0;
 }
 

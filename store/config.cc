@@ -94,8 +94,9 @@ Result<ConfigFile> ParseConfigFile(const std::string& text, const std::string& o
       config.mount.options = StringList(m["options"]);
     }
     if (const YAML::Node r = root["retention"]) {
-      TBFS_RETURN_IF_ERROR(CheckKeys(r, {"older_than", "migrated_before", "keep_last", "max_store"},
-                                     origin + ": retention"));
+      TBFS_RETURN_IF_ERROR(
+          CheckKeys(r, {"older_than", "migrated_before", "keep_last", "max_store", "across_owners"},
+                    origin + ": retention"));
       auto bad = [&](const char* key, const std::string& why) {
         return Status::InvalidArgument(origin + ": line " + std::to_string(r[key].Mark().line + 1) +
                                        ": retention: " + key + ": " + why);
@@ -126,6 +127,9 @@ Result<ConfigFile> ParseConfigFile(const std::string& text, const std::string& o
         if (*b == 0) return bad("max_store", all);
         config.retention.max_store_bytes = *b;
       }
+      // keep_last and max_store count each owner's files on their own
+      // unless the config says otherwise.
+      if (r["across_owners"]) config.retention.across_owners = r["across_owners"].as<bool>();
     }
   } catch (const YAML::DeepRecursion& e) {
     return Status::InvalidArgument(origin + ": line " + std::to_string(e.mark.line + 1) +

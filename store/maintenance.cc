@@ -173,6 +173,10 @@ Status SelectForRetention(ColdStore& store, const Retention& policy,
            std::make_tuple(b.migrated_ns(), b.file_id());
   });
   const int64_t now = NowNs();
+  // Budgets and keep_last count per owner unless asked otherwise.
+  auto owner_of = [&](const storepb::Manifest& m) -> uint32_t {
+    return policy.across_owners ? 0 : m.uid();
+  };
   std::map<uint64_t, std::string> chosen;  // file id -> first reason
   auto choose = [&](const storepb::Manifest& m, std::string reason) {
     chosen.emplace(m.file_id(), std::move(reason));
@@ -187,35 +191,38 @@ Status SelectForRetention(ColdStore& store, const Retention& policy,
     }
   }
   if (policy.keep_last) {
-    // run -> profile -> newest mtime of its files
-    std::map<std::string, std::map<std::string, int64_t>> runs;
+    // (owner, run) -> (owner, profile) -> newest mtime of its files
+    using Key = std::pair<uint32_t, std::string>;
+    std::map<Key, std::map<Key, int64_t>> runs;
     for (const auto& m : all) {
+      const uint32_t owner = owner_of(m);
       const std::string profile = ProfileOf(m.path());
-      int64_t& newest = runs[RunOfProfile(profile)][profile];
+      int64_t& newest = runs[{owner, RunOfProfile(profile)}][{owner, profile}];
       newest = std::max(newest, m.mtime_ns());
     }
-    std::set<std::string> dropped;
+    std::set<Key> dropped;
     for (auto& [run, profiles] : runs) {
-      std::vector<std::pair<int64_t, std::string>> by_age;
+      std::vector<std::pair<int64_t, Key>> by_age;
       for (const auto& [p, t] : profiles) by_age.push_back({t, p});
       std::sort(by_age.rbegin(), by_age.rend());
       for (size_t i = *policy.keep_last; i < by_age.size(); ++i) dropped.insert(by_age[i].second);
     }
     for (const auto& m : all) {
-      if (dropped.count(ProfileOf(m.path())))
+      if (dropped.count({owner_of(m), ProfileOf(m.path())}))
         choose(m, "an older profile of its run (--keep-last)");
     }
   }
   if (policy.max_store_bytes) {
-    uint64_t kept = 0;
+    std::map<uint32_t, uint64_t> kept;  // owner -> stored bytes kept
     for (const auto& m : all) {
-      if (!chosen.count(m.file_id())) kept += m.stored_bytes();
+      if (!chosen.count(m.file_id())) kept[owner_of(m)] += m.stored_bytes();
     }
     for (const auto& m : all) {
-      if (kept <= *policy.max_store_bytes) break;
-      if (chosen.count(m.file_id())) continue;
-      choose(m, "oldest in the store over the --max-store budget");
-      kept -= m.stored_bytes();
+      uint64_t& left = kept[owner_of(m)];
+      if (left <= *policy.max_store_bytes || chosen.count(m.file_id())) continue;
+      choose(m, policy.across_owners ? "oldest in the store over the --max-store budget"
+                                     : "oldest of its owner's over the --max-store budget");
+      left -= m.stored_bytes();
     }
   }
   for (const auto& m : all) {

@@ -69,6 +69,9 @@ struct Retention {
   // Delete the longest-migrated files first until the store's files take at
   // most this many bytes (their stored size).
   std::optional<uint64_t> max_store_bytes;
+  // keep_last and max_store_bytes count each owner's files (uid) on their
+  // own: one user's files never make another's go. true: across owners.
+  bool across_owners = false;
   bool any() const { return older_than_s || migrated_before_s || keep_last || max_store_bytes; }
 };
 // The files to delete, oldest migration first; *why gets one reason each.

@@ -542,6 +542,7 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     }
   }
   MaybeCrash("migrate.all_unlinked");
+  FailpointHook("migrate.before_verify", logdir_);
 
   // 4. Verify every run the batch touched.
   auto lock = NamespaceLock();
@@ -666,6 +667,9 @@ Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
   // A run whose tfevents file cannot be digested keeps its traces (I3 could
   // not be proven for it); the other runs' traces move. Keyed by folder.
   std::map<std::string, BlockedRun> blocked;
+  if (options.held_runs != nullptr) {
+    for (const auto& [folder, why] : *options.held_runs) blocked[folder] = {folder, "", why, 0};
+  }
   for (const events::FileError& e : full.errors) {
     std::string folder = ParentPath(e.path);
     if (blocked.count(folder) > 0) continue;
@@ -701,23 +705,53 @@ Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
       batch_bytes = 0;
       return;
     }
+    auto account = [&](BatchResult&& b) {
+      if (b.store_full) {
+        result.store_full = true;
+        result.store_full_reason = runner.store_full_;
+      }
+      for (const FileResult& f : b.files) {
+        if (f.outcome == Outcome::kMoved) {
+          result.files_moved++;
+          result.bytes_moved += f.bytes;
+          result.stored_bytes += f.stored_bytes;
+        }
+      }
+      result.rolled_back_batches += b.rolled_back ? 1 : 0;
+      result.unsynced_batches += b.unsynced.empty() ? 0 : 1;
+      result.flushes += b.flushes;
+      result.flush_seconds += b.flush_seconds;
+      if (options.keep_batches) result.batches.push_back(std::move(b));
+    };
     BatchResult b = runner.Run(batch, event_files, &full);
-    if (b.store_full) {
-      result.store_full = true;
-      result.store_full_reason = runner.store_full_;
-    }
-    for (const FileResult& f : b.files) {
-      if (f.outcome == Outcome::kMoved) {
-        result.files_moved++;
-        result.bytes_moved += f.bytes;
-        result.stored_bytes += f.stored_bytes;
+    // A run whose tfevents file failed the check after the move (changed
+    // or damaged meanwhile, perhaps on purpose) held the whole batch back:
+    // it is held for the rest of the migration, and the others run again.
+    bool held = false;
+    if (b.rolled_back) {
+      for (const events::Failure& f : b.failures) {
+        if (f.file.empty()) continue;  // not one run's (a must-have tag)
+        const std::string folder = ParentPath(f.file);
+        if (blocked.count(folder) > 0) continue;
+        blocked[folder] = {folder, f.file, "failed the check after its batch moved: " + f.reason,
+                           0};
+        result.failed_runs.emplace_back(folder, f.ToString());
+        held = true;
       }
     }
-    result.rolled_back_batches += b.rolled_back ? 1 : 0;
-    result.unsynced_batches += b.unsynced.empty() ? 0 : 1;
-    result.flushes += b.flushes;
-    result.flush_seconds += b.flush_seconds;
-    if (options.keep_batches) result.batches.push_back(std::move(b));
+    const bool retry = held && !b.store_full && b.unsynced.empty();
+    account(std::move(b));
+    if (retry) {
+      std::vector<Candidate> rest;
+      for (Candidate& c : batch) {
+        if (BlockedRun* r = blocked_for(c.path); r != nullptr) {
+          r->traces++;
+        } else {
+          rest.push_back(std::move(c));
+        }
+      }
+      if (!rest.empty() && !stopping()) account(runner.Run(rest, event_files, &full));
+    }
     batch.clear();
     batch_bytes = 0;
   };

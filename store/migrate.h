@@ -36,6 +36,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -125,6 +126,9 @@ struct MigrateOptions {
   // with them. Never held across a file's copy.
   SharedMutex* batch_lock = nullptr;
   WalkOptions walk;  // to find the tfevents files
+  // Runs (folder -> why) whose traces stay in place this time: a mount's
+  // runs whose verification failed lately (MigrateResult::failed_runs).
+  const std::map<std::string, std::string>* held_runs = nullptr;
   // false: MigrateResult::batches stays empty (after_batch sees each
   // batch), so that memory does not grow with the number of files.
   bool keep_batches = true;
@@ -176,6 +180,10 @@ struct BlockedRun {
 struct MigrateResult {
   std::vector<BatchResult> batches;      // with MigrateOptions::keep_batches
   std::vector<BlockedRun> blocked_runs;  // in path order
+  // Runs whose verification failed after their batch moved (a tfevents
+  // file changed or damaged meanwhile): the batch rolled back, and ran
+  // again at once without their traces. (folder, why)
+  std::vector<std::pair<std::string, std::string>> failed_runs;
   uint64_t rolled_back_batches = 0;
   uint64_t unsynced_batches = 0;  // BatchResult::unsynced
   uint64_t flushes = 0;           // BatchResult::flushes, summed

@@ -34,6 +34,11 @@ TEST(Printable, ControlCharactersAreEscapedAndTextIsNot) {
   EXPECT_EQ(Printable("back\\slash"), "back\\\\slash");
   EXPECT_EQ(Printable("c1\xC2\x9B"), "c1\\x9b");  // CSI as a C1 character
   EXPECT_EQ(Printable("bad\xFF"), "bad\xEF\xBF\xBD");
+  // A line separator, and a right-to-left override that shows a name reversed.
+  EXPECT_EQ(Printable("a\xE2\x80\xA8"
+                      "b\xE2\x80\xAE"
+                      "c"),
+            "a\\u2028b\\u202ec");
 }
 
 }  // namespace

@@ -412,10 +412,12 @@ TEST_F(Mounted, StoreFolderIsInvisibleAndStateXattrIsEverywhere) {
   EXPECT_NE(::mkdir(M(".tbfs").c_str(), 0755), 0);
   for (const auto& f : events_) EXPECT_EQ(State(M(f)), "hot");
   for (const auto& f : traces_) EXPECT_EQ(State(M(f)), "cold");
+  // Read by name only: `rsync -aX` and `tar --xattrs` from the mount back
+  // into it copied it, and failed to set it (issue 21).
   char names[1024];
   ssize_t n = ::listxattr(M(traces_[0]).c_str(), names, sizeof(names));
-  ASSERT_GT(n, 0);
-  EXPECT_NE(std::string(names, n).find("user.tbfs.state"), std::string::npos);
+  ASSERT_GE(n, 0);
+  EXPECT_EQ(std::string(names, n).find("user.tbfs."), std::string::npos);
 }
 
 TEST_F(Mounted, ColdFilesKeepSizeModeOwnerAndTimes) {

@@ -245,6 +245,52 @@ TEST_F(MigrateTest, ADamagedTfeventsFileHoldsOnlyItsOwnRunsTraces) {
   }
 }
 
+// A tfevents file damaged after its batch moved (a user timing it between
+// the baseline and the check after): the batch rolls back, then runs again
+// at once without that run's traces; the run is held for the rest of the
+// migration and named, so one user cannot hold everyone's batches back.
+TEST_F(MigrateTest, ARunThatFailsTheCheckAfterItsBatchIsHeldAndTheRestMove) {
+  const std::string damaged =
+      "resnet50_lr1e-01_run0/events.out.tfevents.1786042792.gpu-node-42.54595.0";
+  const std::string path = JoinPath(logdir_, damaged);
+  const std::string good = ReadBytes(path);
+  int hits = 0;
+  ScopedFailpoint flip("migrate.before_verify", [&](const std::string&) {
+    if (hits++ > 0) return;
+    std::string bad = good;
+    bad[bad.size() / 2] ^= 0x40;
+    WriteBytes(path, bad);
+  });
+  auto candidates = Candidates();
+  size_t held = 0;
+  for (const Candidate& c : candidates) held += c.path.starts_with("resnet50_lr1e-01_run0/");
+  ASSERT_GT(held, 0u);
+  MigrateOptions o = Options();
+  o.batch_files = 1000;  // one batch with both runs' traces
+  auto result = Migrate(*store_, logdir_, candidates, o);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  WriteBytes(path, good);
+  EXPECT_EQ(result->rolled_back_batches, 1u);
+  ASSERT_EQ(result->failed_runs.size(), 1u);
+  EXPECT_EQ(result->failed_runs[0].first, "resnet50_lr1e-01_run0");
+  EXPECT_EQ(result->files_moved, candidates.size() - held);
+  ASSERT_EQ(result->blocked_runs.size(), 1u);
+  EXPECT_EQ(result->blocked_runs[0].traces, held);
+  for (const Candidate& c : candidates) {
+    const bool hot = ::access(JoinPath(logdir_, c.path).c_str(), F_OK) == 0;
+    EXPECT_EQ(hot, c.path.starts_with("resnet50_lr1e-01_run0/")) << c.path;
+  }
+  // Held by the caller (a mount's next passes), it is not tried at all.
+  std::map<std::string, std::string> hold = {{"resnet50_lr1e-01_run0", "held"}};
+  o.held_runs = &hold;
+  auto again = Migrate(*store_, logdir_, Candidates(), o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->files_moved, 0u);
+  EXPECT_EQ(again->rolled_back_batches, 0u);
+  ASSERT_EQ(again->blocked_runs.size(), 1u);
+  EXPECT_EQ(again->blocked_runs[0].reason, "held");
+}
+
 // A FIFO swapped in for a tfevents file between the walk's check and the
 // digest's open (a user's rename loop): the pass neither hangs nor reads it;
 // that run waits for the next pass, the others move.

@@ -1,11 +1,13 @@
 // The store commands as a user runs them: dry runs change nothing, bad input
 // is refused with one line, the backup is a plain tar.zst.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -54,6 +56,29 @@ TEST_F(MigrateCli, DryRunChangesNothing) {
   EXPECT_GT(j["estimated_freed_bytes"].get<uint64_t>(), 0u);
   EXPECT_EQ(Tree(logdir_), before_);
   EXPECT_FALSE(std::filesystem::exists(logdir_ + "/.tbfs"));
+}
+
+// One run's damaged tfevents file holds that run's traces, not the whole
+// offline migration (it refused the whole logdir: a cron job any user
+// could stop). The report says HELD, the exit is 1.
+TEST_F(MigrateCli, ADamagedRunHoldsItsTracesAndTheOthersMove) {
+  const std::string run = "resnet50_lr1e-01_run0";
+  const std::string events =
+      logdir_ + "/" + run + "/events.out.tfevents.1786042792.gpu-node-42.54595.0";
+  std::string bytes = ReadBytes(events);
+  ASSERT_GT(bytes.size(), 1000u);
+  bytes[bytes.size() / 2] ^= 0x40;
+  WriteBytes(events, bytes);
+  auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply 2>&1"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("HELD: run " + run + ": "), std::string::npos) << r.out;
+  size_t moved_here = 0, moved_elsewhere = 0;
+  for (const auto& f : nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out)) {
+    const std::string path = f["path"];
+    (path.starts_with(run + "/") ? moved_here : moved_elsewhere)++;
+  }
+  EXPECT_EQ(moved_here, 0u);
+  EXPECT_GT(moved_elsewhere, 0u);
 }
 
 // A file name is bytes a user chose: in text output it cannot start a line
@@ -381,6 +406,51 @@ TEST_F(MigrateCli, GcPoliciesKeepTheNewestProfilesAndABudget) {
   EXPECT_LE(du()["stored_bytes"].get<uint64_t>(), budget);
 }
 
+// Budgets and keep_last count per owner (issue 21): bob's two newer traces
+// in a shared run, or his bytes, never delete alice's files; with
+// --across-owners they count together.
+TEST_F(MigrateCli, RetentionCountsEachOwnersFilesOnTheirOwn) {
+  const std::string shared = logdir_ + "/shared";
+  ASSERT_EQ(::mkdir(shared.c_str(), 01777), 0);
+  auto trace = [&](const std::string& name, uid_t uid, int64_t age_s, size_t bytes) {
+    const std::string path = shared + "/" + name;
+    std::string content = "{\"traceEvents\": [";
+    std::mt19937_64 rng(bytes + uid);
+    while (content.size() < bytes) content += std::to_string(rng()) + ",";  // not compressible
+    WriteBytes(path, content + "0]}");
+    ASSERT_EQ(::chown(path.c_str(), uid, uid), 0);
+    struct timespec t[2] = {{::time(nullptr) - age_s, 0}, {::time(nullptr) - age_s, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), t, 0), 0);
+  };
+  trace("alice1.pt.trace.json", 1001, 400, 4000);
+  trace("alice2.pt.trace.json", 1001, 300, 4000);
+  trace("bob1.pt.trace.json", 1002, 200, 200000);
+  trace("bob2.pt.trace.json", 1002, 100, 200000);
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null")).exit_code,
+            0);
+  auto chosen = [&](const std::string& flags) {
+    auto r = RunCommand(Tbfs("gc --json " + logdir_ + " " + flags));
+    std::set<std::string> out;
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    if (j.is_discarded()) return out;
+    for (const auto& f : j["deleted"]) {
+      const std::string path = f["path"];
+      if (path.starts_with("shared/")) out.insert(path.substr(7));
+    }
+    return out;
+  };
+  using Names = std::set<std::string>;
+  // keep_last 2 in the shared run: each owner keeps two.
+  EXPECT_EQ(chosen("--keep-last 2"), Names{});
+  EXPECT_EQ(chosen("--keep-last 1"), (Names{"alice1.pt.trace.json", "bob1.pt.trace.json"}));
+  EXPECT_EQ(chosen("--keep-last 2 --across-owners"),
+            (Names{"alice1.pt.trace.json", "alice2.pt.trace.json"}));
+  // A budget bob's bytes exceed alone: only bob's oldest goes.
+  EXPECT_EQ(chosen("--max-store 150K"), Names{"bob1.pt.trace.json"});
+  Names across = chosen("--max-store 150K --across-owners");
+  EXPECT_TRUE(across.count("alice1.pt.trace.json")) << ::testing::PrintToString(across);
+}
+
 TEST(Retention, ProfilesAndRuns) {
   EXPECT_EQ(store::ProfileOf("r/train/plugins/profile/2026_01_01/h.trace.json.gz"),
             "r/train/plugins/profile/2026_01_01");
@@ -397,9 +467,9 @@ TEST(Retention, ProfilesAndRuns) {
 // store. Recovery names it and fails; fsck and salvage fail naming it until
 // an admin clears it (fsck --clear-lost); nothing says success over it.
 TEST_F(MigrateCli, AFileLostToACrashIsNamedByEveryToolUntilCleared) {
-  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null 2>&1"))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null 2>&1")).exit_code,
+      0);
   {
     store::OpenOptions o;
     auto s = store::ColdStore::Open(logdir_ + "/.tbfs", o);

@@ -17,6 +17,7 @@ void RegisterFaultsBench(CLI::App& app, int* exit_code);
 void RegisterBackendsBench(CLI::App& app, int* exit_code);  // RocksDB vs RADOS
 void RegisterStoresBench(CLI::App& app, int* exit_code);    // the same, through a mount
 void RegisterScaleBench(CLI::App& app, int* exit_code);     // a big logdir
+void RegisterHostileBench(CLI::App& app, int* exit_code);   // one user against the rest
 
 // What the mount benchmarks share (bench_util.cc).
 // Drops the page cache (root only; a no-op otherwise).

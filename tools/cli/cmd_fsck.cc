@@ -1,8 +1,7 @@
 // tbfs fsck: check every chunk checksum and every file hash of a store.
 // tbfs gc: retention, drop cold files older than a cutoff (dry run by default).
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "base/text.h"
 #include "base/units.h"
@@ -29,6 +28,7 @@ struct FsckArgs {
   std::string migrated_before;
   int64_t keep_last = -1;
   std::string max_store;
+  bool across_owners = false;
   bool garbage = false;
   bool apply = false;
   bool json = false;
@@ -188,14 +188,14 @@ int RunFsck(const FsckArgs& args) {
               {"damaged", json::array()},
               {"lost", json::array()}};
     for (const auto& [p, why] : r->damaged) {
-      j["damaged"].push_back({{"path", p},
-                              {"reason", why},
-                              {"recoverable", salvage_checked ? json(!unsalvageable.count(p))
-                                                              : json(nullptr)}});
+      j["damaged"].push_back(
+          {{"path", p},
+           {"reason", why},
+           {"recoverable", salvage_checked ? json(!unsalvageable.count(p)) : json(nullptr)}});
     }
     for (const auto& l : r->lost) {
-      j["lost"].push_back({{"path", l.path}, {"batch", l.batch_id}, {"found_ns", l.found_ns},
-                           {"reason", l.why}});
+      j["lost"].push_back(
+          {{"path", l.path}, {"batch", l.batch_id}, {"found_ns", l.found_ns}, {"reason", l.why}});
     }
     PrintJson(j);
   } else {
@@ -228,14 +228,13 @@ int RunFsck(const FsckArgs& args) {
                  r->journal_records);
     }
     fmt::print("{}: {} files, {} checked: {}\n", loc->dir, r->files, HumanBytes(r->bytes),
-               r->clean()
-                   ? "clean"
-                   : fmt::format("{} problem(s){}",
-                                 r->damaged.size() + r->dangling_entries + r->problems.size() +
-                                     r->lost.size(),
-                                 r->damaged.empty() && r->problems.empty()
-                                     ? ""
-                                     : "; tbfs salvage recovers every file that verifies"));
+               r->clean() ? "clean"
+                          : fmt::format("{} problem(s){}",
+                                        r->damaged.size() + r->dangling_entries +
+                                            r->problems.size() + r->lost.size(),
+                                        r->damaged.empty() && r->problems.empty()
+                                            ? ""
+                                            : "; tbfs salvage recovers every file that verifies"));
   }
   return r->clean() ? kExitOk : kExitFinding;
 }
@@ -266,6 +265,7 @@ int RunGc(const FsckArgs& args) {
     }
     policy.max_store_bytes = *b;
   }
+  policy.across_owners = args.across_owners;
   if (!policy.any() && !args.garbage) {
     PrintError("gc",
                "give a policy: --older-than DUR, --migrated-before DUR, --keep-last N or "
@@ -384,10 +384,15 @@ void RegisterFsck(CLI::App& app, int* exit_code) {
                  "files modified longer ago than this (e.g. 30d)");
   gc->add_option("--migrated-before", gargs->migrated_before,
                  "files moved to the store longer ago than this");
-  gc->add_option("--keep-last", gargs->keep_last, "keep only the newest N profiles of each run")
+  gc->add_option("--keep-last", gargs->keep_last,
+                 "keep only the newest N profiles of each run (of each owner's, in a shared "
+                 "folder)")
       ->check(CLI::NonNegativeNumber);
   gc->add_option("--max-store", gargs->max_store,
-                 "delete the longest-migrated files until the store's files take at most SIZE");
+                 "delete each owner's longest-migrated files until that owner's files take at "
+                 "most SIZE in the store");
+  gc->add_flag("--across-owners", gargs->across_owners,
+               "--keep-last and --max-store count every owner's files together (one budget)");
   gc->add_flag(
       "--garbage", gargs->garbage,
       "also remove chunks no record names (left by a crash in the middle of a RADOS commit)");

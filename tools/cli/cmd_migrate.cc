@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/text.h"
 #include "base/units.h"
@@ -202,10 +203,18 @@ int RunMigrate(MigrateArgs args) {
                               " (wrong path?); use --allow-no-events to migrate anyway");
     return kExitError;
   }
-  if (!before->intact()) {
-    for (const auto& f : before->failures) PrintError("migrate", "refusing: " + f.ToString());
-    return kExitFinding;
+  // A run whose tfevents file cannot be read holds only its own traces
+  // (HELD in the report); any other failure (a must-have tag missing)
+  // refuses the whole migration.
+  std::set<std::string> unreadable;
+  for (const auto& e : before->digest.errors) unreadable.insert(e.path);
+  bool refuse = false;
+  for (const auto& f : before->failures) {
+    if (!f.file.empty() && unreadable.count(f.file) > 0) continue;
+    PrintError("migrate", "refusing: " + f.ToString());
+    refuse = true;
   }
+  if (refuse) return kExitFinding;
 
   uint32_t chunk_bytes = store::kDefaultChunkBytes;
   if (!args.chunk_size.empty()) {
