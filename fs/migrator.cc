@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <chrono>
+#include <set>
 
 #include "base/log.h"
 #include "base/text.h"
@@ -288,6 +289,16 @@ Status Migrator::MovePass() {
     }
   }
   mopt.held_runs = &held;
+  std::set<uint32_t> held_owners;
+  for (auto it = held_owners_.begin(); it != held_owners_.end();) {
+    if (it->second <= now) {
+      it = held_owners_.erase(it);
+    } else {
+      held_owners.insert(it->first);
+      ++it;
+    }
+  }
+  mopt.held_owners = &held_owners;
   auto result = store::Migrate(store_, logdir_, candidates, mopt);
   if (!result.ok()) return result.status();
   for (const auto& [folder, why] : result->failed_runs) {
@@ -298,8 +309,17 @@ Status Migrator::MovePass() {
     held_[folder] = {now + kHoldAfterFailureNs,
                      "failed the check after its batch moved (held for a while): " + why};
   }
+  for (uint32_t uid : result->failed_owners) {
+    spdlog::warn(
+        "migrator: every trace of uid {} stays hot for {} s: a tfevents file of theirs "
+        "failed the check after its batch moved",
+        uid, kHoldAfterFailureNs / 1'000'000'000);
+    held_owners_[uid] = now + kHoldAfterFailureNs;
+    held_owners.insert(uid);
+  }
   NoteBlockedRuns(result->blocked_runs);
   MutexLock lock(mu_);
+  stats_.held_owners.assign(held_owners.begin(), held_owners.end());
   stats_.files_moved += result->files_moved;
   stats_.bytes_moved += result->bytes_moved;
   stats_.stored_bytes += result->stored_bytes;
@@ -325,8 +345,9 @@ Status Migrator::MovePass() {
 void Migrator::NoteBlockedRuns(std::vector<store::BlockedRun> runs) {
   std::vector<std::string> lines;
   for (const store::BlockedRun& b : runs) {
-    lines.push_back(fmt::format("{} ({} trace(s) stay hot; {})", b.run.empty() ? "." : b.run,
-                                b.traces, b.reason));
+    // Without the trace count: a line that changed with every new trace
+    // would be logged every pass (the count is in status).
+    lines.push_back(fmt::format("{} ({})", b.run.empty() ? "." : b.run, b.reason));
   }
   blocked_log_.Log(lines);
   MutexLock lock(mu_);

@@ -70,6 +70,9 @@ struct MigratorStats {
   // and the first few of them.
   uint64_t sparse = 0;
   std::vector<std::string> sparse_examples;
+  // Owners whose traces are all held hot for a while: a tfevents file of
+  // theirs failed the check after a batch moved.
+  std::vector<uint32_t> held_owners;
 };
 
 // Warnings that repeat every pass (a user's unreadable folders, damaged
@@ -152,6 +155,8 @@ class Migrator {
     std::string why;
   };
   std::map<std::string, Held> held_ TBFS_GUARDED_BY(pass_mu_);
+  // Owners (uid) of those tfevents files: all their traces held until then.
+  std::map<uint32_t, int64_t> held_owners_ TBFS_GUARDED_BY(pass_mu_);
   // Only the pass (pass_mu_) logs them.
   RepeatedWarning unwalked_log_ TBFS_GUARDED_BY(pass_mu_){"entries not walked"};
   RepeatedWarning sparse_log_ TBFS_GUARDED_BY(pass_mu_){

@@ -56,7 +56,7 @@ Status ForEachCandidate(const std::string& logdir, const CandidateOptions& optio
                                 static_cast<uint64_t>(e.st.st_size)));
       }
     }
-    on_candidate({e.rel, cls, static_cast<uint64_t>(e.st.st_size)});
+    on_candidate({e.rel, cls, static_cast<uint64_t>(e.st.st_size), e.st.st_uid});
   });
   for (std::string& w : warnings) on_skipped({"", std::move(w)});
   return st;

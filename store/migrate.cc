@@ -651,6 +651,10 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
       options);
 }
 
+// How many times a batch runs again after runs failed the check after it
+// (each time without them and their owners' traces).
+constexpr int kRetriesAfterAFailedRun = 4;
+
 Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
                                   const CandidateSource& source, const MigrateOptions& options) {
   std::vector<std::string> event_files;
@@ -695,6 +699,11 @@ Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
   std::vector<Candidate> batch;
   uint64_t batch_bytes = 0;
   auto stopping = [&] { return options.stop != nullptr && options.stop->load(); };
+  // An owner held by the caller, or by a failed check earlier on.
+  auto held_owner = [&](const Candidate& c) {
+    return result.failed_owners.count(c.uid) > 0 ||
+           (options.held_owners != nullptr && options.held_owners->count(c.uid) > 0);
+  };
   auto flush = [&] {
     if (batch.empty() || result.store_full || stopping()) return;
     // Not even the margin free: no batch starts.
@@ -723,34 +732,41 @@ Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
       result.flush_seconds += b.flush_seconds;
       if (options.keep_batches) result.batches.push_back(std::move(b));
     };
-    BatchResult b = runner.Run(batch, event_files, &full);
     // A run whose tfevents file failed the check after the move (changed
     // or damaged meanwhile, perhaps on purpose) held the whole batch back:
-    // it is held for the rest of the migration, and the others run again.
-    bool held = false;
-    if (b.rolled_back) {
-      for (const events::Failure& f : b.failures) {
-        if (f.file.empty()) continue;  // not one run's (a must-have tag)
-        const std::string folder = ParentPath(f.file);
-        if (blocked.count(folder) > 0) continue;
-        blocked[folder] = {folder, f.file, "failed the check after its batch moved: " + f.reason,
-                           0};
-        result.failed_runs.emplace_back(folder, f.ToString());
-        held = true;
+    // that run, and every trace of the file's owner, are held for the rest
+    // of the migration, and the others run again. Each retry that fails
+    // so holds one more owner; a few are allowed, then the rest waits.
+    for (int attempt = 0; attempt <= kRetriesAfterAFailedRun && !batch.empty(); ++attempt) {
+      BatchResult b = runner.Run(batch, event_files, &full);
+      bool held = false;
+      if (b.rolled_back) {
+        for (const events::Failure& f : b.failures) {
+          if (f.file.empty()) continue;  // not one run's (a must-have tag)
+          const std::string folder = ParentPath(f.file);
+          struct stat st;
+          if (::fstatat(root->get(), f.file.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+            held |= result.failed_owners.insert(st.st_uid).second;
+          }
+          if (blocked.count(folder) > 0) continue;
+          blocked[folder] = {folder, f.file, "failed the check after its batch moved: " + f.reason,
+                             0};
+          result.failed_runs.emplace_back(folder, f.ToString());
+          held = true;
+        }
       }
-    }
-    const bool retry = held && !b.store_full && b.unsynced.empty();
-    account(std::move(b));
-    if (retry) {
+      const bool retry = held && !b.store_full && b.unsynced.empty() && !stopping();
+      account(std::move(b));
+      if (!retry) break;
       std::vector<Candidate> rest;
       for (Candidate& c : batch) {
         if (BlockedRun* r = blocked_for(c.path); r != nullptr) {
           r->traces++;
-        } else {
+        } else if (!held_owner(c)) {
           rest.push_back(std::move(c));
         }
       }
-      if (!rest.empty() && !stopping()) account(runner.Run(rest, event_files, &full));
+      batch = std::move(rest);
     }
     batch.clear();
     batch_bytes = 0;
@@ -773,6 +789,7 @@ Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
       b->traces++;
       return;
     }
+    if (held_owner(c)) return;
     batch_bytes += c.size;
     batch.push_back(std::move(c));
     if (batch_bytes >= options.batch_bytes || batch.size() >= options.batch_files) flush();

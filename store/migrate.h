@@ -37,6 +37,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -53,6 +54,7 @@ struct Candidate {
   std::string path;  // relative to the logdir
   FileClass cls = FileClass::kOther;
   uint64_t size = 0;
+  uint32_t uid = 0;  // its owner when found
 };
 
 struct Skipped {
@@ -129,6 +131,9 @@ struct MigrateOptions {
   // Runs (folder -> why) whose traces stay in place this time: a mount's
   // runs whose verification failed lately (MigrateResult::failed_runs).
   const std::map<std::string, std::string>* held_runs = nullptr;
+  // Owners (uid) whose traces stay in place this time: a tfevents file of
+  // theirs failed the check after a batch lately (failed_owners).
+  const std::set<uint32_t>* held_owners = nullptr;
   // false: MigrateResult::batches stays empty (after_batch sees each
   // batch), so that memory does not grow with the number of files.
   bool keep_batches = true;
@@ -184,6 +189,10 @@ struct MigrateResult {
   // file changed or damaged meanwhile): the batch rolled back, and ran
   // again at once without their traces. (folder, why)
   std::vector<std::pair<std::string, std::string>> failed_runs;
+  // The owners of the tfevents files that failed so: their traces were
+  // held for the rest of the migration (one user cannot make every retry
+  // fail with a run of theirs after another).
+  std::set<uint32_t> failed_owners;
   uint64_t rolled_back_batches = 0;
   uint64_t unsynced_batches = 0;  // BatchResult::unsynced
   uint64_t flushes = 0;           // BatchResult::flushes, summed

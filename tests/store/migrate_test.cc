@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "base/failpoint.h"
@@ -261,6 +262,14 @@ TEST_F(MigrateTest, ARunThatFailsTheCheckAfterItsBatchIsHeldAndTheRestMove) {
     bad[bad.size() / 2] ^= 0x40;
     WriteBytes(path, bad);
   });
+  // The other run is another user's: the failing file's owner (root
+  // here) has all their traces held, the others' move.
+  for (const auto& e : std::filesystem::recursive_directory_iterator(logdir_)) {
+    if (e.path().string().find("resnet50_lr1e-01_run0") == std::string::npos &&
+        e.path().string().find(kStoreDirName) == std::string::npos) {
+      ASSERT_EQ(::lchown(e.path().c_str(), 1001, 1001), 0);
+    }
+  }
   auto candidates = Candidates();
   size_t held = 0;
   for (const Candidate& c : candidates) held += c.path.starts_with("resnet50_lr1e-01_run0/");
@@ -273,6 +282,7 @@ TEST_F(MigrateTest, ARunThatFailsTheCheckAfterItsBatchIsHeldAndTheRestMove) {
   EXPECT_EQ(result->rolled_back_batches, 1u);
   ASSERT_EQ(result->failed_runs.size(), 1u);
   EXPECT_EQ(result->failed_runs[0].first, "resnet50_lr1e-01_run0");
+  EXPECT_EQ(result->failed_owners, std::set<uint32_t>{0});
   EXPECT_EQ(result->files_moved, candidates.size() - held);
   ASSERT_EQ(result->blocked_runs.size(), 1u);
   EXPECT_EQ(result->blocked_runs[0].traces, held);
@@ -283,6 +293,8 @@ TEST_F(MigrateTest, ARunThatFailsTheCheckAfterItsBatchIsHeldAndTheRestMove) {
   // Held by the caller (a mount's next passes), it is not tried at all.
   std::map<std::string, std::string> hold = {{"resnet50_lr1e-01_run0", "held"}};
   o.held_runs = &hold;
+  const std::set<uint32_t> owners = {0};
+  o.held_owners = &owners;
   auto again = Migrate(*store_, logdir_, Candidates(), o);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->files_moved, 0u);

@@ -164,6 +164,14 @@ int RunStatus(const std::string& mountpoint, bool json) {
     }
     fmt::print("\n");
   }
+  if (j.contains("blocked") && j["blocked"].contains("owners") && !j["blocked"]["owners"].empty()) {
+    std::string uids;
+    for (const auto& u : j["blocked"]["owners"]) uids += " " + std::to_string(u.get<uint32_t>());
+    fmt::print(
+        "HELD HOT: every trace of uid{} for a while (a tfevents file of theirs failed the "
+        "check after its batch moved)\n",
+        uids);
+  }
   if (j.contains("sparse") && j["sparse"].value("files", uint64_t{0}) > 0) {
     fmt::print("sparse traces left hot (holes are not stored as holes): {}, e.g. {}\n",
                u("sparse", "files"), Printable(j["sparse"]["examples"][0].get<std::string>()));
