@@ -138,7 +138,9 @@ TEST_F(HostileUser, AFifoExchangedWithATfeventsFileNeverStallsAPass) {
   nlohmann::json s = Status();
   const bool u_held = s["blocked"]["owners"] == nlohmann::json::array({kUser});
   for (const std::string& t : Traces("u")) {
-    if (!u_held) EXPECT_EQ(State(M(t)), "cold") << t << " " << s["blocked"].dump();
+    if (!u_held) {
+      EXPECT_EQ(State(M(t)), "cold") << t << " " << s["blocked"].dump();
+    }
   }
 }
 
