@@ -27,8 +27,13 @@ run() {
   echo "check.sh: $kind: building in $build"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTBFS_SANITIZE=$sanitize \
     -DTBFS_WERROR=ON >/dev/null
-  cmake --build "$build" -j2 | grep -v '^\[' || true
-  [[ -x $build/tools/tbfs ]] || { echo "check.sh: $kind: the build failed" >&2; return 1; }
+  # A build that fails must fail the check: tests would otherwise run the
+  # binaries of an older build.
+  if ! cmake --build "$build" -j2 >"$build/build.log" 2>&1; then
+    grep -v '^\[' "$build/build.log" | tail -40 >&2
+    echo "check.sh: $kind: the build failed" >&2
+    return 1
+  fi
   rm -rf "$logs" && mkdir -p "$logs"
   local common="log_path=$logs/report:print_stacktrace=1"
   export ASAN_OPTIONS="$common:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1"
