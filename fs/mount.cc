@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -639,9 +640,14 @@ int RunMount(const MountOptions& mc_in) {
         "does not return); exiting without it: the next start recovers what it left",
         kShutdownGrace.count());
     spdlog::default_logger()->flush();
-    fuse_session_unmount(se);
+    // Detached by its path, not through the session (whose fd the stuck
+    // worker may be writing to); a user's mount that cannot do that is
+    // left dead, and the next mount detaches it.
+    ::umount2(mc.mountpoint.c_str(), MNT_DETACH);
     ::unlink(JoinPath(mc.state_dir, kMountInfoFile).c_str());
-    ::_exit(2);
+    // As a crash would: no destructor, no exit handler (nor a sanitizer's
+    // report of the threads left behind, which is the point).
+    ::syscall(SYS_exit_group, 2);
   });
   auto finish_watch = [&] {
     {
