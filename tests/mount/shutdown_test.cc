@@ -14,7 +14,25 @@
 namespace tbfs::testing {
 namespace {
 
-class Shutdown : public MountTest, public ::testing::WithParamInterface<bool> {};
+class Shutdown : public MountTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  // SIGTERM (true) or an unmount (false), then up to `limit_s` for the
+  // daemon to be gone.
+  void StopAndWait(bool sigterm, int limit_s) {
+    const int pid = pid_;
+    const auto asked = std::chrono::steady_clock::now();
+    if (sigterm) {
+      ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    } else {
+      ASSERT_EQ(RunCommand("fusermount3 -u " + Quote(mnt_) + " 2>&1").exit_code, 0);
+    }
+    while (Alive(pid) && std::chrono::steady_clock::now() - asked < std::chrono::seconds(limit_s)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_FALSE(Alive(pid)) << "the daemon still runs " << limit_s
+                             << " s after it was asked to stop";
+  }
+};
 
 // Unmount (false) or SIGTERM (true) while `tbfs migrate MNT --now` runs a
 // pass that would take 30 s (the failpoint slows every file to 100 ms).
@@ -38,18 +56,8 @@ TEST_P(Shutdown, DuringAPassStopsItAtTheNextFile) {
     moving = Status()["cold"]["files"].get<uint64_t>() >= 3;
   }
   ASSERT_TRUE(moving) << "the pass did not start";
-  const int pid = pid_;
-  auto asked = std::chrono::steady_clock::now();
-  if (sigterm) {
-    ASSERT_EQ(::kill(pid, SIGTERM), 0);
-  } else {
-    ASSERT_EQ(RunCommand("fusermount3 -u " + Quote(mnt_) + " 2>&1").exit_code, 0);
-  }
   // Bounded, not timed: the pass had ~28 s to go.
-  while (Alive(pid) && std::chrono::steady_clock::now() - asked < std::chrono::seconds(15)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_FALSE(Alive(pid)) << "the daemon still runs 15 s after it was asked to stop";
+  StopAndWait(sigterm, 15);
   auto r = pass.get();
   EXPECT_NE(r.exit_code, 0) << "a stopped pass said it was done: " << r.out;
   EXPECT_NE(r.out.find("stopping"), std::string::npos) << r.out;
@@ -96,17 +104,7 @@ TEST_P(Shutdown, AWorkerThatNeverReturnsDoesNotKeepTheDaemon) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_TRUE(std::filesystem::exists(hold + ".reached")) << "the pass never reached a file";
-  const int pid = pid_;
-  auto asked = std::chrono::steady_clock::now();
-  if (sigterm) {
-    ASSERT_EQ(::kill(pid, SIGTERM), 0);
-  } else {
-    ASSERT_EQ(RunCommand("fusermount3 -u " + Quote(mnt_) + " 2>&1").exit_code, 0);
-  }
-  while (Alive(pid) && std::chrono::steady_clock::now() - asked < std::chrono::seconds(30)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_FALSE(Alive(pid)) << "the daemon still runs 30 s after it was asked to stop";
+  StopAndWait(sigterm, 30);
   pass.get();
   EXPECT_FALSE(IsMounted(mnt_));
   EXPECT_NE(ReadBytes(L(".tbfs/tbfs-mount.log")).find("exiting without it"), std::string::npos);

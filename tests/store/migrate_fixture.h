@@ -63,13 +63,14 @@ class MigrateTest : public ::testing::Test {
     store_ = std::move(s).value();
   }
 
-  std::vector<Candidate> Candidates() {
+  // Every trace, however recent; what is skipped (and why) into *skipped.
+  std::vector<Candidate> Candidates(std::vector<Skipped>* skipped = nullptr) {
     CandidateOptions c;
     c.older_than_s = 0;
     c.walk.skip_dirs = {kStoreDirName};
     std::vector<Candidate> out;
-    std::vector<Skipped> skipped;
-    EXPECT_TRUE(FindCandidates(logdir_, c, &out, &skipped).ok());
+    std::vector<Skipped> ignored;
+    EXPECT_TRUE(FindCandidates(logdir_, c, &out, skipped ? skipped : &ignored).ok());
     return out;
   }
 
