@@ -333,18 +333,9 @@ bool LooksLikeLogDamage(std::string_view error) {
          error.find(".log") != std::string_view::npos;
 }
 
-Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
-                                                  const BackendOptions& options) {
-  struct stat st;
-  bool exists = ::stat((dir + "/CURRENT").c_str(), &st) == 0;
-  if (!exists && ::stat(dir.c_str(), &st) == 0) {
-    // A store that lost its CURRENT file is damaged, not missing; any other
-    // folder but an empty one is not a store.
-    TBFS_RETURN_IF_ERROR(CheckStoreFolder(dir));
-  }
-  if (!exists && !options.create_if_missing) {
-    return Status::NotFound("no cold store at " + dir + " (nothing has been migrated yet)");
-  }
+namespace {
+
+rocksdb::DBOptions EngineOptions(const BackendOptions& options) {
   rocksdb::DBOptions db_options;
   // The store's files are 0600, its folder 0700 (MakeStorePrivate).
   db_options.env = PrivateEnv();
@@ -371,12 +362,22 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
   // one fail only the reads that need it.
   db_options.paranoid_checks = !options.read_only;
   db_options.best_efforts_recovery = options.best_efforts;
+  return db_options;
+}
 
+std::vector<rocksdb::ColumnFamilyDescriptor> SpaceDescriptors() {
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (int i = 0; i < kNumSpaces; ++i) {
     std::string name = i == 0 ? rocksdb::kDefaultColumnFamilyName : kSpaceNames[i];
     cfs.emplace_back(name, SpaceOptions(static_cast<Space>(i)));
   }
+  return cfs;
+}
+
+Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
+                                                 const BackendOptions& options) {
+  rocksdb::DBOptions db_options = EngineOptions(options);
+  const std::vector<rocksdb::ColumnFamilyDescriptor> cfs = SpaceDescriptors();
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s;
@@ -460,7 +461,107 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
   auto backend = std::make_unique<RocksBackend>(dir, std::unique_ptr<rocksdb::DB>(raw),
                                                 std::move(handles));
   backend->set_log_damage(std::move(log_damage));
-  return std::unique_ptr<Backend>(std::move(backend));
+  return backend;
+}
+
+// A space whose records are derived (the baselines: the last batch's
+// verifier summary) is not worth a store writers cannot open. When `damage`
+// (the error of a writer's open or of a read of `space`; `known`: of a
+// read of it) names one of its table files, every table file of the space
+// is set aside in kLostFoundName (hard links: the engine drops its own
+// names) and the space is dropped and made anew, empty. True when it was.
+bool RebuildDerivedSpace(const std::string& dir, const BackendOptions& options, Space space,
+                         const std::string& damage, bool known) {
+  const std::string name = kSpaceNames[static_cast<int>(space)];
+  // An open that checks no table as it loads (so the damaged one cannot
+  // refuse it) and compacts nothing while the space is replaced.
+  rocksdb::DBOptions db_options = EngineOptions(options);
+  db_options.paranoid_checks = false;
+  db_options.info_log = std::make_shared<EngineLog>(spdlog::level::debug);
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = SpaceDescriptors();
+  for (auto& cf : cfs) cf.options.disable_auto_compactions = true;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  PrivateFileSystem::opening_writers++;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
+  PrivateFileSystem::opening_writers--;
+  if (!s.ok()) return false;
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::vector<rocksdb::LiveFileMetaData> live;
+  db->GetLiveFilesMetaData(&live);
+  std::vector<std::string> tables;  // file names, "000031.sst"
+  for (const auto& f : live) {
+    if (f.column_family_name != name) continue;
+    std::string file = f.name.substr(f.name.find_last_of('/') + 1);
+    if (damage.find(file) != std::string::npos) known = true;
+    tables.push_back(std::move(file));
+  }
+  bool rebuilt = false;
+  if (known) {
+    const std::string aside = dir + "/" + kLostFoundName;
+    const uint64_t now = NowNs();
+    bool kept = ::mkdir(aside.c_str(), 0700) == 0 || errno == EEXIST;
+    for (const auto& t : tables) {
+      kept = kept && ::link((dir + "/" + t).c_str(),
+                            fmt::format("{}/{}-{}", aside, now, t).c_str()) == 0;
+    }
+    rocksdb::ColumnFamilyHandle* fresh = nullptr;
+    rebuilt = kept && db->DropColumnFamily(handles[static_cast<int>(space)]).ok() &&
+              db->CreateColumnFamily(SpaceOptions(space), name, &fresh).ok();
+    if (fresh) (void)db->DestroyColumnFamilyHandle(fresh);
+    if (rebuilt) {
+      spdlog::warn(
+          "store {}: the {} space is damaged ({}): its {} table file(s) set aside in {}, the "
+          "space rebuilt empty (it holds only the last batch's verifier summary)",
+          dir, name, damage, tables.size(), aside);
+    }
+  }
+  for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
+  (void)db->Close();
+  return rebuilt;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
+                                                  const BackendOptions& options) {
+  struct stat st;
+  bool exists = ::stat((dir + "/CURRENT").c_str(), &st) == 0;
+  if (!exists && ::stat(dir.c_str(), &st) == 0) {
+    // A store that lost its CURRENT file is damaged, not missing; any other
+    // folder but an empty one is not a store.
+    TBFS_RETURN_IF_ERROR(CheckStoreFolder(dir));
+  }
+  if (!exists && !options.create_if_missing) {
+    return Status::NotFound("no cold store at " + dir + " (nothing has been migrated yet)");
+  }
+  auto opened = OpenEngine(dir, options);
+  if (options.read_only || options.best_efforts) {
+    if (!opened.ok()) return opened.status();
+    return std::unique_ptr<Backend>(std::move(*opened));
+  }
+  // A writer reads the derived spaces whole (a few records): damage there,
+  // or a refused open that names one of their tables, rebuilds them.
+  std::string damage;
+  bool known = false;
+  if (!opened.ok()) {
+    if (!opened.status().IsCorruption()) return opened.status();
+    damage = opened.status().message();
+  } else {
+    Status scan = (*opened)->Scan(Space::kBaselines, "",
+                                  [](std::string_view, std::string_view) { return true; });
+    if (!scan.IsCorruption()) return std::unique_ptr<Backend>(std::move(*opened));
+    damage = scan.message();
+    known = true;
+    opened->reset();
+  }
+  if (!RebuildDerivedSpace(dir, options, Space::kBaselines, damage, known)) {
+    if (!opened.ok()) return opened.status();
+    return Status::Corruption(damage);
+  }
+  auto reopened = OpenEngine(dir, options);
+  if (!reopened.ok()) return reopened.status();
+  return std::unique_ptr<Backend>(std::move(*reopened));
 }
 
 }  // namespace tbfs::store

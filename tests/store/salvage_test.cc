@@ -12,6 +12,7 @@
 #include "store/maintenance.h"
 #include "store/migrate.h"
 #include "store/store_dir.h"
+#include "tests/store/store_internals.h"
 #include "tests/test_util.h"
 #include "tools/gen/gen.h"
 
@@ -264,6 +265,59 @@ TEST_F(SalvageTest, FsckIsNotCleanWhenAWriterCannotOpenTheStore) {
     }
   }
   EXPECT_GT(refused, 0) << "no damage kept a writer out: the test tests nothing";
+}
+
+// The baselines space holds only the last batch's verifier summary: a
+// damaged table of it is set aside (lost+found) and the space rebuilt empty
+// by the next writer, which opens; it never keeps the store from writers.
+TEST_F(SalvageTest, ADamagedBaselinesTableIsSetAsideAndRebuiltByAWriter) {
+  std::vector<std::string> tables;  // the space's name is in each table's properties
+  for (const auto& entry : fs::directory_iterator(store_)) {
+    const std::string name = entry.path().filename();
+    if (name.ends_with(".sst") && ReadBytes(entry.path()).find("baselines") != std::string::npos)
+      tables.push_back(name);
+  }
+  ASSERT_FALSE(tables.empty()) << "the migration wrote no baselines table";
+  int refused_before = 0;
+  for (const std::string& name : tables) {
+    for (const double where : {0.05, 0.3, 0.5, 0.7, 0.9}) {
+      const std::string work = dir_ / "damaged";
+      fs::remove_all(work);
+      fs::copy(store_, work);
+      std::string bytes = ReadBytes(work + "/" + name);
+      bytes[static_cast<size_t>(static_cast<double>(bytes.size()) * where)] ^= 0x10;
+      testing::WriteBytes(work + "/" + name, bytes);
+      {
+        OpenOptions ro;
+        ro.read_only = true;
+        auto reader = ColdStore::Open(work, ro);
+        ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+        if (!StoreInternals::Of(**reader).VerifyTables().ok()) refused_before++;
+      }
+      auto writer = ColdStore::Open(work, OpenOptions{});
+      ASSERT_TRUE(writer.ok()) << name << " at " << where << ": " << writer.status().ToString();
+      writer->reset();
+      OpenOptions ro;
+      ro.read_only = true;
+      auto store = ColdStore::Open(work, ro);
+      ASSERT_TRUE(store.ok()) << store.status().ToString();
+      auto r = Fsck(**store, &pool_, nullptr);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->files, originals_.size()) << name << " at " << where;
+      EXPECT_TRUE(r->damaged.empty() && r->problems.empty() && r->lost.empty())
+          << name << " at " << where << ": "
+          << (r->problems.empty() ? std::string() : r->problems[0]);
+      bool set_aside = false;
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(work + "/" + kLostFoundName, ec)) {
+        if (e.path().filename().string().ends_with(name) && ReadBytes(e.path()) == bytes)
+          set_aside = true;
+      }
+      const bool kept = fs::exists(work + "/" + name) && ReadBytes(work + "/" + name) == bytes;
+      EXPECT_TRUE(set_aside || kept) << name << " at " << where << ": gone, not set aside";
+    }
+  }
+  EXPECT_GT(refused_before, 0) << "no damage made the table unreadable: the test tests nothing";
 }
 
 // Red team: a MANIFEST cut short opened as an older, emptier store; the
