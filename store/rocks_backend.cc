@@ -243,7 +243,10 @@ class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus DeleteFile(const std::string& f, const rocksdb::IOOptions& o,
                                rocksdb::IODebugContext* dbg) override {
     std::string_view name(f);
-    if (opening_writers.load() > 0 && (name.ends_with(".sst") || name.ends_with(".blob"))) {
+    struct stat st;
+    // (The engine also deletes files already gone: no folder for those.)
+    if (opening_writers.load() > 0 && (name.ends_with(".sst") || name.ends_with(".blob")) &&
+        ::lstat(f.c_str(), &st) == 0) {
       const size_t slash = f.find_last_of('/');
       const std::string folder =
           (slash == std::string::npos ? std::string(".") : f.substr(0, slash)) + "/" +

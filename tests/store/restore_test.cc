@@ -59,6 +59,14 @@ TEST_F(MigrateTest, RestoreBringsEverythingBackAndExportLeavesTheStore) {
     EXPECT_TRUE(after[cold[i].path()].bytes == before_[cold[i].path()].bytes);
     EXPECT_EQ(after[cold[i].path()].mtime_ns, before_[cold[i].path()].mtime_ns);
   }
+  // The engine deletes what compaction left behind as the next writer
+  // opens: nothing there was set aside, and no empty lost+found is left.
+  store_.reset();
+  const std::string store_dir = JoinPath(logdir_, kStoreDirName);
+  auto reopened = ColdStore::Open(store_dir, OpenOptions{});
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(JoinPath(store_dir, kLostFoundName)))
+      << "a clean restore and reopen left " << kLostFoundName;
 }
 
 // A user's symlink at the export folder, or above it, or a folder another
