@@ -152,6 +152,12 @@ Result<std::string> ControlRequest(const std::string& socket_path, const std::st
     if (n == 0) break;
     reply.append(buf, static_cast<size_t>(n));
   }
+  // Every answer ends in a newline: without one the daemon went away.
+  if (reply.empty() || reply.back() != '\n') {
+    return Status::FromErrno(EPIPE, "read " + socket_path,
+                             "the mount closed the connection without an answer (its daemon "
+                             "stopped or died: its log says why)");
+  }
   while (!reply.empty() && reply.back() == '\n') reply.pop_back();
   return reply;
 }

@@ -658,7 +658,10 @@ TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {
                    Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_ = Status()["pid"].get<int>();
-    RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1"));  // the daemon dies
+    // The daemon dies; the command says so.
+    auto died = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+    EXPECT_EQ(died.exit_code, 2) << died.out;
+    EXPECT_NE(died.out.find("without an answer"), std::string::npos) << died.out;
     WaitForExit();
     Unmount();
     RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");

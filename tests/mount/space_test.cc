@@ -137,6 +137,13 @@ TEST_F(NoRoom, AMountStartsOnAFullDiskAndWritesWhenRoomComes) {
   auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("no room"), std::string::npos) << r.out;
+  // Scripts get the reason as JSON on stdout, and the same exit code.
+  r = RunCommand(Tbfs("migrate --now --json " + mnt_ + " 2>/dev/null"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  auto failed = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(failed.is_discarded()) << "not JSON: " << r.out;
+  EXPECT_EQ(failed.value("ok", true), false) << r.out;
+  EXPECT_NE(failed.value("error", "").find("no room"), std::string::npos) << r.out;
   // Room again: the next pass makes the mount the writer, and migrates.
   ASSERT_EQ(::unlink((small_ + "/filler").c_str()), 0);
   r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));

@@ -78,4 +78,9 @@ void PrintError(const std::string& command, const std::string& message) {
   fmt::print(stderr, "tbfs {}: {}\n", command, message);
 }
 
+void PrintJsonError(const std::string& message) {
+  nlohmann::json j{{"ok", false}, {"error", message}};
+  fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
 }  // namespace tbfs::cli

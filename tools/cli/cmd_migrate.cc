@@ -48,12 +48,15 @@ struct MigrateArgs {
 // its own policy; returns when the pass is done.
 int MigrateThroughMount(const MigrateArgs& args) {
   if (!IsTbfsMount(args.logdir)) {
-    PrintError("migrate", "not a tbfs mount point: " + args.logdir +
-                              " (--now asks a running mount to migrate)");
+    const std::string err =
+        "not a tbfs mount point: " + args.logdir + " (--now asks a running mount to migrate)";
+    if (args.json) PrintJsonError(err);
+    PrintError("migrate", err);
     return kExitError;
   }
   std::string after;
   if (std::string err = AskMount(args.logdir, "migrate-now", &after); !err.empty()) {
+    if (args.json) PrintJsonError(err);
     PrintError("migrate", err);
     return kExitError;
   }

@@ -114,6 +114,7 @@ int RunStatus(const std::string& mountpoint, bool json) {
   std::string value;
   auto status = AskMount(mountpoint, "status", &value);
   if (!status.empty()) {
+    if (json) PrintJsonError(status);
     PrintError("status", status);
     return kExitError;
   }

@@ -34,5 +34,8 @@ bool IsTbfsMount(const std::string& path);
 
 // Prints "tbfs <command>: <message>" on stderr.
 void PrintError(const std::string& command, const std::string& message);
+// {"ok": false, "error": message} on stdout: what a --json run prints
+// where its report would be, beside PrintError's line on stderr.
+void PrintJsonError(const std::string& message);
 
 }  // namespace tbfs::cli
