@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "base/time_util.h"
 #include "fmt/format.h"
@@ -172,6 +173,13 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
     lock = std::move(taken).value();
   }
   if (options.create_if_missing) TBFS_RETURN_IF_ERROR(MakeDirs(dir, 0700));
+  if (CreationCutShort(dir)) {
+    if (options.read_only) {
+      return Status::NotFound("no cold store at " + dir +
+                              " (its creation was cut short; the next writer makes it anew)");
+    }
+    TBFS_RETURN_IF_ERROR(UndoCutShortCreation(dir));
+  }
   if (!options.read_only) {
     struct stat st;
     if (::stat(dir.c_str(), &st) == 0) {
@@ -214,7 +222,10 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
     }
     if (!st.ok()) return damaged(st);
   }
+  const bool creating = !existed && !options.read_only && options.create_if_missing;
+  if (creating) TBFS_RETURN_IF_ERROR(MarkCreation(dir));
   auto backend = OpenRocksBackend(dir, bo);
+  if (creating) MaybeCrash("store.create.engine");
   const int err = backend.ok() ? 0 : backend.status().sys_errno();
   if (!backend.ok() && existed && options.read_only_when_full && (err == ENOSPC || err == EDQUOT)) {
     // No room for the engine's open: read-only, until there is.
@@ -244,6 +255,7 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
   }
   store->read_only_ = options.read_only;
   if (Status st = store->Init(options, existed); !st.ok()) return damaged(st);
+  if (creating) TBFS_RETURN_IF_ERROR(EndCreation(dir));
   return store;
 }
 
@@ -263,6 +275,7 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
     WriteBatch batch;
     batch.Put(Space::kMeta, kMetaInfoKey, info_.SerializeAsString());
     TBFS_RETURN_IF_ERROR(backend_->Commit(batch, true));
+    MaybeCrash("store.create.record");
     // In the engine's tables at once: a store whose format record lived
     // only in a log that was then damaged would not open at all.
     TBFS_RETURN_IF_ERROR(backend_->Flush());

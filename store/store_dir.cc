@@ -46,7 +46,9 @@ Status CheckStoreFolder(const std::string& dir) {
   bool empty = true, engine = false;
   while (struct dirent* de = ::readdir(d)) {
     std::string_view n = de->d_name;
-    if (n != "." && n != ".." && n != kLogdirLockName && n != kGrowthFileName) empty = false;
+    if (n != "." && n != ".." && n != kLogdirLockName && n != kGrowthFileName &&
+        n != kCreatingName)
+      empty = false;
     engine = engine || n.starts_with("MANIFEST-") || n.ends_with(".sst") || n.ends_with(".blob");
   }
   ::closedir(d);
@@ -56,6 +58,72 @@ Status CheckStoreFolder(const std::string& dir) {
                               " holds a store's files but no CURRENT file: the store is damaged");
   }
   return Status::InvalidArgument(dir + " exists and is not a tbfs store; refusing to use it");
+}
+
+bool CreationCutShort(const std::string& dir) {
+  struct stat st;
+  return ::lstat(JoinPath(dir, kCreatingName).c_str(), &st) == 0;
+}
+
+namespace {
+Status SyncFolder(const std::string& dir) {
+  auto fd = OpenFile(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  if (!fd.ok()) return fd.status();
+  if (::fsync(fd->get()) != 0) return Status::FromErrno(errno, "fsync", dir);
+  return Status::OK();
+}
+
+// What the engine writes into its folder.
+bool IsEngineFile(std::string_view n) {
+  return n == "CURRENT" || n == "IDENTITY" || n == "LOCK" || n == "LOG" ||
+         n.starts_with("LOG.old.") || n.starts_with("MANIFEST-") || n.starts_with("OPTIONS-") ||
+         n.ends_with(".log") || n.ends_with(".sst") || n.ends_with(".blob") ||
+         n.ends_with(".dbtmp");
+}
+}  // namespace
+
+Status MarkCreation(const std::string& dir) {
+  const std::string path = JoinPath(dir, kCreatingName);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Status::FromErrno(errno, "create", path);
+  if (::fsync(fd.get()) != 0) return Status::FromErrno(errno, "fsync", path);
+  return SyncFolder(dir);
+}
+
+Status EndCreation(const std::string& dir) {
+  const std::string path = JoinPath(dir, kCreatingName);
+  if (::unlink(path.c_str()) != 0) return Status::FromErrno(errno, "unlink", path);
+  return SyncFolder(dir);
+}
+
+Status UndoCutShortCreation(const std::string& dir) {
+  // The engine holds a POSIX lock on LOCK while its store is open.
+  UniqueFd lock(::open(JoinPath(dir, "LOCK").c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+  if (lock.valid()) {
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (::fcntl(lock.get(), F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) {
+      return Status::Busy(fmt::format("{} is being created by another tbfs process (pid {})", dir,
+                                      fl.l_pid));
+    }
+  }
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return Status::FromErrno(errno, "opendir", dir);
+  std::vector<std::string> names;
+  while (struct dirent* de = ::readdir(d)) {
+    if (IsEngineFile(de->d_name)) names.emplace_back(de->d_name);
+  }
+  ::closedir(d);
+  for (const std::string& n : names) {
+    const std::string path = JoinPath(dir, n);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Status::FromErrno(errno, "unlink", path);
+    }
+  }
+  TBFS_RETURN_IF_ERROR(SyncFolder(dir));
+  spdlog::warn("store {}: its creation was cut short (it never held a file): made anew", dir);
+  return EndCreation(dir);
 }
 
 Status MakeStorePrivate(const std::string& dir) {

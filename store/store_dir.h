@@ -31,6 +31,18 @@ Result<UniqueFd> LockLogdir(const std::string& logdir, const std::string& holder
 // write into it.
 Status CheckStoreFolder(const std::string& dir);
 
+// A store is made under a marker (STORE/creating, written and synced
+// before the engine's first file, removed once the format record is in
+// the engine's tables): a store folder that still holds it is a creation
+// cut short, which never held a file. Readers see no store there; the next
+// writer removes the engine's files and the marker, and makes it anew.
+inline constexpr char kCreatingName[] = "creating";
+bool CreationCutShort(const std::string& dir);
+Status MarkCreation(const std::string& dir);
+Status EndCreation(const std::string& dir);
+// Busy while another process holds the engine's LOCK file there.
+Status UndoCutShortCreation(const std::string& dir);
+
 // Where a writer's open of the store sets aside the table and blob files
 // the engine would delete as unknown (STORE/lost+found): after damage to the
 // engine's MANIFEST it would take them for leftovers and delete live data.

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "base/work_pool.h"
 #include "store/file_io.h"
@@ -20,6 +21,7 @@ namespace {
 
 using testing::ReadBytes;
 using testing::TempDir;
+using testing::RunCommand;
 using testing::WriteBytes;
 
 constexpr uint32_t kChunk = 64 << 10;
@@ -234,6 +236,42 @@ TEST(StoreOpen, MissingStoreIsNotFoundAndAForeignFolderIsRefused) {
   auto s = ColdStore::Open(dir / "foreign", o);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(ReadBytes(dir / "foreign/data.txt"), "mine");
+}
+
+// A writer killed while it made a new store (the engine's files half
+// written, or the store without its format record, or that record only in
+// the engine's log) left a folder no command would open ("damaged"). Now
+// the creation is marked until it is whole: a reader sees no store, and
+// the next writer makes it anew and works.
+TEST(StoreOpen, ACreationCutShortIsMadeAnewByTheNextWriter) {
+  for (const char* point : {"store.create.engine", "store.create.record"}) {
+    for (const bool without_current : {false, true}) {
+      const std::string what = std::string(point) + (without_current ? " (no CURRENT)" : "");
+      TempDir dir;
+      const std::string logdir = dir / "logdir", store = logdir + "/.tbfs";
+      WriteBytes(logdir + "/run/events.out.tfevents.1.host", "");
+      WriteBytes(logdir + "/run/host.pt.trace.json", Content(200 << 10, 3));
+      auto crashed = RunCommand(std::string("TBFS_FAILPOINT=") + point + " " + TBFS_BINARY +
+                                " migrate " + logdir + " --older-than 0 --apply >/dev/null 2>&1");
+      ASSERT_EQ(crashed.exit_code, kFailpointExitCode) << what << ": failpoint not reached";
+      if (without_current) ASSERT_EQ(::unlink((store + "/CURRENT").c_str()), 0);
+      OpenOptions ro;
+      ro.read_only = true;
+      auto reader = ColdStore::Open(store, ro);
+      EXPECT_TRUE(reader.status().IsNotFound()) << what << ": " << reader.status().ToString();
+      auto again = RunCommand(std::string(TBFS_BINARY) + " migrate " + logdir +
+                              " --older-than 0 --apply 2>&1");
+      EXPECT_EQ(again.exit_code, 0) << what << ": " << again.out;
+      EXPECT_EQ(RunCommand(std::string(TBFS_BINARY) + " fsck " + logdir + " 2>&1").exit_code, 0)
+          << what;
+      EXPECT_EQ(RunCommand(std::string(TBFS_BINARY) + " restore " + logdir +
+                           " --all --apply 2>&1")
+                    .exit_code,
+                0)
+          << what;
+      EXPECT_EQ(ReadBytes(logdir + "/run/host.pt.trace.json"), Content(200 << 10, 3)) << what;
+    }
+  }
 }
 
 TEST(Chunk, RawFallbackAndChecksums) {
