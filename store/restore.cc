@@ -4,11 +4,13 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <map>
 
 #include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "base/time_util.h"
 #include "store/file_io.h"
+#include "store/migrate_internal.h"
 
 namespace tbfs::store {
 
@@ -62,6 +64,30 @@ Status SelectCold(ColdStore& store, const std::vector<std::string>& paths,
       return true;
     }));
   }
+  return Status::OK();
+}
+
+Status DropInFlight(ColdStore& store, const std::string& logdir,
+                    std::vector<storepb::Manifest>* files) {
+  std::vector<storepb::JournalRecord> journal;
+  TBFS_RETURN_IF_ERROR(store.ListJournal(&journal));
+  std::map<uint64_t, storepb::JournalEntry> migrating;
+  for (const auto& record : journal) {
+    if (record.kind() == storepb::JournalRecord::RESTORE) continue;
+    for (const auto& e : record.entries()) migrating[e.file_id()] = e;
+  }
+  if (migrating.empty()) return Status::OK();
+  auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
+  if (!root.ok()) return root.status();
+  std::erase_if(*files, [&](const storepb::Manifest& m) {
+    auto it = migrating.find(m.file_id());
+    if (it == migrating.end()) return false;
+    std::string name;
+    auto dir = OpenParentBeneath(root->get(), m.path(), &name);
+    struct stat st;
+    return dir.ok() && ::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+           SameIdentity(st, it->second);
+  });
   return Status::OK();
 }
 

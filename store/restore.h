@@ -29,6 +29,14 @@ Result<std::string> NormalizeUserPath(const std::string& logdir, const std::stri
 Status SelectCold(ColdStore& store, const std::vector<std::string>& paths,
                   std::vector<storepb::Manifest>* out, std::vector<std::string>* not_found);
 
+// For a read-only view beside an unfinished migration (a writer killed
+// mid-batch, not yet recovered): drops from *files every one whose source
+// is still at its path in the logdir with the identity its journal entry
+// recorded. Recovery keeps that source and drops the store's copy: the
+// file is hot, not also cold. A no-op when the journal is empty.
+Status DropInFlight(ColdStore& store, const std::string& logdir,
+                    std::vector<storepb::Manifest>* files);
+
 struct CopyResult {
   uint64_t files = 0;
   uint64_t bytes = 0;

@@ -489,6 +489,38 @@ INSTANTIATE_TEST_SUITE_P(
       return name.substr(name.find('.') + 1);
     });
 
+// A read-only view (ls, export) beside a writer killed mid-batch, before
+// any recovery: a file the batch copied but did not yet unlink is hot (at
+// its path, where recovery keeps it), not also cold; one it unlinked is
+// cold. Every file is in exactly one place.
+TEST(ReadOnlyView, AFileOfAnUnfinishedBatchIsHotOrColdNeverBoth) {
+  for (const char* point : {"migrate.stored", "migrate.read_back", "migrate.aside",
+                            "migrate.unlinked", "migrate.all_unlinked"}) {
+    TempDir dir;
+    std::string logdir = dir / "logdir";
+    std::map<std::string, FileState> before;
+    std::vector<events::FileDigest> baseline;
+    GenerateAndCrash(logdir, std::string("TBFS_FAILPOINT=") + point, &before, &baseline);
+    if (::testing::Test::HasFatalFailure()) return;
+    OpenOptions ro;
+    ro.read_only = true;
+    auto store = ColdStore::Open(JoinPath(logdir, kStoreDirName), ro);
+    ASSERT_TRUE(store.ok()) << point << ": " << store.status().ToString();
+    std::vector<storepb::Manifest> cold;
+    std::vector<std::string> missing;
+    ASSERT_TRUE(SelectCold(**store, {}, &cold, &missing).ok());
+    ASSERT_TRUE(DropInFlight(**store, logdir, &cold).ok());
+    std::set<std::string> in_view;
+    for (const auto& m : cold) in_view.insert(m.path());
+    for (const auto& [path, state] : before) {
+      struct stat st;
+      const bool hot = ::lstat(JoinPath(logdir, path).c_str(), &st) == 0;
+      EXPECT_NE(hot, in_view.count(path) > 0)
+          << point << ": " << path << (hot ? " is hot and cold" : " is neither hot nor cold");
+    }
+  }
+}
+
 // Damage to the engine's write-ahead log after a crash costs at most what
 // was written since the last flush, and no file is unlinked before the
 // flush that holds its copy (I2): killed just after the first unlink, with

@@ -57,6 +57,8 @@ int RunLs(const LsArgs& args) {
       sel.push_back(*n);
     }
     Status st = store::SelectCold(**store, sel, &files, &not_found);
+    // Beside an unfinished migration, a file still at its path is hot.
+    if (st.ok()) st = store::DropInFlight(**store, loc->logdir, &files);
     if (!st.ok()) {
       PrintError("ls", st.message());
       return kExitError;
@@ -109,17 +111,20 @@ int RunDu(const LsArgs& args) {
   Sum total;
   uint64_t disk = 0;
   if (*store) {
-    Status st = (*store)->ForEachManifest([&](const storepb::Manifest& m) {
+    std::vector<storepb::Manifest> files;
+    std::vector<std::string> not_found;
+    Status st = store::SelectCold(**store, {}, &files, &not_found);
+    if (st.ok()) st = store::DropInFlight(**store, loc->logdir, &files);
+    if (!st.ok()) {
+      PrintError("du", st.message());
+      return kExitError;
+    }
+    for (const storepb::Manifest& m : files) {
       for (Sum* s : {&by_class[m.file_class()], &total}) {
         s->files++;
         s->bytes += m.size();
         s->stored += m.stored_bytes();
       }
-      return true;
-    });
-    if (!st.ok()) {
-      PrintError("du", st.message());
-      return kExitError;
     }
     disk = (*store)->DiskBytes();
   }

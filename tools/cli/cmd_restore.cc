@@ -63,6 +63,9 @@ int Prepare(const std::string& cmd, const CopyArgs& args, bool write, StoreLocat
   std::vector<std::string> not_found = rel;
   if (*store) {
     Status st = store::SelectCold(**store, rel, files, &not_found);
+    // A read-only export beside an unfinished migration: a file still at
+    // its path is hot, not cold (a writer recovered already).
+    if (st.ok() && !write) st = store::DropInFlight(**store, loc->logdir, files);
     if (!st.ok()) {
       PrintError(cmd, st.message());
       return kExitError;
