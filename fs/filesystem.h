@@ -320,6 +320,10 @@ class Filesystem : public store::MoveObserver {
   // the kernel forgets the name at once. 0, -ENOENT when the file is no
   // longer there, or -errno.
   int DeleteColdFile(const storepb::Manifest& m);
+  // Tells the kernel to forget the name `rel` (relative to the logdir): the
+  // file there changed behind the mount's back (recovery made it hot, or
+  // dropped its cold copy). Not under the namespace lock.
+  void ForgetName(const std::string& rel);
 
   Stats stats();
   const FsOptions& options() const { return options_; }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <set>
 
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "base/text.h"
 #include "base/time_util.h"
@@ -125,19 +126,27 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
 
 Status Migrator::TakeWriterRole() {
   store::ColdStore& store = store_;
-  // No change to the namespace while the last writer's unfinished batches
-  // are undone (reads go on).
-  WriterMutexLock ns(ns_mu_);
-  Status st = store.TakeWriterRole(config_.writer);
-  if (!st.ok()) return st;
-  // The mount served the store until now: handles open on its cold files
-  // read on (what recovery drops is retired, reaped when they close).
-  auto recovered = store::RecoverServing(store, logdir_);
-  fs_.Retired();
-  if (!recovered.ok()) {
-    store.DropWriterRole();
-    return Status::FromErrno(EIO, "recovery", store.dir() + ": " + recovered.status().message());
+  Result<store::RecoveryResult> recovered{store::RecoveryResult()};
+  {
+    // No change to the namespace while the last writer's unfinished
+    // batches are undone (reads go on).
+    WriterMutexLock ns(ns_mu_);
+    Status st = store.TakeWriterRole(config_.writer);
+    if (!st.ok()) return st;
+    // The mount served the store until now: handles open on its cold files
+    // read on (what recovery drops is retired, reaped when they close).
+    recovered = store::RecoverServing(store, logdir_);
+    fs_.Retired();
+    if (!recovered.ok()) {
+      store.DropWriterRole();
+      return Status::FromErrno(EIO, "recovery",
+                               store.dir() + ": " + recovered.status().message());
+    }
   }
+  // The kernel still holds the names as this mount served them (a cold
+  // file there now hot): it looks them up again.
+  for (const std::string& path : recovered->changed) fs_.ForgetName(path);
+  MaybePause("migrator.took_over");
   for (const std::string& note : recovered->notes) spdlog::warn("recovery: {}", note);
   for (const std::string& path : recovered->lost) {
     spdlog::error("recovery: LOST {}: found neither in the logdir nor in the store (recorded)",

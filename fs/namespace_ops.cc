@@ -176,13 +176,18 @@ int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
     if (!st.ok()) return StoreError(st, EioSite::kRetention);
   }
   ReapRetired(m.file_id());
-  if (kernel_ == nullptr) return 0;
+  ForgetName(m.path());
+  return 0;
+}
+
+void Filesystem::ForgetName(const std::string& rel) {
+  if (kernel_ == nullptr) return;
   // The kernel may hold the name for up to kStableTtlS, and the folder's
   // listing until its mtime changes (a cold folder's never does): tell it.
   // Its folder's id, by the lookups the kernel would make (then forgotten).
   std::vector<uint64_t> looked_up;
   uint64_t parent = InodeTable::kRootId;
-  const std::string dir = ParentPath(m.path());
+  const std::string dir = ParentPath(rel);
   for (size_t start = 0; !dir.empty() && start <= dir.size();) {
     size_t end = dir.find('/', start);
     if (end == std::string::npos) end = dir.size();
@@ -195,9 +200,8 @@ int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
     parent = out.id;
     start = end + 1;
   }
-  if (parent != 0) kernel_->InvalidateEntry(parent, std::string(BaseName(m.path())));
+  if (parent != 0) kernel_->InvalidateEntry(parent, std::string(BaseName(rel)));
   for (uint64_t id : looked_up) Forget(id, 1);
-  return 0;
 }
 
 int Filesystem::Unlink(uint64_t parent, const char* name) {

@@ -227,6 +227,9 @@ struct RecoveryResult {
   uint64_t restored = 0;           // files written back from the store
   uint64_t dropped = 0;            // store copies dropped (the hot file was there)
   std::vector<std::string> notes;  // anything unusual, one line each
+  // Paths (relative to the logdir) whose file went from cold to hot or
+  // whose store copy went: a mount tells the kernel to forget their names.
+  std::vector<std::string> changed;
   // Journaled files found neither in the logdir nor in the store (paths
   // relative to the logdir): each is recorded (ColdStore::RecordLost). A
   // caller reports them and fails; they are never a success.

@@ -66,6 +66,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         if (exists && manifest.ok()) {
           TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
           result.dropped++;
+          result.changed.push_back(e.path());
         }
         continue;
       }
@@ -73,6 +74,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       if (exists && SameIdentity(st, e)) {
         TBFS_RETURN_IF_ERROR(DropFromStore(store, manifest.ok() ? *manifest : Stub(e), retire && manifest.ok()));
         result.dropped++;
+        result.changed.push_back(e.path());
         continue;
       }
       if (!manifest.ok()) {
@@ -106,6 +108,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         if (same) {
           TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
           result.dropped++;
+          result.changed.push_back(e.path());
           continue;
         }
       }
@@ -123,6 +126,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       if (!note.empty()) result.notes.push_back(note);
       TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
       result.restored++;
+      result.changed.push_back(e.path());
     }
     if (!keep_record) TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
   }

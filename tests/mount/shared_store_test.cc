@@ -54,8 +54,9 @@ class SharedStore : public MountTest {
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_ = Status()["pid"].get<int>();
   }
-  void MountB() {
-    auto r = RunCommand(Tbfs("mount " + logdir_ + " " + mnt_b_ + Options("state-b") + " 2>&1"));
+  void MountB(const std::string& env = "") {
+    auto r = RunCommand(env +
+                        Tbfs("mount " + logdir_ + " " + mnt_b_ + Options("state-b") + " 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_b_ = StatusOf(mnt_b_)["pid"].get<int>();
   }
@@ -261,7 +262,10 @@ TEST_F(SharedStore, TheDefaultStateFolderFitsAnyMountPoint) {
 // out, undoes the batch, and migrates everything itself. Nothing is lost.
 TEST_F(SharedStore, KillNineOfTheWriterMidBatchAndTheOtherMountTakesOver) {
   MountA("TBFS_FAILPOINT=migrate.unlinked ");
-  MountB();
+  // B stops once it took over (recovery done), until `hold` goes.
+  const std::string hold = dir_ / "hold";
+  WriteBytes(hold, "");
+  MountB("TBFS_PAUSE=migrator.took_over:" + hold + " ");
   const int writer = pid_;
   // A's first pass ends it at the failpoint, as kill -9 would.
   for (int i = 0; i < 100 && Alive(writer); ++i)
@@ -269,6 +273,17 @@ TEST_F(SharedStore, KillNineOfTheWriterMidBatchAndTheOtherMountTakesOver) {
   ASSERT_FALSE(Alive(writer)) << "the writer did not reach the failpoint";
   RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
   pid_ = -1;
+  // Through B, the reader: the file A unlinked is cold, and the kernel
+  // keeps its name. Recovery then puts it back hot; B's kernel must not
+  // answer ENOENT from what it kept (it did, for up to 10 s).
+  const bool before_takeover = !std::filesystem::exists(hold + ".reached");
+  ExpectOriginals(mnt_b_);
+  for (int i = 0; i < 300 && !std::filesystem::exists(hold + ".reached"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(std::filesystem::exists(hold + ".reached")) << "B did not take over";
+  EXPECT_TRUE(before_takeover) << "B took over before the reads meant to come first";
+  ExpectOriginals(mnt_b_);
+  ASSERT_EQ(::unlink(hold.c_str()), 0);
 
   ASSERT_TRUE(WaitFor(mnt_b_, 60, [&](const nlohmann::json& s) {
     return IsWriter(s) && s["migrations"]["files_moved"].get<size_t>() == traces_;
