@@ -148,6 +148,7 @@ enum class EioSite {
   kColdChunk,
   kBackingDir,
   kInodeKind,
+  kXattr,
   kCount,  // not a site: the number of them
 };
 inline constexpr const char* kEioSiteNames[] = {"lookup",
@@ -164,7 +165,8 @@ inline constexpr const char* kEioSiteNames[] = {"lookup",
                                                 "readdir",
                                                 "cold-chunk",
                                                 "backing-dir",
-                                                "inode-kind"};
+                                                "inode-kind",
+                                                "xattr"};
 inline constexpr int kNumEioSites = static_cast<int>(std::size(kEioSiteNames));
 static_assert(kNumEioSites == static_cast<int>(EioSite::kCount),
               "every EioSite needs its name in kEioSiteNames, in order");
@@ -325,10 +327,13 @@ class Filesystem : public store::MoveObserver {
   // dropped its cold copy). Not under the namespace lock.
   void ForgetName(const std::string& rel);
 
+
   Stats stats();
   const FsOptions& options() const { return options_; }
 
  private:
+  // Sets (value) or removes (nullptr) attribute `name` of the cold file v.
+  int SetColdXattr(const InodeView& v, const char* name, const std::string* value, int flags);
   // The path of an inode relative to the logdir ("" for the root), or
   // -errno (a hot folder removed behind our back).
   int RelPath(uint64_t ino, std::string* rel);

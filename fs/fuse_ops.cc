@@ -54,6 +54,10 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  // The kernel enforces POSIX ACLs (it asks for system.posix_acl_access:
+  // the backing file's, or a cold file's from its manifest) and leaves
+  // applying a folder's default ACL to the backing filesystem.
+  if (conn->capable & FUSE_CAP_POSIX_ACL) conn->want |= FUSE_CAP_POSIX_ACL;
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;  // writes reach the backing file at once
   // Every READDIR is readdirplus. In the auto mode the kernel asks plain
   // READDIR after the first page unless lookups came in between, and a

@@ -12,6 +12,7 @@
 #include "fs/setattr_bits.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
+#include "store/xattrs.h"
 
 namespace tbfs::fs {
 
@@ -170,7 +171,10 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     ReaderMutexLock ns(ns_mu_);
     auto m = store_->GetManifest(v.file_id);
     if (!m.ok()) return StoreError(m.status(), EioSite::kSetattr);
-    if (to_set & kSetMode) m->set_mode((m->mode() & S_IFMT) | (attr.st_mode & 07777));
+    if (to_set & kSetMode) {
+      m->set_mode((m->mode() & S_IFMT) | (attr.st_mode & 07777));
+      store::ChmodXattrs(&*m, attr.st_mode);  // its ACL takes the new bits
+    }
     if (to_set & kSetUid) m->set_uid(attr.st_uid);
     if (to_set & kSetGid) m->set_gid(attr.st_gid);
     const int64_t now = NowNs();

@@ -9,6 +9,7 @@
 #include "base/time_util.h"
 #include "fs/filesystem.h"
 #include "fs/filesystem_internal.h"
+#include "store/xattrs.h"
 
 namespace tbfs::fs {
 
@@ -33,6 +34,16 @@ int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
     *value = options_.control_socket;
     return 0;
   }
+  if (v.kind == Kind::kColdFile) {
+    // Its attributes, its ACL among them (the kernel asks for it to check
+    // a permission), as the file had them.
+    auto m = store_->GetManifest(v.file_id);
+    if (!m.ok()) return m.status().IsNotFound() ? -ENODATA : StoreError(m.status(), EioSite::kXattr);
+    const std::string* found = store::FindXattr(*m, name);
+    if (found == nullptr) return -ENODATA;
+    *value = *found;
+    return 0;
+  }
   if (v.kind != Kind::kHot) return -ENODATA;
   std::string proc = ProcPath(v.fd->get());
   for (size_t cap = 256;; cap *= 4) {
@@ -51,6 +62,12 @@ int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
 int Filesystem::ListXattr(uint64_t ino, std::string* names) {
   InodeView v = inodes_.View(ino);
   names->clear();
+  if (v.kind == Kind::kColdFile) {
+    auto m = store_->GetManifest(v.file_id);
+    if (!m.ok()) return m.status().IsNotFound() ? 0 : StoreError(m.status(), EioSite::kXattr);
+    for (const auto& x : m->xattrs()) names->append(x.name()).push_back('\0');
+    return 0;
+  }
   if (v.kind != Kind::kHot) return 0;
   struct stat st;
   if (::fstatat(v.fd->get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0 ||
@@ -71,6 +88,10 @@ int Filesystem::SetXattr(uint64_t ino, const char* name, const char* value, size
                          int flags) {
   if (std::strcmp(name, kStateXattr) == 0 || std::strcmp(name, kControlXattr) == 0) return -EPERM;
   InodeView v = inodes_.View(ino);
+  if (v.kind == Kind::kColdFile) {
+    const std::string bytes(value, size);
+    return SetColdXattr(v, name, &bytes, flags);
+  }
   if (v.kind != Kind::kHot) return -ENOTSUP;
   if (::setxattr(ProcPath(v.fd->get()).c_str(), name, value, size, flags) != 0) return Errno();
   return 0;
@@ -79,8 +100,27 @@ int Filesystem::SetXattr(uint64_t ino, const char* name, const char* value, size
 int Filesystem::RemoveXattr(uint64_t ino, const char* name) {
   if (std::strcmp(name, kStateXattr) == 0) return -EPERM;
   InodeView v = inodes_.View(ino);
+  if (v.kind == Kind::kColdFile) return SetColdXattr(v, name, nullptr, 0);
   if (v.kind != Kind::kHot) return -ENODATA;
   if (::removexattr(ProcPath(v.fd->get()).c_str(), name) != 0) return Errno();
+  return 0;
+}
+
+// A cold file's attributes change in its manifest, as its mode does
+// (SetAttr): the kernel checked the caller's right to change them.
+int Filesystem::SetColdXattr(const InodeView& v, const char* name, const std::string* value,
+                             int flags) {
+  ReaderMutexLock ns(ns_mu_);
+  auto m = store_->GetManifest(v.file_id);
+  if (!m.ok()) return m.status().IsNotFound() ? -ENOENT : StoreError(m.status(), EioSite::kXattr);
+  if (int r = store::SetXattr(&*m, name, value, flags); r != 0) return r;
+  m->set_ctime_ns(NowNs());
+  store::WriteBatch batch;
+  store_->UpdateManifest(&batch, *m);
+  Status st = store_->Commit(batch, true);
+  if (!st.ok()) return StoreError(st, EioSite::kXattr);
+  inodes_.UpdateManifest(*m);
+  Invalidate(v.shown_ino);  // an ACL changes the mode
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
 #include "store/format.h"
+#include "store/xattrs.h"
 
 namespace tbfs::store {
 
@@ -82,6 +83,9 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   m.set_chunks(chunks);
   m.set_file_class(options.file_class);
   m.set_migrated_ns(NowNs());
+  // ACLs and every other attribute go with the file (a change after the
+  // stat changes its ctime: the migration then leaves it in place).
+  TBFS_RETURN_IF_ERROR(ReadXattrs(fd, path, &m));
 
   WriteBatch batch;
   uint64_t stored = 0;
@@ -267,6 +271,11 @@ Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
   }
   if (options.keep_owner && ::fchown(fd.get(), m.uid(), m.gid()) != 0 && errno != EPERM) {
     return fail(Status::FromErrno(errno, "chown", dest));
+  }
+  // The file as it was, ACLs included: before the mode, which a set ACL
+  // changes (the mode then sets the ACL's mask to what the file had).
+  if (options.keep_owner) {
+    if (Status st = ApplyXattrs(fd.get(), dest, m); !st.ok()) return fail(st);
   }
   if (::fchmod(fd.get(), m.mode() & 07777) != 0)
     return fail(Status::FromErrno(errno, "chmod", dest));

@@ -69,7 +69,9 @@ Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* 
 Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool* pool);
 
 struct MaterializeOptions {
-  bool keep_owner = true;  // chown to the manifest's uid/gid (EPERM ignored when not root)
+  // chown to the manifest's uid/gid (EPERM ignored when not root), and
+  // put its extended attributes (ACLs too) back on the file
+  bool keep_owner = true;
   bool replace = false;    // replace an existing file at the destination
   bool sync = true;        // fsync the file and its folder (export does not need it)
   // Folders missing on the way are made as the store's namespace remembers

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tbfs::testing {
 
@@ -40,6 +42,32 @@ inline std::string ReadBytes(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// A POSIX access ACL in the kernel's xattr form (system.posix_acl_access):
+// the owner's, group's and others' bits from `mode`, plus named users'
+// entries {uid, perm}; a mask of `mask` when there are named entries.
+inline std::string AccessAcl(unsigned mode, const std::vector<std::pair<unsigned, unsigned>>& users,
+                             unsigned mask = 7) {
+  std::string acl;
+  auto put16 = [&](unsigned v) {
+    acl.push_back(static_cast<char>(v & 0xff));
+    acl.push_back(static_cast<char>(v >> 8 & 0xff));
+  };
+  auto entry = [&](unsigned tag, unsigned perm, unsigned id) {
+    put16(tag);
+    put16(perm);
+    put16(id & 0xffff);
+    put16(id >> 16);
+  };
+  put16(2);
+  put16(0);
+  entry(0x01, mode >> 6 & 7, ~0u);
+  for (const auto& [uid, perm] : users) entry(0x02, perm, uid);
+  entry(0x04, mode >> 3 & 7, ~0u);
+  if (!users.empty()) entry(0x10, mask, ~0u);
+  entry(0x20, mode & 7, ~0u);
+  return acl;
 }
 
 inline void WriteBytes(const std::string& path, const std::string& bytes) {

@@ -8,9 +8,11 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <regex>
@@ -284,6 +286,77 @@ TEST_F(HostileUser, FoldersTooDeepToWalkDoNotFloodTheLog) {
   EXPECT_LT(log.size(), 64u << 10) << "the log grew to " << log.size() << " bytes";
   Unmount();
   RunCommand("rm -rf " + Quote(top));  // too deep for the fixture's remove_all
+}
+
+// POSIX ACLs hold through the mount, hot and cold, and a cold file keeps
+// its ACL and attributes (issue 21, finding 5): v's traces, root's, one
+// with an ACL entry shutting the user out of a 0644 file, one granting the
+// user read on a 0600 file. The kernel checked the mode bits only.
+TEST_F(HostileUser, AclsHoldThroughTheMountHotAndColdAndComeBack) {
+  std::vector<std::string> traces = Traces("v");
+  ASSERT_GE(traces.size(), 2u);
+  const std::string denied = traces[0], granted = traces[1];
+  const std::string deny = AccessAcl(0644, {{kUser, 0}}, 4);
+  const std::string grant = AccessAcl(0600, {{kUser, 4}}, 4);
+  for (const auto& [rel, acl] : {std::pair{denied, deny}, std::pair{granted, grant}}) {
+    ASSERT_EQ(::setxattr(L(rel).c_str(), "system.posix_acl_access", acl.data(), acl.size(), 0), 0)
+        << std::strerror(errno);
+    ASSERT_EQ(::setxattr(L(rel).c_str(), "user.note", "kept", 4, 0), 0) << std::strerror(errno);
+  }
+  // The user's view: 0 readable, 1 refused, 2 not even that (an error).
+  auto user_reads = [&](const std::string& rel) {
+    return AsUser([&] {
+      const int fd = ::open(M(rel).c_str(), O_RDONLY);
+      if (fd >= 0) {
+        ::close(fd);
+        return 0;
+      }
+      return errno == EACCES ? 1 : 2;
+    });
+  };
+  auto xattr = [](const std::string& path, const char* name) {
+    std::string v(4096, '\0');
+    ssize_t n = ::getxattr(path.c_str(), name, v.data(), v.size());
+    return n < 0 ? std::string("<") + std::strerror(errno) + ">" : v.substr(0, n);
+  };
+  Mount("--no-migrate --cold-after 0 -o allow_other");
+  EXPECT_EQ(user_reads(denied), 1) << "hot: the ACL's deny entry was not enforced";
+  EXPECT_EQ(user_reads(granted), 0) << "hot: the ACL's grant was not honoured";
+  ASSERT_EQ(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null")).exit_code, 0);
+  ASSERT_EQ(State(M(denied)), "cold");
+  ASSERT_EQ(State(M(granted)), "cold");
+  EXPECT_EQ(user_reads(denied), 1) << "cold: the ACL's deny entry was not enforced";
+  EXPECT_EQ(user_reads(granted), 0) << "cold: the ACL's grant was not honoured";
+  EXPECT_EQ(xattr(M(denied), "user.note"), "kept");
+  EXPECT_EQ(xattr(M(denied), "system.posix_acl_access"), deny);
+  std::string names(4096, '\0');
+  ssize_t n = ::listxattr(M(denied).c_str(), names.data(), names.size());
+  ASSERT_GT(n, 0);
+  names.resize(static_cast<size_t>(n));
+  EXPECT_NE(names.find("user.note"), std::string::npos);
+  EXPECT_EQ(names.find("user.tbfs.state"), std::string::npos);
+  // Attributes of a cold file change in place (it stays cold)...
+  EXPECT_EQ(::setxattr(M(denied).c_str(), "user.more", "added", 5, 0), 0) << std::strerror(errno);
+  EXPECT_EQ(xattr(M(denied), "user.more"), "added");
+  EXPECT_EQ(::removexattr(M(denied).c_str(), "user.note"), 0) << std::strerror(errno);
+  EXPECT_EQ(xattr(M(denied), "user.note"), "<" + std::string(std::strerror(ENODATA)) + ">");
+  EXPECT_EQ(State(M(denied)), "cold");
+  // ...and a chmod takes the ACL with it: group bits 0 mask the user's entry.
+  ASSERT_EQ(::chmod(M(granted).c_str(), 0600), 0);
+  EXPECT_EQ(State(M(granted)), "cold");
+  EXPECT_EQ(user_reads(granted), 1) << "cold: chmod 0600 left the ACL's grant in force";
+  ASSERT_EQ(::chmod(M(granted).c_str(), 0640), 0);
+  EXPECT_EQ(user_reads(granted), 0);
+  // Back hot: the backing file has them all.
+  {
+    auto w = OpenFile(M(denied), O_WRONLY);  // rehydrates
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+  }
+  EXPECT_EQ(State(M(denied)), "hot");
+  EXPECT_EQ(xattr(L(denied), "system.posix_acl_access"), deny);
+  EXPECT_EQ(xattr(L(denied), "user.more"), "added");
+  EXPECT_EQ(user_reads(denied), 1) << "rehydrated: the ACL's deny entry was lost";
+  Unmount();
 }
 
 }  // namespace

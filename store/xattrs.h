@@ -1,0 +1,48 @@
+// Extended attributes of cold files: what migration reads from a file and
+// keeps in its manifest, what a write-back puts on the file again, and the
+// POSIX access ACL's tie to the mode bits (the rules the kernel applies to
+// an ACL on a disk filesystem, applied here to a cold file's manifest).
+//
+// An access ACL (system.posix_acl_access) is the kernel's xattr form:
+// a u32 version (2), then 8-byte entries {u16 tag, u16 perm, u32 id},
+// little endian, sorted by tag then id.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "store/proto/store.pb.h"
+
+namespace tbfs::store {
+
+inline constexpr char kAclAccessXattr[] = "system.posix_acl_access";
+inline constexpr char kAclDefaultXattr[] = "system.posix_acl_default";
+// What one file's attributes may take in a manifest: more is refused (the
+// file stays hot; a setxattr on a cold file fails with ENOSPC).
+inline constexpr size_t kMaxXattrBytes = 64 << 10;
+
+// Every attribute of the file open as fd into m (replacing what m had).
+Status ReadXattrs(int fd, const std::string& path, storepb::Manifest* m);
+// Puts m's attributes on the file open as fd.
+Status ApplyXattrs(int fd, const std::string& path, const storepb::Manifest& m);
+
+// The value of attribute `name` in m, or nullptr.
+const std::string* FindXattr(const storepb::Manifest& m, std::string_view name);
+// Sets (value != nullptr) or removes attribute `name` of m, with the
+// kernel's flags (XATTR_CREATE, XATTR_REPLACE). 0 or a negative errno.
+// Setting an access ACL sets the mode's permission bits from it, and an
+// ACL the mode bits say in full is not kept (as on a disk filesystem).
+int SetXattr(storepb::Manifest* m, std::string_view name, const std::string* value, int flags);
+// A chmod of a file with an access ACL: the ACL's owner, group (or mask)
+// and other entries take the new bits.
+void ChmodXattrs(storepb::Manifest* m, mode_t mode);
+
+// The mode's permission bits an access ACL gives (owner, mask or group,
+// other), and whether the ACL holds only those three entries. False for a
+// value that is not a valid access ACL.
+bool AclModeBits(std::string_view acl, mode_t* bits, bool* minimal);
+
+}  // namespace tbfs::store
