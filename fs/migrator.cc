@@ -105,6 +105,9 @@ int Migrator::RunNow() {
 void Migrator::AfterBatch(const store::BatchResult& batch) {
   MutexLock lock(mu_);
   stats_.batches++;
+  for (const store::FileResult& f : batch.files) {
+    if (f.reason.starts_with(store::kStickyReason)) pass_conflicts_.push_back(f.path);
+  }
   if (!batch.not_run.empty()) {
     // Nothing was verified: the last verifier's word stands.
     stats_.last_error = "batch " + std::to_string(batch.batch_id) + " not run: " + batch.not_run;
@@ -308,7 +311,20 @@ Status Migrator::MovePass() {
     }
   }
   mopt.held_owners = &held_owners;
+  {
+    MutexLock lock(mu_);
+    pass_conflicts_.clear();
+  }
   auto result = store::Migrate(store_, logdir_, candidates, mopt);
+  std::vector<std::string> conflicts;
+  {
+    MutexLock lock(mu_);
+    conflicts.swap(pass_conflicts_);
+    stats_.conflicts = conflicts.size();
+    stats_.conflict_examples.assign(
+        conflicts.begin(), conflicts.begin() + std::min(conflicts.size(), kWarningExamples));
+  }
+  conflict_log_.Log(conflicts);
   if (!result.ok()) return result.status();
   for (const auto& [folder, why] : result->failed_runs) {
     spdlog::warn(

@@ -70,6 +70,10 @@ struct MigratorStats {
   // and the first few of them.
   uint64_t sparse = 0;
   std::vector<std::string> sparse_examples;
+  // Hot files the last pass left in place because another owner's cold
+  // file is at their name in a sticky folder (store::kStickyReason).
+  uint64_t conflicts = 0;
+  std::vector<std::string> conflict_examples;
   // Owners whose traces are all held hot for a while: a tfevents file of
   // theirs failed the check after a batch moved.
   std::vector<uint32_t> held_owners;
@@ -161,6 +165,10 @@ class Migrator {
   RepeatedWarning unwalked_log_ TBFS_GUARDED_BY(pass_mu_){"entries not walked"};
   RepeatedWarning sparse_log_ TBFS_GUARDED_BY(pass_mu_){
       "sparse traces left hot (holes are not stored as holes)"};
+  RepeatedWarning conflict_log_ TBFS_GUARDED_BY(pass_mu_){
+      "hot files left in place: another owner's cold file is at their name in a sticky folder "
+      "(both kept)"};
+  std::vector<std::string> pass_conflicts_ TBFS_GUARDED_BY(mu_);  // this pass's, so far
   RepeatedWarning blocked_log_ TBFS_GUARDED_BY(pass_mu_){
       "runs whose traces stay hot: a tfevents file of theirs cannot be read"};
 };

@@ -87,6 +87,7 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
       {"blocked", {{"runs", m.blocked_runs.size()}, {"list", blocked}, {"owners", m.held_owners}}},
       {"unwalked", {{"entries", m.unwalked}, {"examples", m.unwalked_examples}}},
       {"sparse", {{"files", m.sparse}, {"examples", m.sparse_examples}}},
+      {"conflicts", {{"files", m.conflicts}, {"examples", m.conflict_examples}}},
       // Recorded by a recovery until an admin clears them (fsck --clear-lost).
       {"lost",
        {{"files", lost.size()},

@@ -102,6 +102,7 @@ class BatchRunner {
                   events::LogdirDigest* full);
 
  private:
+  std::string StickyConflict(int dir_fd, const struct stat& st, const std::string& rel);
   // Copies one file and moves it aside; nothing when it stays in place
   // (*result says why).
   std::optional<Staged> Stage(const storepb::JournalEntry& entry, const Candidate& c, size_t index,
@@ -163,6 +164,21 @@ void BatchRunner::GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, F
   if (!st.ok()) spdlog::error("migrate: drop the copy of {}: {}", result->path, st.message());
 }
 
+// Who owns the cold file the hot file `st` (in folder dir_fd) would
+// replace, when the folder is sticky and its owner could not replace it
+// there ("uid N"); "" when it may.
+std::string BatchRunner::StickyConflict(int dir_fd, const struct stat& st,
+                                        const std::string& rel) {
+  struct stat folder;
+  if (::fstat(dir_fd, &folder) != 0 || !(folder.st_mode & S_ISVTX)) return "";
+  if (st.st_uid == 0 || st.st_uid == folder.st_uid) return "";
+  auto entry = store_.GetEntry(rel);
+  if (!entry.ok() || entry->kind() != storepb::Entry::FILE) return "";
+  auto cold = store_.GetManifest(entry->file_id());
+  if (!cold.ok() || cold->uid() == st.st_uid) return "";
+  return fmt::format("uid {}", cold->uid());
+}
+
 std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, const Candidate& c,
                                          size_t index, FileResult* result) {
   const std::string path = JoinPath(logdir_, c.path);
@@ -193,6 +209,11 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   }
   if (HasHole(fd, static_cast<uint64_t>(st.st_size))) {
     return give_up(Outcome::kChanged, std::string(kSparseReason) + " (sparse): stays in place");
+  }
+  if (std::string who = StickyConflict(s.dir.get(), st, c.path); !who.empty()) {
+    return give_up(Outcome::kChanged, fmt::format("{} ({}) in a sticky folder: both kept, this "
+                                                  "one stays in place",
+                                                  kStickyReason, who));
   }
   if (Status lease = TakeReadLease(fd); !lease.ok())
     return give_up(Outcome::kChanged, lease.message());

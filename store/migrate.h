@@ -65,6 +65,10 @@ struct Skipped {
 // How a Skipped reason starts for a sparse file (left hot: holes are not
 // stored as holes).
 inline constexpr std::string_view kSparseReason = "has holes";
+// A hot file that would replace another owner's cold file in a sticky
+// folder (only that file's owner, the folder's, or root may): both stay,
+// the hot one in place (it shows at the name), the cold one in the store.
+inline constexpr std::string_view kStickyReason = "another owner's cold file is at its name";
 
 struct CandidateOptions {
   Policy policy;

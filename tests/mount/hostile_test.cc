@@ -359,5 +359,44 @@ TEST_F(HostileUser, AclsHoldThroughTheMountHotAndColdAndComeBack) {
   Unmount();
 }
 
+// In a sticky shared folder, a user who writes a file straight into the
+// logdir at another user's cold path (free in the backing folder) does not
+// get it replaced (issue 21, finding 7): both contents stay, the conflict
+// is shown, and the cold file is back once the other is gone.
+TEST_F(HostileUser, AFileAtAnotherOwnersColdPathInAStickyFolderReplacesNothing) {
+  constexpr uid_t kAlice = 65533;
+  ASSERT_EQ(::mkdir(L("shared").c_str(), 01777), 0);
+  ASSERT_EQ(::chmod(L("shared").c_str(), 01777), 0);
+  WriteBytes(L("shared/events.out.tfevents.1.host"), "");
+  const std::string rel = "shared/alice.pt.trace.json";
+  WriteBytes(L(rel), std::string(20000, 'a'));
+  ASSERT_EQ(::chown(L(rel).c_str(), kAlice, kAlice), 0);
+  Mount("--no-migrate --cold-after 0 -o allow_other");
+  ASSERT_EQ(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null")).exit_code, 0);
+  ASSERT_EQ(State(M(rel)), "cold");
+  // The user writes at that name in the logdir itself, as a job would.
+  ASSERT_EQ(AsUser([&] {
+              const int fd = ::open(L(rel).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+              if (fd < 0) return 1;
+              const std::string mine(30000, 'b');
+              const bool ok = ::write(fd, mine.data(), mine.size()) == 30000;
+              ::close(fd);
+              return ok ? 0 : 2;
+            }),
+            0);
+  auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(ReadBytes(L(rel)), std::string(30000, 'b')) << "the user's file did not stay in place";
+  nlohmann::json s = Status();
+  EXPECT_EQ(s["conflicts"]["files"].get<uint64_t>(), 1u) << s.dump();
+  auto plain = RunCommand(Tbfs("status " + mnt_));
+  EXPECT_NE(plain.out.find("sticky folder"), std::string::npos) << plain.out;
+  EXPECT_NE(MountLog().find("another owner's cold file"), std::string::npos);
+  // Once the user's file is gone, the cold file shows again, as it was.
+  ASSERT_EQ(::unlink(L(rel).c_str()), 0);
+  EXPECT_EQ(ReadBytes(M(rel)), std::string(20000, 'a')) << "the cold file was replaced";
+  Unmount();
+}
+
 }  // namespace
 }  // namespace tbfs::testing

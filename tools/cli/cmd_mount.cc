@@ -173,6 +173,12 @@ int RunStatus(const std::string& mountpoint, bool json) {
         "check after its batch moved)\n",
         uids);
   }
+  if (j.contains("conflicts") && j["conflicts"].value("files", uint64_t{0}) > 0) {
+    fmt::print(
+        "hot files left in place (another owner's cold file is at their name in a sticky "
+        "folder; both kept): {}, e.g. {}\n",
+        u("conflicts", "files"), Printable(j["conflicts"]["examples"][0].get<std::string>()));
+  }
   if (j.contains("sparse") && j["sparse"].value("files", uint64_t{0}) > 0) {
     fmt::print("sparse traces left hot (holes are not stored as holes): {}, e.g. {}\n",
                u("sparse", "files"), Printable(j["sparse"]["examples"][0].get<std::string>()));
