@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -450,6 +451,47 @@ Status WalkTree(const std::string& root, const WalkOptions& options,
   auto dir = OpenFile(root, O_RDONLY | O_DIRECTORY);
   if (!dir.ok()) return dir.status();
   return WalkFrom(std::move(dir).value(), options, visit);
+}
+
+namespace {
+bool SameTime(const struct timespec& a, const struct timespec& b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+}  // namespace
+
+void FolderTimes::Before(int dir_fd) {
+  struct stat st;
+  if (::fstat(dir_fd, &st) != 0) return;
+  auto [it, added] = folders_.try_emplace({st.st_dev, st.st_ino});
+  Folder& f = it->second;
+  if (added) {
+    f.fd.reset(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+    f.original = f.expected = st.st_mtim;
+  } else if (!SameTime(st.st_mtim, f.expected)) {
+    f.foreign = true;  // changed by someone else since our last change
+  }
+}
+
+void FolderTimes::After(int dir_fd) {
+  struct stat st;
+  if (::fstat(dir_fd, &st) != 0) return;
+  auto it = folders_.find({st.st_dev, st.st_ino});
+  if (it != folders_.end()) it->second.expected = st.st_mtim;
+}
+
+void FolderTimes::Restore() {
+  for (auto& [key, f] : folders_) {
+    struct stat st;
+    if (f.foreign || !f.fd.valid() || ::fstat(f.fd.get(), &st) != 0 ||
+        !SameTime(st.st_mtim, f.expected) || SameTime(st.st_mtim, f.original)) {
+      continue;
+    }
+    // The fd may be O_PATH: set the times through its /proc name.
+    const std::string proc = "/proc/self/fd/" + std::to_string(f.fd.get());
+    struct timespec times[2] = {{0, UTIME_OMIT}, f.original};
+    (void)::utimensat(AT_FDCWD, proc.c_str(), times, 0);
+  }
+  folders_.clear();
 }
 
 }  // namespace tbfs

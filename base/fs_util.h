@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -110,6 +111,30 @@ Result<UniqueFd> OpenOwnFolder(const std::string& dir);
 Result<UniqueFd> MakeDirsBeneath(
     int dir_fd, std::string_view rel, mode_t mode,
     const std::function<void(const std::string& rel, int fd)>& made = {});
+
+// Gives folders back the modification time they had before tbfs's own
+// changes to them (a file moved aside and unlinked by a migration, a file
+// put in place by a rehydration), so that `find -newer`, backups and
+// rsync see a folder change only where a user changed it. Around each
+// change of its own a caller calls Before(dir) and After(dir); Restore()
+// then sets each folder's mtime back to what it was before the first of
+// them, unless the folder changed between them or since (someone else's
+// change, which then stands). The ctime cannot be given back. Not
+// thread-safe: one per batch or operation.
+class FolderTimes {
+ public:
+  void Before(int dir_fd);
+  void After(int dir_fd);
+  void Restore();
+
+ private:
+  struct Folder {
+    UniqueFd fd;
+    struct timespec original{}, expected{};
+    bool foreign = false;
+  };
+  std::map<std::pair<dev_t, ino_t>, Folder> folders_;
+};
 
 // "a" + "b" -> "a/b"; either side may be empty.
 std::string JoinPath(std::string_view a, std::string_view b);

@@ -240,11 +240,19 @@ Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
   const std::string tmp = TempNameFor(name, m.file_id());
   const int dfd = dir->get();
   ::unlinkat(dfd, tmp.c_str(), 0);  // left over by a crash
+  // The folder's mtime comes back after the temporary file's coming and
+  // going (FolderTimes): to users the file was there all along (cold).
+  FolderTimes folder_times;
+  folder_times.Before(dfd);
   UniqueFd fd(
       ::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  folder_times.After(dfd);
   if (!fd.valid()) return Status::FromErrno(errno, "create", JoinPath(ParentPath(dest), tmp));
   auto fail = [&](Status st) {
+    folder_times.Before(dfd);
     ::unlinkat(dfd, tmp.c_str(), 0);
+    folder_times.After(dfd);
+    folder_times.Restore();
     return st;
   };
 
@@ -286,9 +294,11 @@ Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
   fd.reset();
 
   unsigned flags = options.replace ? 0 : RENAME_NOREPLACE;
-  if (::renameat2(dfd, tmp.c_str(), dfd, name.c_str(), flags) != 0) {
-    return fail(Status::FromErrno(errno, "rename into place", dest));
-  }
+  folder_times.Before(dfd);
+  const int placed = ::renameat2(dfd, tmp.c_str(), dfd, name.c_str(), flags);
+  folder_times.After(dfd);
+  if (placed != 0) return fail(Status::FromErrno(errno, "rename into place", dest));
+  folder_times.Restore();
   if (options.sync && ::fsync(dfd) != 0) return Status::FromErrno(errno, "fsync", ParentPath(dest));
   return Status::OK();
 }

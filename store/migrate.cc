@@ -138,6 +138,8 @@ class BatchRunner {
  public:
   // Why the store could take no more (empty while it could).
   std::string store_full_;
+  // The folders this batch changes get their mtime back at its end.
+  FolderTimes folder_times_;
 
  private:
   ColdStore& store_;
@@ -275,8 +277,11 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
     return give_up(Outcome::kChanged, "open for writing through the mount; left in place");
   }
   s.aside = AsideName(s.name, entry.file_id());
-  if (::renameat2(s.dir.get(), s.name.c_str(), s.dir.get(), s.aside.c_str(), RENAME_NOREPLACE) !=
-      0) {
+  folder_times_.Before(s.dir.get());
+  const int aside =
+      ::renameat2(s.dir.get(), s.name.c_str(), s.dir.get(), s.aside.c_str(), RENAME_NOREPLACE);
+  folder_times_.After(s.dir.get());
+  if (aside != 0) {
     Status err = Status::FromErrno(errno, "rename aside", path);
     if (options_.observer != nullptr) options_.observer->EndMove(entry.file_id(), false);
     return give_up(Outcome::kChanged, err.message());
@@ -345,7 +350,10 @@ void BatchRunner::Finish(Staged s, const Status& durable, FileResult* result,
   const bool free =
       target.ok() && ::fstatat(target->get(), name.c_str(), &taken, AT_SYMLINK_NOFOLLOW) != 0;
   if (durable.ok() && LeaseHeld(s.file.get()) && free) {
-    if (::unlinkat(dir, s.aside.c_str(), 0) == 0) {
+    folder_times_.Before(dir);
+    const int unlinked = ::unlinkat(dir, s.aside.c_str(), 0);
+    folder_times_.After(dir);
+    if (unlinked == 0) {
       MaybeCrash("migrate.unlinked");
       if (options_.observer != nullptr) options_.observer->EndMove(id, true);
       result->outcome = Outcome::kMoved;
@@ -382,7 +390,13 @@ void BatchRunner::Finish(Staged s, const Status& durable, FileResult* result,
   }
   std::string where = now->path();
   int to = target.ok() ? target->get() : dir;
-  if (!target.ok() || ::renameat2(dir, s.aside.c_str(), to, name.c_str(), RENAME_NOREPLACE) != 0) {
+  folder_times_.Before(dir);
+  if (to != dir) folder_times_.Before(to);
+  const int back =
+      target.ok() ? ::renameat2(dir, s.aside.c_str(), to, name.c_str(), RENAME_NOREPLACE) : -1;
+  folder_times_.After(dir);
+  if (to != dir) folder_times_.After(to);
+  if (back != 0) {
     std::string beside = fmt::format("{}.tbfs-recovered-{}", target.ok() ? name : s.name, id);
     where = JoinPath(ParentPath(target.ok() ? now->path() : s.manifest.path()), beside);
     if (::renameat2(dir, s.aside.c_str(), to, beside.c_str(), RENAME_NOREPLACE) != 0) {
@@ -545,6 +559,8 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     }
   }
   finish_group();
+  // Before the folders are synced: their times as the users left them.
+  folder_times_.Restore();
   for (const std::string& dir : folders) {
     auto fd = dir.empty() ? OpenFile(logdir_, O_RDONLY | O_DIRECTORY)
                           : OpenBeneath(root_fd_, dir, O_RDONLY | O_DIRECTORY);

@@ -1,12 +1,14 @@
 #include "store/restore.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "base/work_pool.h"
 #include "store/maintenance.h"
@@ -108,6 +110,47 @@ TEST_F(MigrateTest, AclsAndXattrsComeBackWithTheFile) {
   EXPECT_EQ(after.st_mode & 07777, before.st_mode & 07777);
   EXPECT_EQ(xattr(path, "user.note"), "kept");
   EXPECT_EQ(xattr(path, "system.posix_acl_access"), acl_before);
+}
+
+// Migration and restore change no folder's mtime (issue 21, finding 10):
+// to users the files were there all along; only the ctime moves.
+TEST_F(MigrateTest, FolderTimesAreThoseUsersMade) {
+  std::vector<Candidate> candidates = Candidates();
+  ASSERT_FALSE(candidates.empty());
+  std::set<std::string> folders;
+  for (const Candidate& c : candidates) folders.insert(JoinPath(logdir_, ParentPath(c.path)));
+  const struct timespec old_time = {1600000000, 123456789};
+  for (const std::string& f : folders) {
+    struct timespec times[2] = {old_time, old_time};
+    ASSERT_EQ(::utimensat(AT_FDCWD, f.c_str(), times, 0), 0);
+  }
+  auto mtime_of = [](const std::string& f) {
+    struct stat st;
+    return ::stat(f.c_str(), &st) == 0 ? st.st_mtim : timespec{-1, 0};
+  };
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok() && result->ok());
+  ASSERT_EQ(result->files_moved, candidates.size());
+  for (const std::string& f : folders) {
+    EXPECT_EQ(mtime_of(f).tv_sec, old_time.tv_sec) << f << ": changed by the migration";
+    EXPECT_EQ(mtime_of(f).tv_nsec, old_time.tv_nsec) << f;
+  }
+  WorkPool pool(2);
+  std::vector<storepb::Manifest> cold;
+  std::vector<std::string> missing;
+  ASSERT_TRUE(SelectCold(*store_, {}, &cold, &missing).ok());
+  auto restored = Restore(*store_, logdir_, cold, &pool, nullptr);
+  ASSERT_TRUE(restored.ok() && restored->failed.empty());
+  for (const std::string& f : folders) {
+    EXPECT_EQ(mtime_of(f).tv_sec, old_time.tv_sec) << f << ": changed by the restore";
+  }
+  // A user's own change in a folder between tbfs's stands.
+  WriteBytes(JoinPath(*folders.begin(), "new.txt"), "mine");
+  const struct timespec mine = mtime_of(*folders.begin());
+  EXPECT_NE(mine.tv_sec, old_time.tv_sec);
+  auto again = Migrate(*store_, logdir_, Candidates(), Options());
+  ASSERT_TRUE(again.ok() && again->ok());
+  EXPECT_EQ(mtime_of(*folders.begin()).tv_sec, mine.tv_sec);
 }
 
 // A user's symlink at the export folder, or above it, or a folder another
