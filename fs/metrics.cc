@@ -115,6 +115,9 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
             static_cast<double>(m.rolled_back));
   f.Counter("tbfs_migration_store_full_total", "Migrator passes cut short: the store had no room",
             static_cast<double>(m.stopped_store_full));
+  f.Counter("tbfs_migration_over_budget_total",
+            "Migrator passes that used their time budget (the rest moved at the next)",
+            static_cast<double>(m.over_budget));
   f.Counter("tbfs_migrated_files_total", "Files moved into the cold store",
             static_cast<double>(m.files_moved));
   f.Counter("tbfs_migrated_bytes_total", "Logical bytes moved into the cold store",

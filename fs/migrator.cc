@@ -21,6 +21,11 @@ constexpr int64_t kWarningRepeatNs = 3600ll * 1'000'000'000;
 // A run that failed the check after its batch moved stays hot this long:
 // one user cannot make every pass roll back everyone's batches.
 constexpr int64_t kHoldAfterFailureNs = 600ll * 1'000'000'000;
+// A pass moves files for this long at most, then ends (its batch verified
+// and committed); the rest waits for the next pass. One huge logdir, or a
+// user's thousands of new traces, cannot keep the migrator (retention,
+// the walk's warnings, status's figures) from coming round.
+constexpr auto kPassBudget = std::chrono::minutes(10);
 
 }  // namespace
 
@@ -287,6 +292,7 @@ Status Migrator::MovePass() {
   mopt.batch_files = 64;
   mopt.batch_bytes = 512ull << 20;
   mopt.stop = &stop_flag_;
+  mopt.deadline = std::chrono::steady_clock::now() + kPassBudget;
   mopt.observer = &fs_;  // files stay visible and open handles keep reading as they move
   mopt.after_batch = [this](const store::BatchResult& b) { AfterBatch(b); };
   mopt.batch_lock = &ns_mu_;
@@ -343,7 +349,13 @@ Status Migrator::MovePass() {
     held_owners.insert(uid);
   }
   NoteBlockedRuns(result->blocked_runs);
+  const bool over_budget = !stop_flag_ && std::chrono::steady_clock::now() >= mopt.deadline;
+  if (over_budget) {
+    spdlog::info("migrator: the pass used its {} min; what is left moves at the next pass",
+                 std::chrono::duration_cast<std::chrono::minutes>(kPassBudget).count());
+  }
   MutexLock lock(mu_);
+  if (over_budget) stats_.over_budget++;
   stats_.held_owners.assign(held_owners.begin(), held_owners.end());
   stats_.files_moved += result->files_moved;
   stats_.bytes_moved += result->bytes_moved;

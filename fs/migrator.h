@@ -49,6 +49,7 @@ struct MigratorStats {
   uint64_t batches = 0;
   uint64_t rolled_back = 0;
   uint64_t stopped_store_full = 0;  // passes cut short: the store had no room
+  uint64_t over_budget = 0;         // passes cut short by their time budget (kPassBudget)
   uint64_t files_moved = 0;
   uint64_t bytes_moved = 0;
   uint64_t stored_bytes = 0;

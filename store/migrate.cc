@@ -41,7 +41,8 @@ constexpr auto kAsideGrace = std::chrono::milliseconds(20);
 constexpr size_t kGroupFiles = 256;
 constexpr auto kGroupAge = std::chrono::seconds(1);
 
-constexpr char kStoppedReason[] = "the migration was stopped; left in place";
+constexpr char kStoppedReason[] =
+    "the migration was stopped (or its time budget ran out); left in place";
 
 // A read lease on the file open (read-only) as fd. The kernel refuses it
 // while any process has the file open for writing and breaks it when one
@@ -133,7 +134,10 @@ class BatchRunner {
     return std::shared_lock(*options_.batch_lock);
   }
   bool retire() const { return options_.observer != nullptr; }
-  bool stopping() const { return options_.stop != nullptr && options_.stop->load(); }
+  bool stopping() const {
+    return (options_.stop != nullptr && options_.stop->load()) ||
+           std::chrono::steady_clock::now() >= options_.deadline;
+  }
 
  public:
   // Why the store could take no more (empty while it could).

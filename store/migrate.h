@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <set>
@@ -126,6 +127,9 @@ struct MigrateOptions {
   // flight is given up, the files not yet copied stay in place, and the
   // batch is verified and committed with what moved; no batch follows.
   const std::atomic<bool>* stop = nullptr;
+  // The same stop once this time has come (a pass's time budget): what is
+  // not moved by then waits for the next pass. Never, by default.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   // Held shared around each short step that changes the namespace (a
   // manifest's commit, a file's move aside and its unlink, the verifier and
   // a rollback): the mount's namespace lock, so renames never interleave

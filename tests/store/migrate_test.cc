@@ -557,6 +557,25 @@ TEST(LogDamage, ACrashAfterTheFirstUnlinkAndADamagedLogLoseNothing) {
   ExpectEveryFileOnce(**store, logdir, before, baseline, dir / "check", "damaged log");
 }
 
+// A pass's time budget (MigrateOptions::deadline): once it has run out,
+// no file starts moving; the files wait, untouched, for the next pass.
+TEST_F(MigrateTest, APassWhoseBudgetRanOutMovesNothingMoreAndTheNextMovesTheRest) {
+  const std::vector<Candidate> candidates = Candidates();
+  MigrateOptions spent = Options();
+  spent.deadline = std::chrono::steady_clock::now();
+  auto first = Migrate(*store_, logdir_, candidates, spent);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->files_moved, 0u);
+  for (const Candidate& c : candidates) {
+    EXPECT_FALSE(store_->Lookup(c.path).ok()) << c.path << " moved after the deadline";
+  }
+  auto next = Migrate(*store_, logdir_, Candidates(), Options());
+  ASSERT_TRUE(next.ok() && next->ok());
+  EXPECT_EQ(next->files_moved, candidates.size());
+  TempDir scratch;
+  ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "budget");
+}
+
 // A folder that cannot be synced after the unlinks keeps the batch's
 // journal record: recovery decides it, whichever way the disk kept them.
 TEST_F(MigrateTest, AFolderThatCannotBeSyncedKeepsTheJournalRecord) {
