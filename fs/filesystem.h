@@ -388,7 +388,9 @@ class Filesystem : public store::MoveObserver {
   // After the hot file at `rel` left the path (unlinked, renamed away): the
   // cold file its presence hid there leaves too. The hot change stands
   // whatever happens; a failure is logged.
-  void DropShadowed(const std::string& rel);
+  // dir_fd and hot: the folder the hot file was in and its stat, for the
+  // sticky-folder rule (store::MayReplaceInFolder); unknown: dropped.
+  void DropShadowed(const std::string& rel, int dir_fd = -1, const struct stat* hot = nullptr);
   // Gives what a caller created to the caller, keeping the mode it asked
   // for (a chown clears set-id bits).
   // The object is open as fd, or (fd < 0) is opened O_PATH by name and must

@@ -209,9 +209,12 @@ int Filesystem::Unlink(uint64_t parent, const char* name) {
   auto unlink_hot = [&]() TBFS_REQUIRES_SHARED(ns_mu_) {
     InodeView v = inodes_.View(parent);
     if (v.kind != Kind::kHot) return -ENOENT;
+    struct stat hot;
+    const bool known = ::fstatat(v.fd->get(), name, &hot, AT_SYMLINK_NOFOLLOW) == 0;
     if (::unlinkat(v.fd->get(), name, 0) != 0) return Errno();
     std::string prel;
-    if (RelPath(parent, &prel) == 0) DropShadowed(JoinPath(prel, name));
+    if (RelPath(parent, &prel) == 0)
+      DropShadowed(JoinPath(prel, name), v.fd->get(), known ? &hot : nullptr);
     return 0;
   };
   {
@@ -228,13 +231,24 @@ int Filesystem::Unlink(uint64_t parent, const char* name) {
   return UnlinkCold(JoinPath(prel, name));
 }
 
-void Filesystem::DropShadowed(const std::string& rel) {
+void Filesystem::DropShadowed(const std::string& rel, int dir_fd, const struct stat* hot) {
   // A cold file at the path of a hot one is hidden by it: a copy the
   // migrator has committed but not yet moved aside, or an older version.
   // Once the hot file has gone from the path, it must not show there.
   auto entry = store_->GetEntry(rel);
   if (entry.status().IsNotFound() || (entry.ok() && entry->kind() != storepb::Entry::FILE)) {
     return;
+  }
+  // Unless it is another owner's in a sticky folder, where the hot file's
+  // owner could not have replaced it (store::kStickyReason): it shows again.
+  struct stat folder;
+  if (entry.ok() && hot != nullptr && ::fstat(dir_fd, &folder) == 0) {
+    auto m = store_->GetManifest(entry->file_id());
+    if (m.ok() && !store::MayReplaceInFolder(folder, hot->st_uid, m->uid())) {
+      spdlog::info("{}: uid {}'s file is gone; uid {}'s cold file at that name shows again",
+                   rel, hot->st_uid, m->uid());
+      return;  // (the kernel forgets the name it just unlinked by itself)
+    }
   }
   if (!entry.ok() || !store_->writer()) {
     // The hot file is gone all the same; the log names what may show.
@@ -343,7 +357,7 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
       if (r != 0)
         spdlog::error("rename over cold {}: its store entry stays: {}", dst, std::strerror(-r));
     }
-    if (!S_ISDIR(sst.st_mode) && !(flags & RENAME_EXCHANGE)) DropShadowed(src);
+    if (!S_ISDIR(sst.st_mode) && !(flags & RENAME_EXCHANGE)) DropShadowed(src, pv.fd->get(), &sst);
     if (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok()) {
       // The folder's cold contents move with it.
       store::WriteBatch b;

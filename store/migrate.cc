@@ -176,12 +176,13 @@ void BatchRunner::GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, F
 std::string BatchRunner::StickyConflict(int dir_fd, const struct stat& st,
                                         const std::string& rel) {
   struct stat folder;
-  if (::fstat(dir_fd, &folder) != 0 || !(folder.st_mode & S_ISVTX)) return "";
-  if (st.st_uid == 0 || st.st_uid == folder.st_uid) return "";
+  if (::fstat(dir_fd, &folder) != 0 || MayReplaceInFolder(folder, st.st_uid, st.st_uid + 1)) {
+    return "";  // not sticky, or the folder's or root's file (the cold owner aside)
+  }
   auto entry = store_.GetEntry(rel);
   if (!entry.ok() || entry->kind() != storepb::Entry::FILE) return "";
   auto cold = store_.GetManifest(entry->file_id());
-  if (!cold.ok() || cold->uid() == st.st_uid) return "";
+  if (!cold.ok() || MayReplaceInFolder(folder, st.st_uid, cold->uid())) return "";
   return fmt::format("uid {}", cold->uid());
 }
 

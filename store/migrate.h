@@ -70,6 +70,14 @@ inline constexpr std::string_view kSparseReason = "has holes";
 // folder (only that file's owner, the folder's, or root may): both stay,
 // the hot one in place (it shows at the name), the cold one in the store.
 inline constexpr std::string_view kStickyReason = "another owner's cold file is at its name";
+// The sticky-folder rule for a file of `newcomer` at the name of a cold
+// file of `owner` in `folder`: it may replace (or take with it) the cold
+// one only where the folder is not sticky, or it is the owner's, the
+// folder owner's or root's.
+inline bool MayReplaceInFolder(const struct stat& folder, uid_t newcomer, uid_t owner) {
+  return !(folder.st_mode & S_ISVTX) || newcomer == 0 || newcomer == folder.st_uid ||
+         newcomer == owner;
+}
 
 struct CandidateOptions {
   Policy policy;

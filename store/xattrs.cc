@@ -108,6 +108,13 @@ Status ReadXattrs(int fd, const std::string& path, storepb::Manifest* m) {
 }
 
 Status ApplyXattrs(int fd, const std::string& path, const storepb::Manifest& m) {
+  // The new file may have inherited its folder's default ACL: a file that
+  // had no ACL must not come back with one (it could grant what the mode
+  // does not).
+  if (FindXattr(m, kAclAccessXattr) == nullptr && ::fremovexattr(fd, kAclAccessXattr) != 0 &&
+      errno != ENODATA && errno != ENOTSUP) {
+    return Status::FromErrno(errno, "remove the inherited ACL of", path);
+  }
   for (const auto& x : m.xattrs()) {
     if (::fsetxattr(fd, x.name().c_str(), x.value().data(), x.value().size(), 0) == 0) continue;
     const int err = errno;
@@ -130,6 +137,10 @@ const std::string* FindXattr(const storepb::Manifest& m, std::string_view name) 
 }
 
 int SetXattr(storepb::Manifest* m, std::string_view name, const std::string* value, int flags) {
+  // As a disk filesystem: no system.* name but the access ACL (the kernel
+  // checks none of the others' callers), no empty name in a namespace.
+  if (name.starts_with("system.") && name != kAclAccessXattr) return -EOPNOTSUPP;
+  if (name == "user." || name == "trusted." || name == "security.") return -EINVAL;
   int at = -1;
   for (int i = 0; i < m->xattrs_size(); ++i) {
     if (m->xattrs(i).name() == name) at = i;
@@ -156,8 +167,13 @@ int SetXattr(storepb::Manifest* m, std::string_view name, const std::string* val
       return 0;
     }
   }
+  // No more than a disk filesystem's one attribute block holds, so that the
+  // file can always be written back (a file that came with more may keep
+  // what it had).
+  const size_t before = XattrBytes(*m);
   const size_t old = at >= 0 ? name.size() + 1 + m->xattrs(at).value().size() : 0;
-  if (XattrBytes(*m) - old + name.size() + 1 + value->size() > kMaxXattrBytes) return -ENOSPC;
+  const size_t after = before - old + name.size() + 1 + value->size();
+  if (after > kMaxXattrBytes || (after > kMaxNewXattrBytes && after > before)) return -ENOSPC;
   storepb::Xattr* x = at >= 0 ? m->mutable_xattrs(at) : m->add_xattrs();
   x->set_name(std::string(name));
   x->set_value(*value);

@@ -23,6 +23,9 @@ inline constexpr char kAclDefaultXattr[] = "system.posix_acl_default";
 // What one file's attributes may take in a manifest: more is refused (the
 // file stays hot; a setxattr on a cold file fails with ENOSPC).
 inline constexpr size_t kMaxXattrBytes = 64 << 10;
+// What a set on a cold file may grow them to: what one 4 KiB attribute
+// block of ext4 holds beside its headers, so that a write-back fits.
+inline constexpr size_t kMaxNewXattrBytes = 3 << 10;
 
 // Every attribute of the file open as fd into m (replacing what m had).
 Status ReadXattrs(int fd, const std::string& path, storepb::Manifest* m);

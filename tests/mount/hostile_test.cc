@@ -294,8 +294,9 @@ TEST_F(HostileUser, FoldersTooDeepToWalkDoNotFloodTheLog) {
 // user read on a 0600 file. The kernel checked the mode bits only.
 TEST_F(HostileUser, AclsHoldThroughTheMountHotAndColdAndComeBack) {
   std::vector<std::string> traces = Traces("v");
-  ASSERT_GE(traces.size(), 2u);
-  const std::string denied = traces[0], granted = traces[1];
+  ASSERT_GE(traces.size(), 3u);
+  const std::string denied = traces[0], granted = traces[1], plain = traces[2];
+  ASSERT_EQ(::chmod(L(plain).c_str(), 0600), 0);
   const std::string deny = AccessAcl(0644, {{kUser, 0}}, 4);
   const std::string grant = AccessAcl(0600, {{kUser, 4}}, 4);
   for (const auto& [rel, acl] : {std::pair{denied, deny}, std::pair{granted, grant}}) {
@@ -347,6 +348,30 @@ TEST_F(HostileUser, AclsHoldThroughTheMountHotAndColdAndComeBack) {
   EXPECT_EQ(user_reads(granted), 1) << "cold: chmod 0600 left the ACL's grant in force";
   ASSERT_EQ(::chmod(M(granted).c_str(), 0640), 0);
   EXPECT_EQ(user_reads(granted), 0);
+  // No name a disk filesystem would refuse, and no more than it holds (a
+  // cold file must always be able to go back): system.* but the ACL, or
+  // a value too big for one attribute block.
+  EXPECT_NE(::setxattr(M(denied).c_str(), "system.foo", "x", 1, 0), 0);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  const std::string big(60000, 'x');
+  EXPECT_NE(::setxattr(M(denied).c_str(), "user.big", big.data(), big.size(), 0), 0);
+  EXPECT_EQ(errno, ENOSPC);
+  // A file without an ACL comes back without one, whatever default ACL
+  // its folder got meanwhile (one granting the user everything here).
+  ASSERT_EQ(State(M(plain)), "cold");
+  const std::string folder = L(std::string(ParentPath(plain)));
+  const std::string inherit = AccessAcl(0755, {{kUser, 7}}, 7);
+  ASSERT_EQ(::setxattr(folder.c_str(), "system.posix_acl_default", inherit.data(), inherit.size(),
+                       0),
+            0)
+      << std::strerror(errno);
+  EXPECT_EQ(user_reads(plain), 1);
+  {
+    auto w = OpenFile(M(plain), O_WRONLY);  // rehydrates
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+  }
+  EXPECT_EQ(State(M(plain)), "hot");
+  EXPECT_EQ(user_reads(plain), 1) << "rehydrated: the folder's default ACL let the user in";
   // Back hot: the backing file has them all.
   {
     auto w = OpenFile(M(denied), O_WRONLY);  // rehydrates
@@ -392,8 +417,17 @@ TEST_F(HostileUser, AFileAtAnotherOwnersColdPathInAStickyFolderReplacesNothing) 
   auto plain = RunCommand(Tbfs("status " + mnt_));
   EXPECT_NE(plain.out.find("sticky folder"), std::string::npos) << plain.out;
   EXPECT_NE(MountLog().find("another owner's cold file"), std::string::npos);
-  // Once the user's file is gone, the cold file shows again, as it was.
-  ASSERT_EQ(::unlink(L(rel).c_str()), 0);
+  // The user removes their file through the mount: only theirs goes (the
+  // sticky bit keeps them from removing the other's), and the cold file
+  // shows again, as it was.
+  // (The kernel may show the name as it was for up to 10 s: until then it
+  // is the cold file, which the user may not remove.)
+  struct stat seen {};
+  for (int i = 0; i < 150 && (::stat(M(rel).c_str(), &seen) != 0 || seen.st_size != 30000); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(seen.st_size, 30000) << "the mount never showed the user's file";
+  EXPECT_EQ(AsUser([&] { return ::unlink(M(rel).c_str()) == 0 ? 0 : 1; }), 0);
+  EXPECT_EQ(State(M(rel)), "cold");
   EXPECT_EQ(ReadBytes(M(rel)), std::string(20000, 'a')) << "the cold file was replaced";
   Unmount();
 }
