@@ -254,7 +254,9 @@ TEST(StoreOpen, ACreationCutShortIsMadeAnewByTheNextWriter) {
       auto crashed = RunCommand(std::string("TBFS_FAILPOINT=") + point + " " + TBFS_BINARY +
                                 " migrate " + logdir + " --older-than 0 --apply >/dev/null 2>&1");
       ASSERT_EQ(crashed.exit_code, kFailpointExitCode) << what << ": failpoint not reached";
-      if (without_current) ASSERT_EQ(::unlink((store + "/CURRENT").c_str()), 0);
+      if (without_current) {
+        ASSERT_EQ(::unlink((store + "/CURRENT").c_str()), 0);
+      }
       OpenOptions ro;
       ro.read_only = true;
       auto reader = ColdStore::Open(store, ro);
