@@ -9,6 +9,8 @@
 #                                     written and read back, prints the path
 #                                     of its ceph.conf
 #   ceph-cluster.sh stop DIR          stops its daemons and removes DIR
+#   ceph-cluster.sh resume DIR [POOL] resumes an OSD paused with SIGSTOP and
+#                                     waits until it serves again
 #   ceph-cluster.sh start-if-installed DIR [POOL]
 #                                     as start, but when Ceph is not
 #                                     installed writes the reason to
@@ -19,7 +21,7 @@
 # with one line when they are missing or the cluster does not come up in
 # 60 s (its logs stay in DIR for a look; stop removes them).
 set -euo pipefail
-usage() { echo "usage: ceph-cluster.sh start DIR [POOL] | stop DIR" >&2; exit 2; }
+usage() { echo "usage: ceph-cluster.sh start DIR [POOL] | stop DIR | resume DIR [POOL]" >&2; exit 2; }
 fail() { echo "ceph-cluster: $*" >&2; exit 2; }
 [[ $# -ge 2 ]] || usage
 cmd=$1 dir=$2 pool=${3:-tbfs}
@@ -36,8 +38,34 @@ stop() {
   rm -rf "$dir"
 }
 
+# Up when an object goes in and comes back (60 s at most).
+serving() {
+  for _ in $(seq 120); do
+    if echo ready | timeout 5 rados -c "$1" -p "$pool" put ceph-cluster-probe - 2>/dev/null &&
+       [[ $(timeout 5 rados -c "$1" -p "$pool" get ceph-cluster-probe - 2>/dev/null) == ready ]]; then
+      timeout 5 rados -c "$1" -p "$pool" rm ceph-cluster-probe
+      return 0
+    fi
+    sleep 0.5
+  done
+  return 1
+}
+
+# An OSD paused longer than its read lease (16 s by default) can come back
+# with its placement groups "laggy" and hold every request it queued: with
+# one OSD nothing starts a new interval. Marking it down does (it says it
+# was wrongly marked down and boots again); the clients resend.
+resume() {
+  local pid
+  pid=$(cat "$dir/run/osd.0.pid")
+  kill -CONT "$pid"
+  timeout 30 ceph -c "$dir/ceph.conf" osd down 0 >/dev/null 2>&1 || true
+  serving "$dir/ceph.conf" || fail "the cluster in $dir did not serve again within 60 s (see $dir/log)"
+}
+
 case $cmd in
   stop) stop; exit 0 ;;
+  resume) resume; exit 0 ;;
   start|start-if-installed) ;;
   *) usage ;;
 esac
@@ -99,15 +127,6 @@ mkdir -p "$dir/osd/osd.$osd_id"
 ceph-osd -c "$conf" -i "$osd_id" --mkfs --osd-uuid "$osd_uuid" >/dev/null 2>&1 || fail "ceph-osd --mkfs failed (see $dir/log)"
 ceph-osd -c "$conf" -i "$osd_id" >/dev/null 2>&1 || fail "ceph-osd did not start (see $dir/log)"
 timeout 60 ceph -c "$conf" osd pool create "$pool" 8 >/dev/null 2>&1 || fail "cannot create pool $pool"
-ceph -c "$conf" osd pool application enable "$pool" tbfs >/dev/null 2>&1 || true
-# Up when an object goes in and comes back.
-for _ in $(seq 120); do
-  if echo ready | timeout 5 rados -c "$conf" -p "$pool" put ceph-cluster-probe - 2>/dev/null &&
-     [[ $(timeout 5 rados -c "$conf" -p "$pool" get ceph-cluster-probe - 2>/dev/null) == ready ]]; then
-    rados -c "$conf" -p "$pool" rm ceph-cluster-probe
-    echo "$conf"
-    exit 0
-  fi
-  sleep 0.5
-done
+timeout 60 ceph -c "$conf" osd pool application enable "$pool" tbfs >/dev/null 2>&1 || true
+serving "$conf" && { echo "$conf"; exit 0; }
 fail "the cluster in $dir did not take a write within 60 s (see $dir/log)"
