@@ -275,12 +275,6 @@ Result<UniqueFd> OpenOwnFolder(const std::string& dir) {
   return cur;
 }
 
-bool HasHole(int fd, uint64_t size) {
-  if (size == 0) return false;
-  const off_t hole = ::lseek(fd, 0, SEEK_HOLE);
-  return hole >= 0 && static_cast<uint64_t>(hole) < size;
-}
-
 bool MayBeSparse(const struct stat& st) {
   return static_cast<uint64_t>(st.st_blocks) * 512 < static_cast<uint64_t>(st.st_size);
 }

@@ -86,12 +86,8 @@ Result<UniqueFd> OpenRegularUnder(const std::string& root, std::string_view rel)
 // The same check for an fd already open: InvalidArgument naming `path`
 // unless it is a regular file.
 Status CheckRegular(int fd, const std::string& path);
-// True when the regular file open as fd, `size` bytes long, has a hole
-// before its end (lseek SEEK_HOLE): a sparse file. Filesystems that do not
-// track holes say none.
-bool HasHole(int fd, uint64_t size);
 // Cheap first look from a stat: fewer bytes allocated than the size. Only
-// then is it worth opening the file for HasHole (a compressing filesystem,
+// then is it worth looking for holes (SEEK_HOLE; a compressing filesystem,
 // such as ZFS, allocates less without holes; so do tiny inline files).
 bool MayBeSparse(const struct stat& st);
 // The folder `dir` (absolute, or relative to the working folder) for

@@ -48,6 +48,14 @@ ChunkCache::~ChunkCache() {
 
 Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
     const std::shared_ptr<const storepb::Manifest>& m, uint64_t index) {
+  if (store::IsHoleChunk(*m, index)) {
+    // Zeros, made here: a hole is neither read nor kept (reading through
+    // the holes of a huge sparse file evicts nothing).
+    auto zeros = std::make_shared<Chunk>();
+    zeros->size = store::ChunkLength(*m, index);
+    zeros->data.reset(new char[zeros->size]());
+    return std::shared_ptr<const Chunk>(zeros);
+  }
   Key key{m->file_id(), index};
   std::promise<Loaded> promise;
   std::shared_future<Loaded> future;
@@ -121,7 +129,7 @@ void ChunkCache::Drop(uint64_t file_id) {
 }
 
 void ChunkCache::Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uint64_t index) {
-  if (prefetchers_.empty() || index >= m->chunks()) return;
+  if (prefetchers_.empty() || index >= m->chunks() || store::IsHoleChunk(*m, index)) return;
   {
     MutexLock lock(mu_);
     if (slots_.count({m->file_id(), index}) || queue_.size() >= kMaxQueuedPrefetches) return;

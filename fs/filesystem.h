@@ -274,7 +274,7 @@ class Filesystem : public store::MoveObserver {
 
   int GetXattr(uint64_t ino, const char* name, std::string* value);
   int SetXattr(uint64_t ino, const char* name, const char* value, size_t size, int flags);
-  int ListXattr(uint64_t ino, std::string* names);
+  int ListXattr(uint64_t ino, bool trusted, std::string* names);
   int RemoveXattr(uint64_t ino, const char* name);
 
   // Seconds the kernel may cache this inode's entry and attributes.

@@ -397,7 +397,10 @@ void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 
 void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   std::string names;
-  int err = Fs(req).ListXattr(ino, &names);
+  // trusted.* is for root (CAP_SYS_ADMIN) only, as on ext4: the kernel
+  // refuses others its values but leaves listing to the filesystem.
+  const bool trusted = fuse_req_ctx(req)->uid == 0;
+  int err = Fs(req).ListXattr(ino, trusted, &names);
   ReplyXattr(req, err, names, size);
 }
 

@@ -140,8 +140,6 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   f.Gauge("tbfs_unwalked_entries",
           "Folders and entries the last pass could not walk (unreadable, another filesystem)",
           static_cast<double>(m.unwalked));
-  f.Gauge("tbfs_sparse_traces", "Sparse traces the last pass left hot (holes are not stored)",
-          static_cast<double>(m.sparse));
   f.Gauge("tbfs_owner_conflicts",
           "Hot files the last pass left in place: another owner's cold file is at their name "
           "in a sticky folder (both kept)",

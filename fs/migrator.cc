@@ -147,8 +147,7 @@ Status Migrator::TakeWriterRole() {
     fs_.Retired();
     if (!recovered.ok()) {
       store.DropWriterRole();
-      return Status::FromErrno(EIO, "recovery",
-                               store.dir() + ": " + recovered.status().message());
+      return Status::FromErrno(EIO, "recovery", store.dir() + ": " + recovered.status().message());
     }
   }
   // The kernel still holds the names as this mount served them (a cold
@@ -256,17 +255,12 @@ Status Migrator::MovePass() {
   Status st = store::FindCandidates(logdir_, copt, &candidates, &skipped);
   // Folders the walk could not enter come back as skipped entries without
   // a path: one line for them all (RepeatedWarning).
-  std::vector<std::string> unwalked, sparse;
+  std::vector<std::string> unwalked;
   for (store::Skipped& s : skipped) {
-    if (s.path.empty()) {
-      unwalked.push_back(std::move(s.reason));
-    } else if (s.reason.starts_with(store::kSparseReason)) {
-      sparse.push_back(std::move(s.path));
-    }
+    if (s.path.empty()) unwalked.push_back(std::move(s.reason));
   }
   skipped.clear();
   unwalked_log_.Log(unwalked);
-  sparse_log_.Log(sparse);
   {
     MutexLock lock(mu_);
     stats_.passes++;
@@ -275,9 +269,6 @@ Status Migrator::MovePass() {
     stats_.unwalked = unwalked.size();
     unwalked.resize(std::min(unwalked.size(), kWarningExamples));
     stats_.unwalked_examples = std::move(unwalked);
-    stats_.sparse = sparse.size();
-    sparse.resize(std::min(sparse.size(), kWarningExamples));
-    stats_.sparse_examples = std::move(sparse);
   }
   if (!st.ok()) return st;
   if (candidates.empty()) {

@@ -69,8 +69,6 @@ struct MigratorStats {
   std::vector<std::string> unwalked_examples;
   // Sparse traces the last pass left hot (holes are not stored as holes),
   // and the first few of them.
-  uint64_t sparse = 0;
-  std::vector<std::string> sparse_examples;
   // Hot files the last pass left in place because another owner's cold
   // file is at their name in a sticky folder (store::kStickyReason).
   uint64_t conflicts = 0;
@@ -164,8 +162,6 @@ class Migrator {
   std::map<uint32_t, int64_t> held_owners_ TBFS_GUARDED_BY(pass_mu_);
   // Only the pass (pass_mu_) logs them.
   RepeatedWarning unwalked_log_ TBFS_GUARDED_BY(pass_mu_){"entries not walked"};
-  RepeatedWarning sparse_log_ TBFS_GUARDED_BY(pass_mu_){
-      "sparse traces left hot (holes are not stored as holes)"};
   RepeatedWarning conflict_log_ TBFS_GUARDED_BY(pass_mu_){
       "hot files left in place: another owner's cold file is at their name in a sticky folder "
       "(both kept)"};

@@ -87,7 +87,6 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
       {"last_verifier", m.last_verifier},
       {"blocked", {{"runs", m.blocked_runs.size()}, {"list", blocked}, {"owners", m.held_owners}}},
       {"unwalked", {{"entries", m.unwalked}, {"examples", m.unwalked_examples}}},
-      {"sparse", {{"files", m.sparse}, {"examples", m.sparse_examples}}},
       {"conflicts", {{"files", m.conflicts}, {"examples", m.conflict_examples}}},
       // Recorded by a recovery until an admin clears them (fsck --clear-lost).
       {"lost",

@@ -38,7 +38,8 @@ int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
     // Its attributes, its ACL among them (the kernel asks for it to check
     // a permission), as the file had them.
     auto m = store_->GetManifest(v.file_id);
-    if (!m.ok()) return m.status().IsNotFound() ? -ENODATA : StoreError(m.status(), EioSite::kXattr);
+    if (!m.ok())
+      return m.status().IsNotFound() ? -ENODATA : StoreError(m.status(), EioSite::kXattr);
     const std::string* found = store::FindXattr(*m, name);
     if (found == nullptr) return -ENODATA;
     *value = *found;
@@ -58,14 +59,18 @@ int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
 }
 
 // user.tbfs.state is read by name, not listed: copy tools (rsync -X, tar
-// --xattrs) would copy it and fail to set it (EPERM) on the copy.
-int Filesystem::ListXattr(uint64_t ino, std::string* names) {
+// --xattrs) would copy it and fail to set it (EPERM) on the copy. trusted.*
+// names are listed to root only (`trusted`).
+int Filesystem::ListXattr(uint64_t ino, bool trusted, std::string* names) {
   InodeView v = inodes_.View(ino);
   names->clear();
+  auto shown = [&](std::string_view name) { return trusted || !name.starts_with("trusted."); };
   if (v.kind == Kind::kColdFile) {
     auto m = store_->GetManifest(v.file_id);
     if (!m.ok()) return m.status().IsNotFound() ? 0 : StoreError(m.status(), EioSite::kXattr);
-    for (const auto& x : m->xattrs()) names->append(x.name()).push_back('\0');
+    for (const auto& x : m->xattrs()) {
+      if (shown(x.name())) names->append(x.name()).push_back('\0');
+    }
     return 0;
   }
   if (v.kind != Kind::kHot) return 0;
@@ -80,6 +85,17 @@ int Filesystem::ListXattr(uint64_t ino, std::string* names) {
     names->resize(static_cast<size_t>(n));
     n = ::listxattr(proc.c_str(), names->data(), names->size());
     names->resize(n > 0 ? static_cast<size_t>(n) : 0);
+  }
+  if (!trusted) {
+    std::string kept;
+    for (size_t at = 0; at < names->size();) {
+      const size_t end = names->find('\0', at);
+      const std::string_view name(names->data() + at,
+                                  (end == std::string::npos ? names->size() : end) - at);
+      if (shown(name)) kept.append(name).push_back('\0');
+      at = end == std::string::npos ? names->size() : end + 1;
+    }
+    *names = std::move(kept);
   }
   return 0;
 }

@@ -44,18 +44,6 @@ Status ForEachCandidate(const std::string& logdir, const CandidateOptions& optio
     }
     int64_t age = now_s - static_cast<int64_t>(e.st.st_mtim.tv_sec);
     if (age < options.older_than_s) return skip(fmt::format("modified {}s ago", age));
-    if (MayBeSparse(e.st)) {
-      // Holes are not stored as holes: copied, a sparse file would cost
-      // its whole size to read and, rehydrated, to write (15 TB of
-      // zeros from a file that takes no disk). It stays as it is.
-      UniqueFd fd(::openat(e.dir_fd, e.name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
-      if (fd.valid() && CheckRegular(fd.get(), e.rel).ok() &&
-          HasHole(fd.get(), static_cast<uint64_t>(e.st.st_size))) {
-        return skip(fmt::format("{} (sparse: {} bytes on disk of {})", kSparseReason,
-                                static_cast<uint64_t>(e.st.st_blocks) * 512,
-                                static_cast<uint64_t>(e.st.st_size)));
-      }
-    }
     on_candidate({e.rel, cls, static_cast<uint64_t>(e.st.st_size), e.st.st_uid});
   });
   for (std::string& w : warnings) on_skipped({"", std::move(w)});

@@ -36,6 +36,58 @@ uint32_t ChunkLength(const storepb::Manifest& m, uint64_t index) {
   return static_cast<uint32_t>(std::min<uint64_t>(m.chunk_bytes(), m.size() - start));
 }
 
+bool IsHoleChunk(const storepb::Manifest& m, uint64_t index) {
+  const auto& runs = m.hole_runs();
+  // The last run that starts at or before index (runs are ascending).
+  size_t lo = 0, hi = static_cast<size_t>(runs.size()) / 2;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (runs[static_cast<int>(2 * mid)] <= index) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo > 0 && index < runs[static_cast<int>(2 * (lo - 1) + 1)];
+}
+
+std::vector<ChunkRun> DataRuns(const storepb::Manifest& m) {
+  std::vector<ChunkRun> runs;
+  uint64_t next = 0;
+  for (int i = 0; i + 1 < m.hole_runs_size(); i += 2) {
+    if (m.hole_runs(i) > next) runs.push_back({next, m.hole_runs(i)});
+    next = m.hole_runs(i + 1);
+  }
+  if (next < m.chunks()) runs.push_back({next, m.chunks()});
+  return runs;
+}
+
+uint64_t DataBytes(const storepb::Manifest& m) {
+  if (!HasHoles(m)) return m.size();
+  uint64_t bytes = 0;
+  for (const ChunkRun& r : DataRuns(m)) {
+    bytes += (r.end - 1 - r.first) * m.chunk_bytes() + ChunkLength(m, r.end - 1);
+  }
+  return bytes;
+}
+
+bool WellFormed(const storepb::Manifest& m) {
+  if (!IsSafeRelativePath(m.path())) return false;
+  const uint64_t chunks = m.chunk_bytes() == 0 ? (m.size() == 0 ? 0 : ~uint64_t{0})
+                                               : ChunkCount(m.size(), m.chunk_bytes());
+  if (m.chunks() != chunks) return false;
+  const auto& runs = m.hole_runs();
+  if (runs.size() % 2 != 0) return false;
+  uint64_t after = 0;  // where the previous run ended
+  for (int i = 0; i < runs.size(); i += 2) {
+    if (runs[i] >= runs[i + 1] || runs[i + 1] > m.chunks() || (i > 0 && runs[i] < after)) {
+      return false;
+    }
+    after = runs[i + 1];
+  }
+  return true;
+}
+
 ColdStore::~ColdStore() {
   backend_.reset();
   DropWriterRole();
@@ -282,10 +334,10 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
   } else {
     TBFS_RETURN_IF_ERROR(st);
     TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &info_, "store info"));
-    if (info_.format_version() != kFormatVersion && info_.format_version() != kFormatVersionV1) {
+    if (info_.format_version() < kFormatVersionV1 || info_.format_version() > kFormatVersionHoles) {
       return Status::NotSupported(
-          fmt::format("store {} has format version {}; this tbfs reads versions {} and {} only",
-                      dir_, info_.format_version(), kFormatVersionV1, kFormatVersion));
+          fmt::format("store {} has format version {}; this tbfs reads versions {} to {} only",
+                      dir_, info_.format_version(), kFormatVersionV1, kFormatVersionHoles));
     }
     if (info_.format_version() == kFormatVersionV1 && !options.read_only) {
       TBFS_RETURN_IF_ERROR(UpgradeFromV1());
@@ -410,8 +462,9 @@ Result<storepb::Manifest> ColdStore::GetManifest(uint64_t file_id) {
   }
   storepb::Manifest m;
   TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &m, fmt::format("manifest {}", file_id)));
-  if (!IsSafeRelativePath(m.path())) {
-    return Status::Corruption(fmt::format("manifest {} has an unsafe path", file_id));
+  if (!WellFormed(m)) {
+    return Status::Corruption(fmt::format(
+        "manifest {} is damaged (an unsafe path, or chunks that do not add up)", file_id));
   }
   return m;
 }
@@ -460,8 +513,7 @@ Status ColdStore::ForEachManifest(const std::function<bool(const storepb::Manife
   TBFS_RETURN_IF_ERROR(
       backend_->Scan(Space::kManifests, "", [&](std::string_view key, std::string_view value) {
         storepb::Manifest m;
-        if (!m.ParseFromArray(value.data(), static_cast<int>(value.size())) ||
-            !IsSafeRelativePath(m.path())) {
+        if (!m.ParseFromArray(value.data(), static_cast<int>(value.size())) || !WellFormed(m)) {
           uint64_t id = 0;
           DecodeId(key, &id);
           inner = Status::Corruption(fmt::format("manifest {} does not parse", id));
@@ -479,7 +531,7 @@ Status ColdStore::ForEachManifestCopy(const std::function<bool(const storepb::Ma
     storepb::Manifest m;
     if (!DecodeChunkKey(key, &id, &index) || index != kManifestCopyIndex) return true;
     if (!ParseManifestCopy(id, value, &bytes) || !m.ParseFromString(bytes) || m.file_id() != id ||
-        !IsSafeRelativePath(m.path())) {
+        !WellFormed(m)) {
       return true;  // fsck finds the file damaged through its first copy
     }
     return fn(m);
@@ -559,6 +611,13 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const F
   };
   Status here = replace(m.path(), /*folder_ok=*/false);
   if (!here.ok() && !here.IsNotFound()) return here;
+  if (HasHoles(m) && info_.format_version() < kFormatVersionHoles) {
+    // The first file with holes makes it a format-3 store, with the file:
+    // a tbfs that reads format 2 only would take its holes for lost chunks.
+    storepb::StoreInfo info = info_;
+    info.set_format_version(kFormatVersionHoles);
+    batch->Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
+  }
   PutManifest(batch, m);
   // Files are added by one thread at a time (the migrator, or an offline
   // migrate), so these records land in the order the ids were handed out.
@@ -708,6 +767,10 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
 
 Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
                                 char* out) {
+  if (IsHoleChunk(m, index)) {  // zeros, and nothing in the store
+    std::memset(out, 0, ChunkLength(m, index));
+    return Status::OK();
+  }
   std::string value;
   Status st = backend_->Get(Space::kChunks, ChunkKey(m.file_id(), index), &value);
   if (st.IsNotFound()) {

@@ -46,6 +46,80 @@ std::vector<std::unique_ptr<ChunkCodec>> Codecs(const WorkPool& pool) {
 
 size_t WaveChunks(const WorkPool& pool) { return static_cast<size_t>(pool.size()) * 2; }
 
+// The chunks of the file open as fd that hold data, found with SEEK_DATA
+// and SEEK_HOLE: a chunk with any data in it is read whole (a hole inside
+// it as zeros), a chunk with none is a hole. The cost is one pair of seeks
+// per run of data, whatever the size: a 15 TB file that takes no disk is
+// not read at all.
+Status FindDataRuns(int fd, const std::string& path, const struct stat& st, uint32_t cb,
+                    std::vector<ChunkRun>* runs) {
+  runs->clear();
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint64_t chunks = ChunkCount(size, cb);
+  if (!MayBeSparse(st)) {
+    if (chunks > 0) runs->push_back({0, chunks});
+    return Status::OK();
+  }
+  uint64_t pos = 0;
+  while (pos < size) {
+    const off_t data = ::lseek(fd, static_cast<off_t>(pos), SEEK_DATA);
+    if (data < 0 && errno == ENXIO) break;  // nothing but hole from pos on
+    if (data < 0) return Status::FromErrno(errno, "find the data (SEEK_DATA) of", path);
+    if (static_cast<uint64_t>(data) >= size) break;
+    const off_t hole = ::lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) return Status::FromErrno(errno, "find the holes (SEEK_HOLE) of", path);
+    const uint64_t first = static_cast<uint64_t>(data) / cb;
+    const uint64_t end =
+        std::clamp<uint64_t>(ChunkCount(static_cast<uint64_t>(hole), cb), first + 1, chunks);
+    if (!runs->empty() && runs->back().end >= first) {
+      runs->back().end = std::max(runs->back().end, end);
+    } else {
+      runs->push_back({first, end});
+    }
+    pos = end * cb;
+  }
+  return Status::OK();
+}
+
+// Writes one chunk at its place in a new file. For a file stored with holes,
+// blocks of zeros are left unwritten (holes, as they were), so that it
+// takes on disk about what it took before.
+Status WriteChunkAt(int fd, const storepb::Manifest& m, uint64_t index, std::string_view raw,
+                    const std::string& dest) {
+  constexpr size_t kBlock = 4096;
+  static const char kZeros[kBlock] = {};
+  const uint64_t offset = index * m.chunk_bytes();
+  size_t begin = 0;
+  while (begin < raw.size()) {
+    size_t end = begin;
+    if (HasHoles(m)) {
+      // Skip a run of zero blocks, then take the run of blocks after it.
+      while (begin < raw.size()) {
+        const size_t n = std::min(kBlock, raw.size() - begin);
+        if (std::memcmp(raw.data() + begin, kZeros, n) != 0) break;
+        begin += n;
+      }
+      end = begin;
+      while (end < raw.size()) {
+        const size_t n = std::min(kBlock, raw.size() - end);
+        if (std::memcmp(raw.data() + end, kZeros, n) == 0) break;
+        end += n;
+      }
+    } else {
+      end = raw.size();
+    }
+    for (size_t done = begin; done < end;) {
+      const ssize_t n =
+          ::pwrite(fd, raw.data() + done, end - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Status::FromErrno(n < 0 ? errno : EIO, "write", dest);
+      done += static_cast<size_t>(n);
+    }
+    begin = end;
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 FolderAttrs LogdirFolders(const std::string& logdir) {
@@ -62,6 +136,8 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   const uint32_t cb = options.chunk_bytes;
   const uint64_t chunks = ChunkCount(size, cb);
   const std::string path = JoinPath(logdir, rel_path);
+  std::vector<ChunkRun> data;
+  TBFS_RETURN_IF_ERROR(FindDataRuns(fd, path, st, cb, &data));
   WorkPool& pool = *options.pool;
   auto codecs = Codecs(pool);
   Xxh128 hash;
@@ -86,16 +162,29 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   // ACLs and every other attribute go with the file (a change after the
   // stat changes its ctime: the migration then leaves it in place).
   TBFS_RETURN_IF_ERROR(ReadXattrs(fd, path, &m));
+  uint64_t after = 0;  // the holes are what lies between the runs of data
+  for (const ChunkRun& r : data) {
+    if (r.first > after) {
+      m.add_hole_runs(after);
+      m.add_hole_runs(r.first);
+    }
+    after = r.end;
+  }
+  if (after < chunks) {
+    m.add_hole_runs(after);
+    m.add_hole_runs(chunks);
+  }
 
   WriteBatch batch;
   uint64_t stored = 0;
   const size_t wave = WaveChunks(pool);
   std::vector<std::string> raw(wave), value(wave);
-  for (uint64_t first = 0; first < chunks; first += wave) {
+  bool first_wave = true;
+  // `n` chunks from `first`: read, compressed in parallel, batched.
+  auto copy_wave = [&](uint64_t first, size_t n) -> Status {
     if (options.should_stop && options.should_stop()) {
       return Status::Aborted(path + " was opened for writing while it was copied");
     }
-    size_t n = static_cast<size_t>(std::min<uint64_t>(wave, chunks - first));
     for (size_t i = 0; i < n; ++i) {
       uint64_t index = first + i;
       size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb));
@@ -115,11 +204,19 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
     }
     // The first wave of a multi-wave file is committed on its own too, so a
     // crash test can stop the copy halfway with chunks already written.
-    if (batch.bytes() >= kBatchBytes || (first == 0 && chunks > wave)) {
+    if (batch.bytes() >= kBatchBytes || (first_wave && chunks > wave)) {
       TBFS_RETURN_IF_ERROR(store.CheckRoom(batch.bytes()));
       TBFS_RETURN_IF_ERROR(store.Commit(batch, false));
       batch.Clear();
       MaybeCrash("migrate.copying");
+    }
+    first_wave = false;
+    return Status::OK();
+  };
+  for (const ChunkRun& run : data) {
+    for (uint64_t first = run.first; first < run.end; first += wave) {
+      TBFS_RETURN_IF_ERROR(
+          copy_wave(first, static_cast<size_t>(std::min<uint64_t>(wave, run.end - first))));
     }
   }
   char extra;
@@ -160,37 +257,56 @@ Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool*
   std::vector<Status> status(wave);
   Xxh128 hash;
   uint64_t total = 0;
-  for (uint64_t first = 0; first < m.chunks(); first += wave) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(wave, m.chunks() - first));
-    pool->ParallelFor(n, [&](size_t i, int worker) {
-      status[i] = read(first + i, codecs[worker].get(), &raw[i]);
-    });
-    for (size_t i = 0; i < n; ++i) {
-      TBFS_RETURN_IF_ERROR(status[i]);
-      hash.Update(raw[i]);
-      total += raw[i].size();
+  for (const ChunkRun& run : DataRuns(m)) {
+    for (uint64_t first = run.first; first < run.end; first += wave) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(wave, run.end - first));
+      pool->ParallelFor(n, [&](size_t i, int worker) {
+        status[i] = read(first + i, codecs[worker].get(), &raw[i]);
+      });
+      for (size_t i = 0; i < n; ++i) {
+        TBFS_RETURN_IF_ERROR(status[i]);
+        hash.Update(raw[i]);
+        total += raw[i].size();
+      }
     }
   }
-  if (total != m.size() || !(hash.Digest() == ManifestHash(m))) {
+  if (total != DataBytes(m) || !(hash.Digest() == ManifestHash(m))) {
     return Status::Corruption(m.path() +
                               ": content read back from the store differs from the file");
   }
   return Status::OK();
 }
 
-Status HashFd(int fd, const std::string& path, uint64_t* size, Hash128* out) {
-  std::string buf(1 << 20, '\0');
-  Xxh128 hash;
-  *size = 0;
-  for (;;) {
-    size_t got = 0;
-    TBFS_RETURN_IF_ERROR(PreadFull(fd, buf.data(), buf.size(), *size, &got, path));
-    if (got == 0) break;
-    hash.Update(std::string_view(buf.data(), got));
-    *size += got;
+bool SameContent(int fd, const std::string& path, const storepb::Manifest& m) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) != m.size()) {
+    return false;
   }
-  *out = hash.Digest();
-  return Status::OK();
+  const uint64_t cb = m.chunk_bytes();
+  // Where m has a hole the file must have one too (data there, even zeros,
+  // is taken for a difference: the caller then writes m's content back).
+  for (int i = 0; i + 1 < m.hole_runs_size(); i += 2) {
+    const uint64_t begin = m.hole_runs(i) * cb;
+    const uint64_t end = std::min(m.hole_runs(i + 1) * cb, m.size());
+    const off_t data = ::lseek(fd, static_cast<off_t>(begin), SEEK_DATA);
+    if (data >= 0 && static_cast<uint64_t>(data) < end) return false;
+    if (data < 0 && errno != ENXIO) return false;
+  }
+  std::string buf;
+  Xxh128 hash;
+  for (const ChunkRun& run : DataRuns(m)) {
+    for (uint64_t index = run.first; index < run.end; ++index) {
+      buf.resize(ChunkLength(m, index));
+      size_t got = 0;
+      if (!PreadFull(fd, buf.data(), buf.size(), index * cb, &got, path).ok() ||
+          got != buf.size()) {
+        return false;
+      }
+      hash.Update(buf);
+    }
+  }
+  return hash.Digest() == ManifestHash(m);
 }
 
 std::string TempNameFor(std::string_view name, uint64_t file_id) {
@@ -261,21 +377,29 @@ Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
   std::vector<std::string> raw(wave);
   std::vector<Status> status(wave);
   Xxh128 hash;
-  for (uint64_t first = 0; first < m.chunks(); first += wave) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(wave, m.chunks() - first));
-    options.pool->ParallelFor(n, [&](size_t i, int worker) {
-      status[i] = read(first + i, codecs[worker].get(), &raw[i]);
-    });
-    for (size_t i = 0; i < n; ++i) {
-      if (!status[i].ok()) return fail(status[i]);
-      hash.Update(raw[i]);
-      Status st = WriteAll(fd.get(), raw[i].data(), raw[i].size(), dest);
-      if (!st.ok()) return fail(st);
-      if (options.progress) options.progress->fetch_add(raw[i].size(), std::memory_order_relaxed);
+  for (const ChunkRun& run : DataRuns(m)) {
+    for (uint64_t first = run.first; first < run.end; first += wave) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(wave, run.end - first));
+      options.pool->ParallelFor(n, [&](size_t i, int worker) {
+        status[i] = read(first + i, codecs[worker].get(), &raw[i]);
+      });
+      for (size_t i = 0; i < n; ++i) {
+        if (!status[i].ok()) return fail(status[i]);
+        hash.Update(raw[i]);
+        Status st = WriteChunkAt(fd.get(), m, first + i, raw[i], dest);
+        if (!st.ok()) return fail(st);
+        if (options.progress) {
+          options.progress->fetch_add(raw[i].size(), std::memory_order_relaxed);
+        }
+      }
     }
   }
   if (!(hash.Digest() == ManifestHash(m))) {
     return fail(Status::Corruption(m.path() + ": content hash differs from the manifest"));
+  }
+  // Its size, holes at the end included.
+  if (::ftruncate(fd.get(), static_cast<off_t>(m.size())) != 0) {
+    return fail(Status::FromErrno(errno, "set the size of", dest));
   }
   if (options.keep_owner && ::fchown(fd.get(), m.uid(), m.gid()) != 0 && errno != EPERM) {
     return fail(Status::FromErrno(errno, "chown", dest));

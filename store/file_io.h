@@ -50,9 +50,10 @@ FolderAttrs LogdirFolders(const std::string& logdir);
 // Copies the file open as `fd`, whose identity was `st` when the copy
 // began, into the store as file_id at rel_path. Chunks are written as they
 // are compressed; the manifest and namespace entries go last, in a synced
-// batch, so a manifest implies every chunk is durable. Aborted when the file
-// is not st.st_size bytes long (it changed under the copy) or should_stop
-// said so.
+// batch, so a manifest implies every chunk is durable. Holes are found with
+// SEEK_DATA/SEEK_HOLE on fd: a chunk with no data is a hole, neither read
+// nor stored (Manifest.hole_runs). Aborted when the file is not st.st_size
+// bytes long (it changed under the copy) or should_stop said so.
 Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir,
                                      const std::string& rel_path, int fd, const struct stat& st,
                                      uint64_t file_id, const IngestOptions& options);
@@ -62,8 +63,8 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
 // thread-safe.
 using ChunkSource = std::function<Status(uint64_t index, ChunkCodec* codec, std::string* raw)>;
 
-// Reads every chunk of m back (checksums checked) and compares the
-// whole-file XXH3-128 with the manifest's. Corruption on any difference.
+// Reads every chunk of m that has a value back (checksums checked) and
+// compares their XXH3-128 with the manifest's. Corruption on any difference.
 Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* pool);
 // The same with the chunks from `read`.
 Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool* pool);
@@ -108,8 +109,9 @@ Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
                        const std::string& root, const std::string& rel,
                        const MaterializeOptions& options);
 
-// XXH3-128 and size of the content of the file open as fd.
-Status HashFd(int fd, const std::string& path, uint64_t* size, Hash128* hash);
+// Whether the file open as fd holds m's content: m's size, m's hash over
+// the chunks that have values, and holes (no data) where m has them.
+bool SameContent(int fd, const std::string& path, const storepb::Manifest& m);
 
 // The temporary name MaterializeFile uses for a destination named `name`.
 std::string TempNameFor(std::string_view name, uint64_t file_id);

@@ -10,8 +10,12 @@ namespace tbfs::store {
 
 // Bumped on any incompatible change; a store of another version is refused,
 // but for version 1, which a writer upgrades in place (ColdStore::Open).
+// A store is made at kFormatVersion and becomes kFormatVersionHoles with
+// its first file stored with holes (Manifest.hole_runs), which a tbfs that
+// reads 1 and 2 only would take for lost chunks; nothing else changes.
 inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint32_t kFormatVersionV1 = 1;
+inline constexpr uint32_t kFormatVersionHoles = 3;
 
 inline constexpr char kMetaInfoKey[] = "info";
 // Above every file id ever handed out (8 bytes big endian), written with

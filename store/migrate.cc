@@ -214,9 +214,6 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || !SameIdentity(st, entry)) {
     return give_up(Outcome::kChanged, "changed before the copy began");
   }
-  if (HasHole(fd, static_cast<uint64_t>(st.st_size))) {
-    return give_up(Outcome::kChanged, std::string(kSparseReason) + " (sparse): stays in place");
-  }
   if (std::string who = StickyConflict(s.dir.get(), st, c.path); !who.empty()) {
     return give_up(Outcome::kChanged, fmt::format("{} ({}) in a sticky folder: both kept, this "
                                                   "one stays in place",
@@ -241,6 +238,10 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
     if (err == ENOSPC || err == EDQUOT) {
       store_full_ = manifest.status().message();
       return give_up(Outcome::kChanged, "the store has no room; left in place");
+    }
+    if (err == E2BIG) {  // the file's to keep as it is, not a failure of the store
+      return give_up(Outcome::kChanged, manifest.status().message() +
+                                            " (a cold file keeps 64 KiB at most); left in place");
     }
     if (stopping()) return give_up(Outcome::kChanged, kStoppedReason);
     bool changed = manifest.status().code() == Code::kAborted;

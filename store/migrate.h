@@ -63,9 +63,6 @@ struct Skipped {
   std::string reason;
 };
 
-// How a Skipped reason starts for a sparse file (left hot: holes are not
-// stored as holes).
-inline constexpr std::string_view kSparseReason = "has holes";
 // A hot file that would replace another owner's cold file in a sticky
 // folder (only that file's owner, the folder's, or root may): both stay,
 // the hot one in place (it shows at the name), the cold one in the store.

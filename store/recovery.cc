@@ -101,10 +101,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         // dropped: the copy may go if the content is the same.
         UniqueFd fd(
             ::openat(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-        uint64_t size = 0;
-        Hash128 hash;
-        bool same = fd.valid() && HashFd(fd.get(), path, &size, &hash).ok() &&
-                    size == manifest->size() && hash == ManifestHash(*manifest);
+        bool same = fd.valid() && SameContent(fd.get(), path, *manifest);
         if (same) {
           TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
           result.dropped++;

@@ -219,7 +219,7 @@ class Salvager {
 
   void AddManifest(const std::string& bytes, uint64_t id, bool from_copy) {
     storepb::Manifest m;
-    if (!m.ParseFromString(bytes) || m.file_id() != id) {
+    if (!m.ParseFromString(bytes) || m.file_id() != id || !WellFormed(m)) {
       r_->problems.push_back(fmt::format("manifest of file id {} does not parse", id));
       return;
     }
@@ -284,6 +284,10 @@ class Salvager {
                    std::string* raw) {
     const ChunkPos pos{m.file_id(), index};
     const uint32_t len = ChunkLength(m, index);
+    if (IsHoleChunk(m, index)) {
+      raw->assign(len, '\0');
+      return Status::OK();
+    }
     Status first = Status::Corruption("no copy of it anywhere");
     if (engine_) {
       std::string value;

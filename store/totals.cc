@@ -24,9 +24,9 @@ void Count(std::string_view value, int sign, ColdStore::Totals* t, bool* ok) {
   }
   const auto s = static_cast<uint64_t>(sign);  // wraps: adding -x subtracts x
   t->files += s;
-  t->logical_bytes += s * m.size();
+  t->logical_bytes += s * DataBytes(m);
   t->stored_bytes += s * m.stored_bytes();
-  t->top_folder_bytes[TopFolder(m.path())] += s * m.size();
+  t->top_folder_bytes[TopFolder(m.path())] += s * DataBytes(m);
 }
 
 }  // namespace
@@ -110,9 +110,9 @@ Result<ColdStore::Totals> ColdStore::ComputeTotals() {
   Totals t;
   TBFS_RETURN_IF_ERROR(ForEachManifest([&](const storepb::Manifest& m) {
     t.files++;
-    t.logical_bytes += m.size();
+    t.logical_bytes += DataBytes(m);
     t.stored_bytes += m.stored_bytes();
-    t.top_folder_bytes[TopFolder(m.path())] += m.size();
+    t.top_folder_bytes[TopFolder(m.path())] += DataBytes(m);
     return true;
   }));
   std::erase_if(t.top_folder_bytes, [](const auto& r) { return r.second == 0; });  // as Commit keeps them

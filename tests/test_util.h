@@ -16,11 +16,12 @@
 
 namespace tbfs::testing {
 
-// A fresh folder under $TMPDIR (or /tmp), removed with everything in it.
+// A fresh folder under `base`, or else $TMPDIR (or /tmp), removed with
+// everything in it.
 class TempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
+  explicit TempDir(const char* base = nullptr) {
+    if (base == nullptr) base = std::getenv("TMPDIR");
     std::string pattern = std::string(base ? base : "/tmp") + "/tbfs-test-XXXXXX";
     char* p = ::mkdtemp(pattern.data());
     if (p == nullptr) std::abort();
@@ -42,6 +43,19 @@ inline std::string ReadBytes(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// `n` bytes that do not compress, the same for the same seed.
+inline std::string RandomBytes(size_t n, uint64_t seed) {
+  std::string out(n, '\0');
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (char& c : out) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return out;
 }
 
 // A POSIX access ACL in the kernel's xattr form (system.posix_acl_access):

@@ -15,6 +15,7 @@
 #include "base/failpoint.h"
 #include "events/verifier.h"
 #include "store/file_io.h"
+#include "store/format.h"
 #include "store/maintenance.h"
 #include "store/restore.h"
 #include "tests/store/migrate_fixture.h"
@@ -335,31 +336,135 @@ TEST_F(MigrateTest, AFifoSwappedInForATfeventsFileCannotHangAPass) {
   EXPECT_GT(result->files_moved, 0u);
 }
 
-// A sparse trace (a user's `truncate -s 15T`) is not read: a copy would
-// read every zero and a rehydration write them all. It stays in place,
-// skipped with the reason, even when handed to the migration directly.
-TEST_F(MigrateTest, ASparseTraceStaysInPlaceAndIsNotRead) {
+// A sparse trace (a user's `truncate -s 1T` and a few writes) is stored
+// with its holes: only the chunks that hold data are read and stored, it
+// reads back as zeros where the holes are, and it comes back from the
+// store sparse, taking on disk about what it took before. (Read whole, the
+// old way, its migration would read 1 TiB of zeros.)
+TEST_F(MigrateTest, ASparseTraceIsStoredWithItsHolesAndComesBackSparse) {
   const std::string rel = "resnet50_lr1e-01_run0/huge.pt.trace.json";
-  WriteBytes(JoinPath(logdir_, rel), "{\"traceEvents\": []}");
-  ASSERT_EQ(::truncate(JoinPath(logdir_, rel).c_str(), off_t{1} << 40), 0);  // 1 TiB, no blocks
-  std::vector<Skipped> skipped;
-  for (const Candidate& k : Candidates(&skipped)) EXPECT_NE(k.path, rel);
-  auto it =
-      std::find_if(skipped.begin(), skipped.end(), [&](const Skipped& s) { return s.path == rel; });
-  ASSERT_NE(it, skipped.end());
-  EXPECT_TRUE(it->reason.starts_with(kSparseReason)) << it->reason;
+  const std::string path = JoinPath(logdir_, rel);
+  const uint64_t size = uint64_t{1} << 40;  // 1 TiB, 16M chunks of 64 KiB
+  const std::string head = "{\"traceEvents\": [";
+  const std::string middle = tbfs::testing::RandomBytes(3 << 20, 7);  // over 49 chunks, not aligned
+  const uint64_t middle_at = (size / 2) + 12345;
+  const std::string tail = "]}\n";
+  {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::pwrite(fd.get(), head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+    ASSERT_EQ(::pwrite(fd.get(), middle.data(), middle.size(), static_cast<off_t>(middle_at)),
+              static_cast<ssize_t>(middle.size()));
+    ASSERT_EQ(::pwrite(fd.get(), tail.data(), tail.size(), static_cast<off_t>(size - tail.size())),
+              static_cast<ssize_t>(tail.size()));
+  }
+  struct timespec old[2] = {{1700000000, 0}, {1700000000, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), old, 0), 0);
+  auto at = [&](uint64_t offset, size_t n) {
+    std::string out(n, '\0');
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    EXPECT_EQ(::pread(fd.get(), out.data(), n, static_cast<off_t>(offset)),
+              static_cast<ssize_t>(n));
+    return out;
+  };
+  const std::string hole_bytes = at(size / 4, 100000);
 
-  std::vector<Candidate> forced = {{rel, FileClass::kPytorchTrace, uint64_t{1} << 40}};
-  auto result = Migrate(*store_, logdir_, forced, Options());
+  const auto candidates = Candidates();
+  ASSERT_TRUE(std::any_of(candidates.begin(), candidates.end(),
+                          [&](const Candidate& c) { return c.path == rel; }));
+  auto result = Migrate(*store_, logdir_, {{rel, FileClass::kPytorchTrace, size}}, Options());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
-  EXPECT_EQ(result->files_moved, 0u);
-  ASSERT_EQ(result->batches.size(), 1u);
-  EXPECT_NE(result->batches[0].files[0].reason.find("sparse"), std::string::npos)
-      << result->batches[0].files[0].reason;
+  ASSERT_EQ(result->files_moved, 1u) << result->batches[0].files[0].reason;
+  EXPECT_FALSE(std::filesystem::exists(path));
+
+  auto entry = store_->GetEntry(rel);
+  ASSERT_TRUE(entry.ok());
+  auto m = store_->GetManifest(entry->file_id());
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->size(), size);
+  EXPECT_TRUE(HasHoles(*m));
+  // The first chunk, the 49 or 50 in the middle, the last: about 3 MiB.
+  EXPECT_LE(DataBytes(*m), uint64_t{4} << 20) << DataBytes(*m);
+  EXPECT_LT(m->stored_bytes(), uint64_t{4} << 20);
+  EXPECT_EQ(store_->info().format_version(), kFormatVersion);  // as opened
+  ChunkCodec codec;
+  std::string got(middle.size() + 20, '\0');
+  size_t n = 0;
+  ASSERT_TRUE(store_->ReadRange(*m, middle_at - 10, got.size(), got.data(), &n, &codec).ok());
+  EXPECT_TRUE(got == std::string(10, '\0') + middle + std::string(10, '\0'));
+  ASSERT_TRUE(store_->ReadRange(*m, size / 4, 100000, got.data(), &n, &codec).ok());
+  EXPECT_TRUE(std::string(got.data(), n) == hole_bytes);
+  WorkPool pool(2);
+  EXPECT_TRUE(VerifyStoredFile(*store_, *m, &pool).ok());
+  auto fsck = Fsck(*store_, &pool, nullptr);
+  ASSERT_TRUE(fsck.ok());
+  EXPECT_TRUE(fsck->clean());
+
+  // The store says what it holds: format 3 from now on.
+  store_.reset();
+  OpenOptions ro;
+  ro.read_only = true;
+  {
+    auto reopened = ColdStore::Open(JoinPath(logdir_, kStoreDirName), ro);
+    ASSERT_TRUE(reopened.ok());
+    EXPECT_EQ((*reopened)->info().format_version(), kFormatVersionHoles);
+  }
+  auto s = ColdStore::Open(JoinPath(logdir_, kStoreDirName), OpenOptions());
+  ASSERT_TRUE(s.ok());
+  store_ = std::move(s).value();
+
+  std::vector<storepb::Manifest> all;
+  std::vector<std::string> missing;
+  ASSERT_TRUE(SelectCold(*store_, {rel}, &all, &missing).ok());
+  ASSERT_EQ(all.size(), 1u);
+  ASSERT_TRUE(Restore(*store_, logdir_, all, &pool, nullptr).ok());
   struct stat st;
-  ASSERT_EQ(::stat(JoinPath(logdir_, rel).c_str(), &st), 0);
-  EXPECT_EQ(st.st_size, off_t{1} << 40);
-  EXPECT_LT(st.st_blocks, 1024);  // still sparse
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), size);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, uint64_t{8} << 20);  // sparse again
+  EXPECT_EQ(at(0, head.size()), head);
+  EXPECT_TRUE(at(middle_at, middle.size()) == middle);
+  EXPECT_EQ(at(size - tail.size(), tail.size()), tail);
+  EXPECT_TRUE(at(size / 4, 100000) == hole_bytes);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1700000000);
+}
+
+// A manifest whose holes do not add up is damaged, not trusted.
+TEST(ManifestShape, HoleRunsMustBePairsAscendingAndWithinTheFile) {
+  storepb::Manifest m;
+  m.set_path("a/b.pt.trace.json");
+  m.set_size(10 * 4096 + 1);
+  m.set_chunk_bytes(4096);
+  m.set_chunks(11);
+  EXPECT_TRUE(WellFormed(m));
+  for (std::vector<uint64_t> runs : std::vector<std::vector<uint64_t>>{
+           {0, 11}, {1, 3, 5, 6}, {0, 1, 1, 2}, {10, 11}}) {
+    m.clear_hole_runs();
+    for (uint64_t r : runs) m.add_hole_runs(r);
+    EXPECT_TRUE(WellFormed(m)) << ::testing::PrintToString(runs);
+  }
+  for (std::vector<uint64_t> runs :
+       std::vector<std::vector<uint64_t>>{{3}, {3, 3}, {4, 2}, {5, 12}, {4, 6, 5, 7}, {6, 8, 1, 2}}) {
+    m.clear_hole_runs();
+    for (uint64_t r : runs) m.add_hole_runs(r);
+    EXPECT_FALSE(WellFormed(m)) << ::testing::PrintToString(runs);
+  }
+  m.clear_hole_runs();
+  m.set_chunks(12);
+  EXPECT_FALSE(WellFormed(m));
+  m.set_chunks(11);
+  m.add_hole_runs(1);
+  m.add_hole_runs(3);
+  m.add_hole_runs(5);
+  m.add_hole_runs(6);
+  EXPECT_TRUE(IsHoleChunk(m, 1));
+  EXPECT_TRUE(IsHoleChunk(m, 2));
+  EXPECT_FALSE(IsHoleChunk(m, 3));
+  EXPECT_FALSE(IsHoleChunk(m, 0));
+  EXPECT_TRUE(IsHoleChunk(m, 5));
+  EXPECT_FALSE(IsHoleChunk(m, 6));
+  EXPECT_EQ(DataRuns(m), (std::vector<ChunkRun>{{0, 1}, {3, 5}, {6, 11}}));
+  EXPECT_EQ(DataBytes(m), 7 * 4096u + 1);
 }
 
 TEST_F(MigrateTest, ATfeventsCandidateIsRefused) {
@@ -411,6 +516,11 @@ void ExpectEveryFileOnce(ColdStore& store, const std::string& logdir,
     ASSERT_NE(hot, cold.ok()) << label << ": " << path << (hot ? " in both places" : " lost");
     if (hot) {
       EXPECT_TRUE(after[path].bytes == state.bytes) << label << ": " << path;
+      struct stat st;
+      if (path.ends_with("holes.pt.trace.json") &&
+          ::stat(JoinPath(logdir, path).c_str(), &st) == 0) {
+        EXPECT_LT(st.st_blocks * 512, st.st_size / 4) << label << ": " << path << " is dense";
+      }
     } else {
       MaterializeOptions mo;
       mo.pool = &pool;
@@ -441,6 +551,27 @@ void GenerateAndCrash(const std::string& logdir, const std::string& env,
   g.trace_mb = 3;
   gen::GenReport report;
   ASSERT_TRUE(gen::GenerateLogdir(logdir, g, &report).ok());
+  // And a sparse trace beside a run's tfevents: 64 MiB, three places with
+  // data, holes between (stored as holes, written back as holes).
+  std::string run_dir;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(logdir)) {
+    if (e.path().filename().string().find("tfevents") != std::string::npos) {
+      run_dir = e.path().parent_path().string();
+      break;
+    }
+  }
+  ASSERT_FALSE(run_dir.empty());
+  {
+    const std::string sparse = run_dir + "/holes.pt.trace.json";
+    UniqueFd fd(::open(sparse.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::ftruncate(fd.get(), off_t{64} << 20), 0);
+    for (off_t at : {off_t{0}, (off_t{20} << 20) + 777, (off_t{64} << 20) - 100000}) {
+      const std::string bytes = tbfs::testing::RandomBytes(90000, static_cast<uint64_t>(at));
+      ASSERT_EQ(::pwrite(fd.get(), bytes.data(), bytes.size(), at),
+                static_cast<ssize_t>(bytes.size()));
+    }
+  }
   *before = Snapshot(logdir);
   *baseline = Baseline(logdir);
   auto run = RunCommand(env + " " + TBFS_BINARY + " migrate " + logdir +

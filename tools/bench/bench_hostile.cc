@@ -275,7 +275,6 @@ int Run(const Args& a) {
                       {"good_traces_wrong", wrong}};
   if (!end_status.is_discarded()) {
     j["blocked_runs"] = end_status["blocked"]["runs"];
-    j["sparse"] = end_status["sparse"]["files"];
     j["unwalked"] = end_status["unwalked"]["entries"];
   }
   const bool ok = longest_gap < 60 && total_passes > 0 && wrong == 0 && status_failures == 0;

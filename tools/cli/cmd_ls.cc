@@ -75,6 +75,7 @@ int RunLs(const LsArgs& args) {
     for (const auto& m : files) {
       j.push_back({{"path", m.path()},
                    {"bytes", m.size()},
+                   {"data_bytes", store::DataBytes(m)},  // without its holes
                    {"stored_bytes", m.stored_bytes()},
                    {"class", m.file_class()},
                    {"mtime_ns", m.mtime_ns()},
@@ -86,7 +87,7 @@ int RunLs(const LsArgs& args) {
   }
   for (const auto& m : files) {
     fmt::print("{:>10} {:>10} {:>6.1f}x  {}  {:<14} {}\n", HumanBytes(m.size()),
-               HumanBytes(m.stored_bytes()), Ratio(m.size(), m.stored_bytes()),
+               HumanBytes(m.stored_bytes()), Ratio(store::DataBytes(m), m.stored_bytes()),
                TimeText(m.mtime_ns()), m.file_class(), Printable(m.path()));
   }
   if (files.empty()) fmt::print("no cold files\n");
@@ -122,7 +123,7 @@ int RunDu(const LsArgs& args) {
     for (const storepb::Manifest& m : files) {
       for (Sum* s : {&by_class[m.file_class()], &total}) {
         s->files++;
-        s->bytes += m.size();
+        s->bytes += store::DataBytes(m);  // a sparse file's holes take no room
         s->stored += m.stored_bytes();
       }
     }

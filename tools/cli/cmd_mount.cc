@@ -179,10 +179,6 @@ int RunStatus(const std::string& mountpoint, bool json) {
         "folder; both kept): {}, e.g. {}\n",
         u("conflicts", "files"), Printable(j["conflicts"]["examples"][0].get<std::string>()));
   }
-  if (j.contains("sparse") && j["sparse"].value("files", uint64_t{0}) > 0) {
-    fmt::print("sparse traces left hot (holes are not stored as holes): {}, e.g. {}\n",
-               u("sparse", "files"), Printable(j["sparse"]["examples"][0].get<std::string>()));
-  }
   if (j.contains("unwalked") && j["unwalked"].value("entries", uint64_t{0}) > 0) {
     fmt::print("not walked: {} folder(s) or entries, e.g. {}\n", u("unwalked", "entries"),
                Printable(j["unwalked"]["examples"][0].get<std::string>()));
