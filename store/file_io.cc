@@ -81,9 +81,12 @@ Status FindDataRuns(int fd, const std::string& path, const struct stat& st, uint
   return Status::OK();
 }
 
-// Writes one chunk at its place in a new file. For a file stored with holes,
-// blocks of zeros are left unwritten (holes, as they were), so that it
-// takes on disk about what it took before.
+// Writes one chunk at its place in a new file, leaving 4 KiB blocks of
+// zeros unwritten: holes. A sparse file then takes on disk about what it
+// took before, even one with data in every chunk (and no hole run); a
+// dense file's blocks of zeros become holes, the same bytes to a reader.
+// Nothing is written that a reader cannot tell from a hole: a root daemon
+// never fills a disk with a user's zeros.
 Status WriteChunkAt(int fd, const storepb::Manifest& m, uint64_t index, std::string_view raw,
                     const std::string& dest) {
   constexpr size_t kBlock = 4096;
@@ -91,22 +94,17 @@ Status WriteChunkAt(int fd, const storepb::Manifest& m, uint64_t index, std::str
   const uint64_t offset = index * m.chunk_bytes();
   size_t begin = 0;
   while (begin < raw.size()) {
+    // Skip a run of zero blocks, then take the run of blocks after it.
+    while (begin < raw.size()) {
+      const size_t n = std::min(kBlock, raw.size() - begin);
+      if (std::memcmp(raw.data() + begin, kZeros, n) != 0) break;
+      begin += n;
+    }
     size_t end = begin;
-    if (HasHoles(m)) {
-      // Skip a run of zero blocks, then take the run of blocks after it.
-      while (begin < raw.size()) {
-        const size_t n = std::min(kBlock, raw.size() - begin);
-        if (std::memcmp(raw.data() + begin, kZeros, n) != 0) break;
-        begin += n;
-      }
-      end = begin;
-      while (end < raw.size()) {
-        const size_t n = std::min(kBlock, raw.size() - end);
-        if (std::memcmp(raw.data() + end, kZeros, n) == 0) break;
-        end += n;
-      }
-    } else {
-      end = raw.size();
+    while (end < raw.size()) {
+      const size_t n = std::min(kBlock, raw.size() - end);
+      if (std::memcmp(raw.data() + end, kZeros, n) == 0) break;
+      end += n;
     }
     for (size_t done = begin; done < end;) {
       const ssize_t n =

@@ -372,9 +372,30 @@ TEST_F(MigrateTest, ASparseTraceIsStoredWithItsHolesAndComesBackSparse) {
   const auto candidates = Candidates();
   ASSERT_TRUE(std::any_of(candidates.begin(), candidates.end(),
                           [&](const Candidate& c) { return c.path == rel; }));
-  auto result = Migrate(*store_, logdir_, {{rel, FileClass::kPytorchTrace, size}}, Options());
+  // And one with data in every chunk (4 KiB of each 64 KiB): no chunk is a
+  // hole, yet it must come back taking what it took, not 16 times that.
+  const std::string every_rel = "resnet50_lr1e-01_run0/every.pt.trace.json";
+  const std::string every_path = JoinPath(logdir_, every_rel);
+  std::string every_bytes(64 * (64 << 10), '\0');
+  {
+    UniqueFd fd(::open(every_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    ASSERT_TRUE(fd.valid());
+    for (size_t c = 0; c < 64; ++c) {
+      const std::string block = tbfs::testing::RandomBytes(4096, c);
+      every_bytes.replace(c * (64 << 10), block.size(), block);
+      ASSERT_EQ(::pwrite(fd.get(), block.data(), block.size(), static_cast<off_t>(c * (64 << 10))),
+                4096);
+    }
+    ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(every_bytes.size())), 0);
+  }
+  ASSERT_EQ(::utimensat(AT_FDCWD, every_path.c_str(), old, 0), 0);
+
+  auto result = Migrate(*store_, logdir_,
+                        {{rel, FileClass::kPytorchTrace, size},
+                         {every_rel, FileClass::kPytorchTrace, every_bytes.size()}},
+                        Options());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
-  ASSERT_EQ(result->files_moved, 1u) << result->batches[0].files[0].reason;
+  ASSERT_EQ(result->files_moved, 2u) << result->batches[0].files[0].reason;
   EXPECT_FALSE(std::filesystem::exists(path));
 
   auto entry = store_->GetEntry(rel);
@@ -415,10 +436,14 @@ TEST_F(MigrateTest, ASparseTraceIsStoredWithItsHolesAndComesBackSparse) {
 
   std::vector<storepb::Manifest> all;
   std::vector<std::string> missing;
-  ASSERT_TRUE(SelectCold(*store_, {rel}, &all, &missing).ok());
-  ASSERT_EQ(all.size(), 1u);
+  ASSERT_TRUE(SelectCold(*store_, {rel, every_rel}, &all, &missing).ok());
+  ASSERT_EQ(all.size(), 2u);
   ASSERT_TRUE(Restore(*store_, logdir_, all, &pool, nullptr).ok());
   struct stat st;
+  ASSERT_EQ(::stat(every_path.c_str(), &st), 0);
+  EXPECT_TRUE(ReadBytes(every_path) == every_bytes);
+  EXPECT_LE(static_cast<uint64_t>(st.st_blocks) * 512, uint64_t{64} * 4096 + (64 << 10))
+      << "a file with data in every chunk came back dense";
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), size);
   EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, uint64_t{8} << 20);  // sparse again
