@@ -140,6 +140,10 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   f.Gauge("tbfs_unwalked_entries",
           "Folders and entries the last pass could not walk (unreadable, another filesystem)",
           static_cast<double>(m.unwalked));
+  f.Gauge("tbfs_big_xattr_traces",
+          "Traces the last pass left hot: more extended attributes than a cold file keeps "
+          "(64 KiB)",
+          static_cast<double>(m.big_xattrs));
   f.Gauge("tbfs_owner_conflicts",
           "Hot files the last pass left in place: another owner's cold file is at their name "
           "in a sticky folder (both kept)",

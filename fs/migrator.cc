@@ -255,12 +255,17 @@ Status Migrator::MovePass() {
   Status st = store::FindCandidates(logdir_, copt, &candidates, &skipped);
   // Folders the walk could not enter come back as skipped entries without
   // a path: one line for them all (RepeatedWarning).
-  std::vector<std::string> unwalked;
+  std::vector<std::string> unwalked, big_xattrs;
   for (store::Skipped& s : skipped) {
-    if (s.path.empty()) unwalked.push_back(std::move(s.reason));
+    if (s.path.empty()) {
+      unwalked.push_back(std::move(s.reason));
+    } else if (s.reason.starts_with(store::kXattrsReason)) {
+      big_xattrs.push_back(std::move(s.path));
+    }
   }
   skipped.clear();
   unwalked_log_.Log(unwalked);
+  big_xattrs_log_.Log(big_xattrs);
   {
     MutexLock lock(mu_);
     stats_.passes++;
@@ -269,6 +274,9 @@ Status Migrator::MovePass() {
     stats_.unwalked = unwalked.size();
     unwalked.resize(std::min(unwalked.size(), kWarningExamples));
     stats_.unwalked_examples = std::move(unwalked);
+    stats_.big_xattrs = big_xattrs.size();
+    big_xattrs.resize(std::min(big_xattrs.size(), kWarningExamples));
+    stats_.big_xattrs_examples = std::move(big_xattrs);
   }
   if (!st.ok()) return st;
   if (candidates.empty()) {

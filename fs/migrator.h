@@ -67,6 +67,9 @@ struct MigratorStats {
   // the first few of them.
   uint64_t unwalked = 0;
   std::vector<std::string> unwalked_examples;
+  // Traces left hot: more extended attributes than a cold file keeps.
+  uint64_t big_xattrs = 0;
+  std::vector<std::string> big_xattrs_examples;
   // Sparse traces the last pass left hot (holes are not stored as holes),
   // and the first few of them.
   // Hot files the last pass left in place because another owner's cold
@@ -162,6 +165,8 @@ class Migrator {
   std::map<uint32_t, int64_t> held_owners_ TBFS_GUARDED_BY(pass_mu_);
   // Only the pass (pass_mu_) logs them.
   RepeatedWarning unwalked_log_ TBFS_GUARDED_BY(pass_mu_){"entries not walked"};
+  RepeatedWarning big_xattrs_log_ TBFS_GUARDED_BY(pass_mu_){
+      "traces left hot: extended attributes over 64 KiB (a cold file keeps 64 KiB at most)"};
   RepeatedWarning conflict_log_ TBFS_GUARDED_BY(pass_mu_){
       "hot files left in place: another owner's cold file is at their name in a sticky folder "
       "(both kept)"};

@@ -87,6 +87,7 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
       {"last_verifier", m.last_verifier},
       {"blocked", {{"runs", m.blocked_runs.size()}, {"list", blocked}, {"owners", m.held_owners}}},
       {"unwalked", {{"entries", m.unwalked}, {"examples", m.unwalked_examples}}},
+      {"big_xattrs", {{"files", m.big_xattrs}, {"examples", m.big_xattrs_examples}}},
       {"conflicts", {{"files", m.conflicts}, {"examples", m.conflict_examples}}},
       // Recorded by a recovery until an admin clears them (fsck --clear-lost).
       {"lost",

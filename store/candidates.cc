@@ -14,6 +14,7 @@
 #include "store/format.h"
 #include "store/migrate.h"
 #include "store/migrate_internal.h"
+#include "store/xattrs.h"
 
 namespace tbfs::store {
 
@@ -44,6 +45,12 @@ Status ForEachCandidate(const std::string& logdir, const CandidateOptions& optio
     }
     int64_t age = now_s - static_cast<int64_t>(e.st.st_mtim.tv_sec);
     if (age < options.older_than_s) return skip(fmt::format("modified {}s ago", age));
+    // More attributes than a manifest keeps: it would only be given up in a
+    // batch, pass after pass.
+    if (const size_t bytes = XattrBytesAt(e.dir_fd, e.name); bytes > kMaxXattrBytes) {
+      return skip(fmt::format("{} ({} bytes; a cold file keeps 64 KiB at most)", kXattrsReason,
+                              bytes));
+    }
     on_candidate({e.rel, cls, static_cast<uint64_t>(e.st.st_size), e.st.st_uid});
   });
   for (std::string& w : warnings) on_skipped({"", std::move(w)});

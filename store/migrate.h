@@ -63,6 +63,9 @@ struct Skipped {
   std::string reason;
 };
 
+// How a Skipped reason starts for a trace whose extended attributes pass
+// what a manifest keeps (kMaxXattrBytes): it stays hot.
+inline constexpr std::string_view kXattrsReason = "extended attributes over 64 KiB";
 // A hot file that would replace another owner's cold file in a sticky
 // folder (only that file's owner, the folder's, or root may): both stay,
 // the hot one in place (it shows at the name), the cold one in the store.

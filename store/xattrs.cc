@@ -68,6 +68,25 @@ bool AclModeBits(std::string_view acl, mode_t* bits, bool* minimal) {
   return true;
 }
 
+size_t XattrBytesAt(int dir_fd, const char* name) {
+  // The l* calls do not follow a symlink at `name`; the folder is the fd's.
+  const std::string path = fmt::format("/proc/self/fd/{}/{}", dir_fd, name);
+  const ssize_t n = ::llistxattr(path.c_str(), nullptr, 0);
+  if (n <= 0) return 0;
+  std::string names(static_cast<size_t>(n), '\0');
+  const ssize_t got = ::llistxattr(path.c_str(), names.data(), names.size());
+  if (got <= 0) return 0;
+  names.resize(static_cast<size_t>(got));
+  size_t total = 0;
+  for (size_t at = 0; at < names.size();) {
+    const std::string attr(names.c_str() + at);
+    at += attr.size() + 1;
+    const ssize_t v = ::lgetxattr(path.c_str(), attr.c_str(), nullptr, 0);
+    if (v >= 0) total += attr.size() + 1 + static_cast<size_t>(v);
+  }
+  return total;
+}
+
 Status ReadXattrs(int fd, const std::string& path, storepb::Manifest* m) {
   m->clear_xattrs();
   std::string names(256, '\0');

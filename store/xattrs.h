@@ -27,6 +27,10 @@ inline constexpr size_t kMaxXattrBytes = 64 << 10;
 // block of ext4 holds beside its headers, so that a write-back fits.
 inline constexpr size_t kMaxNewXattrBytes = 3 << 10;
 
+// What the attributes of `name` in the folder open as dir_fd take (names
+// and values, as a manifest counts them), without opening it or following
+// a symlink there; 0 when they cannot be read.
+size_t XattrBytesAt(int dir_fd, const char* name);
 // Every attribute of the file open as fd into m (replacing what m had).
 Status ReadXattrs(int fd, const std::string& path, storepb::Manifest* m);
 // Puts m's attributes on the file open as fd.

@@ -465,6 +465,53 @@ TEST_F(HostileUser, TrustedAttributesAreListedToRootOnly) {
   }
 }
 
+// A logdir on tmpfs, which keeps xattrs of any size (ext4 keeps one block).
+class OnTmpfs : public MountTest {
+ protected:
+  void SetUp() override {
+    MountTest::SetUp();
+    logdir_ = shm_ / "logdir";
+  }
+  TempDir shm_{"/dev/shm"};
+};
+
+// A trace with more extended attributes than a cold file keeps (64 KiB)
+// stays hot, said in status, the log and the metrics, and costs a pass no
+// batch (each would write and flush a journal record for nothing).
+TEST_F(OnTmpfs, ATraceWithXattrsOver64KiBStaysHotAndIsShown) {
+  ASSERT_EQ(RunCommand(Tbfs("gen " + Quote(logdir_) + " --runs 1 --steps 100 --trace-mb 1 "
+                            ">/dev/null"))
+                .exit_code,
+            0);
+  std::string big;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(logdir_)) {
+    if (e.path().string().ends_with(".pt.trace.json")) big = e.path().string();
+  }
+  ASSERT_FALSE(big.empty());
+  const std::string value(30000, 'x');
+  for (const char* name : {"user.a", "user.b", "user.c"}) {
+    ASSERT_EQ(::setxattr(big.c_str(), name, value.data(), value.size(), 0), 0)
+        << std::strerror(errno);
+  }
+  const std::string rel = big.substr(logdir_.size() + 1);
+  Mount("--no-migrate --cold-after 0");
+  for (int pass = 0; pass < 3; ++pass) {
+    ASSERT_EQ(RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " >/dev/null")).exit_code, 0);
+  }
+  EXPECT_EQ(State(M(rel)), "hot");
+  nlohmann::json s = Status();
+  EXPECT_EQ(s["big_xattrs"]["files"].get<uint64_t>(), 1u) << s.dump();
+  EXPECT_EQ(s["big_xattrs"]["examples"][0].get<std::string>(), rel);
+  const uint64_t batches = s["migrations"]["batches"].get<uint64_t>();
+  ASSERT_EQ(RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " >/dev/null")).exit_code, 0);
+  EXPECT_EQ(Status()["migrations"]["batches"].get<uint64_t>(), batches)
+      << "a pass with nothing to move ran a batch";
+  EXPECT_NE(RunCommand(Tbfs("status " + Quote(mnt_))).out.find("extended attributes over 64 KiB"),
+            std::string::npos);
+  const std::string log = ReadBytes(logdir_ + "/.tbfs/tbfs-mount.log");
+  EXPECT_NE(log.find("extended attributes over 64 KiB"), std::string::npos) << log;
+}
+
 TEST_F(HostileUser, AFileAtAnotherOwnersColdPathInAStickyFolderReplacesNothing) {
   constexpr uid_t kAlice = 65533;
   ASSERT_EQ(::mkdir(L("shared").c_str(), 01777), 0);

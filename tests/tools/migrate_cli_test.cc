@@ -61,7 +61,8 @@ TEST_F(MigrateCli, DryRunChangesNothing) {
 
 // A trace whose extended attributes pass what a manifest keeps (64 KiB; a
 // tmpfs takes them, ext4 does not) stays in place, said as such, pass
-// after pass: not a failure of the store every time (exit 0, not 1).
+// after pass: not a failure of the store every time (exit 0, not 1), and
+// not a batch every time either.
 TEST(MigrateXattrs, ATraceWithMoreThan64KiBOfXattrsStaysInPlace) {
   TempDir shm("/dev/shm");
   const std::string logdir = shm / "logdir";
@@ -79,21 +80,27 @@ TEST(MigrateXattrs, ATraceWithMoreThan64KiBOfXattrsStaysInPlace) {
         << "tmpfs without user xattrs? " << std::strerror(errno);
   }
   const std::string rel = trace.substr(logdir.size() + 1);
+  // Skipped with its reason before any batch (not given up in one, which
+  // costs a journal record and a flush of the engine every pass).
+  auto plan = RunCommand(Tbfs("migrate --json " + logdir + " --older-than 0"));
+  ASSERT_EQ(plan.exit_code, 0) << plan.out;
+  auto p = nlohmann::json::parse(plan.out, nullptr, false);
+  ASSERT_FALSE(p.is_discarded()) << plan.out;
+  bool skipped = false;
+  for (const auto& s : p["skipped"]) {
+    if (s["path"] != rel) continue;
+    skipped = true;
+    EXPECT_NE(s["reason"].get<std::string>().find("64 KiB"), std::string::npos) << s.dump();
+  }
+  EXPECT_TRUE(skipped) << plan.out;
   for (int pass = 0; pass < 2; ++pass) {
     auto r = RunCommand(Tbfs("migrate --json " + logdir + " --older-than 0 --apply"));
     EXPECT_EQ(r.exit_code, 0) << r.out;
     auto j = nlohmann::json::parse(r.out, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r.out;
-    bool seen = false;
     for (const auto& b : j["batches"]) {
-      for (const auto& f : b["files"]) {
-        if (f["path"] != rel) continue;
-        seen = true;
-        EXPECT_NE(f["outcome"], "failed") << f.dump();
-        EXPECT_NE(f["reason"].get<std::string>().find("64 KiB"), std::string::npos) << f.dump();
-      }
+      for (const auto& f : b["files"]) EXPECT_NE(f["path"], rel) << f.dump();
     }
-    EXPECT_TRUE(seen) << r.out;
     EXPECT_TRUE(std::filesystem::exists(trace));
   }
 }

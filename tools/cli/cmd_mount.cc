@@ -183,6 +183,11 @@ int RunStatus(const std::string& mountpoint, bool json) {
     fmt::print("not walked: {} folder(s) or entries, e.g. {}\n", u("unwalked", "entries"),
                Printable(j["unwalked"]["examples"][0].get<std::string>()));
   }
+  if (j.contains("big_xattrs") && j["big_xattrs"].value("files", uint64_t{0}) > 0) {
+    fmt::print("left hot, extended attributes over 64 KiB: {}, e.g. {}\n",
+               u("big_xattrs", "files"),
+               Printable(j["big_xattrs"]["examples"][0].get<std::string>()));
+  }
   const std::string last_error = j["migrations"]["last_error"].get<std::string>();
   if (!last_error.empty()) fmt::print("last pass: {}\n", Printable(last_error));
   if (u("migrations", "stopped_store_full") > 0) {
