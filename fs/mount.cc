@@ -17,7 +17,9 @@
 #include <cctype>
 #include <climits>
 #include <condition_variable>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -675,7 +677,12 @@ int RunMount(const MountOptions& mc_in) {
   context.CloseHandles();
   ::unlink(JoinPath(state_dir, kMountInfoFile).c_str());
   spdlog::default_logger()->flush();
-  return rc == 0 ? 0 : 2;
+  // An unmount (0) or SIGTERM, SIGINT or SIGHUP (libfuse's loop returns the
+  // signal's number) is the end asked for: exit 0, as `systemctl stop` and
+  // an init system expect. Anything else (a negative errno) is a failure.
+  const bool asked = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP;
+  if (!asked) spdlog::error("the FUSE session of {} ended: {}", mc.mountpoint, std::strerror(-rc));
+  return asked ? 0 : 2;
 }
 
 }  // namespace tbfs::fs

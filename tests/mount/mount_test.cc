@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <yaml-cpp/yaml.h>
 
@@ -618,6 +619,31 @@ TEST_F(Mounted, SigtermAndSigintUnmountCleanly) {
     EXPECT_FALSE(IsMounted(mnt_)) << "signal " << sig;
     WaitForExit();
     EXPECT_FALSE(std::filesystem::exists(L(".tbfs/MOUNTED_BY"))) << "signal " << sig;
+  }
+}
+
+// `tbfs mount --foreground` (what a systemd unit runs) stopped by SIGTERM
+// or SIGINT exits 0 after it unmounts: `systemctl stop` leaves the unit
+// inactive, not failed (and Restart=on-failure does not start it again).
+TEST_F(Mounted, AForegroundMountStoppedBySigtermOrSigintExitsZero) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::execl(TBFS_BINARY, TBFS_BINARY, "mount", logdir_.c_str(), mnt_.c_str(), "--foreground",
+              "--no-migrate", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ASSERT_GT(child, 0);
+    for (int i = 0; i < 1000 && !IsMounted(mnt_); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(IsMounted(mnt_)) << "signal " << sig;
+    ASSERT_EQ(::kill(child, sig), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status)) << "signal " << sig;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "signal " << sig;
+    EXPECT_FALSE(IsMounted(mnt_)) << "signal " << sig;
   }
 }
 
