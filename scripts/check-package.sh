@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the .deb from a Release build in BUILD_DIR/release (no failpoints,
-# the test-only hooks of base/failpoint.h), checks what it holds, installs
+# Builds the .deb with scripts/package.sh in BUILD_DIR/release (a Release
+# build: no failpoints), runs lintian on it, checks what it holds, installs
 # it, checks the installed tbfs, its manual page, its bash completion and its
 # systemd unit (systemd-analyze verify), then removes it again. Run as root
 # (ctest runs it as Packaging.DebBuildsInstallsAndRuns).
@@ -9,20 +9,19 @@ build=${1:?usage: check-package.sh BUILD_DIR}
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
 fail() { echo "check-package: $*" >&2; exit 1; }
 
-release=$build/release
-cmake -S "$source_dir" -B "$release" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-grep -q '^TBFS_FAILPOINTS:BOOL=OFF$' "$release/CMakeCache.txt" || fail "the Release build has failpoints on"
-cmake --build "$release" -j2 --target tbfs manpage debian_changelog >/dev/null
-cd "$release"
-version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' CMakeCache.txt)
-rm -f tbfs_*.deb
-cpack -G DEB >/dev/null
-deb=$(ls tbfs_"$version"_*.deb) || fail "no tbfs_${version}_ARCH.deb was made"
+deb=$(bash "$source_dir/scripts/package.sh" "$build/release")
+version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/release/CMakeCache.txt")
+# Debian's own checks, pedantic ones included: no error, no warning.
+if ! out=$(lintian --pedantic --fail-on error,warning "$deb" 2>&1); then
+  fail "lintian --pedantic $deb: $out"
+fi
+[[ -z $out ]] || echo "check-package: lintian's remarks (neither error nor warning): $out" >&2
 
 contents=$(dpkg-deb -c "$deb")
 for f in ./usr/bin/tbfs ./usr/share/man/man1/tbfs.1.gz ./usr/lib/systemd/system/tbfs@.service \
          ./usr/share/bash-completion/completions/tbfs ./usr/share/doc/tbfs/examples/tbfs.yaml \
-         ./usr/share/doc/tbfs/examples/tbfs-alerts.yml ./usr/share/doc/tbfs/changelog.Debian.gz; do
+         ./usr/share/doc/tbfs/examples/tbfs-alerts.yml ./usr/share/doc/tbfs/changelog.gz \
+         ./usr/share/doc/tbfs/copyright; do
   grep -q " $f\$" <<<"$contents" || fail "$deb lacks $f"
 done
 # The maintainer scripts: present, executable, valid sh.
@@ -34,7 +33,7 @@ for s in postinst prerm postrm; do
 done
 rm -rf "$scripts"
 # Its changelog names this version (bump packaging/changelog with project()).
-head=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/tbfs/changelog.Debian.gz | zcat | head -1)
+head=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/tbfs/changelog.gz | zcat | head -1)
 [[ $head == "tbfs ($version) "* ]] || fail "packaging/changelog starts with '$head', not tbfs ($version)"
 # No test hook ships: no failpoint's name or variable is in the binary.
 hooks=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/bin/tbfs | strings |

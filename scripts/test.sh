@@ -9,5 +9,5 @@ if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommend
     ceph-mon ceph-osd ceph-common >/dev/null 2>&1; then
   echo "test.sh: the Ceph packages cannot be installed here; the RADOS tests will be skipped" >&2
 fi
-bash scripts/build.sh
+bash scripts/build.sh --install
 cd build && ctest --output-on-failure -j2 --timeout 600
