@@ -180,6 +180,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   bool first_wave = true;
   // `n` chunks from `first`: read, compressed in parallel, batched.
   auto copy_wave = [&](uint64_t first, size_t n) -> Status {
+    FailpointHook("ingest.wave", path);  // tests: time passes in the middle of a copy
     if (options.should_stop && options.should_stop()) {
       return Status::Aborted(path + " was opened for writing while it was copied");
     }

@@ -134,9 +134,12 @@ class BatchRunner {
     return std::shared_lock(*options_.batch_lock);
   }
   bool retire() const { return options_.observer != nullptr; }
+  // Asked to stop (an unmount, SIGTERM): even a copy in flight ends.
+  bool stopped() const { return options_.stop != nullptr && options_.stop->load(); }
+  // Or out of the pass's budget: no new file starts (a copy in flight ends
+  // as it would, or a file longer to copy than the budget never moves).
   bool stopping() const {
-    return (options_.stop != nullptr && options_.stop->load()) ||
-           std::chrono::steady_clock::now() >= options_.deadline;
+    return stopped() || std::chrono::steady_clock::now() >= options_.deadline;
   }
 
  public:
@@ -228,7 +231,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   io.file_class = std::string(ClassName(c.cls));
   io.pool = &pool_;
   io.progress = options_.progress;
-  io.should_stop = [this, fd] { return stopping() || !LeaseHeld(fd); };
+  io.should_stop = [this, fd] { return stopped() || !LeaseHeld(fd); };
   io.commit_lock = options_.batch_lock;
   io.root_fd = root_fd_;
   io.retire_replaced = retire();

@@ -732,6 +732,31 @@ TEST_F(MigrateTest, APassWhoseBudgetRanOutMovesNothingMoreAndTheNextMovesTheRest
   ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "budget");
 }
 
+// The budget stops new files from starting, not a copy in flight: a file
+// whose copy outlasts the budget still moves (abandoned at each pass's
+// deadline, it never would), and nothing after it starts.
+TEST_F(MigrateTest, ACopyThatOutlastsThePassBudgetFinishesAndNothingMoreStarts) {
+  std::vector<Candidate> candidates = Candidates();
+  ASSERT_GE(candidates.size(), 2u);
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.size > b.size; });
+  MigrateOptions o = Options();
+  o.batch_files = 1;
+  o.deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+  int waves = 0;
+  ScopedFailpoint hook("ingest.wave", [&](const std::string&) {
+    if (++waves == 1) o.deadline = std::chrono::steady_clock::now();  // the biggest file's first
+  });
+  auto result = Migrate(*store_, logdir_, candidates, o);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_GT(waves, 1) << "the biggest file's copy took one wave: make it bigger";
+  EXPECT_EQ(result->files_moved, 1u) << "the copy in flight was abandoned, or more started";
+  EXPECT_TRUE(store_->Lookup(candidates[0].path).ok()) << "the copy in flight was abandoned";
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    EXPECT_FALSE(store_->Lookup(candidates[i].path).ok()) << candidates[i].path << " started";
+  }
+}
+
 // A folder that cannot be synced after the unlinks keeps the batch's
 // journal record: recovery decides it, whichever way the disk kept them.
 TEST_F(MigrateTest, AFolderThatCannotBeSyncedKeepsTheJournalRecord) {
