@@ -78,7 +78,8 @@ TEST_F(Races, AFolderRenamedWhileListedKeepsItsColdEntries) {
 // A cold file is deleted while a writer's open rehydrates it, held after
 // the copy and before the file takes its name: the delete waits for the
 // rehydration and then deletes the file in place. It must not come back,
-// and nothing is counted as an I/O error.
+// and nothing is counted as an I/O error. (Under ASan on a loaded machine
+// the delete once went first after the rehydration: the open said ENOENT.)
 TEST_F(Races, AnUnlinkDuringARehydrationDeletesTheFile) {
   const std::string rel = "run/t.pt.trace.json";
   WriteBytes(L(rel), std::string(1 << 20, 'a'));
@@ -106,7 +107,10 @@ TEST_F(Races, AnUnlinkDuringARehydrationDeletesTheFile) {
   std::filesystem::remove(marker);
   writer.join();
   deleter.join();
-  EXPECT_EQ(open_errno, 0) << std::strerror(open_errno);
+  // Once the rehydration is done, the open and the waiting delete go on
+  // side by side: the open finds the file, or (the delete first) finds it
+  // gone, as on any filesystem. Never an error of its own (an EIO).
+  EXPECT_TRUE(open_errno == 0 || open_errno == ENOENT) << std::strerror(open_errno);
   EXPECT_EQ(unlink_errno, 0) << std::strerror(unlink_errno);
   struct stat st;
   EXPECT_NE(::stat(M(rel).c_str(), &st), 0) << "the deleted file came back";
