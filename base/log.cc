@@ -6,7 +6,10 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "base/text.h"
@@ -82,6 +85,17 @@ std::shared_ptr<spdlog::logger> StderrLogger(const std::string& name) {
   auto logger = std::make_shared<spdlog::logger>(name, EscapingSink(std::move(sink)));
   spdlog::register_logger(logger);
   return logger;
+}
+
+bool StderrIsJournal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  if (stream == nullptr) return false;
+  unsigned long long dev = 0, ino = 0;
+  char tail = 0;
+  if (std::sscanf(stream, "%llu:%llu%c", &dev, &ino, &tail) != 2) return false;
+  struct stat st;
+  return ::fstat(STDERR_FILENO, &st) == 0 && static_cast<unsigned long long>(st.st_dev) == dev &&
+         static_cast<unsigned long long>(st.st_ino) == ino;
 }
 
 std::string Shorten(std::string_view s, size_t max) {

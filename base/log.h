@@ -34,6 +34,12 @@ std::shared_ptr<spdlog::logger> RotatingFileLogger(const std::string& name, cons
 // A logger named `name` writing to stderr (in colour on a terminal).
 std::shared_ptr<spdlog::logger> StderrLogger(const std::string& name);
 
+// True when stderr is systemd's journal: JOURNAL_STREAM ("DEV:INO", set by
+// systemd for a service whose output goes to the journal) names the file
+// that fd 2 is (a child whose stderr was redirected inherits the variable,
+// not the stream).
+bool StderrIsJournal();
+
 // s cut to at most `max` bytes (its head and tail, "..." between), for a
 // name quoted as an example in an aggregated line.
 std::string Shorten(std::string_view s, size_t max);

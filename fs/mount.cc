@@ -11,6 +11,7 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -459,6 +460,10 @@ int RunMount(const MountOptions& mc_in) {
     spdlog::set_level(spdlog::level::info);
     spdlog::flush_every(std::chrono::seconds(2));
     spdlog::flush_on(spdlog::level::warn);  // a warning or an error is on disk at once
+  } else if (StderrIsJournal() && spdlog::get_level() > spdlog::level::info) {
+    // Run by systemd: the journal is this mount's log, and what it does
+    // (migrations, rehydrations, retention) is logged at info.
+    spdlog::set_level(spdlog::level::info);
   }
   if (store->writer()) {
     auto recovered = store::Recover(*store, mc.logdir);
@@ -608,6 +613,10 @@ int RunMount(const MountOptions& mc_in) {
     if (serving) {
       detach({2});
       verdict.Send("ok");
+      // Type=notify: systemd hears "started" only now (nothing without
+      // NOTIFY_SOCKET).
+      sd_notifyf(0, "READY=1\nMAINPID=%lu\nSTATUS=serving %s on %s",
+                 static_cast<unsigned long>(::getpid()), mc.logdir.c_str(), mc.mountpoint.c_str());
     }
     RaiseReadahead(root_st.st_dev);
   });
@@ -622,6 +631,7 @@ int RunMount(const MountOptions& mc_in) {
   }
 
   spdlog::info("unmounting {}", mc.mountpoint);
+  sd_notifyf(0, "STOPPING=1\nSTATUS=unmounting %s", mc.mountpoint.c_str());
   // The daemon is gone within kShutdownGrace of the unmount or the signal,
   // whatever its threads are doing: a worker stuck in a call that does not
   // return (a store that does not answer, a user's file that blocks) is

@@ -15,7 +15,8 @@ packages=(
   libcli11-dev libxxhash-dev libyaml-cpp-dev libisal-dev nlohmann-json3-dev libarchive-dev
   prometheus-cpp-dev
   librados-dev libradospp-dev
-  libmount-dev
+  libmount-dev libsystemd-dev
+  prometheus
   libabsl-dev
 )
 missing=()

@@ -112,6 +112,20 @@ inline int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+// The regular files beneath root (not .tbfs): its tfevents files, or all the others.
+inline std::vector<std::string> Files(const std::string& root, bool events) {
+  std::vector<std::string> out;
+  WalkOptions w;
+  w.skip_dirs = {".tbfs"};
+  EXPECT_TRUE(WalkTree(root, w, [&](const WalkEntry& e) {
+                if (S_ISREG(e.st.st_mode) &&
+                    (e.rel.find("tfevents") != std::string::npos) == events) {
+                  out.push_back(e.rel);
+                }
+              }).ok());
+  return out;
+}
+
 class MountTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -29,19 +29,6 @@
 namespace tbfs::testing {
 namespace {
 
-std::vector<std::string> Files(const std::string& root, bool events) {
-  std::vector<std::string> out;
-  WalkOptions w;
-  w.skip_dirs = {".tbfs"};
-  EXPECT_TRUE(WalkTree(root, w, [&](const WalkEntry& e) {
-                if (S_ISREG(e.st.st_mode) &&
-                    (e.rel.find("tfevents") != std::string::npos) == events) {
-                  out.push_back(e.rel);
-                }
-              }).ok());
-  return out;
-}
-
 class Mounted : public MountTest {
  protected:
   void SetUp() override {
