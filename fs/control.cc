@@ -132,11 +132,17 @@ void ControlServer::Serve(int fd) {
   (void)WriteAll(conn.get(), reply.data(), reply.size(), path_);
 }
 
-Result<std::string> ControlRequest(const std::string& socket_path, const std::string& request) {
+Result<std::string> ControlRequest(const std::string& socket_path, const std::string& request,
+                                   int timeout_s) {
   auto dir = OpenFile(ParentPath(socket_path), O_PATH | O_DIRECTORY);
   if (!dir.ok()) return dir.status();
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock.valid()) return Status::FromErrno(errno, "socket", socket_path);
+  if (timeout_s > 0) {
+    struct timeval limit = {timeout_s, 0};
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  }
   struct sockaddr_un addr = AddressIn(dir->get(), std::string(BaseName(socket_path)).c_str());
   if (::connect(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) {
     return Status::FromErrno(errno, "connect", socket_path);

@@ -67,6 +67,9 @@ class ControlServer {
 
 // Sends one request to the control socket at socket_path and returns the
 // reply. PermissionDenied-like failures come back as IOError with EACCES.
-Result<std::string> ControlRequest(const std::string& socket_path, const std::string& request);
+// timeout_s > 0: a daemon that does not answer within it is an error
+// (EAGAIN); 0 waits as long as the request takes (migrate-now).
+Result<std::string> ControlRequest(const std::string& socket_path, const std::string& request,
+                                   int timeout_s = 0);
 
 }  // namespace tbfs::fs

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -10,11 +11,15 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <sstream>
 
 #include "base/fs_util.h"
 #include "base/text.h"
+#include "prometheus/text_serializer.h"
 #include "store/growth.h"
 
 namespace tbfs::fs {
@@ -80,17 +85,72 @@ class Families {
   std::vector<MetricFamily> out_;
 };
 
-double ResidentBytes() {
+// The standard process collector's series (process_*), from /proc/self.
+void ProcessMetrics(Families& f) {
   std::ifstream statm("/proc/self/statm");
   uint64_t size = 0, resident = 0;
   statm >> size >> resident;
-  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  f.Gauge("process_resident_memory_bytes", "Resident memory size in bytes.",
+          static_cast<double>(resident) * page);
+  f.Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.",
+          static_cast<double>(size) * page);
+  // /proc/self/stat: fields after the command's closing parenthesis; utime
+  // and stime are the 14th and 15th fields, starttime the 22nd.
+  std::ifstream stat_in("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren != std::string::npos) {
+    std::istringstream fields(stat.substr(paren + 2));
+    std::vector<std::string> v;
+    for (std::string w; fields >> w;) v.push_back(w);
+    if (v.size() > 19) {  // v[0] is field 3
+      f.Counter("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+                (std::stod(v[11]) + std::stod(v[12])) / ticks);
+      std::ifstream proc_stat("/proc/stat");
+      for (std::string key; proc_stat >> key;) {
+        if (key == "btime") {
+          double boot = 0;
+          proc_stat >> boot;
+          f.Gauge("process_start_time_seconds",
+                  "Start time of the process since unix epoch in seconds.",
+                  boot + std::stod(v[19]) / ticks);
+          break;
+        }
+      }
+    }
+  }
+  double fds = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++fds;
+  }
+  f.Gauge("process_open_fds", "Number of open file descriptors.", fds);
+  struct rlimit files;
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    f.Gauge("process_max_fds", "Maximum number of open file descriptors.",
+            static_cast<double>(files.rlim_cur));
+  }
 }
 
 }  // namespace
 
 std::vector<MetricFamily> MountMetrics::Collect() const {
   Families f(mountpoint_);
+  f.Gauge("tbfs_build_info", "Always 1: the version of the tbfs serving the mount", 1,
+          {{"version", TBFS_VERSION}});
+  const bool shared = store_.shared(), writer = store_.writer();
+  for (const char* role : {"writer", "reader"}) {
+    f.Gauge("tbfs_store_role",
+            std::string(role) == "writer"
+                ? "1 for the mount's role: writer (migrates; of a shared store, holds its "
+                  "lease) or reader (serves the store read-only)"
+                : "",
+            (std::string(role) == "writer") == writer ? 1 : 0,
+            {{"role", role}, {"shared", shared ? "true" : "false"}});
+  }
   const MigratorStats m = migrator_.stats();
   const Filesystem::Stats k = fs_.stats();
   auto totals = store_.GetTotals();
@@ -189,8 +249,14 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
           static_cast<double>(k.inodes));
   struct statvfs vfs;
   if (::statvfs(fs_.options().logdir.c_str(), &vfs) == 0) {
-    f.Gauge("tbfs_fs_free_bytes", "Bytes free for users on the logdir's filesystem",
+    f.Gauge("tbfs_fs_avail_bytes",
+            "Bytes of the logdir's filesystem available to users (statvfs f_bavail, as "
+            "node_exporter's node_filesystem_avail_bytes)",
             static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize));
+    f.Gauge("tbfs_fs_free_bytes",
+            "Bytes of the logdir's filesystem free, root's reserve included (statvfs f_bfree, as "
+            "node_exporter's node_filesystem_free_bytes)",
+            static_cast<double>(vfs.f_bfree) * static_cast<double>(vfs.f_frsize));
     f.Gauge("tbfs_fs_size_bytes", "Size of the logdir's filesystem",
             static_cast<double>(vfs.f_blocks) * static_cast<double>(vfs.f_frsize));
   }
@@ -224,8 +290,53 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
                     : "",
                 latency_.Read(op), {{"op", FuseOpName(op)}});
   }
-  f.Gauge("tbfs_resident_memory_bytes", "Resident memory of the daemon", ResidentBytes());
+  ProcessMetrics(f);
   return f.Take();
+}
+
+std::string MountMetrics::Text() const {
+  return prometheus::TextSerializer().Serialize(Collect());
+}
+
+std::string MergeExpositions(const std::vector<std::string>& texts) {
+  struct Family {
+    std::string help, type, samples;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, Family> families;
+  for (const std::string& text : texts) {
+    std::string current;
+    auto family = [&](const std::string& name) -> Family& {
+      auto [it, fresh] = families.try_emplace(name);
+      if (fresh) order.push_back(name);
+      current = name;
+      return it->second;
+    };
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) {
+        const size_t end = line.find(' ', 7);
+        Family& fam = family(line.substr(7, end == std::string::npos ? end : end - 7));
+        std::string& slot = line[2] == 'H' ? fam.help : fam.type;
+        if (slot.empty()) slot = line;
+        continue;
+      }
+      if (line[0] == '#') continue;
+      // A sample without a family before it is its own (untyped) family.
+      std::string name = line.substr(0, line.find_first_of("{ "));
+      if (current.empty() || !name.starts_with(current)) family(name);
+      families[current].samples += line + "\n";
+    }
+  }
+  std::string out;
+  for (const std::string& name : order) {
+    const Family& fam = families[name];
+    if (!fam.help.empty()) out += fam.help + "\n";
+    if (!fam.type.empty()) out += fam.type + "\n";
+    out += fam.samples;
+  }
+  return out;
 }
 
 std::string MetricsAddress(const std::string& value, std::string* error) {
@@ -237,7 +348,7 @@ std::string MetricsAddress(const std::string& value, std::string* error) {
   struct in_addr addr;
   if (ec != std::errc() || end != port.data() + port.size() || n < 1 || n > 65535 ||
       ::inet_pton(AF_INET, host.c_str(), &addr) != 1) {
-    *error = "metrics: use [ADDR:]PORT with an IPv4 ADDR (e.g. 9464, or 0.0.0.0:9464)";
+    *error = "metrics: use [ADDR:]PORT with an IPv4 ADDR (e.g. 10465, or 0.0.0.0:10465)";
     return "";
   }
   return host + ":" + port;

@@ -5,7 +5,6 @@
 // latency histograms' (fs/op_latency.h).
 #pragma once
 
-#include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 
 #include <mutex>
@@ -19,7 +18,7 @@
 
 namespace tbfs::fs {
 
-class MountMetrics final : public prometheus::Collectable {
+class MountMetrics {
  public:
   MountMetrics(Filesystem& fs, store::ColdStore& store, OpLatency& latency, Migrator& migrator,
                std::string mountpoint)
@@ -28,7 +27,9 @@ class MountMetrics final : public prometheus::Collectable {
         latency_(latency),
         migrator_(migrator),
         mountpoint_(std::move(mountpoint)) {}
-  std::vector<prometheus::MetricFamily> Collect() const override;
+  std::vector<prometheus::MetricFamily> Collect() const;
+  // Collect(), in the Prometheus text format.
+  std::string Text() const;
 
  private:
   Filesystem& fs_;
@@ -38,7 +39,13 @@ class MountMetrics final : public prometheus::Collectable {
   std::string mountpoint_;
 };
 
-// "9464" -> "127.0.0.1:9464"; "0.0.0.0:9464" as given. "" with *error set
+// Merges expositions in the text format (one per mount) into one: each
+// family's HELP and TYPE once, then its samples from every input, in the
+// order families first appear. Inputs whose samples repeat one another's
+// (the same name and labels) are not checked: each mount labels its own.
+std::string MergeExpositions(const std::vector<std::string>& texts);
+
+// "10465" -> "127.0.0.1:10465"; "0.0.0.0:10465" as given. "" with *error set
 // when it is not [ADDR:]PORT with an IPv4 ADDR (the metrics server, Debian's
 // civetweb, listens on IPv4 only).
 std::string MetricsAddress(const std::string& value, std::string* error);

@@ -34,13 +34,14 @@
 #include "base/units.h"
 #include "fmt/format.h"
 #include "fs/control.h"
+#include "fs/exporter.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
 #include "fs/metrics.h"
 #include "fs/migrator.h"
 #include "fs/mount_internal.h"
 #include "fs/mount_table.h"
-#include "prometheus/exposer.h"
+#include "fs/metrics_server.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
 #include "store/config.h"
@@ -65,30 +66,6 @@ std::string RealPath(const std::string& p) {
 std::string HostName() {
   char name[256] = {};
   return ::gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("?");
-}
-
-// A mount point as one file name: '/' becomes '-', and every byte that is
-// not a letter, a digit, '_' or '.' becomes %XX (so '-' itself is %2D).
-std::string EscapePath(const std::string& path) {
-  std::string out;
-  for (size_t i = path.starts_with('/') ? 1 : 0; i < path.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(path[i]);
-    if (c == '/') {
-      out += '-';
-    } else if (std::isalnum(c) || c == '_' || c == '.') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  if (out.size() > 200) {
-    // A file name has 255 bytes at most: a long one keeps its start and a
-    // hash of the whole (FNV-1a, 64 bits).
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : path) h = (h ^ c) * 0x100000001b3ull;
-    out = fmt::format("{}-{:016x}", out.substr(0, 160), h);
-  }
-  return out.empty() ? "-" : out;
 }
 
 // The folder a RADOS mount keeps its own files in (log, control socket,
@@ -305,6 +282,28 @@ void RaiseReadahead(dev_t dev) {
 
 }  // namespace
 
+std::string EscapePath(const std::string& path) {
+  std::string out;
+  for (size_t i = path.starts_with('/') ? 1 : 0; i < path.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(path[i]);
+    if (c == '/') {
+      out += '-';
+    } else if (std::isalnum(c) || c == '_' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  if (out.size() > 200) {
+    // A file name has 255 bytes at most: a long one keeps its start and a
+    // hash of the whole (FNV-1a, 64 bits).
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : path) h = (h ^ c) * 0x100000001b3ull;
+    out = fmt::format("{}-{:016x}", out.substr(0, 160), h);
+  }
+  return out.empty() ? "-" : out;
+}
+
 // True when the topmost mount at `mountpoint` (an absolute, normal path)
 // is a tbfs mount.
 bool IsTbfsMountPoint(const std::string& mountpoint) {
@@ -517,32 +516,23 @@ int RunMount(const MountOptions& mc_in) {
   migc.walk.skip_dirs = {store::kStoreDirName};
   if (!fc.store_skip.empty()) migc.walk.skip_dirs.push_back(fc.store_skip);
   Migrator migrator(*store, fc.logdir, &namespace_lock, fs, migc);
+  // Prometheus metrics: through the control socket (`tbfs exporter`), and
+  // over HTTP when asked for (fs/metrics_server.h).
+  OpLatency latency;  // of the FUSE operations, recorded by the adapters
+  MountMetrics metrics(fs, *store, latency, migrator, mc.mountpoint);
   auto control = ControlServer::Start(state_dir, ::getuid(), [&](const std::string& request) {
+    if (request == "metrics") {
+      return nlohmann::json({{"metrics", metrics.Text()}})
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
     return Control(request, mc, store_dir, *store, fs, migrator);
   });
   if (!control.ok()) return Fail(verdict, "control socket: " + control.status().message());
-  // Prometheus metrics, when asked for: an HTTP server of its own threads.
-  // A client that connects and sends nothing (or a header a byte at a time)
-  // holds a thread until the request timeout (1 s; a scraper sends its
-  // request at once): a handful of such clients delay a scrape by seconds.
-  // The server is a thread per connection, so a local user who keeps ~80
-  // stalled connections open can still push scrapes past Prometheus's 10 s.
-  OpLatency latency;  // of the FUSE operations, recorded by the adapters
-  std::shared_ptr<MountMetrics> metrics;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsServer> metrics_server;
   if (!mc.metrics_address.empty()) {
-    if (std::string why = CheckCanListen(mc.metrics_address); !why.empty()) {
-      return Fail(verdict, "metrics: cannot listen on " + mc.metrics_address + ": " + why);
-    }
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(
-          std::vector<std::string>{"listening_ports", mc.metrics_address, "num_threads", "8",
-                                   "request_timeout_ms", "1000", "enable_keep_alive", "no"});
-    } catch (const std::exception& e) {
-      return Fail(verdict, "metrics: cannot listen on " + mc.metrics_address + ": " + e.what());
-    }
-    metrics = std::make_shared<MountMetrics>(fs, *store, latency, migrator, mc.mountpoint);
-    exposer->RegisterCollectable(metrics);
+    auto started = MetricsServer::Start(mc.metrics_address, [&] { return metrics.Text(); });
+    if (!started.ok()) return Fail(verdict, started.status().message());
+    metrics_server = std::move(started).value();
     spdlog::info("metrics on http://{}/metrics", mc.metrics_address);
   }
 
@@ -577,6 +567,14 @@ int RunMount(const MountOptions& mc_in) {
   }
   (void)WriteFileAtomic(JoinPath(state_dir, kMountInfoFile),
                         fmt::format("{} {}\n", mc.mountpoint, ::getpid()), 0600);
+  // Root's mounts are scraped through `tbfs exporter` (fs/exporter.h).
+  const bool registered = ::geteuid() == 0;
+  if (registered) {
+    if (Status r = RegisterWithExporter(kExporterRunDir, mc.mountpoint, (*control)->path());
+        !r.ok()) {
+      spdlog::warn("tbfs exporter will not see this mount: {}", r.message());
+    }
+  }
   // Modes of what callers create are exactly what they asked: the kernel
   // applied their umask already. (Everything the daemon writes for itself
   // from here on has an explicit mode.)
@@ -657,6 +655,7 @@ int RunMount(const MountOptions& mc_in) {
     // left dead, and the next mount detaches it.
     ::umount2(mc.mountpoint.c_str(), MNT_DETACH);
     ::unlink(JoinPath(mc.state_dir, kMountInfoFile).c_str());
+    if (registered) UnregisterFromExporter(kExporterRunDir, mc.mountpoint);
     // As a crash would: no destructor, no exit handler (nor a sanitizer's
     // report of the threads left behind, which is the point).
     ::syscall(SYS_exit_group, 2);
@@ -669,7 +668,7 @@ int RunMount(const MountOptions& mc_in) {
     shutdown_cv.notify_all();
     watchdog.join();
   };
-  exposer.reset();
+  metrics_server.reset();
   // First: a pass on a control connection (migrate --now) stops at its
   // next file, so the connection's thread ends soon and can be joined.
   migrator.Stop();
@@ -686,6 +685,7 @@ int RunMount(const MountOptions& mc_in) {
   fuse_session_destroy(se);
   context.CloseHandles();
   ::unlink(JoinPath(state_dir, kMountInfoFile).c_str());
+  if (registered) UnregisterFromExporter(kExporterRunDir, mc.mountpoint);
   spdlog::default_logger()->flush();
   // An unmount (0) or SIGTERM, SIGINT or SIGHUP (libfuse's loop returns the
   // signal's number) is the end asked for: exit 0, as `systemctl stop` and

@@ -11,6 +11,10 @@
 
 namespace tbfs::fs {
 
+// A mount point as one file name: '/' becomes '-', and every byte that is
+// not a letter, a digit, '_' or '.' becomes %XX (so '-' itself is %2D).
+std::string EscapePath(const std::string& path);
+
 // One option as libfuse's -o list wants it: ',' and '\\' escaped.
 std::string EscapeFuseOpt(const std::string& opt);
 

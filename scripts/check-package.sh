@@ -19,8 +19,9 @@ fi
 
 contents=$(dpkg-deb -c "$deb")
 for f in ./usr/bin/tbfs ./usr/share/man/man1/tbfs.1.gz ./usr/lib/systemd/system/tbfs@.service \
+         ./usr/lib/systemd/system/tbfs-exporter.service \
          ./usr/share/bash-completion/completions/tbfs ./usr/share/doc/tbfs/examples/tbfs.yaml \
-         ./usr/share/doc/tbfs/examples/tbfs-alerts.yml ./usr/share/doc/tbfs/changelog.gz \
+         ./usr/share/tbfs/tbfs-alerts.yml ./usr/share/doc/tbfs/changelog.gz \
          ./usr/share/doc/tbfs/copyright; do
   grep -q " $f\$" <<<"$contents" || fail "$deb lacks $f"
 done
@@ -40,7 +41,7 @@ hooks=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/bin/tbfs | strings |
         grep -E 'TBFS_FAIL|TBFS_PAUSE|migrate\.(unlinked|copied|verify)|failpoint' | head -3 || true)
 [[ -z $hooks ]] || fail "the packaged tbfs holds test hooks: $hooks"
 depends=$(dpkg-deb -f "$deb" Depends)
-for d in fuse3 libfuse3-3 libzstd1 libprotobuf; do
+for d in fuse3 libfuse3-3 libzstd1 libprotobuf libsystemd0; do
   grep -q "$d" <<<"$depends" || fail "$deb does not depend on $d: $depends"
 done
 
@@ -51,7 +52,13 @@ trap 'dpkg -P tbfs >/dev/null 2>&1 || true' EXIT
 dpkg -i "$deb" >/dev/null
 [[ $(/usr/bin/tbfs --version) == "tbfs $version" ]] || fail "/usr/bin/tbfs --version: $(/usr/bin/tbfs --version)"
 man -aw tbfs | grep -q '^/usr/share/man/man1/tbfs.1.gz$' || fail "man -aw tbfs: $(man -aw tbfs 2>&1)"
-systemd-analyze verify /usr/lib/systemd/system/tbfs@.service
+systemd-analyze verify /usr/lib/systemd/system/tbfs@.service /usr/lib/systemd/system/tbfs-exporter.service
+# The unit is the one SystemdService.* runs (its ExecStart, sandbox and
+# notifications), and the alert rules load as Prometheus would.
+cmp -s /usr/lib/systemd/system/tbfs@.service "$source_dir/packaging/tbfs@.service" ||
+  fail "the installed unit differs from packaging/tbfs@.service"
+promtool check rules /usr/share/tbfs/tbfs-alerts.yml >/dev/null ||
+  fail "promtool check rules /usr/share/tbfs/tbfs-alerts.yml: $(promtool check rules /usr/share/tbfs/tbfs-alerts.yml 2>&1)"
 # The completion offers the commands, then a command's options.
 words=$(bash -c 'source /usr/share/bash-completion/completions/tbfs
   COMP_WORDS=(tbfs sal); COMP_CWORD=1; _tbfs; echo "${COMPREPLY[*]}"

@@ -941,7 +941,26 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   EXPECT_EQ(Sample(before, "tbfs_migrated_files_total", mnt_), 0);
   EXPECT_EQ(Sample(before, "tbfs_verifier_ok", mnt_), 1);
   EXPECT_NE(before.find("# TYPE tbfs_eio_total counter"), std::string::npos);
-  EXPECT_GT(Sample(before, "tbfs_resident_memory_bytes", mnt_), 0);
+  EXPECT_GT(Sample(before, "process_resident_memory_bytes", mnt_), 0);
+  EXPECT_GT(Sample(before, "process_cpu_seconds_total", mnt_), 0);
+  EXPECT_GT(Sample(before, "process_open_fds", mnt_), 0);
+  EXPECT_NEAR(Sample(before, "process_start_time_seconds", mnt_), static_cast<double>(::time(nullptr)),
+              600);
+  EXPECT_EQ(Sample(before, "tbfs_build_info", mnt_, ",version=\"" TBFS_VERSION "\""), 1);
+  EXPECT_EQ(Sample(before, "tbfs_store_role", mnt_, ",role=\"writer\",shared=\"false\""), 1);
+  EXPECT_EQ(Sample(before, "tbfs_store_role", mnt_, ",role=\"reader\",shared=\"false\""), 0);
+  // Every series is tbfs_'s or the standard process collector's: nothing
+  // of the HTTP server's own (prometheus-cpp's unprefixed exposer_*).
+  {
+    std::istringstream lines(before.substr(before.find("\r\n\r\n") + 4));
+    int series = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      ++series;
+      EXPECT_TRUE(line.starts_with("tbfs_") || line.starts_with("process_")) << line;
+    }
+    EXPECT_GT(series, 50);
+  }
   MigrateNow();
   EXPECT_TRUE(ReadBytes(M(traces_[0])) == originals_[traces_[0]]);
   std::string after = Scrape(port);
@@ -951,7 +970,8 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   EXPECT_GT(Sample(after, "tbfs_cold_reads_total", mnt_), 0);
   EXPECT_GT(Sample(after, "tbfs_saved_bytes", mnt_), 0);
   EXPECT_EQ(Sample(after, "tbfs_eio_total", mnt_, ",cause=\"cold_chunk\""), 0);
-  EXPECT_GT(Sample(after, "tbfs_fs_free_bytes", mnt_), 0);
+  EXPECT_GT(Sample(after, "tbfs_fs_avail_bytes", mnt_), 0);
+  EXPECT_GE(Sample(after, "tbfs_fs_free_bytes", mnt_), Sample(after, "tbfs_fs_avail_bytes", mnt_));
   EXPECT_GE(Sample(after, "tbfs_logdir_growth_bytes_per_second", mnt_), 0);
   EXPECT_GT(Sample(after, "tbfs_logdir_bytes", mnt_, ",class=\"tfevents\""), 0);
   EXPECT_GT(Sample(after, "tbfs_logdir_bytes", mnt_, ",class=\"cold\""), 0);
@@ -1001,7 +1021,7 @@ TEST_F(Mounted, ClientsThatNeverFinishARequestDoNotBlindTheMetrics) {
   }
   const std::string scrape = Scrape(port);
   EXPECT_NE(scrape.find("200 OK"), std::string::npos) << scrape;
-  EXPECT_GT(Sample(scrape, "tbfs_resident_memory_bytes", mnt_), 0);
+  EXPECT_GT(Sample(scrape, "process_resident_memory_bytes", mnt_), 0);
 }
 
 TEST_F(Mounted, AMetricsPortInUseIsSaidSoAndNothingIsMounted) {

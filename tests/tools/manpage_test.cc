@@ -19,7 +19,7 @@ using OptionSets = std::map<std::string, std::set<std::string>>;
 
 const std::vector<std::string> kCommands = {"scan",    "verify", "gen",   "migrate", "restore",
                                             "export",  "ls",     "du",    "fsck",    "gc",
-                                            "salvage", "watch",  "mount", "status"};
+                                            "salvage", "watch",  "mount", "status",  "exporter"};
 
 std::set<std::string> OptionsIn(const std::string& text) {
   static const std::regex option(R"((^|[\s,\[|(])(--?[a-z][a-z-]*))");

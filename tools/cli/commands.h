@@ -23,6 +23,7 @@ void RegisterFsck(CLI::App& app, int* exit_code);     // fsck and gc
 void RegisterSalvage(CLI::App& app, int* exit_code);
 void RegisterWatch(CLI::App& app, int* exit_code);
 void RegisterMount(CLI::App& app, int* exit_code);  // mount and status
+void RegisterExporter(CLI::App& app, int* exit_code);
 
 // Sends a request ("status", "migrate-now") to the tbfs mount at
 // `mountpoint` over its control socket; the JSON reply goes to *json.

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   tbfs::cli::RegisterSalvage(app, &exit_code);
   tbfs::cli::RegisterWatch(app, &exit_code);
   tbfs::cli::RegisterMount(app, &exit_code);
+  tbfs::cli::RegisterExporter(app, &exit_code);
   // mount.fuse3 (fstab type fuse.tbfs) runs "tbfs LOGDIR MOUNTPOINT -o OPTS".
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() >= 2 && !args[0].empty() && args[0][0] != '-') {
