@@ -275,6 +275,10 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
             "How fast the logdir (hot and cold, logical bytes) grew over the last day, fitted to "
             "the migrator's samples (0 until two are a second apart)",
             g->logdir_rate.value_or(0));
+    f.Gauge("tbfs_logdir_recent_growth_bytes_per_second",
+            "How fast the logdir grew between the migrator's last two samples (what happens "
+            "now: 0 one interval after writers stop)",
+            g->recent_logdir_rate.value_or(0));
   }
   f.Counter("tbfs_retention_deleted_files_total", "Cold files deleted by the retention policy",
             static_cast<double>(m.retention_files));

@@ -107,6 +107,23 @@ int Migrator::RunNow() {
   return 0;
 }
 
+Status Migrator::CollectGarbage(bool apply, store::Garbage* out) {
+  MutexLock one(pass_mu_);
+  if (!store_.writer()) {
+    return Status::Busy(
+        store_.shared() ? "this mount reads the shared store " + store_.dir() +
+                              "; run it on the writer's mount: " + store_.refusal()
+                        : "the store " + store_.dir() + " is " + store_.refusal());
+  }
+  TBFS_RETURN_IF_ERROR(store::FindGarbage(store_, out));
+  if (apply && !out->chunks.empty()) {
+    TBFS_RETURN_IF_ERROR(store::RemoveGarbage(store_, *out));
+    spdlog::info("gc: removed {} unreachable chunk(s) of {} file id(s)", out->chunks.size(),
+                 out->files);
+  }
+  return Status::OK();
+}
+
 void Migrator::AfterBatch(const store::BatchResult& batch) {
   MutexLock lock(mu_);
   stats_.batches++;
@@ -169,18 +186,23 @@ Status Migrator::TakeWriterRole() {
 
 Status Migrator::Pass() {
   MutexLock one(pass_mu_);
-  if (!store_.writer()) {
+  bool writer = store_.writer();
+  if (!writer) {
     // Another mount writes the store (or did, until its lease ran out), or
     // its filesystem had no room for a writer: the store is read-only.
     Status role = TakeWriterRole();
-    if (!role.ok()) {
+    {
       MutexLock lock(mu_);
-      stats_.last_error = role.code() == Code::kBusy ? "" : role.message();
-      return role.code() == Code::kBusy ? Status::OK() : role;
+      stats_.last_error = role.ok() || role.code() == Code::kBusy ? "" : role.message();
     }
+    if (!role.ok() && role.code() != Code::kBusy) return role;
+    writer = role.ok();
   }
-  Status st = MovePass();
-  if (config_.retention.any() && !stop_flag_) {
+  // A reader moves nothing, but counts what it serves and samples growth
+  // like the writer: its status and metrics show the logdir too.
+  Status st;
+  if (writer) st = MovePass();
+  if (writer && config_.retention.any() && !stop_flag_) {
     Status r = ApplyRetention();
     if (st.ok()) st = r;
   }

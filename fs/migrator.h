@@ -114,6 +114,11 @@ class Migrator {
   // One pass now; 0, -ECANCELED when Stop cut it short, or -EIO when the
   // pass could not run.
   int RunNow();
+  // `tbfs gc MOUNTPOINT --garbage`: finds (and with `apply` removes) the
+  // chunks no record names, between passes (no batch in flight: its chunks
+  // would look like garbage) and as the store's writer, so it runs while
+  // the mount serves. Busy, naming the writer, on a reader.
+  Status CollectGarbage(bool apply, store::Garbage* out);
   MigratorStats stats();
   bool retention_enabled() const { return config_.retention.any(); }
   // The kept series and the last pass's sample after it (empty before the

@@ -138,6 +138,10 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
                      {"used_percent", 100 * g->last.fs_used_fraction()}}},
                    {"logdir_bytes_per_hour", opt(g->logdir_rate, 3600)},
                    {"filesystem_bytes_per_hour", opt(g->filesystem_rate, 3600)},
+                   {"recent",
+                    {{"span_seconds", g->recent_span_s},
+                     {"logdir_bytes_per_hour", opt(g->recent_logdir_rate, 3600)},
+                     {"filesystem_bytes_per_hour", opt(g->recent_filesystem_rate, 3600)}}},
                    {"full_in_seconds", opt(g->full_in_s, 1)},
                    {"top_runs", runs}};
   }
@@ -168,6 +172,12 @@ std::string Control(const std::string& request, const MountOptions& mc,
                                     : "the store " + store_dir + " is " + store.refusal()}});
     }
     return StatusJson(mc, store_dir, store, fs, migrator);
+  }
+  if (request == "gc-garbage" || request == "gc-garbage-apply") {
+    store::Garbage garbage;
+    Status st = migrator.CollectGarbage(request == "gc-garbage-apply", &garbage);
+    if (!st.ok()) return Compact({{"error", st.message()}});
+    return Compact({{"chunks", garbage.chunks.size()}, {"file_ids", garbage.files}});
   }
   return Compact({{"error", "unknown request: " + request}});
 }

@@ -65,6 +65,7 @@ std::string RunOf(const std::string& rel) {
 
 Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::string& store_dir,
                                       const Policy& policy, const WalkOptions& walk) {
+  if (store_dir.empty()) return TakeGrowthSample(logdir, nullptr, policy, walk);
   OpenOptions ro;
   ro.read_only = true;
   auto store = ColdStore::Open(store_dir, ro);
@@ -193,7 +194,22 @@ std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& se
   g.filesystem_rate = GrowthRate(series, since, [](const auto& s) {
     return static_cast<double>(s.fs_size - std::min(s.fs_size, s.fs_free));
   });
-  if (g.filesystem_rate && *g.filesystem_rate > 0) {
+  if (series.size() >= 2) {
+    const GrowthSample& before = series[series.size() - 2];
+    g.recent_span_s = g.last.unix_s - before.unix_s;
+    if (g.recent_span_s >= 1) {
+      auto used = [](const GrowthSample& s) {
+        return static_cast<double>(s.fs_size - std::min(s.fs_size, s.fs_free));
+      };
+      g.recent_logdir_rate = (static_cast<double>(g.last.logdir_bytes()) -
+                              static_cast<double>(before.logdir_bytes())) /
+                             g.recent_span_s;
+      g.recent_filesystem_rate = (used(g.last) - used(before)) / g.recent_span_s;
+    }
+  }
+  const bool filling_now = !g.recent_filesystem_rate || *g.recent_filesystem_rate > 0 ||
+                           *g.recent_logdir_rate > 0;
+  if (g.filesystem_rate && *g.filesystem_rate > 0 && filling_now) {
     g.full_in_s = static_cast<double>(g.last.fs_free) / *g.filesystem_rate;
   }
   for (const auto& entry : g.last.runs) {

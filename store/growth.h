@@ -47,7 +47,7 @@ struct GrowthSample {
   }
 };
 
-// `store_dir` may not hold a store yet (cold bytes are then 0).
+// `store_dir` may not hold a store yet, or be "" (cold bytes are then 0).
 Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::string& store_dir,
                                       const Policy& policy, const WalkOptions& walk);
 class ColdStore;
@@ -82,7 +82,15 @@ struct GrowthSummary {
   double span_s = 0;                      // from the first of them to the last
   std::optional<double> logdir_rate;      // bytes per second, hot and cold
   std::optional<double> filesystem_rate;  // bytes in use on the logdir's filesystem, per second
-  std::optional<double> full_in_s;        // at filesystem_rate, when it is positive
+  // Over the last interval alone (the last two samples): what happens now.
+  std::optional<double> recent_logdir_rate;
+  std::optional<double> recent_filesystem_rate;
+  double recent_span_s = 0;
+  // At filesystem_rate, when it is positive and the disk is still filling
+  // now: the logdir or the filesystem grew over the last interval. A
+  // writer that stopped clears it one interval later, while the fit over
+  // the window still remembers its rate.
+  std::optional<double> full_in_s;
   std::vector<std::pair<std::string, double>> top_runs;  // fastest first, bytes per second
 };
 // None for an empty series.

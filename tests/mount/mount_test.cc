@@ -23,7 +23,10 @@
 #include "events/record.h"
 #include "events/verifier.h"
 #include "fs/inode_table.h"
+#include "store/backend.h"
 #include "store/cold_store.h"
+#include "store/format.h"
+#include "tests/store/store_internals.h"
 #include "tests/mount/mount_fixture.h"
 
 namespace tbfs::testing {
@@ -632,6 +635,42 @@ TEST_F(Mounted, AForegroundMountStoppedBySigtermOrSigintExitsZero) {
     EXPECT_EQ(WEXITSTATUS(status), 0) << "signal " << sig;
     EXPECT_FALSE(IsMounted(mnt_)) << "signal " << sig;
   }
+}
+
+// gc --garbage on a mount point: the daemon (the store's writer) finds and
+// removes chunks no record names between its passes, while it serves.
+TEST_F(Mounted, GarbageIsCollectedThroughTheMountWhileItServes) {
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  Unmount();
+  {
+    store::OpenOptions o;
+    o.holder = "the test";
+    auto opened = store::ColdStore::Open(logdir_ + "/.tbfs", o);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    const uint64_t lost = (*opened)->NewFileId();
+    store::WriteBatch raw;
+    raw.Put(store::Space::kChunks, store::ChunkKey(lost, 0), "left by a crash");
+    raw.Put(store::Space::kChunks, store::ChunkKey(lost, 3), "left by a crash");
+    ASSERT_TRUE(store::StoreInternals::Of(**opened).Commit(raw, true).ok());
+  }
+  Mount("--no-migrate");
+  auto r = RunCommand(Tbfs("gc " + mnt_ + " --garbage 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("would remove 2 unreachable chunk(s) of 1 file id(s)"), std::string::npos)
+      << r.out;
+  r = RunCommand(Tbfs("gc " + mnt_ + " --garbage --apply --json"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["garbage"]["chunks"], 2) << r.out;
+  r = RunCommand(Tbfs("gc " + mnt_ + " --garbage --json"));
+  EXPECT_EQ(nlohmann::json::parse(r.out)["garbage"]["chunks"], 0) << r.out;
+  for (const auto& f : traces_) {
+    EXPECT_EQ(State(M(f)), "cold") << f;
+    EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
+  }
+  r = RunCommand(Tbfs("gc " + mnt_ + " --older-than 1d 2>&1"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("takes --garbage only"), std::string::npos) << r.out;
 }
 
 TEST_F(Mounted, OfflineWritersAreRefusedNamingTheMount) {

@@ -114,6 +114,18 @@ TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNoth
   EXPECT_NE(b.value("store_role", "").find(mnt_), std::string::npos)
       << "the reader names the writer: " << b.dump();
   ExpectOriginals(mnt_b_);  // the reader knows every file as a hot one now
+  // Plain status says the role too, and a reader's names the writer's host.
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  auto plain = RunCommand(Tbfs("status " + mnt_b_));
+  EXPECT_NE(plain.out.find("role:  reader: "), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find(std::string(host) + ":" + mnt_), std::string::npos) << plain.out;
+  // A reader's pass moves nothing but counts what it serves and samples
+  // growth (its --now says it cannot migrate).
+  EXPECT_NE(RunCommand(Tbfs("migrate --now " + mnt_b_ + " 2>&1")).exit_code, 0);
+  b = StatusOf(mnt_b_);
+  EXPECT_GT(b["hot"]["files"].get<uint64_t>(), traces_) << b.dump();
+  EXPECT_TRUE(b.contains("growth")) << b.dump();
 
   auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -127,6 +139,14 @@ TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNoth
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(ColdCount(mnt_b_), traces_);
   ExpectOriginals(mnt_);
+  ExpectOriginals(mnt_b_);
+  // gc --garbage runs while both serve: on the writer's mount point; a
+  // reader's names the writer.
+  r = RunCommand(Tbfs("gc " + mnt_b_ + " --garbage --apply 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find(mnt_), std::string::npos) << r.out;
+  r = RunCommand(Tbfs("gc " + mnt_ + " --garbage --apply 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
   ExpectOriginals(mnt_b_);
   b = StatusOf(mnt_b_);
   EXPECT_EQ(b["migrations"]["files_moved"].get<size_t>(), 0u)

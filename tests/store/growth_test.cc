@@ -112,5 +112,43 @@ TEST(GrowthSummary, RatesTimeToFullAndTheFastestRuns) {
   EXPECT_FALSE(one->full_in_s);
 }
 
+TEST(GrowthSummary, AWriterThatStoppedClearsTheTimeToFullOneIntervalLater) {
+  std::vector<GrowthSample> series;
+  auto at = [](double t, uint64_t bytes, uint64_t free_bytes) {
+    GrowthSample s = At(t, bytes, free_bytes);
+    s.fs_size = 20000000000ull;
+    return s;
+  };
+  // 1 MB a second for an hour, sampled every 30 s, then it stops.
+  for (int i = 0; i <= 3600; i += 30)
+    series.push_back(at(1000 + i, 1000000ull * i, 10000000000ull - 1000000ull * i));
+  auto g = SummarizeGrowth(series, 24 * 3600, 1);
+  ASSERT_TRUE(g && g->full_in_s);
+  EXPECT_NEAR(*g->recent_logdir_rate, 1e6, 1e-3);
+  EXPECT_NEAR(*g->recent_filesystem_rate, 1e6, 1e-3);
+  EXPECT_DOUBLE_EQ(g->recent_span_s, 30);
+  // The next sample, 30 s later, saw nothing written: not filling now,
+  // though the hour's fit still says 1 MB/s.
+  const GrowthSample last = series.back();
+  series.push_back(at(last.unix_s + 30, last.tfevents_bytes, last.fs_free));
+  g = SummarizeGrowth(series, 24 * 3600, 1);
+  ASSERT_TRUE(g);
+  EXPECT_GT(*g->filesystem_rate, 9e5);
+  EXPECT_EQ(*g->recent_logdir_rate, 0);
+  EXPECT_EQ(*g->recent_filesystem_rate, 0);
+  EXPECT_FALSE(g->full_in_s) << "a stopped writer still shows a time to full";
+  // Something else filling the disk (not the logdir) is filling now.
+  series.push_back(at(last.unix_s + 60, last.tfevents_bytes, last.fs_free - 5000000));
+  g = SummarizeGrowth(series, 24 * 3600, 1);
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(g->full_in_s);
+  // The migrator freeing space while the logdir still grows: filling now.
+  series.push_back(at(last.unix_s + 90, last.tfevents_bytes + 10, last.fs_free + 5000000));
+  g = SummarizeGrowth(series, 24 * 3600, 1);
+  ASSERT_TRUE(g);
+  EXPECT_LT(*g->recent_filesystem_rate, 0);
+  EXPECT_TRUE(g->full_in_s);
+}
+
 }  // namespace
 }  // namespace tbfs::store

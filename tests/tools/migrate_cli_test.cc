@@ -372,8 +372,9 @@ TEST_F(MigrateCli, FsckSaysWhichDamagedFilesSalvageRecovers) {
 
 // tbfs watch on a logdir that grows while it samples: a positive rate, the
 // growing run first, exit 1 at a threshold the growth crosses, exit 0 when
-// none is; the series survives in the store folder, which migrate then
-// takes as a store.
+// none is. A logdir without a store folder gets none from watch (its two
+// samples give the rate); once migrate made the store, the series is kept
+// there.
 TEST_F(MigrateCli, WatchSeesALogdirGrowAndWarns) {
   const std::string plot = logdir_ + "/../growth.svg";
   CommandResult r;
@@ -401,7 +402,9 @@ TEST_F(MigrateCli, WatchSeesALogdirGrowAndWarns) {
   EXPECT_GT(j["top_runs"][0]["bytes_per_hour"].get<double>(), 0);
   EXPECT_TRUE(j["warn"].get<bool>());
   EXPECT_GE(j["samples"].get<int>(), 2);
-  // No growth since, no threshold crossed: exit 0 (the earlier samples count).
+  EXPECT_FALSE(j["series_kept"].get<bool>());
+  EXPECT_FALSE(std::filesystem::exists(logdir_ + "/.tbfs")) << "a read-only command made a store";
+  // No growth since, no threshold crossed: exit 0.
   ASSERT_EQ(
       RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code, 0);
   r = RunCommand(Tbfs("watch " + logdir_ +
@@ -410,10 +413,43 @@ TEST_F(MigrateCli, WatchSeesALogdirGrowAndWarns) {
   j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["bytes"]["cold"].get<uint64_t>(), 0u);
   EXPECT_FALSE(j["warn"].get<bool>());
+  EXPECT_TRUE(j["series_kept"].get<bool>());
   struct stat st;
   ASSERT_EQ(::stat((logdir_ + "/.tbfs/growth.jsonl").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(RunCommand(Tbfs("watch " + logdir_ + " --warn-at 0 2>/dev/null")).exit_code, 2);
+}
+
+// From cron: --quiet prints nothing when all is well, one line per warning,
+// and the exit status says which.
+TEST_F(MigrateCli, WatchQuietSpeaksOnlyToWarn) {
+  auto r = RunCommand(Tbfs("watch " + logdir_ + " --quiet --interval 0 --warn-at 100 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out, "");
+  r = RunCommand(Tbfs("watch " + logdir_ + " --quiet --interval 0 --warn-at 0.001 2>&1"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(r.out.rfind("tbfs watch " + logdir_ + ": the filesystem is ", 0), 0u) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_NE(RunCommand(Tbfs("watch " + logdir_ + " --quiet --json 2>&1")).exit_code, 0);
+}
+
+// Any user who can read the logdir may watch it: root's private store is
+// left out (said so), nothing is written, and the rate comes from the
+// run's own two samples.
+TEST_F(MigrateCli, WatchByAnotherUserReadsAndWritesNothingOfTheStore) {
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code,
+            0);
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  const auto before = ReadBytes(logdir_ + "/.tbfs/growth.jsonl");  // none yet: ""
+  auto r = RunCommand("setpriv --reuid 65534 --regid 65534 --clear-groups " +
+                      Tbfs("watch " + logdir_ + " --interval 1s --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["series_kept"].get<bool>());
+  EXPECT_FALSE(j["cold_bytes_known"].get<bool>());
+  EXPECT_EQ(j["samples"].get<int>(), 2);
+  EXPECT_GT(j["bytes"]["tfevents"].get<uint64_t>(), 0u);
+  EXPECT_EQ(ReadBytes(logdir_ + "/.tbfs/growth.jsonl"), before);
 }
 
 // Retention policies: the newest N profiles of each run, a size budget for

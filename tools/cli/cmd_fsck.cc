@@ -273,6 +273,38 @@ int RunGc(const FsckArgs& args) {
                "or --garbage");
     return kExitError;
   }
+  if (!args.logdir.empty() && IsTbfsMount(args.logdir)) {
+    // Through the mount: its daemon, the store's writer, collects between
+    // passes, so no mount has to stop.
+    if (policy.any()) {
+      PrintError("gc", args.logdir +
+                           " is a tbfs mount: its retention: policy deletes cold files after "
+                           "each pass; on a mount point gc takes --garbage only");
+      return kExitError;
+    }
+    std::string reply;
+    if (std::string e = AskMount(args.logdir, args.apply ? "gc-garbage-apply" : "gc-garbage",
+                                 &reply);
+        !e.empty()) {
+      PrintError("gc", "garbage: " + e);
+      return kExitError;
+    }
+    const json r = json::parse(reply);
+    if (args.json) {
+      PrintJson({{"dry_run", !args.apply},
+                 {"files", 0},
+                 {"bytes", 0},
+                 {"stored_bytes", 0},
+                 {"deleted", json::array()},
+                 {"garbage", {{"chunks", r["chunks"]}, {"file_ids", r["file_ids"]}}}});
+    } else {
+      fmt::print("{} {} unreachable chunk(s) of {} file id(s) no record names{}\n",
+                 args.apply ? "removed" : "would remove", r["chunks"].get<uint64_t>(),
+                 r["file_ids"].get<uint64_t>(),
+                 args.apply ? "" : "\ndry run: nothing changed. Run again with --apply to remove.");
+    }
+    return kExitOk;
+  }
   if (args.apply && args.logdir.empty()) {
     // A writer's open finishes what a crash left, writing files back into the logdir.
     PrintError("gc", "--apply needs LOGDIR (recovery may write files back into it)");

@@ -133,8 +133,9 @@ int RunStatus(const std::string& mountpoint, bool json) {
   fmt::print("{} on {} (pid {}), store {}\n", j["logdir"].get<std::string>(),
              j["mountpoint"].get<std::string>(), j["pid"].get<int>(),
              j["store"].get<std::string>());
-  if (const std::string role = j.value("store_role", ""); !role.starts_with("writer")) {
-    fmt::print("store: {}\n", Printable(role));
+  if (const std::string role = j.value("store_role", ""); role != "writer") {
+    // Always for a shared store (a reader's line names the writer's host).
+    fmt::print("role:  {}\n", Printable(role));
   }
   fmt::print("hot:   {} files, {} (at the last pass)\n", u("hot", "files"),
              HumanBytes(u("hot", "bytes")));
@@ -227,11 +228,21 @@ int RunStatus(const std::string& mountpoint, bool json) {
     fmt::print("growth over {} ({} samples): logdir {}, filesystem {}; full in {}\n",
                HumanDuration(g["span_seconds"].get<double>()), g["samples"].get<uint64_t>(),
                rate(g["logdir_bytes_per_hour"]), rate(g["filesystem_bytes_per_hour"]),
-               g["full_in_seconds"].is_null() ? std::string("never at this rate")
-                                              : HumanDuration(g["full_in_seconds"].get<double>()));
+               !g["full_in_seconds"].is_null()
+                   ? HumanDuration(g["full_in_seconds"].get<double>())
+               : !g["filesystem_bytes_per_hour"].is_null() &&
+                       g["filesystem_bytes_per_hour"].get<double>() > 0
+                   ? std::string("not filling now (nothing grew since the last sample)")
+                   : std::string("never at this rate"));
     for (const auto& r : g["top_runs"]) {
       fmt::print("  {:>12}  {}\n", HumanRate(r["bytes_per_hour"].get<double>() / 3600),
                  Printable(r["run"].get<std::string>()));
+    }
+    if (g.contains("recent") && !g["recent"]["logdir_bytes_per_hour"].is_null()) {
+      fmt::print("growth over the last {}: logdir {}, filesystem {}\n",
+                 HumanDuration(g["recent"]["span_seconds"].get<double>()),
+                 rate(g["recent"]["logdir_bytes_per_hour"]),
+                 rate(g["recent"]["filesystem_bytes_per_hour"]));
     }
   }
   return lost > 0 ? kExitFinding : kExitOk;

@@ -1,5 +1,6 @@
 // tbfs watch: how fast a logdir grows and when its filesystem will be full
 // (store/growth.h), for people and for cron or monitoring checks.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,8 +34,19 @@ struct WatchArgs {
   std::string warn_within = "24h";
   size_t top = 5;
   bool json = false;
+  bool quiet = false;
   std::string plot;  // SVG file to write, or ""
 };
+
+// Whether this run may keep its sample in `dir`: a folder that exists
+// already (a read-only command makes no store folder in a logdir) and that
+// this user may write. Otherwise the run keeps nothing and measures its
+// rate from two samples of its own.
+bool CanKeepSeries(const std::string& dir) {
+  struct stat st;
+  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+         ::access(dir.c_str(), W_OK | X_OK) == 0;
+}
 
 int RunWatch(const WatchArgs& args) {
   auto interval = ParseDurationSeconds(args.interval);
@@ -57,12 +69,26 @@ int RunWatch(const WatchArgs& args) {
     return kExitError;
   }
   store::Policy policy;
-  std::vector<store::GrowthSample> series = store::LoadGrowthSeries(loc->own_dir);
+  const bool keep = CanKeepSeries(loc->own_dir);
+  std::vector<store::GrowthSample> series;
+  if (keep) series = store::LoadGrowthSeries(loc->own_dir);
+  // A store this user cannot read (root's, 0700) leaves the cold bytes
+  // out of both samples: the hot ones still show the growth.
+  bool cold_unreadable = false;
   auto sample = [&]() -> bool {
-    auto s = store::TakeGrowthSample(loc->logdir, loc->dir, policy, loc->walk);
+    auto s = store::TakeGrowthSample(loc->logdir, cold_unreadable ? "" : loc->dir, policy,
+                                     loc->walk);
+    if (!s.ok() && s.status().sys_errno() == EACCES && !cold_unreadable) {
+      cold_unreadable = true;
+      s = store::TakeGrowthSample(loc->logdir, "", policy, loc->walk);
+    }
     if (!s.ok()) {
       PrintError("watch", s.status().message());
       return false;
+    }
+    if (!keep) {
+      series.push_back(*s);
+      return true;
     }
     Status saved = store::SaveGrowthSample(loc->own_dir, *s, &series);
     if (!saved.ok()) {
@@ -79,9 +105,9 @@ int RunWatch(const WatchArgs& args) {
     return now.unix_s - s.unix_s >= static_cast<double>(*interval);
   });
   if (!earlier && *interval > 0) {
-    if (::isatty(STDERR_FILENO)) {
-      fmt::print(stderr, "first sample kept; the next in {} for a rate...\n",
-                 HumanDuration(*interval));
+    if (::isatty(STDERR_FILENO) && !args.quiet) {
+      fmt::print(stderr, "first sample {}; the next in {} for a rate...\n",
+               keep ? "kept" : "taken", HumanDuration(*interval));
     }
     std::this_thread::sleep_for(std::chrono::seconds(*interval));
     if (!sample()) return kExitError;
@@ -96,6 +122,11 @@ int RunWatch(const WatchArgs& args) {
   const auto& disk_rate = g.filesystem_rate;
   const auto& full_in = g.full_in_s;
   const auto& runs = g.top_runs;
+  const std::string full_in_text =
+      full_in ? HumanDuration(*full_in) + " at this rate"
+      : disk_rate && *disk_rate > 0
+          ? "not filling now (nothing grew over the last " + HumanDuration(g.recent_span_s) + ")"
+          : std::string("never at this rate");
 
   if (!args.plot.empty()) {
     std::vector<store::GrowthSample> shown;
@@ -124,12 +155,30 @@ int RunWatch(const WatchArgs& args) {
         {"span_seconds", g.span_s},
         {"growth_bytes_per_hour", logdir_rate ? json(*logdir_rate * 3600) : json(nullptr)},
         {"filesystem_growth_bytes_per_hour", disk_rate ? json(*disk_rate * 3600) : json(nullptr)},
+        {"recent",
+         {{"span_seconds", g.recent_span_s},
+          {"growth_bytes_per_hour",
+           g.recent_logdir_rate ? json(*g.recent_logdir_rate * 3600) : json(nullptr)},
+          {"filesystem_growth_bytes_per_hour",
+           g.recent_filesystem_rate ? json(*g.recent_filesystem_rate * 3600) : json(nullptr)}}},
         {"full_in_seconds", full_in ? json(*full_in) : json(nullptr)},
+        {"series_kept", keep},
+        {"cold_bytes_known", !cold_unreadable},
         {"warn", over || soon},
         {"top_runs", json::array()}};
     for (const auto& [run, r] : runs)
       j["top_runs"].push_back({{"run", run}, {"bytes_per_hour", r * 3600}});
     PrintJson(j);
+  } else if (args.quiet) {
+    // For cron: nothing when all is well; each warning one line naming the logdir.
+    if (over) {
+      fmt::print("tbfs watch {}: the filesystem is {:.1f}% used (--warn-at {})\n",
+                 Printable(loc->logdir), used_pct, args.warn_at);
+    }
+    if (soon) {
+      fmt::print("tbfs watch {}: full in {} (--warn-within {})\n", Printable(loc->logdir),
+                 HumanDuration(*full_in), args.warn_within);
+    }
   } else {
     fmt::print("logdir {}: {} (tfevents {}, traces {} hot and {} cold, stored as {}; other {})\n",
                loc->logdir, HumanBytes(last.logdir_bytes()), HumanBytes(last.tfevents_bytes),
@@ -140,9 +189,23 @@ int RunWatch(const WatchArgs& args) {
     fmt::print("growth over {} ({} samples): logdir {}, filesystem {}\n", HumanDuration(g.span_s),
                g.samples, logdir_rate ? HumanRate(*logdir_rate) : "unknown",
                disk_rate ? HumanRate(*disk_rate) : "unknown");
-    fmt::print("full in: {}\n",
-               full_in ? HumanDuration(*full_in) + " at this rate" : "never at this rate");
     for (const auto& [run, r] : runs) fmt::print("  {:>12}  {}\n", HumanRate(r), Printable(run));
+    if (g.recent_logdir_rate) {
+      fmt::print("growth over the last {}: logdir {}, filesystem {}\n",
+                 HumanDuration(g.recent_span_s), HumanRate(*g.recent_logdir_rate),
+                 HumanRate(*g.recent_filesystem_rate));
+    }
+    fmt::print("full in: {}\n", full_in_text);
+    if (cold_unreadable) {
+      fmt::print("cold files: not counted (the store {} is not readable by this user)\n",
+                 loc->dir);
+    }
+    if (!keep) {
+      fmt::print("series: not kept ({} {}); the rates are from this run's samples\n",
+                 loc->own_dir, ::access(loc->own_dir.c_str(), F_OK) == 0
+                                   ? "is not writable by this user"
+                                   : "does not exist, and watch makes no store folder");
+    }
     if (over)
       fmt::print("WARNING: the filesystem is {:.1f}% used (--warn-at {})\n", used_pct,
                  args.warn_at);
@@ -178,6 +241,10 @@ void RegisterWatch(CLI::App& app, int* exit_code) {
   cmd->add_option("--plot", args->plot,
                   "also draw the series of the window as an SVG picture into FILE");
   cmd->add_flag("--json", args->json, "print the figures as JSON");
+  cmd->add_flag("--quiet", args->quiet,
+                "print nothing unless a warning (one line each; for cron: the exit status says "
+                "which)")
+      ->excludes("--json");
   cmd->callback([args, exit_code] { *exit_code = RunWatch(*args); });
 }
 
