@@ -115,6 +115,12 @@ Status Migrator::CollectGarbage(bool apply, store::Garbage* out) {
                               "; run it on the writer's mount: " + store_.refusal()
                         : "the store " + store_.dir() + " is " + store_.refusal());
   }
+  // Shared: a rename (exclusive) moves manifests to other keys, and a scan
+  // of the manifests that a rename crosses could miss one whose chunks
+  // would then look like garbage. Unlinks and rehydrations may go on: the
+  // chunks they leave behind are garbage indeed. Renames through the mount
+  // wait for the scan.
+  ReaderMutexLock ns(ns_mu_);
   TBFS_RETURN_IF_ERROR(store::FindGarbage(store_, out));
   if (apply && !out->chunks.empty()) {
     TBFS_RETURN_IF_ERROR(store::RemoveGarbage(store_, *out));

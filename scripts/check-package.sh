@@ -68,4 +68,42 @@ words=$(bash -c 'source /usr/share/bash-completion/completions/tbfs
 words=$(bash -c 'source /usr/share/bash-completion/completions/tbfs
   COMP_WORDS=(tbfs mount -o allow_other,cold); COMP_CWORD=3; _tbfs; echo "${COMPREPLY[*]}"')
 [[ $words == "allow_other,cold_after=" ]] || fail "bash completion after a comma gave: $words"
-echo "check-package: $deb holds, installs and runs tbfs $version"
+# The installed unit's command, as systemd runs it (Type=notify), with a
+# notification socket of this script's: READY=1 only once the mount
+# serves, STOPPING=1 and exit 0 on SIGTERM (systemctl stop).
+work=$(mktemp -d)
+trap 'fusermount3 -u -z "$work/mnt" 2>/dev/null || true; rm -rf "$work"; dpkg -P tbfs >/dev/null 2>&1 || true' EXIT
+mkdir "$work/mnt"
+/usr/bin/tbfs gen "$work/logdir" --runs 1 --steps 20 --trace-mb 1 >/dev/null
+printf 'logdir: %s\nmount:\n  mountpoint: %s\n  migrate: false\n' "$work/logdir" "$work/mnt" >"$work/run.yaml"
+exec_start=$(sed -n 's/^ExecStart=//p' /usr/lib/systemd/system/tbfs@.service)
+probe=$(cd "$work/logdir" && find . -name '*tfevents*' | head -1)
+# shellcheck disable=SC2086  # ExecStart's words, as systemd splits them
+perl -MSocket -MIO::Socket::UNIX -MIO::Select -e '
+  my ($path, $probe, @cmd) = @ARGV;
+  my $s = IO::Socket::UNIX->new(Type => SOCK_DGRAM(), Local => $path) or die "socket: $!\n";
+  my $sel = IO::Select->new($s);
+  my $pid = fork;
+  if ($pid == 0) { $ENV{NOTIFY_SOCKET} = $path; exec @cmd; exit 127 }
+  $sel->can_read(60) or die "no READY=1 within 60 s\n";
+  $s->recv(my $msg, 4096);
+  $msg =~ /READY=1/ or die "the first notification is not READY=1: $msg\n";
+  -e $probe or die "READY=1 came before the mount served $probe\n";
+  kill "TERM", $pid;
+  $sel->can_read(30) or die "no STOPPING=1 within 30 s of SIGTERM\n";
+  $s->recv($msg, 4096);
+  $msg =~ /STOPPING=1/ or die "after SIGTERM: $msg\n";
+  waitpid($pid, 0);
+  $? == 0 or die "the unit'"'"'s command exited with status $? on SIGTERM\n";
+' "$work/notify" "$work/mnt/$probe" ${exec_start//\/etc\/tbfs\/%i.yaml/$work/run.yaml} ||
+  fail "the unit's command under Type=notify"
+! grep -q " $work/mnt " /proc/mounts || fail "SIGTERM left $work/mnt mounted"
+
+# Purged, it leaves nothing of its own behind.
+dpkg -P tbfs >/dev/null
+for f in /usr/bin/tbfs /usr/share/tbfs /usr/share/doc/tbfs /usr/lib/systemd/system/tbfs@.service \
+         /usr/lib/systemd/system/tbfs-exporter.service /usr/share/man/man1/tbfs.1.gz \
+         /usr/share/bash-completion/completions/tbfs; do
+  [[ ! -e $f ]] || fail "dpkg -P tbfs left $f"
+done
+echo "check-package: $deb holds, installs, runs and purges tbfs $version"

@@ -10,7 +10,7 @@ build=$2
 cd "$(dirname "$0")/.."
 flags=(-std=c++20 -fsyntax-only -Wthread-safety -Wthread-safety-beta -Werror=thread-safety
        -Werror=thread-safety-beta
-       -DFUSE_USE_VERSION=312 -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DFMT_SHARED
+       -DFUSE_USE_VERSION=312 -DTBFS_VERSION='"analysis"' -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DFMT_SHARED
        -I. -I"$build" -I"$build/store" -I"$build/events" -I/usr/include/rados $(pkg-config --cflags fuse3))
 status=0
 for f in base/*.cc store/*.cc fs/*.cc; do

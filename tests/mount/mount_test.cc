@@ -1102,7 +1102,7 @@ TEST_F(Mounted, AMountPointThatIsNotUtf8IsAValidLabel) {
   EXPECT_TRUE(ValidUtf8(scrape) == scrape)
       << "a scrape with bytes that are not UTF-8 is rejected whole";
   const std::string label = mnt_.substr(0, mnt_.size() - 1) + "\xEF\xBF\xBD";
-  EXPECT_GT(Sample(scrape, "tbfs_resident_memory_bytes", label), 0);
+  EXPECT_GT(Sample(scrape, "process_resident_memory_bytes", label), 0);
 }
 
 TEST_F(MountTest, AMetricsAddressThatIsNotOneIsAOneLineError) {
