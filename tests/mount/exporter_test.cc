@@ -119,5 +119,13 @@ TEST_F(Exporter, APortInUseIsOneLineAndExit2) {
   EXPECT_NE(r.out.find("tbfs exporter: --listen nonsense"), std::string::npos) << r.out;
 }
 
+TEST_F(Exporter, AnotherUserIsToldItSeesNoMountsAndWhy) {
+  Mount("--no-migrate");  // root's: /run/tbfs/mounts exists, 0700
+  auto r = RunCommand("setpriv --reuid 65534 --regid 65534 --clear-groups " +
+                      Tbfs("exporter --once 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("/run/tbfs/mounts: Permission denied"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace tbfs::testing

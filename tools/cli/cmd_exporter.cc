@@ -1,5 +1,9 @@
 // tbfs exporter: one Prometheus endpoint for every tbfs mount of the host.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "fs/exporter.h"
 #include "fs/metrics.h"
@@ -24,6 +28,13 @@ void RegisterExporter(CLI::App& app, int* exit_code) {
                 "print one scrape on stdout and exit (e.g. for node_exporter's textfile "
                 "collector)");
   cmd->callback([args, exit_code] {
+    // Root's registrations: another user would see no mount at all.
+    if (::access(fs::kExporterRunDir, R_OK | X_OK) != 0 && errno != ENOENT) {
+      PrintError("exporter", std::string(fs::kExporterRunDir) + ": " + std::strerror(errno) +
+                                 " (the mounts register there as root: run it as root)");
+      *exit_code = kExitError;
+      return;
+    }
     if (args->once) {
       const std::string text = fs::ScrapeRegisteredMounts(fs::kExporterRunDir);
       std::fwrite(text.data(), 1, text.size(), stdout);
