@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "fmt/format.h"
@@ -133,30 +134,62 @@ void ControlServer::Serve(int fd) {
 }
 
 Result<std::string> ControlRequest(const std::string& socket_path, const std::string& request,
-                                   int timeout_s) {
+                                   const ControlCall& call) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(call.timeout_s);
+  auto timed_out = [&] {
+    return Status::FromErrno(EAGAIN, "read " + socket_path,
+                             fmt::format("no whole answer within {} s", call.timeout_s));
+  };
   auto dir = OpenFile(ParentPath(socket_path), O_PATH | O_DIRECTORY);
   if (!dir.ok()) return dir.status();
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock.valid()) return Status::FromErrno(errno, "socket", socket_path);
-  if (timeout_s > 0) {
-    struct timeval limit = {timeout_s, 0};
-    ::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-    ::setsockopt(sock.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
-  }
+  // Each send and read may take what is left of the deadline, no more.
+  auto limit = [&]() -> bool {
+    if (call.timeout_s <= 0) return true;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    struct timeval tv = {static_cast<time_t>(left / 1000000),
+                         static_cast<suseconds_t>(left % 1000000)};
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    return true;
+  };
   struct sockaddr_un addr = AddressIn(dir->get(), std::string(BaseName(socket_path)).c_str());
+  if (!limit()) return timed_out();
   if (::connect(sock.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0) {
     return Status::FromErrno(errno, "connect", socket_path);
   }
+  if (call.peer_pid > 0) {
+    struct ucred peer {};
+    socklen_t len = sizeof(peer);
+    if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 ||
+        peer.pid != call.peer_pid || peer.uid != 0) {
+      return Status::FromErrno(EPERM, "connect " + socket_path,
+                               fmt::format("answered by pid {} uid {}, not the mount's daemon "
+                                           "(pid {}, root)",
+                                           peer.pid, peer.uid, call.peer_pid));
+    }
+  }
   std::string line = request + "\n";
+  if (!limit()) return timed_out();
   TBFS_RETURN_IF_ERROR(WriteAll(sock.get(), line.data(), line.size(), socket_path));
   std::string reply;
   char buf[4096];
   for (;;) {
+    if (!limit()) return timed_out();
     ssize_t n = ::read(sock.get(), buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return timed_out();
     if (n < 0) return Status::FromErrno(errno, "read", socket_path);
     if (n == 0) break;
     reply.append(buf, static_cast<size_t>(n));
+    if (reply.size() > kMaxControlReplyBytes) {
+      return Status::FromErrno(EMSGSIZE, "read " + socket_path,
+                               fmt::format("an answer over {} bytes", kMaxControlReplyBytes));
+    }
   }
   // Every answer ends in a newline: without one the daemon went away.
   if (reply.empty() || reply.back() != '\n') {

@@ -65,11 +65,22 @@ class ControlServer {
   std::vector<Connection> connections_ TBFS_GUARDED_BY(mu_);
 };
 
+// How a ControlRequest may go.
+struct ControlCall {
+  // > 0: the whole answer must be in within this many seconds (EAGAIN
+  // otherwise, however slowly it trickles in); 0 waits as long as the
+  // request takes (migrate-now).
+  int timeout_s = 0;
+  // > 0: the peer must be this process, run by root (SO_PEERCRED): what
+  // answers at a path beneath folders a user owns may be the user's own
+  // server (EPERM otherwise).
+  pid_t peer_pid = 0;
+};
+inline constexpr size_t kMaxControlReplyBytes = 16u << 20;  // longer is an error (EMSGSIZE)
+
 // Sends one request to the control socket at socket_path and returns the
 // reply. PermissionDenied-like failures come back as IOError with EACCES.
-// timeout_s > 0: a daemon that does not answer within it is an error
-// (EAGAIN); 0 waits as long as the request takes (migrate-now).
 Result<std::string> ControlRequest(const std::string& socket_path, const std::string& request,
-                                   int timeout_s = 0);
+                                   const ControlCall& call = {});
 
 }  // namespace tbfs::fs

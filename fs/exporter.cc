@@ -10,6 +10,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <future>
+#include <optional>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -28,20 +31,33 @@ namespace tbfs::fs {
 
 namespace {
 
-// A registration: the mount point, NUL, the control socket, NUL.
-std::string Encode(const std::string& mountpoint, const std::string& socket) {
-  return mountpoint + '\0' + socket + '\0';
+// A registration: the mount point, NUL, the control socket, NUL, the
+// daemon's pid, NUL.
+struct Registration {
+  std::string mountpoint, socket;
+  pid_t pid = 0;
+};
+
+std::string Encode(const Registration& r) {
+  return r.mountpoint + '\0' + r.socket + '\0' + std::to_string(r.pid) + '\0';
 }
 
-bool Decode(const std::string& data, std::string* mountpoint, std::string* socket) {
-  const size_t a = data.find('\0');
-  if (a == std::string::npos) return false;
-  const size_t b = data.find('\0', a + 1);
-  if (b == std::string::npos || b + 1 != data.size()) return false;
-  *mountpoint = data.substr(0, a);
-  *socket = data.substr(a + 1, b - a - 1);
-  return !mountpoint->empty() && mountpoint->front() == '/' && !socket->empty() &&
-         socket->front() == '/';
+bool Decode(const std::string& data, Registration* r) {
+  std::vector<std::string> fields;
+  for (size_t at = 0; at < data.size();) {
+    const size_t end = data.find('\0', at);
+    if (end == std::string::npos) return false;
+    fields.push_back(data.substr(at, end - at));
+    at = end + 1;
+  }
+  if (fields.size() != 3) return false;
+  r->mountpoint = fields[0];
+  r->socket = fields[1];
+  char* end = nullptr;
+  const long pid = std::strtol(fields[2].c_str(), &end, 10);
+  r->pid = static_cast<pid_t>(pid);
+  return !r->mountpoint.empty() && r->mountpoint.front() == '/' && !r->socket.empty() &&
+         r->socket.front() == '/' && end != fields[2].c_str() && *end == '\0' && pid > 0;
 }
 
 // Label values must be UTF-8 and escaped as the text format wants.
@@ -69,11 +85,19 @@ Status RegisterWithExporter(const std::string& dir, const std::string& mountpoin
   if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
     return Status::InvalidArgument(dir + " is not a folder of root's that only root can write");
   }
-  return WriteFileAtomic(JoinPath(dir, EscapePath(mountpoint)), Encode(mountpoint, socket), 0600);
+  return WriteFileAtomic(JoinPath(dir, EscapePath(mountpoint)),
+                         Encode({mountpoint, socket, ::getpid()}), 0600);
 }
 
 void UnregisterFromExporter(const std::string& dir, const std::string& mountpoint) {
-  ::unlink(JoinPath(dir, EscapePath(mountpoint)).c_str());
+  // Only this daemon's: a mount stacked on the same mount point (-o
+  // nonempty) registered under the same name, and keeps its registration.
+  const std::string path = JoinPath(dir, EscapePath(mountpoint));
+  std::string data;
+  Registration r;
+  if (ReadFileToString(path, &data, O_NOFOLLOW).ok() && Decode(data, &r) && r.pid == ::getpid()) {
+    ::unlink(path.c_str());
+  }
 }
 
 std::string ScrapeRegisteredMounts(const std::string& dir) {
@@ -86,30 +110,42 @@ std::string ScrapeRegisteredMounts(const std::string& dir) {
     ::closedir(d);
   }
   std::sort(names.begin(), names.end());
-  std::vector<std::string> texts;
-  std::string up;
-  size_t mounts = 0;
+  std::vector<Registration> mounts;
   for (const std::string& name : names) {
-    std::string data, mountpoint, socket;
-    if (!ReadFileToString(JoinPath(dir, name), &data, O_NOFOLLOW).ok() ||
-        !Decode(data, &mountpoint, &socket)) {
+    std::string data;
+    Registration r;
+    if (!ReadFileToString(JoinPath(dir, name), &data, O_NOFOLLOW).ok() || !Decode(data, &r)) {
       continue;
     }
-    auto entry = FindMount(mountpoint);
+    auto entry = FindMount(r.mountpoint);
     if (!entry || entry->fstype != "fuse.tbfs") continue;  // left by a daemon that died
-    ++mounts;
-    auto reply = ControlRequest(socket, "metrics", kExporterMountTimeoutS);
-    bool ok = false;
-    if (reply.ok()) {
-      auto j = nlohmann::json::parse(*reply, nullptr, false);
-      if (!j.is_discarded() && j.contains("metrics") && j["metrics"].is_string()) {
-        texts.push_back(j["metrics"].get<std::string>());
-        ok = true;
-      }
-    }
-    up += fmt::format("tbfs_exporter_mount_up{{mountpoint=\"{}\"}} {}\n", LabelValue(mountpoint),
-                      ok ? 1 : 0);
+    mounts.push_back(std::move(r));
   }
+  // All at once, each within kExporterMountTimeoutS: mounts that hang
+  // cost one timeout together, not one each.
+  std::vector<std::future<std::optional<std::string>>> asked;
+  for (const Registration& r : mounts) {
+    asked.push_back(std::async(std::launch::async, [&r]() -> std::optional<std::string> {
+      ControlCall call;
+      call.timeout_s = kExporterMountTimeoutS;
+      call.peer_pid = r.pid;  // the daemon that registered, not whatever listens there now
+      auto reply = ControlRequest(r.socket, "metrics", call);
+      if (!reply.ok()) return std::nullopt;
+      auto j = nlohmann::json::parse(*reply, nullptr, false);
+      if (j.is_discarded() || !j.contains("metrics") || !j["metrics"].is_string())
+        return std::nullopt;
+      return j["metrics"].get<std::string>();
+    }));
+  }
+  std::vector<std::string> texts;
+  std::string up;
+  for (size_t i = 0; i < mounts.size(); ++i) {
+    std::optional<std::string> text = asked[i].get();
+    if (text) texts.push_back(std::move(*text));
+    up += fmt::format("tbfs_exporter_mount_up{{mountpoint=\"{}\"}} {}\n",
+                      LabelValue(mounts[i].mountpoint), text ? 1 : 0);
+  }
+  const size_t count = mounts.size();
   std::string own =
       "# HELP tbfs_exporter_mount_up 1 when the mount answered this scrape, 0 when it did not "
       "within " +
@@ -117,7 +153,7 @@ std::string ScrapeRegisteredMounts(const std::string& dir) {
       " s\n# TYPE tbfs_exporter_mount_up gauge\n" + up +
       "# HELP tbfs_exporter_mounts tbfs mounts of this host registered with the exporter\n"
       "# TYPE tbfs_exporter_mounts gauge\n" +
-      fmt::format("tbfs_exporter_mounts {}\n", mounts) +
+      fmt::format("tbfs_exporter_mounts {}\n", count) +
       "# HELP tbfs_exporter_scrape_duration_seconds How long asking every mount took\n"
       "# TYPE tbfs_exporter_scrape_duration_seconds gauge\n" +
       fmt::format("tbfs_exporter_scrape_duration_seconds {:.6f}\n",

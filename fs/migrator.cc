@@ -109,7 +109,10 @@ int Migrator::RunNow() {
 
 Status Migrator::CollectGarbage(bool apply, store::Garbage* out) {
   MutexLock one(pass_mu_);
-  if (!store_.writer()) {
+  // A dry run needs no writer: what a full store holds as garbage is what
+  // its admin wants to know. (On a shared store's reader, a writer's batch
+  // in flight elsewhere may count too: a dry run says "at most".)
+  if (apply && !store_.writer()) {
     return Status::Busy(
         store_.shared() ? "this mount reads the shared store " + store_.dir() +
                               "; run it on the writer's mount: " + store_.refusal()

@@ -117,8 +117,8 @@ class Migrator {
   // `tbfs gc MOUNTPOINT --garbage`: finds (and with `apply` removes) the
   // chunks no record names, between passes (no batch in flight: its chunks
   // would look like garbage) and as the store's writer, so it runs while
-  // the mount serves (renames through it wait for the scan). Busy, naming
-  // the writer, on a reader.
+  // the mount serves (renames through it wait for the scan). With `apply`,
+  // Busy on a reader (naming the writer) or a read-only store.
   Status CollectGarbage(bool apply, store::Garbage* out);
   MigratorStats stats();
   bool retention_enabled() const { return config_.retention.any(); }

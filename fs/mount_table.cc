@@ -18,6 +18,8 @@ std::optional<MountEntry> FindMount(const std::string& mountpoint) {
   entry.dev = mnt_fs_get_devno(fs);
   const char* type = mnt_fs_get_fstype(fs);
   entry.fstype = type != nullptr ? type : "";
+  const char* source = mnt_fs_get_source(fs);
+  entry.source = source != nullptr ? source : "";
   return entry;
 }
 

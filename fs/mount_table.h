@@ -12,6 +12,7 @@ namespace tbfs::fs {
 struct MountEntry {
   dev_t dev = 0;       // the mount's device number (st_dev of what it serves)
   std::string fstype;  // "fuse.tbfs", "ext4", ...
+  std::string source;  // "tbfs:LOGDIR", "/dev/sda1", ...
 };
 
 // The topmost mount at `mountpoint` (an absolute, normal path, compared as

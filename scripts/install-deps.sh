@@ -5,7 +5,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(
   build-essential cmake ninja-build ccache pkg-config git attr clang
-  dpkg-dev man-db systemd lintian
+  dpkg-dev man-db systemd lintian acl libcap2-bin
   libfuse3-dev fuse3
   librocksdb-dev
   libzstd-dev zstd zlib1g-dev

@@ -2,7 +2,12 @@
 // mounts (root's, so they register in /run/tbfs/mounts).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+
+#include <atomic>
 
 #include <fstream>
 
@@ -117,6 +122,65 @@ TEST_F(Exporter, APortInUseIsOneLineAndExit2) {
   r = RunCommand(Tbfs("exporter --listen nonsense 2>&1"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("tbfs exporter: --listen nonsense"), std::string::npos) << r.out;
+}
+
+// What listens at a registered socket path may not be the mount's daemon
+// (a user who owns a folder above it can put a server there): only the
+// registered pid, as root, is believed; and no answer, however slowly it
+// trickles, holds a scrape past the timeout.
+TEST_F(Exporter, OnlyTheRegisteredDaemonIsBelievedAndNoMountHoldsAScrape) {
+  Mount("--no-migrate");
+  // This mount's registration.
+  std::string reg_path, original;
+  for (const auto& e : std::filesystem::directory_iterator("/run/tbfs/mounts")) {
+    std::string data = ReadBytes(e.path());
+    if (data.starts_with(mnt_ + std::string(1, '\0'))) reg_path = e.path(), original = data;
+  }
+  ASSERT_FALSE(reg_path.empty());
+  // A server of the test's: it answers fake series, or drips a byte a second.
+  const std::string fake = dir_ / "fake.sock";
+  UniqueFd server(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fake.c_str());
+  ASSERT_EQ(::bind(server.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(::listen(server.get(), 8), 0);
+  std::atomic<bool> drip{false}, done{false};
+  std::thread serve([&] {
+    while (!done) {
+      struct pollfd p = {server.get(), POLLIN, 0};
+      if (::poll(&p, 1, 100) != 1) continue;
+      UniqueFd c(::accept4(server.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      const std::string reply =
+          "{\"metrics\": \"tbfs_verifier_ok{mountpoint=\\\"" + mnt_ + "\\\"} 0\\n\"}\n";
+      for (size_t i = 0; i < reply.size() && !done; ++i) {
+        if (::send(c.get(), &reply[i], drip ? 1 : reply.size() - i, MSG_NOSIGNAL) <= 0) break;
+        if (!drip) break;
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
+    }
+  });
+  auto registration = [&](pid_t pid) {
+    WriteBytes(reg_path, mnt_ + std::string(1, '\0') + fake + std::string(1, '\0') +
+                             std::to_string(pid) + std::string(1, '\0'));
+  };
+  registration(pid_);  // the daemon's pid, but another process answers
+  auto once = RunCommand(Tbfs("exporter --once"));
+  EXPECT_EQ(Sample("\n" + once.out, "tbfs_exporter_mount_up", mnt_), 0) << once.out;
+  EXPECT_EQ(Sample("\n" + once.out, "tbfs_verifier_ok", mnt_), -1) << once.out;
+  drip = true;
+  registration(::getpid());  // believed (this process, root), but never done answering
+  const auto start = std::chrono::steady_clock::now();
+  once = RunCommand(Tbfs("exporter --once"));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(Sample("\n" + once.out, "tbfs_exporter_mount_up", mnt_), 0) << once.out;
+  EXPECT_LT(took, 20.0) << "a trickling answer held the scrape (60 s of bytes)";
+  done = true;
+  serve.join();
+  WriteBytes(reg_path, original);
+  once = RunCommand(Tbfs("exporter --once"));
+  EXPECT_EQ(Sample("\n" + once.out, "tbfs_exporter_mount_up", mnt_), 1) << once.out;
 }
 
 TEST_F(Exporter, AnotherUserIsToldItSeesNoMountsAndWhy) {

@@ -452,6 +452,21 @@ TEST_F(MigrateCli, WatchByAnotherUserReadsAndWritesNothingOfTheStore) {
   EXPECT_EQ(ReadBytes(logdir_ + "/.tbfs/growth.jsonl"), before);
 }
 
+// A store folder another user owns (their own run folder watched as a
+// logdir, say) is not root's to keep a series in (a store refuses another
+// owner's folder): root's watch still reports, reading it, keeping nothing.
+TEST_F(MigrateCli, WatchOfALogdirWhoseStoreFolderIsAnotherUsersStillReports) {
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code,
+            0);
+  ASSERT_EQ(RunCommand("chown -R 65534:65534 " + logdir_ + "/.tbfs").exit_code, 0);
+  auto r = RunCommand(Tbfs("watch " + logdir_ + " --interval 1s --json 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["series_kept"].get<bool>());
+  EXPECT_GT(j["bytes"]["cold"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(logdir_ + "/.tbfs/growth.jsonl"));
+}
+
 // Retention policies: the newest N profiles of each run, a size budget for
 // the store, the migration time; the union of what they select.
 TEST_F(MigrateCli, GcPoliciesKeepTheNewestProfilesAndABudget) {

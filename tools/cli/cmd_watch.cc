@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "base/text.h"
 #include "base/units.h"
 #include "fmt/format.h"
+#include "fs/mount_table.h"
 #include "store/growth.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/growth_plot.h"
@@ -44,7 +46,7 @@ struct WatchArgs {
 // rate from two samples of its own.
 bool CanKeepSeries(const std::string& dir) {
   struct stat st;
-  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
          ::access(dir.c_str(), W_OK | X_OK) == 0;
 }
 
@@ -63,6 +65,17 @@ int RunWatch(const WatchArgs& args) {
     PrintError("watch", "--warn-at: a percentage above 0 and at most 100");
     return kExitError;
   }
+  // Through a mount, cold files look hot (and sparse ones small): the
+  // logdir behind it is what grows.
+  if (IsTbfsMount(args.logdir)) {
+    std::string at = std::filesystem::absolute(args.logdir).lexically_normal().string();
+    while (at.size() > 1 && at.back() == '/') at.pop_back();
+    auto entry = fs::FindMount(at);
+    const std::string source = entry ? entry->source : "";
+    PrintError("watch", args.logdir + " is a tbfs mount point: watch the logdir it serves" +
+                            (source.starts_with("tbfs:") ? " (" + source.substr(5) + ")" : ""));
+    return kExitError;
+  }
   auto loc = LocateStore(args.logdir, args.store);
   if (!loc.ok()) {
     PrintError("watch", loc.status().message());
@@ -72,15 +85,23 @@ int RunWatch(const WatchArgs& args) {
   const bool keep = CanKeepSeries(loc->own_dir);
   std::vector<store::GrowthSample> series;
   if (keep) series = store::LoadGrowthSeries(loc->own_dir);
-  // A store this user cannot read (root's, 0700) leaves the cold bytes
-  // out of both samples: the hot ones still show the growth.
+  // A store this user cannot read (root's, 0700; another owner's, which a
+  // store refuses) leaves the cold bytes out of both samples: the hot ones
+  // still show the growth, and watching is what this command is for.
   bool cold_unreadable = false;
+  std::string cold_why;
   auto sample = [&]() -> bool {
     auto s = store::TakeGrowthSample(loc->logdir, cold_unreadable ? "" : loc->dir, policy,
                                      loc->walk);
-    if (!s.ok() && s.status().sys_errno() == EACCES && !cold_unreadable) {
-      cold_unreadable = true;
-      s = store::TakeGrowthSample(loc->logdir, "", policy, loc->walk);
+    if (!s.ok() && !cold_unreadable) {
+      // The walk of the logdir is the same either way: if it failed, it
+      // fails again below, and that is the error shown.
+      auto hot = store::TakeGrowthSample(loc->logdir, "", policy, loc->walk);
+      if (hot.ok()) {
+        cold_unreadable = true;
+        cold_why = s.status().message();
+        s = std::move(hot);
+      }
     }
     if (!s.ok()) {
       PrintError("watch", s.status().message());
@@ -197,8 +218,7 @@ int RunWatch(const WatchArgs& args) {
     }
     fmt::print("full in: {}\n", full_in_text);
     if (cold_unreadable) {
-      fmt::print("cold files: not counted (the store {} is not readable by this user)\n",
-                 loc->dir);
+      fmt::print("cold files: not counted (the store cannot be read: {})\n", Printable(cold_why));
     }
     if (!keep) {
       fmt::print("series: not kept ({} {}); the rates are from this run's samples\n",
