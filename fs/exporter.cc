@@ -11,7 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <future>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <optional>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -121,29 +124,63 @@ std::string ScrapeRegisteredMounts(const std::string& dir) {
     if (!entry || entry->fstype != "fuse.tbfs") continue;  // left by a daemon that died
     mounts.push_back(std::move(r));
   }
-  // All at once, each within kExporterMountTimeoutS: mounts that hang
-  // cost one timeout together, not one each.
-  std::vector<std::future<std::optional<std::string>>> asked;
+  // All at once, under one deadline for the scrape. Reaching a socket may
+  // itself hang before any timeout applies (a path through a FUSE mount
+  // that does not answer, which a user can set up beneath a folder of
+  // theirs), so each ask runs on a thread of its own that the scrape
+  // leaves behind at the deadline; a mount whose last ask is still stuck
+  // is not asked again (one stuck thread per mount at most).
+  struct Ask {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::optional<std::string> text;
+  };
+  static std::mutex stuck_mu;
+  static std::set<std::string> stuck;  // mount points whose ask has not returned
+  const auto deadline = start + std::chrono::milliseconds(kExporterMountTimeoutS * 1000 + 500);
+  std::vector<std::shared_ptr<Ask>> asked;
   for (const Registration& r : mounts) {
-    asked.push_back(std::async(std::launch::async, [&r]() -> std::optional<std::string> {
+    auto ask = std::make_shared<Ask>();
+    asked.push_back(ask);
+    {
+      std::lock_guard<std::mutex> lock(stuck_mu);
+      if (!stuck.insert(r.mountpoint).second) {
+        ask->done = true;  // its last ask is still stuck: no answer now either
+        continue;
+      }
+    }
+    std::thread([ask, r] {
       ControlCall call;
       call.timeout_s = kExporterMountTimeoutS;
       call.peer_pid = r.pid;  // the daemon that registered, not whatever listens there now
+      std::optional<std::string> text;
       auto reply = ControlRequest(r.socket, "metrics", call);
-      if (!reply.ok()) return std::nullopt;
-      auto j = nlohmann::json::parse(*reply, nullptr, false);
-      if (j.is_discarded() || !j.contains("metrics") || !j["metrics"].is_string())
-        return std::nullopt;
-      return j["metrics"].get<std::string>();
-    }));
+      if (reply.ok()) {
+        auto j = nlohmann::json::parse(*reply, nullptr, false);
+        if (!j.is_discarded() && j.contains("metrics") && j["metrics"].is_string())
+          text = j["metrics"].get<std::string>();
+      }
+      {
+        std::lock_guard<std::mutex> lock(stuck_mu);
+        stuck.erase(r.mountpoint);
+      }
+      std::lock_guard<std::mutex> lock(ask->mu);
+      ask->text = std::move(text);
+      ask->done = true;
+      ask->cv.notify_all();
+    }).detach();
   }
   std::vector<std::string> texts;
   std::string up;
   for (size_t i = 0; i < mounts.size(); ++i) {
-    std::optional<std::string> text = asked[i].get();
-    if (text) texts.push_back(std::move(*text));
+    Ask& ask = *asked[i];
+    std::unique_lock<std::mutex> lock(ask.mu);
+    ask.cv.wait_until(lock, deadline, [&] { return ask.done; });
+    const bool ok = ask.done && ask.text.has_value();
+    if (ok) texts.push_back(*ask.text);
     up += fmt::format("tbfs_exporter_mount_up{{mountpoint=\"{}\"}} {}\n",
-                      LabelValue(mounts[i].mountpoint), text ? 1 : 0);
+                      LabelValue(mounts[i].mountpoint), ok ? 1 : 0);
   }
   const size_t count = mounts.size();
   std::string own =

@@ -183,6 +183,35 @@ TEST_F(Exporter, OnlyTheRegisteredDaemonIsBelievedAndNoMountHoldsAScrape) {
   EXPECT_EQ(Sample("\n" + once.out, "tbfs_exporter_mount_up", mnt_), 1) << once.out;
 }
 
+// A socket path through a mount that does not answer (a user can mount a
+// FUSE filesystem of their own in a folder above a store's socket) hangs
+// before any socket timeout applies: the scrape still ends at its deadline.
+TEST_F(Exporter, ASocketPathThroughAHungMountCostsOneDeadline) {
+  Mount("--no-migrate");
+  auto r = RunCommand(Tbfs("mount " + logdir2_ + " " + Quote(mnt2_) + " --no-migrate --store " +
+                           (dir_ / "store2") + " 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const int pid2 = nlohmann::json::parse(RunCommand(Tbfs("status --json " + Quote(mnt2_))).out)
+                       ["pid"].get<int>();
+  std::string reg_path, original;
+  for (const auto& e : std::filesystem::directory_iterator("/run/tbfs/mounts")) {
+    std::string data = ReadBytes(e.path());
+    if (data.starts_with(mnt_ + std::string(1, '\0'))) reg_path = e.path(), original = data;
+  }
+  ASSERT_FALSE(reg_path.empty());
+  WriteBytes(reg_path, mnt_ + std::string(1, '\0') + mnt2_ + "/run/control.sock" +
+                           std::string(1, '\0') + std::to_string(pid_) + std::string(1, '\0'));
+  ASSERT_EQ(::kill(pid2, SIGSTOP), 0);
+  const auto start = std::chrono::steady_clock::now();
+  auto once = RunCommand(Tbfs("exporter --once"));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::kill(pid2, SIGCONT);
+  WriteBytes(reg_path, original);
+  EXPECT_EQ(Sample("\n" + once.out, "tbfs_exporter_mount_up", mnt_), 0) << once.out;
+  EXPECT_LT(took, 20.0) << "a hung mount on the socket's path held the scrape";
+}
+
 TEST_F(Exporter, AnotherUserIsToldItSeesNoMountsAndWhy) {
   Mount("--no-migrate");  // root's: /run/tbfs/mounts exists, 0700
   auto r = RunCommand("setpriv --reuid 65534 --regid 65534 --clear-groups " +
