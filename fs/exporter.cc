@@ -136,8 +136,9 @@ std::string ScrapeRegisteredMounts(const std::string& dir) {
     bool done = false;
     std::optional<std::string> text;
   };
-  static std::mutex stuck_mu;
-  static std::set<std::string> stuck;  // mount points whose ask has not returned
+  // Never destroyed: an ask left behind may still use them at exit.
+  static std::mutex& stuck_mu = *new std::mutex;
+  static std::set<std::string>& stuck = *new std::set<std::string>;  // asks not returned yet
   const auto deadline = start + std::chrono::milliseconds(kExporterMountTimeoutS * 1000 + 500);
   std::vector<std::shared_ptr<Ask>> asked;
   for (const Registration& r : mounts) {

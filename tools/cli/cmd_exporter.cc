@@ -38,8 +38,10 @@ void RegisterExporter(CLI::App& app, int* exit_code) {
     if (args->once) {
       const std::string text = fs::ScrapeRegisteredMounts(fs::kExporterRunDir);
       std::fwrite(text.data(), 1, text.size(), stdout);
-      *exit_code = kExitOk;
-      return;
+      // An ask left behind on a mount that does not answer must not hold
+      // the exit (nor have anything torn down under it).
+      std::fflush(stdout);
+      ::_exit(std::ferror(stdout) ? kExitError : kExitOk);
     }
     std::string error;
     const std::string address = fs::MetricsAddress(args->listen, &error);
