@@ -28,6 +28,8 @@
 #include "fs/metrics_server.h"
 #include "fs/mount_internal.h"
 #include "fs/mount_table.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
 #include "spdlog/spdlog.h"
 
 namespace tbfs::fs {
@@ -61,20 +63,6 @@ bool Decode(const std::string& data, Registration* r) {
   r->pid = static_cast<pid_t>(pid);
   return !r->mountpoint.empty() && r->mountpoint.front() == '/' && !r->socket.empty() &&
          r->socket.front() == '/' && end != fields[2].c_str() && *end == '\0' && pid > 0;
-}
-
-// Label values must be UTF-8 and escaped as the text format wants.
-std::string LabelValue(const std::string& s) {
-  std::string out;
-  for (char c : ValidUtf8(s)) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -172,30 +160,39 @@ std::string ScrapeRegisteredMounts(const std::string& dir) {
       ask->cv.notify_all();
     }).detach();
   }
+  // The exporter's own series, serialized as the mounts' are (labels
+  // escaped, and UTF-8: a mount point need not be).
+  using prometheus::ClientMetric;
+  using prometheus::MetricType;
+  prometheus::MetricFamily up{
+      "tbfs_exporter_mount_up",
+      fmt::format("1 when the mount answered this scrape, 0 when it did not within {} s",
+                  kExporterMountTimeoutS),
+      MetricType::Gauge,
+      {}};
   std::vector<std::string> texts;
-  std::string up;
   for (size_t i = 0; i < mounts.size(); ++i) {
     Ask& ask = *asked[i];
     std::unique_lock<std::mutex> lock(ask.mu);
     ask.cv.wait_until(lock, deadline, [&] { return ask.done; });
     const bool ok = ask.done && ask.text.has_value();
     if (ok) texts.push_back(*ask.text);
-    up += fmt::format("tbfs_exporter_mount_up{{mountpoint=\"{}\"}} {}\n",
-                      LabelValue(mounts[i].mountpoint), ok ? 1 : 0);
+    ClientMetric m;
+    m.label.push_back({"mountpoint", ValidUtf8(mounts[i].mountpoint)});
+    m.gauge.value = ok ? 1 : 0;
+    up.metric.push_back(std::move(m));
   }
-  const size_t count = mounts.size();
-  std::string own =
-      "# HELP tbfs_exporter_mount_up 1 when the mount answered this scrape, 0 when it did not "
-      "within " +
-      std::to_string(kExporterMountTimeoutS) +
-      " s\n# TYPE tbfs_exporter_mount_up gauge\n" + up +
-      "# HELP tbfs_exporter_mounts tbfs mounts of this host registered with the exporter\n"
-      "# TYPE tbfs_exporter_mounts gauge\n" +
-      fmt::format("tbfs_exporter_mounts {}\n", count) +
-      "# HELP tbfs_exporter_scrape_duration_seconds How long asking every mount took\n"
-      "# TYPE tbfs_exporter_scrape_duration_seconds gauge\n" +
-      fmt::format("tbfs_exporter_scrape_duration_seconds {:.6f}\n",
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  auto gauge = [](std::string name, std::string help, double value) {
+    ClientMetric m;
+    m.gauge.value = value;
+    return prometheus::MetricFamily{std::move(name), std::move(help), MetricType::Gauge, {m}};
+  };
+  const std::string own = prometheus::TextSerializer().Serialize(
+      {up,
+       gauge("tbfs_exporter_mounts", "tbfs mounts of this host registered with the exporter",
+             static_cast<double>(mounts.size())),
+       gauge("tbfs_exporter_scrape_duration_seconds", "How long asking every mount took",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count())});
   texts.push_back(own);
   return MergeExpositions(texts);
 }

@@ -65,7 +65,6 @@ std::string RunOf(const std::string& rel) {
 
 Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::string& store_dir,
                                       const Policy& policy, const WalkOptions& walk) {
-  if (store_dir.empty()) return TakeGrowthSample(logdir, nullptr, policy, walk);
   OpenOptions ro;
   ro.read_only = true;
   auto store = ColdStore::Open(store_dir, ro);

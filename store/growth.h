@@ -47,7 +47,7 @@ struct GrowthSample {
   }
 };
 
-// `store_dir` may not hold a store yet, or be "" (cold bytes are then 0).
+// `store_dir` may not hold a store yet (cold bytes are then 0).
 Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::string& store_dir,
                                       const Policy& policy, const WalkOptions& walk);
 class ColdStore;

@@ -464,6 +464,10 @@ TEST_F(MigrateCli, WatchOfALogdirWhoseStoreFolderIsAnotherUsersStillReports) {
   auto j = nlohmann::json::parse(r.out);
   EXPECT_FALSE(j["series_kept"].get<bool>());
   EXPECT_GT(j["bytes"]["cold"].get<uint64_t>(), 0u);
+  r = RunCommand(Tbfs("watch " + logdir_ + " --interval 1s --warn-within 0s 2>&1"));
+  EXPECT_NE(r.out.find(".tbfs belongs to uid 65534); the rates are from this run's samples"),
+            std::string::npos)
+      << r.out;
   EXPECT_FALSE(std::filesystem::exists(logdir_ + "/.tbfs/growth.jsonl"));
 }
 

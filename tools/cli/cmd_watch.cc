@@ -40,14 +40,18 @@ struct WatchArgs {
   std::string plot;  // SVG file to write, or ""
 };
 
-// Whether this run may keep its sample in `dir`: a folder that exists
-// already (a read-only command makes no store folder in a logdir) and that
-// this user may write. Otherwise the run keeps nothing and measures its
-// rate from two samples of its own.
-bool CanKeepSeries(const std::string& dir) {
+// Why this run may not keep its sample in `dir` ("" when it may): only in
+// a folder that exists already (a read-only command makes no store folder
+// in a logdir), is this user's (a store refuses another owner's) and
+// writable. Otherwise the run keeps nothing and measures its rate from two
+// samples of its own.
+std::string WhyNotKept(const std::string& dir) {
   struct stat st;
-  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
-         ::access(dir.c_str(), W_OK | X_OK) == 0;
+  if (::lstat(dir.c_str(), &st) != 0) return "does not exist, and watch makes no store folder";
+  if (!S_ISDIR(st.st_mode)) return "is not a folder";
+  if (st.st_uid != ::geteuid()) return fmt::format("belongs to uid {}", st.st_uid);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return "is not writable by this user";
+  return "";
 }
 
 int RunWatch(const WatchArgs& args) {
@@ -82,27 +86,23 @@ int RunWatch(const WatchArgs& args) {
     return kExitError;
   }
   store::Policy policy;
-  const bool keep = CanKeepSeries(loc->own_dir);
+  const std::string not_kept = WhyNotKept(loc->own_dir);
+  const bool keep = not_kept.empty();
   std::vector<store::GrowthSample> series;
   if (keep) series = store::LoadGrowthSeries(loc->own_dir);
-  // A store this user cannot read (root's, 0700; another owner's, which a
-  // store refuses) leaves the cold bytes out of both samples: the hot ones
-  // still show the growth, and watching is what this command is for.
-  bool cold_unreadable = false;
+  // A store this user cannot open (root's, 0700; damaged) leaves the cold
+  // bytes out of both samples: the hot ones still show the growth, and
+  // watching is what this command is for. Opened once for both samples.
+  std::unique_ptr<store::ColdStore> cold;
   std::string cold_why;
+  if (auto opened = OpenStoreForRead(*loc); opened.ok()) {
+    cold = std::move(opened).value();
+  } else {
+    cold_why = opened.status().message();
+  }
+  const bool cold_unreadable = !cold_why.empty();
   auto sample = [&]() -> bool {
-    auto s = store::TakeGrowthSample(loc->logdir, cold_unreadable ? "" : loc->dir, policy,
-                                     loc->walk);
-    if (!s.ok() && !cold_unreadable) {
-      // The walk of the logdir is the same either way: if it failed, it
-      // fails again below, and that is the error shown.
-      auto hot = store::TakeGrowthSample(loc->logdir, "", policy, loc->walk);
-      if (hot.ok()) {
-        cold_unreadable = true;
-        cold_why = s.status().message();
-        s = std::move(hot);
-      }
-    }
+    auto s = store::TakeGrowthSample(loc->logdir, cold.get(), policy, loc->walk);
     if (!s.ok()) {
       PrintError("watch", s.status().message());
       return false;
@@ -222,9 +222,7 @@ int RunWatch(const WatchArgs& args) {
     }
     if (!keep) {
       fmt::print("series: not kept ({} {}); the rates are from this run's samples\n",
-                 loc->own_dir, ::access(loc->own_dir.c_str(), F_OK) == 0
-                                   ? "is not writable by this user"
-                                   : "does not exist, and watch makes no store folder");
+                 loc->own_dir, not_kept);
     }
     if (over)
       fmt::print("WARNING: the filesystem is {:.1f}% used (--warn-at {})\n", used_pct,
