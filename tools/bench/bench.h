@@ -18,6 +18,7 @@ void RegisterBackendsBench(CLI::App& app, int* exit_code);  // RocksDB vs RADOS
 void RegisterStoresBench(CLI::App& app, int* exit_code);    // the same, through a mount
 void RegisterScaleBench(CLI::App& app, int* exit_code);     // a big logdir
 void RegisterHostileBench(CLI::App& app, int* exit_code);   // one user against the rest
+void RegisterColdBench(CLI::App& app, int* exit_code);      // issue 23's table
 
 // What the mount benchmarks share (bench_util.cc).
 // Drops the page cache (root only; a no-op otherwise).

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   tbfs::bench::RegisterStoresBench(app, &exit_code);
   tbfs::bench::RegisterScaleBench(app, &exit_code);
   tbfs::bench::RegisterHostileBench(app, &exit_code);
+  tbfs::bench::RegisterColdBench(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -1,0 +1,280 @@
+// tbfs-bench cold: the performance table of issue 23, every row with its
+// reference measured in the same run.
+//   - migration of the traces (copy, compress, sync, read back, verify)
+//     against `zstd -9 -T2` of the same files, time and size;
+//   - first byte of a cold file, and a 4 KiB pread at a random offset, each
+//     with a freshly started daemon's empty cache and the page cache
+//     dropped before every sample, against the uncompressed file on disk;
+//   - every cold file read once, page cache dropped, against `zstd -d` of
+//     the -9 files one after another;
+//   - the daemon's peak RSS (VmHWM) after all of that, with --cache;
+//   - `find -printf '%s %m %u'` over --tree-files small files and warm
+//     tfevents reads, mount against native.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "fmt/format.h"
+#include "tools/bench/bench.h"
+#include "tools/cli/progress.h"
+
+namespace tbfs::bench {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Args {
+  std::string dir = "/tmp/tbfs-bench-cold";
+  double trace_mb = 1024;
+  int kineto_copies = 4;
+  int tree_files = 50000;
+  std::string cache = "256M";
+  std::string tbfs = "tbfs";
+};
+
+double Seconds(const std::string& cmd) {
+  double t0 = cli::NowSeconds();
+  if (std::system(cmd.c_str()) != 0) fmt::print(stderr, "failed: {}\n", cmd);
+  return cli::NowSeconds() - t0;
+}
+
+uint64_t TreeBytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (auto& e : fs::recursive_directory_iterator(dir)) {
+    struct stat st;
+    if (::lstat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      total += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return total;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+double Max(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
+
+// Open + read of one byte. Seconds, or -1.
+double FirstByte(const std::string& path) {
+  double t0 = cli::NowSeconds();
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return -1;
+  char c;
+  ssize_t n = ::read(fd, &c, 1);
+  double s = cli::NowSeconds() - t0;
+  ::close(fd);
+  return n == 1 ? s : -1;
+}
+
+// A 4 KiB pread at `off` of an open file. Seconds, or -1.
+double Pread4k(const std::string& path, off_t off) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return -1;
+  char buf[4096];
+  double t0 = cli::NowSeconds();
+  ssize_t n = ::pread(fd, buf, sizeof(buf), off);
+  double s = cli::NowSeconds() - t0;
+  ::close(fd);
+  return n > 0 ? s : -1;
+}
+
+bool Mount(const Args& a, const std::string& logdir, const std::string& mnt) {
+  return std::system(fmt::format("{} mount {} {} --no-migrate --cache {}", a.tbfs, logdir, mnt,
+                                 a.cache)
+                         .c_str()) == 0;
+}
+
+void Unmount(const std::string& mnt, int pid) {
+  std::system(("fusermount3 -u " + mnt).c_str());
+  for (int i = 0; i < 500 && fs::exists("/proc/" + std::to_string(pid)); ++i) ::usleep(10000);
+}
+
+int DaemonPid(const Args& a, const std::string& mnt) {
+  auto st = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
+  return st.is_object() && st.contains("pid") ? st["pid"].get<int>() : 0;
+}
+
+// Best of `n` runs of a shell command, seconds.
+double BestOf(int n, const std::string& cmd) {
+  double best = 1e9;
+  for (int i = 0; i < n; ++i) best = std::min(best, Seconds(cmd));
+  return best;
+}
+
+int Run(const Args& a) {
+  const std::string logdir = a.dir + "/logdir", mnt = a.dir + "/mnt", native = a.dir + "/native",
+                    zdir = a.dir + "/zstd9";
+  std::system(("fusermount3 -u " + mnt + " 2>/dev/null").c_str());
+  fs::remove_all(a.dir);
+  for (const auto& d : {mnt, native, zdir}) fs::create_directories(d);
+
+  fmt::print("generating {} MiB of traces, {} copies of the real Kineto trace, {} small files\n",
+             a.trace_mb, a.kineto_copies, a.tree_files);
+  if (std::system(fmt::format("{} gen {} --runs 8 --steps 60000 --trace-mb {} --no-gzip >/dev/null",
+                              a.tbfs, logdir, a.trace_mb)
+                      .c_str()) != 0) {
+    return 2;
+  }
+  const std::string real = "../shared/data/kineto-resnet50/worker0.1623143089861.pt.trace.json.gz";
+  if (a.kineto_copies > 0 && fs::exists(real)) {
+    fs::create_directories(logdir + "/kineto/plugins/profile");
+    for (int i = 0; i < a.kineto_copies; ++i) {
+      std::system(fmt::format("zcat {} > {}/kineto/worker{}.pt.trace.json", real, logdir, i).c_str());
+    }
+  }
+  for (int i = 0; i < a.tree_files; ++i) {
+    std::string d = fmt::format("{}/tree/d{:03}", logdir, i / 100);
+    if (i % 100 == 0) fs::create_directories(d);
+    std::ofstream(fmt::format("{}/f{:03}.txt", d, i % 100)) << i;
+  }
+  std::vector<std::string> events, traces;
+  uint64_t trace_bytes = 0;
+  for (auto& e : fs::recursive_directory_iterator(logdir)) {
+    if (!e.is_regular_file()) continue;
+    std::string rel = fs::relative(e.path(), logdir);
+    if (rel.find("tfevents") != std::string::npos) events.push_back(rel);
+    if (rel.ends_with(".pt.trace.json") || rel.ends_with(".xplane.pb") ||
+        rel.ends_with(".trace.json")) {
+      traces.push_back(rel);
+      trace_bytes += e.file_size();
+    }
+  }
+  std::sort(traces.begin(), traces.end());
+  // A native copy of every trace (the reference for reads), and the zstd
+  // -9 reference for migration, compressed one file after another.
+  std::string copy, z9;
+  for (size_t i = 0; i < traces.size(); ++i) {
+    copy += fmt::format("cp '{}/{}' {}/{}; ", logdir, traces[i], native, i);
+    z9 += fmt::format("zstd -q -9 -T2 -c '{}/{}' > {}/{}.zst; ", logdir, traces[i], zdir, i);
+  }
+  std::system(copy.c_str());
+  DropCaches();
+  double zstd9_s = Seconds(z9);
+  std::system("sync");
+  uint64_t zstd9_bytes = TreeBytes(zdir);
+
+  DropCaches();
+  double migrate_s = Seconds(fmt::format(
+      "{} migrate {} --apply --older-than 0s --json > {}/migrate.json", a.tbfs, logdir, a.dir));
+  uint64_t store_bytes = TreeBytes(logdir + "/.tbfs");
+  double tmb = static_cast<double>(trace_bytes) / 1e6;
+  fmt::print("\ntraces: {} files, {:.0f} MB\n", traces.size(), tmb);
+  fmt::print(
+      "migration: tbfs migrate --apply {:.1f} s, {:.1f} MB stored; zstd -9 -T2 {:.1f} s, {:.1f} "
+      "MB: {:.2f}x its time, {:.2f}x its size\n",
+      migrate_s, static_cast<double>(store_bytes) / 1e6, zstd9_s,
+      static_cast<double>(zstd9_bytes) / 1e6, migrate_s / zstd9_s,
+      static_cast<double>(store_bytes) / static_cast<double>(zstd9_bytes));
+
+  // First byte and random preads: a fresh daemon, page cache dropped
+  // before every sample.
+  if (!Mount(a, logdir, mnt)) return 2;
+  std::vector<double> fb_mount, fb_native, pr_mount, pr_native;
+  std::mt19937_64 rng(7);
+  for (size_t i = 0; i < traces.size(); ++i) {
+    DropCaches();
+    fb_native.push_back(FirstByte(fmt::format("{}/{}", native, i)));
+    DropCaches();
+    fb_mount.push_back(FirstByte(mnt + "/" + traces[i]));
+    uint64_t size = fs::file_size(fmt::format("{}/{}", native, i));
+    for (int k = 0; k < 3; ++k) {
+      off_t off = static_cast<off_t>(rng() % (size - 4096)) & ~off_t{4095};
+      DropCaches();
+      pr_native.push_back(Pread4k(fmt::format("{}/{}", native, i), off));
+      DropCaches();
+      pr_mount.push_back(Pread4k(mnt + "/" + traces[i], off));
+    }
+  }
+  fmt::print(
+      "first byte of a cold file (open + read, page cache dropped, {} files): mount median {:.2f} "
+      "ms, max {:.2f} ms; native median {:.2f} ms, max {:.2f} ms\n",
+      traces.size(), 1e3 * Median(fb_mount), 1e3 * Max(fb_mount), 1e3 * Median(fb_native),
+      1e3 * Max(fb_native));
+  fmt::print(
+      "4 KiB pread at a random offset (page cache dropped, {} samples): mount median {:.2f} ms, "
+      "max {:.2f} ms; native median {:.2f} ms, max {:.2f} ms\n",
+      pr_mount.size(), 1e3 * Median(pr_mount), 1e3 * Max(pr_mount), 1e3 * Median(pr_native),
+      1e3 * Max(pr_native));
+  int pid = DaemonPid(a, mnt);
+  Unmount(mnt, pid);
+
+  // Every cold file once, by a fresh daemon, page cache dropped.
+  if (!Mount(a, logdir, mnt)) return 2;
+  pid = DaemonPid(a, mnt);
+  std::vector<std::string> cold_paths, native_paths;
+  for (size_t i = 0; i < traces.size(); ++i) {
+    cold_paths.push_back(mnt + "/" + traces[i]);
+    native_paths.push_back(fmt::format("{}/{}", native, i));
+  }
+  uint64_t bytes = 0;
+  DropCaches();
+  double mount_read = ReadFiles(cold_paths, &bytes);
+  DropCaches();
+  double zstd_d = Seconds(fmt::format("for f in {}/*.zst; do zstd -q -d -c \"$f\" > /dev/null; done",
+                                      zdir));
+  DropCaches();
+  uint64_t native_bytes = 0;
+  double native_read = ReadFiles(native_paths, &native_bytes);
+  double mb = static_cast<double>(bytes) / 1e6;
+  fmt::print(
+      "every cold file read once (page cache dropped, {:.0f} MB): mount {:.2f} s ({:.0f} MB/s); "
+      "zstd -d of the -9 files, one after another, {:.2f} s: mount {:.2f}x faster; the "
+      "uncompressed files on disk {:.2f} s\n",
+      mb, mount_read, mb / mount_read, zstd_d, zstd_d / mount_read, native_read);
+  if (bytes != trace_bytes) {
+    fmt::print(stderr, "read {} bytes through the mount, expected {}\n", bytes, trace_bytes);
+  }
+  fmt::print("daemon VmHWM after reading everything: {:.1f} MB (--cache {})\n",
+             static_cast<double>(PeakRssKb(pid)) / 1024, a.cache);
+
+  // Metadata and hot reads, warm.
+  auto find = [&](const std::string& root) {
+    return BestOf(3, fmt::format("find {}/tree -printf '%s %m %u\\n' > /dev/null", root));
+  };
+  find(logdir);
+  find(mnt);
+  double find_native = find(logdir), find_mount = find(mnt);
+  fmt::print("find -printf '%s %m %u' over {} files, warm: native {:.3f} s, mount {:.3f} s: {:.2f}x\n",
+             a.tree_files, find_native, find_mount, find_mount / find_native);
+  std::vector<std::string> ev_native, ev_mount;
+  for (const auto& e : events) {
+    ev_native.push_back(logdir + "/" + e);
+    ev_mount.push_back(mnt + "/" + e);
+  }
+  double ev_n = 1e9, ev_m = 1e9;
+  for (int pass = 0; pass < 5; ++pass) {
+    ev_n = std::min(ev_n, ReadFiles(ev_native, &bytes));
+    ev_m = std::min(ev_m, ReadFiles(ev_mount, &bytes));
+  }
+  fmt::print("tfevents read, warm ({:.0f} MB, best of 5): mount {:.2f}x native throughput\n",
+             static_cast<double>(bytes) / 1e6, ev_n / ev_m);
+  Unmount(mnt, pid);
+  return 0;
+}
+
+}  // namespace
+
+void RegisterColdBench(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("cold", "cold reads, memory and migration against references");
+  cmd->add_option("--dir", a->dir, "scratch folder (wiped)")->capture_default_str();
+  cmd->add_option("--trace-mb", a->trace_mb, "MiB of generated traces")->capture_default_str();
+  cmd->add_option("--kineto-copies", a->kineto_copies, "copies of the real Kineto trace")
+      ->capture_default_str();
+  cmd->add_option("--tree-files", a->tree_files, "small files for find")->capture_default_str();
+  cmd->add_option("--cache", a->cache, "the daemon's --cache")->capture_default_str();
+  cmd->add_option("--tbfs", a->tbfs, "the tbfs command")->capture_default_str();
+  cmd->callback([a, exit_code] { *exit_code = Run(*a); });
+}
+
+}  // namespace tbfs::bench
