@@ -1,5 +1,9 @@
 #include "fs/chunk_cache.h"
 
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "spdlog/spdlog.h"
 
 namespace tbfs::fs {
@@ -28,11 +32,38 @@ StoreFault ClassifyStoreFault(const Status& st) {
 }
 
 namespace {
+
 constexpr size_t kMaxQueuedPrefetches = 8;
+constexpr uint64_t kKeepFreeBuffers = 8u << 20;
+
+// What a chunk of `size` bytes holds of memory (ChunkBuffers' classes).
+uint64_t Footprint(size_t size) {
+  size_t cls = ChunkBuffers::ClassBytes(size);
+  if (cls == 0) return size;
+  if (cls <= ChunkBuffers::kSlabBytes) return cls;
+  return (size + ChunkBuffers::kSlabBytes - 1) / ChunkBuffers::kSlabBytes * ChunkBuffers::kSlabBytes;
 }
 
+// `size` zeros: the kernel's zero page mapped read-only, so reading through
+// the holes of a huge sparse file allocates nothing.
+std::shared_ptr<const Chunk> ZeroChunk(size_t size) {
+  auto zeros = std::make_shared<Chunk>();
+  zeros->size = size;
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    zeros->data.reset(new char[size](), std::default_delete<char[]>());
+  } else {
+    zeros->data.reset(static_cast<char*>(p), [size](char* q) { ::munmap(q, size); });
+  }
+  return zeros;
+}
+
+}  // namespace
+
 ChunkCache::ChunkCache(store::ColdStore* store, uint64_t capacity_bytes, int prefetch_threads)
-    : store_(store), capacity_(capacity_bytes) {
+    : store_(store),
+      capacity_(capacity_bytes),
+      buffers_(ChunkBuffers::Create(std::min(kKeepFreeBuffers, capacity_bytes / 8))) {
   for (int i = 0; i < prefetch_threads; ++i) prefetchers_.emplace_back([this] { PrefetchLoop(); });
 }
 
@@ -49,12 +80,9 @@ ChunkCache::~ChunkCache() {
 Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
     const std::shared_ptr<const storepb::Manifest>& m, uint64_t index) {
   if (store::IsHoleChunk(*m, index)) {
-    // Zeros, made here: a hole is neither read nor kept (reading through
-    // the holes of a huge sparse file evicts nothing).
-    auto zeros = std::make_shared<Chunk>();
-    zeros->size = store::ChunkLength(*m, index);
-    zeros->data.reset(new char[zeros->size]());
-    return std::shared_ptr<const Chunk>(zeros);
+    // A hole is neither read nor kept (reading through the holes of a huge
+    // sparse file evicts nothing).
+    return ZeroChunk(store::ChunkLength(*m, index));
   }
   Key key{m->file_id(), index};
   std::promise<Loaded> promise;
@@ -79,7 +107,7 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
     thread_local store::ChunkCodec codec;
     auto raw = std::make_shared<Chunk>();
     raw->size = store::ChunkLength(*m, index);
-    raw->data.reset(new char[raw->size]);
+    raw->data = buffers_->Take(raw->size);
     Status st = store_->ReadChunkInto(*m, index, &codec, raw->data.get());
     if (!st.ok()) spdlog::error("[EIO:cold-chunk] {}", st.message());
     promise.set_value({st, st.ok() ? std::shared_ptr<const Chunk>(raw) : nullptr});
@@ -91,8 +119,8 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
         lru_.erase(it->second.lru);
         slots_.erase(it);
       } else {
-        it->second.bytes = raw->size;
-        bytes_ += raw->size;
+        it->second.bytes = Footprint(raw->size);
+        bytes_ += it->second.bytes;
         EvictLocked();
       }
     }
@@ -139,6 +167,9 @@ void ChunkCache::Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uin
 }
 
 void ChunkCache::PrefetchLoop() {
+  // Below the readers (Linux: a thread's own nice value). Readahead still
+  // fills idle cores; it never delays a read a caller is waiting for.
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
   for (;;) {
     std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t> job;
     {
@@ -167,9 +198,13 @@ void ChunkCache::WaitForPrefetches() {
 }
 
 ChunkCache::Stats ChunkCache::stats() {
-  MutexLock lock(mu_);
-  Stats s = stats_;
-  s.bytes = bytes_;
+  Stats s;
+  {
+    MutexLock lock(mu_);
+    s = stats_;
+    s.bytes = bytes_;
+  }
+  s.buffers = buffers_->stats();
   return s;
 }
 

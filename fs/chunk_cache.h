@@ -1,12 +1,17 @@
 // The cache of decompressed cold chunks, shared by every open cold file.
 //
-// Limits, honestly: it holds at most capacity_bytes of chunk data in the
-// LRU; chunks being read by a caller at the moment of eviction stay alive
-// until that caller drops them, so the true peak is capacity plus one
-// chunk per concurrent reader. Concurrent misses on one chunk read and
+// Limits, honestly: it holds at most capacity_bytes of chunk buffers in
+// the LRU (a chunk counts its buffer's capacity, ChunkBuffers); chunks
+// being read by a caller at the moment of eviction stay alive until that
+// caller drops them, so the true peak is capacity plus one chunk per
+// concurrent reader, plus the free buffers ChunkBuffers keeps (8 MiB at
+// most). A hole reads as the kernel's zero page and is neither cached nor
+// allocated. Concurrent misses on one chunk read and
 // decompress it once; the other callers wait for that result. Prefetch
 // queues asynchronous loads (sequential readahead) on a few threads and
-// drops requests when more than a small number are pending.
+// drops requests when more than a small number are pending; those threads
+// run at a lower priority (nice 10) than the callers of Get, so readahead
+// never takes a core from a read that is waiting.
 //
 // Every chunk is checksum-checked when loaded (I5): a damaged chunk is an
 // error for every caller and is not cached. Thread-safe.
@@ -26,14 +31,16 @@
 
 #include "base/status.h"
 #include "base/thread_annotations.h"
+#include "fs/chunk_buffers.h"
 #include "store/cold_store.h"
 
 namespace tbfs::fs {
 
-// One decompressed chunk. The buffer is not zero-filled first: it is
-// written once by the decoder.
+// One decompressed chunk: `size` bytes at data.get(), which owns them
+// (a buffer of the cache's ChunkBuffers, or for a hole the kernel's zero
+// page mapped read-only).
 struct Chunk {
-  std::unique_ptr<char[]> data;
+  std::shared_ptr<char> data;
   size_t size = 0;
 };
 
@@ -69,6 +76,7 @@ class ChunkCache {
     uint64_t misses = 0;
     uint64_t bytes = 0;
     uint64_t errors = 0;
+    ChunkBuffers::Stats buffers;
   };
   Stats stats();
 
@@ -98,7 +106,10 @@ class ChunkCache {
 
   store::ColdStore* store_;
   const uint64_t capacity_;
-  Mutex mu_;  // a leaf: nothing else is taken while it is held
+  const std::shared_ptr<ChunkBuffers> buffers_;
+  // Nothing but ChunkBuffers' own lock (a chunk dropped here returns its
+  // buffer) is taken while it is held.
+  Mutex mu_;
   std::unordered_map<Key, Slot, KeyHash> slots_ TBFS_GUARDED_BY(mu_);
   std::list<Key> lru_ TBFS_GUARDED_BY(mu_);  // front = newest
   uint64_t bytes_ TBFS_GUARDED_BY(mu_) = 0;

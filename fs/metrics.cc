@@ -228,6 +228,10 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
           static_cast<double>(k.cache.bytes));
   f.Gauge("tbfs_chunk_cache_capacity_bytes", "Capacity of the cold chunk cache",
           static_cast<double>(fs_.options().cache_bytes));
+  f.Gauge("tbfs_chunk_buffers_mapped_bytes",
+          "Memory mapped for decompressed chunks: the cache's, readers' in flight and up to 8 MiB "
+          "kept free",
+          static_cast<double>(k.cache.buffers.mapped_bytes));
   f.Counter("tbfs_eio_total", "Operations answered EIO, by cause",
             static_cast<double>(k.eio_cold_chunk), {{"cause", "cold_chunk"}});
   f.Counter("tbfs_eio_total", "", static_cast<double>(k.eio_rehydrate), {{"cause", "rehydrate"}});

@@ -110,5 +110,68 @@ TEST_F(ChunkCacheTest, PrefetchLoadsAhead) {
   EXPECT_EQ(cache.stats().misses, 1u);
 }
 
+TEST_F(ChunkCacheTest, AReaderStormStaysWithinTheMemoryCaps) {
+  // Capacity for 4 chunks, 8 readers at random chunks: the cache holds at
+  // most its capacity, and the buffers mapped at most that plus one chunk
+  // per reader in flight plus what ChunkBuffers keeps free.
+  const uint64_t capacity = 4 * kChunk;
+  ChunkCache cache(store_.get(), capacity, 2);
+  std::atomic<bool> over{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t x = 88172645463325252ull + static_cast<uint64_t>(t);
+      for (int i = 0; i < 300; ++i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint64_t index = x % 10;
+        auto c = cache.Get(manifest_, index);
+        if (!c.ok() || std::string_view((*c)->data.get(), (*c)->size) !=
+                           std::string_view(content_).substr(index * kChunk, kChunk)) {
+          wrong++;
+        }
+        cache.Prefetch(manifest_, (index + 1) % 10);
+        auto s = cache.stats();
+        if (s.bytes > capacity ||
+            s.buffers.mapped_bytes > capacity + 10 * kChunk + (8u << 20) + (2u << 20)) {
+          over = true;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  cache.WaitForPrefetches();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_FALSE(over.load());
+  EXPECT_LE(cache.stats().bytes, capacity);
+}
+
+TEST_F(ChunkCacheTest, AHoleReadsAsZerosAndTakesNoBuffer) {
+  // A sparse file: its first chunk written, the other nine a hole.
+  auto fd = OpenFile(dir_ / "sparse", O_RDWR | O_CREAT);
+  ASSERT_TRUE(fd.ok());
+  std::string head(kChunk, 'x');
+  ASSERT_EQ(::pwrite(fd->get(), head.data(), head.size(), 0), static_cast<ssize_t>(kChunk));
+  ASSERT_EQ(::ftruncate(fd->get(), 10 * kChunk), 0);
+  struct stat st;
+  ::fstat(fd->get(), &st);
+  WorkPool pool(2);
+  store::IngestOptions io;
+  io.chunk_bytes = kChunk;
+  io.pool = &pool;
+  auto m = std::make_shared<const storepb::Manifest>(
+      store::IngestFile(*store_, dir_.path(), "sparse", fd->get(), st, 2, io).value());
+  ASSERT_TRUE(store::IsHoleChunk(*m, 5));
+  ChunkCache cache(store_.get(), 64 * kChunk, 0);
+  for (uint64_t i = 1; i < 10; ++i) {
+    auto c = cache.Get(m, i);
+    ASSERT_TRUE(c.ok());
+    ASSERT_EQ((*c)->size, kChunk);
+    EXPECT_EQ(std::string_view((*c)->data.get(), (*c)->size), std::string(kChunk, '\0'));
+  }
+  EXPECT_EQ(cache.stats().buffers.mapped_bytes, 0u);
+  EXPECT_EQ(cache.stats().bytes, 0u);
+}
+
 }  // namespace
 }  // namespace tbfs::fs

@@ -1,0 +1,122 @@
+#include "fs/chunk_buffers.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <bit>
+
+namespace tbfs::fs {
+
+namespace {
+
+// `bytes` (a multiple of the slab size) of fresh memory aligned to a slab,
+// advised to be backed by huge pages; nullptr when the kernel refuses.
+char* MapAligned(size_t bytes) {
+  const size_t align = ChunkBuffers::kSlabBytes;
+  void* raw = ::mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  auto start = reinterpret_cast<uintptr_t>(raw);
+  uintptr_t aligned = (start + align - 1) & ~(uintptr_t{align} - 1);
+  if (aligned > start) ::munmap(raw, aligned - start);
+  size_t tail = start + bytes + align - (aligned + bytes);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  // Only advice: without huge pages the memory works the same, faulting
+  // 4 KiB at a time.
+  ::madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);
+  return reinterpret_cast<char*>(aligned);
+}
+
+std::shared_ptr<char> FromHeap(size_t bytes) {
+  return std::shared_ptr<char>(new char[bytes], std::default_delete<char[]>());
+}
+
+}  // namespace
+
+std::shared_ptr<ChunkBuffers> ChunkBuffers::Create(uint64_t keep_free_bytes) {
+  return std::shared_ptr<ChunkBuffers>(new ChunkBuffers(keep_free_bytes));
+}
+
+ChunkBuffers::ChunkBuffers(uint64_t keep_free_bytes) : keep_free_(keep_free_bytes) {}
+
+ChunkBuffers::~ChunkBuffers() {
+  // Every buffer holds this allocator: none is in use any more.
+  for (const auto& s : slabs_) ::munmap(s->base, kSlabBytes);
+}
+
+size_t ChunkBuffers::ClassBytes(size_t bytes) {
+  if (bytes < kMinPooled) return 0;
+  return std::bit_ceil(bytes);  // above the slab size: a mapping of its own
+}
+
+std::shared_ptr<char> ChunkBuffers::Take(size_t bytes) {
+  const size_t cls = ClassBytes(bytes);
+  if (cls == 0) return FromHeap(bytes);
+  auto self = shared_from_this();
+  if (cls > kSlabBytes) {
+    const size_t len = (bytes + kSlabBytes - 1) / kSlabBytes * kSlabBytes;
+    char* p = MapAligned(len);
+    if (p == nullptr) return FromHeap(bytes);
+    {
+      MutexLock lock(mu_);
+      big_bytes_ += len;
+    }
+    return std::shared_ptr<char>(p, [self, len](char* q) {
+      ::munmap(q, len);
+      MutexLock lock(self->mu_);
+      self->big_bytes_ -= len;
+    });
+  }
+  Slab* slab = nullptr;
+  char* p = nullptr;
+  {
+    MutexLock lock(mu_);
+    for (const auto& s : slabs_) {
+      if (s->buffer_bytes == cls && !s->free.empty()) {
+        slab = s.get();
+        p = slab->free.back();
+        slab->free.pop_back();
+        slab->in_use++;
+        free_bytes_ -= cls;
+        break;
+      }
+    }
+  }
+  if (slab == nullptr) {
+    char* base = MapAligned(kSlabBytes);
+    if (base == nullptr) return FromHeap(bytes);
+    auto s = std::make_unique<Slab>(Slab{base, cls, {}, 1});
+    for (size_t off = kSlabBytes - cls; off > 0; off -= cls) s->free.push_back(base + off);
+    p = base;
+    slab = s.get();
+    MutexLock lock(mu_);
+    free_bytes_ += kSlabBytes - cls;
+    slabs_.push_back(std::move(s));
+    slabs_mapped_++;
+  }
+  return std::shared_ptr<char>(p, [self, slab](char* q) { self->Give(slab, q); });
+}
+
+void ChunkBuffers::Give(Slab* slab, char* p) {
+  char* unmap = nullptr;
+  {
+    MutexLock lock(mu_);
+    slab->free.push_back(p);
+    slab->in_use--;
+    free_bytes_ += slab->buffer_bytes;
+    if (slab->in_use == 0 && free_bytes_ > keep_free_) {
+      free_bytes_ -= kSlabBytes;
+      unmap = slab->base;
+      slabs_.erase(std::find_if(slabs_.begin(), slabs_.end(),
+                                [slab](const auto& s) { return s.get() == slab; }));
+    }
+  }
+  if (unmap != nullptr) ::munmap(unmap, kSlabBytes);
+}
+
+ChunkBuffers::Stats ChunkBuffers::stats() {
+  MutexLock lock(mu_);
+  return {slabs_.size() * kSlabBytes + big_bytes_, free_bytes_, slabs_mapped_};
+}
+
+}  // namespace tbfs::fs

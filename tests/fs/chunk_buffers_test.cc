@@ -1,0 +1,97 @@
+#include "fs/chunk_buffers.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace tbfs::fs {
+namespace {
+
+constexpr size_t kMiB = 1u << 20;
+
+TEST(ChunkBuffers, AReleasedBufferIsHandedOutAgain) {
+  auto buffers = ChunkBuffers::Create(8 * kMiB);
+  char* first;
+  {
+    auto b = buffers->Take(kMiB);
+    first = b.get();
+    std::memset(b.get(), 1, kMiB);
+  }
+  auto again = buffers->Take(kMiB);
+  EXPECT_EQ(again.get(), first);
+  EXPECT_EQ(buffers->stats().slabs_mapped, 1u);
+  EXPECT_EQ(buffers->stats().mapped_bytes, ChunkBuffers::kSlabBytes);
+}
+
+TEST(ChunkBuffers, BuffersAreDistinctAndAlignedInTheirSlab) {
+  auto buffers = ChunkBuffers::Create(0);
+  std::vector<std::shared_ptr<char>> held;
+  for (int i = 0; i < 8; ++i) held.push_back(buffers->Take(256u << 10));
+  for (size_t i = 0; i < held.size(); ++i) {
+    std::memset(held[i].get(), static_cast<int>(i), 256u << 10);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(held[i].get()) % (256u << 10), 0u);
+  }
+  for (size_t i = 0; i < held.size(); ++i) EXPECT_EQ(held[i].get()[(256u << 10) - 1], char(i));
+  EXPECT_EQ(buffers->stats().slabs_mapped, 1u);  // 8 x 256 KiB in one 2 MiB slab
+}
+
+TEST(ChunkBuffers, FreeSlabsBeyondTheKeptAmountAreUnmapped) {
+  auto buffers = ChunkBuffers::Create(2 * kMiB);
+  {
+    std::vector<std::shared_ptr<char>> held;
+    for (int i = 0; i < 16; ++i) held.push_back(buffers->Take(kMiB));
+    EXPECT_EQ(buffers->stats().mapped_bytes, 16 * kMiB);
+  }
+  // Everything released: at most the kept 2 MiB (one slab) stays mapped.
+  EXPECT_LE(buffers->stats().mapped_bytes, 2 * kMiB);
+  EXPECT_LE(buffers->stats().free_bytes, 2 * kMiB);
+}
+
+TEST(ChunkBuffers, SmallAndBigRequests) {
+  auto buffers = ChunkBuffers::Create(0);
+  auto small = buffers->Take(100);  // from the heap
+  EXPECT_EQ(buffers->stats().mapped_bytes, 0u);
+  {
+    auto big = buffers->Take(5 * kMiB);  // a mapping of its own, 6 MiB
+    std::memset(big.get(), 7, 5 * kMiB);
+    EXPECT_EQ(buffers->stats().mapped_bytes, 6 * kMiB);
+  }
+  EXPECT_EQ(buffers->stats().mapped_bytes, 0u);
+  EXPECT_EQ(ChunkBuffers::ClassBytes(600u << 10), kMiB);
+  EXPECT_EQ(ChunkBuffers::ClassBytes(64u << 10), 64u << 10);
+  EXPECT_EQ(ChunkBuffers::ClassBytes(1000), 0u);
+}
+
+TEST(ChunkBuffers, TheAllocatorOutlivesItsOwnerWhileABufferIsHeld) {
+  std::shared_ptr<char> held;
+  {
+    auto buffers = ChunkBuffers::Create(kMiB);
+    held = buffers->Take(kMiB);
+  }
+  std::memset(held.get(), 3, kMiB);  // still mapped; ASan would see otherwise
+  held.reset();
+}
+
+TEST(ChunkBuffers, ManyThreadsTakeAndReleaseWithoutSharingABuffer) {
+  auto buffers = ChunkBuffers::Create(4 * kMiB);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        auto b = buffers->Take(kMiB >> (i % 3));
+        std::memset(b.get(), t, 4096);
+        std::this_thread::yield();
+        for (int k = 0; k < 4096; k += 512) wrong += b.get()[k] != char(t);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_LE(buffers->stats().mapped_bytes, 4 * kMiB + 3 * ChunkBuffers::kSlabBytes);
+}
+
+}  // namespace
+}  // namespace tbfs::fs
