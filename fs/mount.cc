@@ -412,9 +412,11 @@ int RunMount(const MountOptions& mc_in) {
 
   verdict.Fork(mc.foreground);
   RaiseFdLimit();
-  // Chunk buffers (1 MiB) come and go all the time: keep them in the heap
-  // rather than mmap'ing (and page-faulting) each one afresh, in few arenas
-  // so that freed buffers are reused instead of piling up per thread.
+  // Blocks of up to 4 MiB (chunk values, migration buffers) come and go
+  // all the time: keep them in the heap rather than mmap'ing (and
+  // page-faulting) each one afresh, in few arenas so that freed blocks are
+  // reused instead of piling up per thread. (Decompressed chunks have an
+  // allocator of their own, fs/chunk_buffers.h.)
   ::mallopt(M_ARENA_MAX, 2);
   ::mallopt(M_MMAP_THRESHOLD, 4 << 20);
   ::mallopt(M_TRIM_THRESHOLD, 16 << 20);

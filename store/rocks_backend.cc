@@ -4,7 +4,9 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
+#include <rocksdb/cache.h>
 #include <rocksdb/options.h>
+#include <rocksdb/table.h>
 #include <rocksdb/utilities/options_util.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -309,8 +311,20 @@ rocksdb::Env* PrivateEnv() {
   return env.get();
 }
 
+// One block cache for every space of every store the process opens. Left
+// alone, each space makes an 8 MiB cache of its own: 56 MiB for seven.
+// The records it holds are small, and the chunk values live in blob files
+// it does not cache.
+std::shared_ptr<rocksdb::Cache> SharedBlockCache() {
+  static const std::shared_ptr<rocksdb::Cache> cache = rocksdb::NewLRUCache(8 << 20);
+  return cache;
+}
+
 rocksdb::ColumnFamilyOptions SpaceOptions(Space space) {
   rocksdb::ColumnFamilyOptions o;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = SharedBlockCache();
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   // The small records need little memtable; the mount's RSS counts it.
   o.write_buffer_size = 4 << 20;
   if (space == Space::kChunks) {
@@ -322,7 +336,11 @@ rocksdb::ColumnFamilyOptions SpaceOptions(Space space) {
     o.blob_compression_type = rocksdb::kNoCompression;
     o.compression = rocksdb::kNoCompression;
     o.enable_blob_garbage_collection = false;  // see Compact()
-    o.write_buffer_size = 32 << 20;            // chunk values go to blob files at flush
+    // Chunk values go to blob files at flush, and every migration batch
+    // flushes before it commits (I2): a batch bigger than this is only
+    // flushed in more steps, and the memtables (two at most) stay a small
+    // part of the daemon's memory.
+    o.write_buffer_size = 8 << 20;
   }
   return o;
 }

@@ -59,6 +59,7 @@ struct Args {
   std::string tbfs = "tbfs";
   uint64_t seed = 1;
   int max_files = 150;
+  std::string cache = "256M";
   bool json = false;
 };
 
@@ -499,7 +500,8 @@ void FinalCheck(Soak& soak, Model& model, Tally& tally, const std::string& mnt, 
 
 int Mount(const Args& a, const std::string& logdir, const std::string& mnt, int* pid) {
   if (std::system(
-          fmt::format("{} mount {} {} --cold-after 0 -o migrate_interval=2s", a.tbfs, logdir, mnt)
+          fmt::format("{} mount {} {} --cold-after 0 --cache {} -o migrate_interval=2s", a.tbfs,
+                      logdir, mnt, a.cache)
               .c_str()) != 0) {
     return 2;
   }
@@ -606,6 +608,7 @@ void RegisterSoakBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--dir", a->dir, "scratch folder (wiped)")->capture_default_str();
   cmd->add_option("--seconds", a->seconds, "how long the workers run")->capture_default_str();
   cmd->add_option("--tbfs", a->tbfs, "the tbfs command")->capture_default_str();
+  cmd->add_option("--cache", a->cache, "the daemon's --cache")->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the logdir and the workers")->capture_default_str();
   cmd->add_option("--max-files", a->max_files, "traces the creator keeps at most")
       ->capture_default_str();
