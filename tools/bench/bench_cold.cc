@@ -3,7 +3,7 @@
 //   - migration of the traces (copy, compress, sync, read back, verify)
 //     against `zstd -9 -T2` of the same files, time and size;
 //   - first byte of a cold file, and a 4 KiB pread at a random offset, each
-//     with a freshly started daemon's empty cache and the page cache
+//     with a freshly started daemon (--rounds of them) and the page cache
 //     dropped before every sample, against the uncompressed file on disk;
 //   - every cold file read once, page cache dropped, against `zstd -d` of
 //     the -9 files one after another;
@@ -36,6 +36,7 @@ struct Args {
   int kineto_copies = 4;
   int tree_files = 50000;
   std::string cache = "256M";
+  int rounds = 3;
   std::string tbfs = "tbfs";
 };
 
@@ -176,41 +177,40 @@ int Run(const Args& a) {
       static_cast<double>(zstd9_bytes) / 1e6, migrate_s / zstd9_s,
       static_cast<double>(store_bytes) / static_cast<double>(zstd9_bytes));
 
-  // First byte and random preads: a fresh daemon, page cache dropped
-  // before every sample.
-  if (!Mount(a, logdir, mnt)) return 2;
+  // First byte and random preads: a fresh daemon for every round, page
+  // cache dropped before every sample.
   std::vector<double> fb_mount, fb_native, pr_mount, pr_native;
   std::mt19937_64 rng(7);
-  for (size_t i = 0; i < traces.size(); ++i) {
-    DropCaches();
-    fb_native.push_back(FirstByte(fmt::format("{}/{}", native, i)));
-    DropCaches();
-    fb_mount.push_back(FirstByte(mnt + "/" + traces[i]));
-    uint64_t size = fs::file_size(fmt::format("{}/{}", native, i));
-    for (int k = 0; k < 3; ++k) {
+  for (int round = 0; round < a.rounds; ++round) {
+    if (!Mount(a, logdir, mnt)) return 2;
+    for (size_t i = 0; i < traces.size(); ++i) {
+      DropCaches();
+      fb_native.push_back(FirstByte(fmt::format("{}/{}", native, i)));
+      DropCaches();
+      fb_mount.push_back(FirstByte(mnt + "/" + traces[i]));
+      uint64_t size = fs::file_size(fmt::format("{}/{}", native, i));
       off_t off = static_cast<off_t>(rng() % (size - 4096)) & ~off_t{4095};
       DropCaches();
       pr_native.push_back(Pread4k(fmt::format("{}/{}", native, i), off));
       DropCaches();
       pr_mount.push_back(Pread4k(mnt + "/" + traces[i], off));
     }
+    Unmount(mnt, DaemonPid(a, mnt));
   }
   fmt::print(
-      "first byte of a cold file (open + read, page cache dropped, {} files): mount median {:.2f} "
-      "ms, max {:.2f} ms; native median {:.2f} ms, max {:.2f} ms\n",
-      traces.size(), 1e3 * Median(fb_mount), 1e3 * Max(fb_mount), 1e3 * Median(fb_native),
+      "first byte of a cold file (open + read, page cache dropped, {} samples): mount median "
+      "{:.2f} ms, max {:.2f} ms; native median {:.2f} ms, max {:.2f} ms\n",
+      fb_mount.size(), 1e3 * Median(fb_mount), 1e3 * Max(fb_mount), 1e3 * Median(fb_native),
       1e3 * Max(fb_native));
   fmt::print(
       "4 KiB pread at a random offset (page cache dropped, {} samples): mount median {:.2f} ms, "
       "max {:.2f} ms; native median {:.2f} ms, max {:.2f} ms\n",
       pr_mount.size(), 1e3 * Median(pr_mount), 1e3 * Max(pr_mount), 1e3 * Median(pr_native),
       1e3 * Max(pr_native));
-  int pid = DaemonPid(a, mnt);
-  Unmount(mnt, pid);
 
   // Every cold file once, by a fresh daemon, page cache dropped.
   if (!Mount(a, logdir, mnt)) return 2;
-  pid = DaemonPid(a, mnt);
+  int pid = DaemonPid(a, mnt);
   std::vector<std::string> cold_paths, native_paths;
   for (size_t i = 0; i < traces.size(); ++i) {
     cold_paths.push_back(mnt + "/" + traces[i]);
@@ -272,6 +272,8 @@ void RegisterColdBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--kineto-copies", a->kineto_copies, "copies of the real Kineto trace")
       ->capture_default_str();
   cmd->add_option("--tree-files", a->tree_files, "small files for find")->capture_default_str();
+  cmd->add_option("--rounds", a->rounds, "fresh daemons for the first-byte samples")
+      ->capture_default_str();
   cmd->add_option("--cache", a->cache, "the daemon's --cache")->capture_default_str();
   cmd->add_option("--tbfs", a->tbfs, "the tbfs command")->capture_default_str();
   cmd->callback([a, exit_code] { *exit_code = Run(*a); });
