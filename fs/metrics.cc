@@ -168,6 +168,9 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   f.Gauge("tbfs_saved_bytes", "Logical bytes of the cold files minus what they take in the store",
           std::max(0.0, cold_bytes - stored));
   f.Counter("tbfs_migration_passes_total", "Migrator passes", static_cast<double>(m.passes));
+  f.Counter("tbfs_migration_logdir_walks_total",
+            "Walks of the whole logdir by the migrator (one per pass that moves nothing)",
+            static_cast<double>(m.logdir_walks));
   f.Counter("tbfs_migration_batches_total", "Migration batches", static_cast<double>(m.batches));
   f.Counter("tbfs_migration_rollbacks_total",
             "Migration batches rolled back (the verifier "

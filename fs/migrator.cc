@@ -209,19 +209,32 @@ Status Migrator::Pass() {
   }
   // A reader moves nothing, but counts what it serves and samples growth
   // like the writer: its status and metrics show the logdir too.
+  // The candidates' walk counts the hot part of the growth sample too: a
+  // pass that moved nothing walks the logdir once.
   Status st;
-  if (writer) st = MovePass();
+  store::GrowthSample walked;
+  bool walked_is_current = false;
+  if (writer) st = MovePass(&walked, &walked_is_current);
   if (writer && config_.retention.any() && !stop_flag_) {
     Status r = ApplyRetention();
     if (st.ok()) st = r;
   }
   if (stop_flag_) return Status::Aborted("the mount is stopping; the pass stopped at a file");
-  // After what the pass changed: hot and cold as they are now.
-  // The candidates' walk said the same already (MovePass).
-  std::vector<std::string> unwalked;
-  WalkOptions walk = config_.walk;
-  walk.warnings = &unwalked;
-  auto sample = store::TakeGrowthSample(logdir_, &store_, config_.policy, walk);
+  // After what the pass changed: hot and cold as they are now. Folders the
+  // walk cannot enter were named by the candidates' walk already.
+  Result<store::GrowthSample> sample = walked;
+  if (walked_is_current) {
+    if (Status f = store::FinishGrowthSample(logdir_, &store_, &*sample); !f.ok()) sample = f;
+  } else {
+    std::vector<std::string> unwalked;
+    WalkOptions walk = config_.walk;
+    walk.warnings = &unwalked;
+    {
+      MutexLock lock(mu_);
+      stats_.logdir_walks++;
+    }
+    sample = store::TakeGrowthSample(logdir_, &store_, config_.policy, walk);
+  }
   if (!sample.ok()) {
     spdlog::warn("migrator: growth sample: {}", sample.status().message());
     return st;
@@ -275,12 +288,18 @@ Status Migrator::ApplyRetention() {
   return st;
 }
 
-Status Migrator::MovePass() {
+Status Migrator::MovePass(store::GrowthSample* walked, bool* walked_is_current) {
+  *walked_is_current = false;
   store::CandidateOptions copt;
   copt.policy = config_.policy;
   copt.older_than_s = config_.cold_after_s;
   copt.walk = config_.walk;
   copt.walk.stop = &stop_flag_;
+  copt.on_entry = [&](const WalkEntry& e) { store::CountHotEntry(e, config_.policy, walked); };
+  {
+    MutexLock lock(mu_);
+    stats_.logdir_walks++;
+  }
   std::vector<store::Candidate> candidates;
   std::vector<store::Skipped> skipped;
   Status st = store::FindCandidates(logdir_, copt, &candidates, &skipped);
@@ -312,6 +331,7 @@ Status Migrator::MovePass() {
   if (!st.ok()) return st;
   if (candidates.empty()) {
     NoteBlockedRuns({});
+    *walked_is_current = true;  // nothing moves: the walk's figures stand
     return Status::OK();
   }
 

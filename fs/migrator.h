@@ -46,6 +46,7 @@ struct MigratorOptions {
 
 struct MigratorStats {
   uint64_t passes = 0;
+  uint64_t logdir_walks = 0;  // a pass that moves nothing walks once, one that moves twice
   uint64_t batches = 0;
   uint64_t rolled_back = 0;
   uint64_t stopped_store_full = 0;  // passes cut short: the store had no room
@@ -134,7 +135,9 @@ class Migrator {
   Status TakeWriterRole() TBFS_REQUIRES(pass_mu_);
   // Without background passes (shared stores): only that.
   Status KeepWriterRole();
-  Status MovePass() TBFS_REQUIRES(pass_mu_);
+  // Moves what the walk finds; counts every file it walks into *walked,
+  // and says whether those figures still hold after the pass.
+  Status MovePass(store::GrowthSample* walked, bool* walked_is_current) TBFS_REQUIRES(pass_mu_);
   Status ApplyRetention() TBFS_REQUIRES(pass_mu_);
   void KeepGrowthSample(const store::GrowthSample& sample) TBFS_REQUIRES(pass_mu_);
   void AfterBatch(const store::BatchResult& batch);

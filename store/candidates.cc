@@ -27,6 +27,7 @@ Status ForEachCandidate(const std::string& logdir, const CandidateOptions& optio
   WalkOptions walk = options.walk;
   walk.warnings = &warnings;
   Status st = WalkTree(logdir, walk, [&](const WalkEntry& e) {
+    if (options.on_entry) options.on_entry(e);
     FileClass cls = options.policy.Classify(e.rel);
     if (!IsTraceClass(cls)) return;
     if (!options.classes.empty() &&

@@ -72,37 +72,45 @@ Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::stri
   return TakeGrowthSample(logdir, store.ok() ? store->get() : nullptr, policy, walk);
 }
 
-Result<GrowthSample> TakeGrowthSample(const std::string& logdir, ColdStore* store,
-                                      const Policy& policy, const WalkOptions& walk) {
-  GrowthSample s;
-  s.unix_s = NowUnixSeconds();
-  TBFS_RETURN_IF_ERROR(WalkTree(logdir, walk, [&](const WalkEntry& e) {
-    if (!S_ISREG(e.st.st_mode)) return;
-    // What the file takes on disk: a sparse file's holes are not growth.
-    const uint64_t bytes =
-        std::min(static_cast<uint64_t>(e.st.st_size), static_cast<uint64_t>(e.st.st_blocks) * 512);
-    s.hot_files++;
-    const FileClass c = policy.Classify(e.rel);
-    if (c == FileClass::kEvents) {
-      s.tfevents_bytes += bytes;
-    } else if (IsTraceClass(c)) {
-      s.trace_bytes += bytes;
-    } else {
-      s.other_bytes += bytes;
-    }
-    s.runs[RunOf(e.rel)] += bytes;
-  }));
+void CountHotEntry(const WalkEntry& e, const Policy& policy, GrowthSample* s) {
+  if (!S_ISREG(e.st.st_mode)) return;
+  // What the file takes on disk: a sparse file's holes are not growth.
+  const uint64_t bytes =
+      std::min(static_cast<uint64_t>(e.st.st_size), static_cast<uint64_t>(e.st.st_blocks) * 512);
+  s->hot_files++;
+  const FileClass c = policy.Classify(e.rel);
+  if (c == FileClass::kEvents) {
+    s->tfevents_bytes += bytes;
+  } else if (IsTraceClass(c)) {
+    s->trace_bytes += bytes;
+  } else {
+    s->other_bytes += bytes;
+  }
+  s->runs[RunOf(e.rel)] += bytes;
+}
+
+Status FinishGrowthSample(const std::string& logdir, ColdStore* store, GrowthSample* s) {
+  s->unix_s = NowUnixSeconds();
   if (store != nullptr) {
     auto totals = store->GetTotals();
     if (!totals.ok()) return totals.status();
-    s.cold_bytes = totals->logical_bytes;
-    s.cold_stored_bytes = totals->stored_bytes;
-    for (const auto& [top, bytes] : totals->top_folder_bytes) s.runs[ValidUtf8(top)] += bytes;
+    s->cold_bytes = totals->logical_bytes;
+    s->cold_stored_bytes = totals->stored_bytes;
+    for (const auto& [top, bytes] : totals->top_folder_bytes) s->runs[ValidUtf8(top)] += bytes;
   }
   struct statvfs vfs;
   if (::statvfs(logdir.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs", logdir);
-  s.fs_size = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
-  s.fs_free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  s->fs_size = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  s->fs_free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  return Status::OK();
+}
+
+Result<GrowthSample> TakeGrowthSample(const std::string& logdir, ColdStore* store,
+                                      const Policy& policy, const WalkOptions& walk) {
+  GrowthSample s;
+  TBFS_RETURN_IF_ERROR(
+      WalkTree(logdir, walk, [&](const WalkEntry& e) { CountHotEntry(e, policy, &s); }));
+  TBFS_RETURN_IF_ERROR(FinishGrowthSample(logdir, store, &s));
   return s;
 }
 

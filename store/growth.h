@@ -47,10 +47,17 @@ struct GrowthSample {
   }
 };
 
+// A sample taken in two parts, for a caller that walks the logdir anyway
+// (the migrator's pass): every entry of the walk counted into the hot part,
+// then the cold part (the store's running totals, no manifest read) and
+// the filesystem's size and room. TakeGrowthSample is the two together.
+void CountHotEntry(const WalkEntry& e, const Policy& policy, GrowthSample* s);
+class ColdStore;
+Status FinishGrowthSample(const std::string& logdir, ColdStore* store, GrowthSample* s);
+
 // `store_dir` may not hold a store yet (cold bytes are then 0).
 Result<GrowthSample> TakeGrowthSample(const std::string& logdir, const std::string& store_dir,
                                       const Policy& policy, const WalkOptions& walk);
-class ColdStore;
 // The same with the store already open (a mount's); null for none.
 Result<GrowthSample> TakeGrowthSample(const std::string& logdir, ColdStore* store,
                                       const Policy& policy, const WalkOptions& walk);

@@ -85,6 +85,9 @@ struct CandidateOptions {
   uint64_t min_size_bytes = 0;
   int64_t older_than_s = 300;  // quiet for at least this long
   WalkOptions walk;            // the store folder is skipped
+  // Called for every entry the walk visits, candidate or not (a caller
+  // that needs the whole logdir's figures walks it only once).
+  std::function<void(const WalkEntry&)> on_entry;
 };
 
 // The files a migration would move, and the trace files it would not

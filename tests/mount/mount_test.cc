@@ -66,6 +66,29 @@ TEST_F(Mounted, TfeventsReadThroughTheMountAreByteIdentical) {
   for (const auto& f : events_) EXPECT_EQ(ReadBytes(M(f)), ReadBytes(L(f))) << f;
 }
 
+TEST_F(Mounted, APassWithNothingToMoveWalksTheLogdirOnce) {
+  // Issue 23: the candidates' walk also counts the growth sample's hot
+  // files; only a pass that moved something walks again for the sample.
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();  // moves every trace: two walks
+  auto moved = Status()["migrations"];
+  ASSERT_GT(moved["files_moved"].get<uint64_t>(), 0u);
+  const uint64_t walks = moved["logdir_walks"].get<uint64_t>();
+  const uint64_t passes = moved["passes"].get<uint64_t>();
+  for (int i = 0; i < 3; ++i) MigrateNow();  // nothing left to move
+  auto idle = Status()["migrations"];
+  EXPECT_EQ(idle["passes"].get<uint64_t>(), passes + 3);
+  EXPECT_EQ(idle["logdir_walks"].get<uint64_t>(), walks + 3);
+  // And the one walk counted what the two did: every hot file, no cold one.
+  auto before = Status();
+  ASSERT_EQ(::mkdir(M("late").c_str(), 0755), 0);
+  WriteBytes(M("late/notes.txt"), std::string(5000, 'n'));
+  MigrateNow();
+  auto after = Status();
+  EXPECT_EQ(after["hot"]["files"].get<uint64_t>(), before["hot"]["files"].get<uint64_t>() + 1);
+  EXPECT_EQ(after["cold"]["bytes"], before["cold"]["bytes"]);
+}
+
 TEST_F(Mounted, TfeventsWrittenThroughTheMountLandInTheLogdir) {
   Mount();
   std::string rel = "newrun/events.out.tfevents.1.host.1.0";
