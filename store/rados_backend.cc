@@ -94,6 +94,13 @@ Status FromRados(int r, const std::string& op, const std::string& object) {
 
 constexpr char kLeaseName[] = "tbfs.writer";
 
+// A chunk value holds at most its header and a 64 MiB chunk stored raw
+// (tbfs migrate --chunk-size is 64M at most).
+constexpr size_t kMaxChunkValueBytes = 65u << 20;
+
+// Whole-file deletes remove chunks this many at a time, in parallel.
+constexpr uint64_t kRemoveWave = 64;
+
 // The input of cls_lock's assert_locked (Ceph's encoding of
 // cls_lock_assert_op, version 1): the lock's name, its type (1: exclusive),
 // the holder's cookie and tag (librados's lock_exclusive takes tag "").
@@ -228,14 +235,11 @@ class RadosBackend final : public Backend {
 
   Status Get(Space space, std::string_view key, std::string* value) override {
     if (space == Space::kChunks) {
+      // One round trip: a read longer than any chunk value returns the
+      // whole object (a read past an object's end is short, not an error).
       const std::string oid = ChunkOid(key);
-      uint64_t size = 0;
-      time_t mtime;
-      int r = io_.stat(oid, &size, &mtime);
-      if (r == -ENOENT) return Status::NotFound("no chunk " + oid);
-      TBFS_RETURN_IF_ERROR(FromRados(r, "stat", oid));
       librados::bufferlist bl;
-      r = io_.read(oid, bl, size, 0);
+      const int r = io_.read(oid, bl, kMaxChunkValueBytes, 0);
       if (r == -ENOENT) return Status::NotFound("no chunk " + oid);
       TBFS_RETURN_IF_ERROR(FromRados(r, "read", oid));
       value->assign(bl.c_str(), bl.length());
@@ -352,13 +356,33 @@ class RadosBackend final : public Backend {
   Status RemoveChunkRange(std::string_view begin, std::string_view end) {
     uint64_t file_id;
     if (IsWholeFile(begin, end, &file_id)) {
-      // Chunks 0, 1, 2, ... and the manifest's copy: until a long run of
-      // absent ones (a file cut short by a crash may have gaps).
-      for (uint64_t index = 0, absent = 0; absent < 64; ++index) {
-        const std::string oid = ChunkOid(ChunkKey(file_id, index));
-        const int r = io_.remove(oid);
-        if (r < 0 && r != -ENOENT) return FromRados(r, "remove", oid);
-        absent = r == -ENOENT ? absent + 1 : 0;
+      // Chunks 0, 1, 2, ... and the manifest's copy, kRemoveWave at a time
+      // in parallel, until a wave finds none (a file cut short by a crash
+      // may have gaps shorter than that): a file of N chunks costs
+      // N / kRemoveWave + 1 round trips.
+      for (uint64_t first = 0;; first += kRemoveWave) {
+        std::vector<std::unique_ptr<librados::AioCompletion>> removes;
+        std::vector<std::string> oids;
+        for (uint64_t index = first; index < first + kRemoveWave; ++index) {
+          oids.push_back(ChunkOid(ChunkKey(file_id, index)));
+          removes.emplace_back(librados::Rados::aio_create_completion());
+          const int r = io_.aio_remove(oids.back(), removes.back().get());
+          if (r < 0) {
+            removes.pop_back();  // not sent: it would never complete
+            for (auto& c : removes) c->wait_for_complete();  // none may outlive its oid
+            return FromRados(r, "remove", oids.back());
+          }
+        }
+        bool any = false;
+        Status first_error;
+        for (size_t i = 0; i < removes.size(); ++i) {
+          removes[i]->wait_for_complete();
+          const int r = removes[i]->get_return_value();
+          if (r >= 0) any = true;
+          if (r < 0 && r != -ENOENT && first_error.ok()) first_error = FromRados(r, "remove", oids[i]);
+        }
+        TBFS_RETURN_IF_ERROR(first_error);
+        if (!any) break;
       }
       const std::string copy = ChunkOid(ChunkKey(file_id, kManifestCopyIndex));
       const int r = io_.remove(copy);
