@@ -4,6 +4,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
+#include "base/failpoint.h"
 #include "spdlog/spdlog.h"
 
 namespace tbfs::fs {
@@ -104,6 +108,8 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
     }
   }
   if (loader) {
+    // Tests: a store that takes its time (readahead queued at an unmount).
+    if (ShouldFail("cache.slow_chunk")) std::this_thread::sleep_for(std::chrono::seconds(2));
     thread_local store::ChunkCodec codec;
     auto raw = std::make_shared<Chunk>();
     raw->size = store::ChunkLength(*m, index);

@@ -1,6 +1,8 @@
 // Stopping a mount in the middle of a migration pass: the pass stops at its
 // next file, the daemon exits, and nothing is lost or left in two places.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -114,6 +116,38 @@ TEST_P(Shutdown, AWorkerThatNeverReturnsDoesNotKeepTheDaemon) {
   RunCommand("fusermount3 -u -z " + Quote(mnt_) + " 2>/dev/null");
   Mount("--no-migrate --cold-after 0");
   for (const auto& [rel, bytes] : files) EXPECT_EQ(ReadBytes(M(rel)), bytes) << rel;
+}
+
+// Readahead queued behind a slow store (every chunk load takes 2 s) is
+// dropped when the mount stops: the daemon does not load what nobody
+// waits for (10 chunks queued would take 10 s on its two threads).
+TEST_P(Shutdown, ReadaheadQueuedAtTheStopIsDropped) {
+  const bool sigterm = GetParam();
+  std::string content;
+  for (int i = 0; content.size() < (24u << 20); ++i)
+    content += fmt::format("{{\"name\": \"op{}\", \"ts\": {}}},\n", i % 977, i * 7);
+  const std::string rel = "run/big.pt.trace.json";
+  WriteBytes(L(rel), content);
+  ASSERT_EQ(::setenv("TBFS_FAIL", "cache.slow_chunk", 1), 0);
+  Mount("--no-migrate --cold-after 0");
+  ::unsetenv("TBFS_FAIL");
+  ASSERT_EQ(RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " >/dev/null")).exit_code, 0);
+  ASSERT_EQ(State(M(rel)), "cold");
+  {
+    // Three sequential reads: each queues the next four chunks.
+    auto fd = OpenFile(M(rel), O_RDONLY);
+    ASSERT_TRUE(fd.ok());
+    std::string buf(1u << 20, '\0');
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(::read(fd->get(), buf.data(), buf.size()), static_cast<ssize_t>(buf.size()));
+      EXPECT_EQ(buf, content.substr(static_cast<size_t>(i) << 20, 1u << 20));
+    }
+  }
+  // Bounded, not timed: the queue held up to 10 s of loads.
+  StopAndWait(sigterm, 6);
+  pid_ = -1;
+  EXPECT_EQ(ReadBytes(L(".tbfs/tbfs-mount.log")).find("exiting without it"), std::string::npos)
+      << "the daemon waited for its grace, not for the readahead to stop";
 }
 
 INSTANTIATE_TEST_SUITE_P(UnmountOrSigterm, Shutdown, ::testing::Bool(),
