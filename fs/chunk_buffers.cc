@@ -98,20 +98,33 @@ std::shared_ptr<char> ChunkBuffers::Take(size_t bytes) {
 }
 
 void ChunkBuffers::Give(Slab* slab, char* p) {
-  char* unmap = nullptr;
+  std::vector<char*> unmap;
   {
     MutexLock lock(mu_);
     slab->free.push_back(p);
     slab->in_use--;
     free_bytes_ += slab->buffer_bytes;
-    if (slab->in_use == 0 && free_bytes_ > keep_free_) {
-      free_bytes_ -= kSlabBytes;
-      unmap = slab->base;
-      slabs_.erase(std::find_if(slabs_.begin(), slabs_.end(),
-                                [slab](const auto& s) { return s.get() == slab; }));
+    // Slabs with no buffer in use beyond the kept amount: this one, or one
+    // that emptied while the free total was below it.
+    for (auto it = slabs_.begin(); free_bytes_ > keep_free_ && it != slabs_.end();) {
+      if ((*it)->in_use == 0) {
+        free_bytes_ -= kSlabBytes;
+        unmap.push_back((*it)->base);
+        it = slabs_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
-  if (unmap != nullptr) ::munmap(unmap, kSlabBytes);
+  for (char* base : unmap) ::munmap(base, kSlabBytes);
+}
+
+uint64_t ChunkBuffers::StrandedBytes() {
+  // One slab's worth is the granule of mapping: a slab being filled or
+  // emptied by one size is not waste.
+  MutexLock lock(mu_);
+  const uint64_t allowed = keep_free_ + kSlabBytes;
+  return free_bytes_ > allowed ? free_bytes_ - allowed : 0;
 }
 
 ChunkBuffers::Stats ChunkBuffers::stats() {

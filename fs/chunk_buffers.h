@@ -12,8 +12,10 @@
 //
 // Limits: a buffer's capacity is its size rounded up to a power of two
 // (64 KiB to 2 MiB), so a chunk of 600 KiB holds 1 MiB. Slabs with no
-// buffer in use are unmapped once more than keep_free_bytes of buffers are
-// free; up to that much stays mapped for the next reads. Thread-safe.
+// buffer in use are unmapped while more than keep_free_bytes of buffers
+// are free; up to that much stays mapped for the next reads. Free buffers
+// in slabs that also hold buffers in use cannot be unmapped (StrandedBytes:
+// the cache evicts for them). Thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +43,10 @@ class ChunkBuffers : public std::enable_shared_from_this<ChunkBuffers> {
     uint64_t slabs_mapped = 0;  // slabs mapped since the start
   };
   Stats stats();
+  // Free buffer bytes beyond keep_free_bytes and one slab: buffers of slabs
+  // that also hold buffers in use, which only a request of the same size
+  // can take. The cache counts them against its capacity.
+  uint64_t StrandedBytes();
 
   static constexpr size_t kSlabBytes = 2u << 20;
   static constexpr size_t kMinPooled = 64u << 10;

@@ -137,8 +137,12 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
 }
 
 void ChunkCache::EvictLocked() {
+  // Free buffers stranded in slabs with buffers in use are memory too:
+  // with them counted, what the buffers map stays within the capacity, the
+  // kept free buffers and the chunks readers hold (a mix of chunk sizes
+  // could otherwise strand as much again as the cache holds).
   auto it = lru_.end();
-  while (bytes_ > capacity_ && it != lru_.begin()) {
+  while (bytes_ + buffers_->StrandedBytes() > capacity_ && it != lru_.begin()) {
     --it;
     auto slot = slots_.find(*it);
     if (slot->second.bytes == 0) continue;  // still loading

@@ -1,17 +1,18 @@
 // The cache of decompressed cold chunks, shared by every open cold file.
 //
 // Limits, honestly: it holds at most capacity_bytes of chunk buffers in
-// the LRU (a chunk counts its buffer's capacity, ChunkBuffers); chunks
-// being read by a caller at the moment of eviction stay alive until that
-// caller drops them, so the true peak is capacity plus one chunk per
-// concurrent reader, plus the free buffers ChunkBuffers keeps (8 MiB at
-// most). A hole reads as the kernel's zero page and is neither cached nor
-// allocated. Concurrent misses on one chunk read and
-// decompress it once; the other callers wait for that result. Prefetch
-// queues asynchronous loads (sequential readahead) on a few threads and
-// drops requests when more than a small number are pending; those threads
-// run at a lower priority (nice 10) than the callers of Get, so readahead
-// never takes a core from a read that is waiting.
+// the LRU (a chunk counts its buffer's capacity, ChunkBuffers, and free
+// buffers stranded beside buffers in use count too); chunks being read by
+// a caller at the moment of eviction stay alive until that caller drops
+// them, so the true peak is capacity plus one chunk per concurrent reader,
+// plus the free buffers ChunkBuffers keeps (8 MiB at most) and one 2 MiB
+// slab. A hole reads as the kernel's zero page and is neither cached nor
+// allocated. Concurrent misses on one chunk read and decompress it once;
+// the other callers wait for that result. Prefetch queues asynchronous
+// loads (sequential readahead) on a few threads and drops requests when
+// more than a small number are pending; those threads run at a lower
+// priority (nice 10) than the callers of Get, so readahead never takes a
+// core from a read that is waiting.
 //
 // Every chunk is checksum-checked when loaded (I5): a damaged chunk is an
 // error for every caller and is not cached. Thread-safe.

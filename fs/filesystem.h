@@ -24,6 +24,7 @@
 #include <sys/statvfs.h>
 
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <condition_variable>
 #include <iterator>
@@ -253,7 +254,10 @@ class Filesystem : public store::MoveObserver {
     size_t offset = 0;
     size_t length = 0;
   };
-  ssize_t ReadCold(FileHandle* fh, size_t size, off_t off, std::vector<ColdSlice>* slices);
+  // `stopping` is asked between chunk loads: when it says the mount is
+  // going, the read ends with EINTR instead of loading the rest.
+  ssize_t ReadCold(FileHandle* fh, size_t size, off_t off, std::vector<ColdSlice>* slices,
+                   const std::function<bool()>& stopping = nullptr);
   void Release(std::unique_ptr<FileHandle> fh);
   int Fsync(FileHandle* fh, bool datasync);
   // fallocate(2) on the handle's backing file; EBADF for a cold handle.

@@ -230,7 +230,9 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file
   if (fd < 0) {
     // Straight from the cached chunks: no copy before the kernel's.
     std::vector<Filesystem::ColdSlice> slices;
-    ssize_t n = Fs(req).ReadCold(h, size, off, &slices);
+    struct fuse_session* se = Context(req).session;
+    ssize_t n = Fs(req).ReadCold(h, size, off, &slices,
+                                 [se] { return se != nullptr && fuse_session_exited(se) != 0; });
     if (n < 0) {
       fuse_reply_err(req, static_cast<int>(-n));
       return;

@@ -555,6 +555,7 @@ int RunMount(const MountOptions& mc_in) {
       fuse_session_new(&args, TbfsOps(), sizeof(struct fuse_lowlevel_ops), &context);
   fuse_opt_free_args(&args);
   if (se == nullptr) return Fail(verdict, "bad FUSE options: " + opts);
+  context.session = se;
   SessionCache kernel_cache;
   kernel_cache.Set(se);
   fs.SetKernelCache(&kernel_cache);

@@ -259,7 +259,8 @@ int Filesystem::IoFd(FileHandle* fh) {
 }
 
 ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
-                             std::vector<ColdSlice>* slices) {
+                             std::vector<ColdSlice>* slices,
+                             const std::function<bool()>& stopping) {
   slices->clear();
   const auto& m = fh->manifest;
   uint64_t file_size = m->size();
@@ -271,6 +272,7 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
   while (done < size) {
     uint64_t pos = static_cast<uint64_t>(off) + done;
     uint64_t index = pos / cb;
+    if (done > 0 && stopping && stopping()) return -EINTR;  // a unmount waits for this read
     auto chunk = cache_.Get(m, index);
     if (!chunk.ok()) {
       counters_.eio_cold_chunk++;

@@ -93,5 +93,19 @@ TEST(ChunkBuffers, ManyThreadsTakeAndReleaseWithoutSharingABuffer) {
   EXPECT_LE(buffers->stats().mapped_bytes, 4 * kMiB + 3 * ChunkBuffers::kSlabBytes);
 }
 
+TEST(ChunkBuffers, AnEmptySlabKeptEarlierIsUnmappedOnceMoreIsFree) {
+  // Slab A empties while little is free (it is kept); then slab B's
+  // buffers come back and the free total passes the kept amount: A goes.
+  auto buffers = ChunkBuffers::Create(2 * kMiB);
+  auto a1 = buffers->Take(kMiB), a2 = buffers->Take(kMiB);
+  auto b1 = buffers->Take(kMiB), b2 = buffers->Take(kMiB);
+  a1.reset();
+  a2.reset();  // A empty, 2 MiB free: kept
+  EXPECT_EQ(buffers->stats().mapped_bytes, 4 * kMiB);
+  b1.reset();  // 3 MiB free: the empty slab goes
+  EXPECT_EQ(buffers->stats().mapped_bytes, 2 * kMiB);
+  EXPECT_EQ(buffers->StrandedBytes(), 0u);  // 1 MiB free: within the allowance
+}
+
 }  // namespace
 }  // namespace tbfs::fs

@@ -173,5 +173,43 @@ TEST_F(ChunkCacheTest, AHoleReadsAsZerosAndTakesNoBuffer) {
   EXPECT_EQ(cache.stats().bytes, 0u);
 }
 
+TEST_F(ChunkCacheTest, MixedChunkSizesStayWithinTheCapacity) {
+  // A file of 96 chunks of 64 KiB (three slabs of that size) and one of 12
+  // chunks of 1 MiB. Keeping one small chunk of each slab recent while big
+  // ones come through would strand the rest of those slabs, uncounted: the
+  // cache counts stranded buffers and evicts for them.
+  auto ingest = [&](const std::string& name, size_t bytes, uint32_t chunk, uint64_t id) {
+    std::string data;
+    for (size_t i = 0; i < bytes; ++i) data.push_back(static_cast<char>('a' + (i * 13) % 19));
+    WriteBytes(dir_ / name, data);
+    auto fd = OpenFile(dir_ / name, O_RDONLY);
+    struct stat st;
+    ::fstat(fd->get(), &st);
+    WorkPool pool(2);
+    store::IngestOptions io;
+    io.chunk_bytes = chunk;
+    io.pool = &pool;
+    return std::make_shared<const storepb::Manifest>(
+        store::IngestFile(*store_, dir_.path(), name, fd->get(), st, id, io).value());
+  };
+  auto small = ingest("small", 96 * kChunk, kChunk, 11);
+  auto big = ingest("big", 12u << 20, 1u << 20, 12);
+  const uint64_t capacity = 4u << 20;
+  ChunkCache cache(store_.get(), capacity, 0);
+  uint64_t most = 0;
+  for (uint64_t i = 0; i < 96; ++i) ASSERT_TRUE(cache.Get(small, i).ok());
+  for (int round = 0; round < 6; ++round) {
+    for (uint64_t i : {0, 32, 64}) ASSERT_TRUE(cache.Get(small, i).ok());
+    for (uint64_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE(cache.Get(big, (round * 4 + i) % 12).ok());
+      most = std::max(most, cache.stats().buffers.mapped_bytes);
+    }
+  }
+  // The capacity, the free buffers kept (capacity / 8), one slab and one
+  // chunk in the hands of the caller.
+  EXPECT_LE(most, capacity + capacity / 8 + (2u << 20) + (1u << 20));
+  EXPECT_LE(cache.stats().bytes, capacity);
+}
+
 }  // namespace
 }  // namespace tbfs::fs

@@ -150,6 +150,45 @@ TEST_P(Shutdown, ReadaheadQueuedAtTheStopIsDropped) {
       << "the daemon waited for its grace, not for the readahead to stop";
 }
 
+// One read of many chunks (64 KiB chunks, a 1 MiB request: 16 loads of 2 s
+// each behind a slow store) stops at the next chunk when the daemon is told
+// to go: the session loop waits for its workers, so a read that loaded all
+// its chunks would keep the daemon half a minute.
+class ShutdownDuringARead : public MountTest {};
+
+TEST_F(ShutdownDuringARead, AReadOfManyChunksStopsAtTheNextChunk) {
+  std::string content;
+  for (int i = 0; content.size() < (4u << 20); ++i)
+    content += fmt::format("{{\"name\": \"op{}\", \"ts\": {}}},\n", i % 977, i * 7);
+  const std::string rel = "run/big.pt.trace.json";
+  WriteBytes(L(rel), content);
+  auto migrated = RunCommand(Tbfs("migrate " + Quote(logdir_) +
+                                  " --apply --older-than 0s --allow-no-events --chunk-size 64K"));
+  ASSERT_EQ(migrated.exit_code, 0) << migrated.out;
+  ASSERT_EQ(::setenv("TBFS_FAIL", "cache.slow_chunk", 1), 0);
+  Mount("--no-migrate");
+  ::unsetenv("TBFS_FAIL");
+  const int pid = pid_;
+  auto reader = std::async(std::launch::async, [&] {
+    auto fd = OpenFile(M(rel), O_RDONLY);
+    if (!fd.ok()) return -1;
+    std::string buf(1u << 20, '\0');
+    return static_cast<int>(::pread(fd->get(), buf.data(), buf.size(), 0));
+  });
+  // The reader is inside its request once the first chunk's load began.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  const auto asked = std::chrono::steady_clock::now();
+  while (Alive(pid) && std::chrono::steady_clock::now() - asked < std::chrono::seconds(8)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(Alive(pid)) << "the daemon still runs 8 s after SIGTERM: the read went on";
+  reader.wait();
+  pid_ = -1;
+  EXPECT_EQ(ReadBytes(L(".tbfs/tbfs-mount.log")).find("exiting without it"),
+            std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(UnmountOrSigterm, Shutdown, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Sigterm" : "Unmount"; });
 
