@@ -27,15 +27,21 @@ class ChunkCacheTest : public ::testing::Test {
     for (size_t i = 0; i < 10 * kChunk; ++i)
       content_.push_back(static_cast<char>('a' + (i * 7) % 23));
     WriteBytes(dir_ / "f", content_);
-    auto fd = OpenFile(dir_ / "f", O_RDONLY);
+    manifest_ = Ingest("f", kChunk, 1);
+  }
+
+  // The file dir_/name, into the store as file `id` in chunks of `chunk`.
+  std::shared_ptr<const storepb::Manifest> Ingest(const std::string& name, uint32_t chunk,
+                                                  uint64_t id) {
+    auto fd = OpenFile(dir_ / name, O_RDONLY);
     struct stat st;
     ::fstat(fd->get(), &st);
     WorkPool pool(2);
     store::IngestOptions io;
-    io.chunk_bytes = kChunk;
+    io.chunk_bytes = chunk;
     io.pool = &pool;
-    manifest_ = std::make_shared<const storepb::Manifest>(
-        store::IngestFile(*store_, dir_.path(), "f", fd->get(), st, 1, io).value());
+    return std::make_shared<const storepb::Manifest>(
+        store::IngestFile(*store_, dir_.path(), name, fd->get(), st, id, io).value());
   }
 
   static constexpr uint32_t kChunk = 64 << 10;
@@ -153,14 +159,7 @@ TEST_F(ChunkCacheTest, AHoleReadsAsZerosAndTakesNoBuffer) {
   std::string head(kChunk, 'x');
   ASSERT_EQ(::pwrite(fd->get(), head.data(), head.size(), 0), static_cast<ssize_t>(kChunk));
   ASSERT_EQ(::ftruncate(fd->get(), 10 * kChunk), 0);
-  struct stat st;
-  ::fstat(fd->get(), &st);
-  WorkPool pool(2);
-  store::IngestOptions io;
-  io.chunk_bytes = kChunk;
-  io.pool = &pool;
-  auto m = std::make_shared<const storepb::Manifest>(
-      store::IngestFile(*store_, dir_.path(), "sparse", fd->get(), st, 2, io).value());
+  auto m = Ingest("sparse", kChunk, 2);
   ASSERT_TRUE(store::IsHoleChunk(*m, 5));
   ChunkCache cache(store_.get(), 64 * kChunk, 0);
   for (uint64_t i = 1; i < 10; ++i) {
@@ -182,15 +181,7 @@ TEST_F(ChunkCacheTest, MixedChunkSizesStayWithinTheCapacity) {
     std::string data;
     for (size_t i = 0; i < bytes; ++i) data.push_back(static_cast<char>('a' + (i * 13) % 19));
     WriteBytes(dir_ / name, data);
-    auto fd = OpenFile(dir_ / name, O_RDONLY);
-    struct stat st;
-    ::fstat(fd->get(), &st);
-    WorkPool pool(2);
-    store::IngestOptions io;
-    io.chunk_bytes = chunk;
-    io.pool = &pool;
-    return std::make_shared<const storepb::Manifest>(
-        store::IngestFile(*store_, dir_.path(), name, fd->get(), st, id, io).value());
+    return Ingest(name, chunk, id);
   };
   auto small = ingest("small", 96 * kChunk, kChunk, 11);
   auto big = ingest("big", 12u << 20, 1u << 20, 12);
