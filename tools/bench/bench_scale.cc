@@ -6,6 +6,12 @@
 //     the kernel's caches dropped, native and through the mount, twice;
 //   - the daemon's RSS after the walks, and per inode the kernel holds;
 //   - `tbfs status` time;
+//   - the mount's start (store open to a mount that answers);
+//   - an idle pass (`tbfs migrate --now`, nothing to move) against a `find`
+//     of the same tree, both warm;
+//   - a rename of the folder that holds every cold file through the mount,
+//     while another thread looks up fresh names beside it: the rename's
+//     time and the longest lookup;
 //   - the time from an unmount to the daemon's exit while a pass runs.
 // The logdir: run folders of --per-folder small traces (migrated, so cold)
 // and as many small hot files in folders of the same size.
@@ -17,7 +23,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -121,8 +129,11 @@ int Run(const Args& a) {
              cold, mig.seconds, static_cast<double>(mig.max_rss_kb) / 1024,
              1024.0 * static_cast<double>(mig.max_rss_kb) / static_cast<double>(cold));
 
+  double t_mount = cli::NowSeconds();
   if (!Sh(fmt::format("{} mount {} {} --no-migrate --cache {}", a.tbfs, logdir, mnt, a.cache)))
     return 2;
+  t_mount = cli::NowSeconds() - t_mount;
+  fmt::print("mount start ({} cold files in the store): {:.2f} s\n", cold, t_mount);
   const int pid = MountPid(a, mnt);
   const uint64_t rss_before = ProcStatusKb(pid, "VmRSS");
   uint64_t native_entries = 0, mount_entries = 0;
@@ -157,6 +168,50 @@ int Run(const Args& a) {
   }
   std::sort(status_s.begin(), status_s.end());
   fmt::print("tbfs status: median {:.0f} ms\n", 1e3 * status_s[2]);
+
+  // An idle pass walks the backing logdir; the reference is find over the
+  // native copy, both with the caches warm (each run once before).
+  Sh(fmt::format("find {} -printf '%s %m\\n' >/dev/null", native_copy));
+  double t1 = cli::NowSeconds();
+  Sh(fmt::format("find {} -printf '%s %m\\n' >/dev/null", native_copy));
+  const double find_s = cli::NowSeconds() - t1;
+  const std::string idle = fmt::format("{} migrate --now {} >/dev/null 2>&1", a.tbfs, mnt);
+  Sh(idle);
+  t1 = cli::NowSeconds();
+  const bool idle_ok = Sh(idle);
+  const double idle_s = cli::NowSeconds() - t1;
+  fmt::print("idle pass (nothing to move): {:.2f} s{}; find of the native copy {:.2f} s "
+             "({:.2f}x find)\n",
+             idle_s, idle_ok ? "" : " (FAILED)", find_s, idle_s / find_s);
+
+  // A rename of every cold file's folder, with a lookup loop beside it.
+  {
+    std::atomic<bool> stop{false};
+    double longest = 0;
+    uint64_t lookups = 0;
+    std::thread looker([&] {
+      struct stat sb;
+      while (!stop.load()) {
+        // A fresh name each time: the kernel has no entry for it cached.
+        std::string p = fmt::format("{}/hot/absent-{}", mnt, lookups++);
+        double s0 = cli::NowSeconds();
+        ::lstat(p.c_str(), &sb);
+        longest = std::max(longest, cli::NowSeconds() - s0);
+      }
+    });
+    ::usleep(200000);
+    double r0 = cli::NowSeconds();
+    const bool renamed = ::rename((mnt + "/runs").c_str(), (mnt + "/runs-renamed").c_str()) == 0;
+    const double rename_s = cli::NowSeconds() - r0;
+    ::usleep(200000);
+    stop = true;
+    looker.join();
+    uint64_t moved = 0;
+    Walk(mnt + "/runs-renamed", &moved);
+    fmt::print("rename of the folder of {} cold files: {:.2f} s{}; {} entries beneath it after; "
+               "longest lookup beside it {:.0f} ms (of {})\n",
+               cold, rename_s, renamed ? "" : " (FAILED)", moved, 1e3 * longest, lookups);
+  }
 
   // Shutdown during a pass: the hot half's folders get traces to migrate.
   MakeFiles(logdir + "/late", std::min<uint64_t>(hot, 20000), a.per_folder,
