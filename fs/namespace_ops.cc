@@ -285,8 +285,8 @@ int Filesystem::Rmdir(uint64_t parent, const char* name) {
   if (entry->kind() != storepb::Entry::DIR) return -ENOTDIR;
   if (*has_cold) return -ENOTEMPTY;
   store::WriteBatch batch;
-  store_->RemoveEntry(&batch, rel);
-  Status st = store_->Commit(batch, true);
+  Status st = store_->RemoveEntry(&batch, rel);
+  if (st.ok()) st = store_->Commit(batch, true);
   return st.ok() ? 0 : StoreError(st, EioSite::kRmdir);
 }
 
@@ -350,8 +350,8 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
         r = UnlinkCold(dst);
       } else {
         store::WriteBatch b;
-        store_->RemoveEntry(&b, dst);
-        Status st = store_->Commit(b, true);
+        Status st = store_->RemoveEntry(&b, dst);
+        if (st.ok()) st = store_->Commit(b, true);
         if (!st.ok()) r = StoreError(st, EioSite::kRenameReplace);
       }
       if (r != 0)
@@ -393,8 +393,9 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
     if (int r = dst_cold_children(); r != 0) return r;
     if (src_dir) {
       store::WriteBatch b;
-      store_->RemoveEntry(&b, dst);
-      if (Status st = store_->Commit(b, true); !st.ok()) return StoreError(st, EioSite::kRename);
+      Status st = store_->RemoveEntry(&b, dst);
+      if (st.ok()) st = store_->Commit(b, true);
+      if (!st.ok()) return StoreError(st, EioSite::kRename);
     } else if (int r = UnlinkCold(dst); r != 0) {
       return r;
     }

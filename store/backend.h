@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -52,7 +53,16 @@ class WriteBatch {
     ops_.clear();
     ranges_.clear();
     bytes_ = 0;
+    new_folders.clear();
+    totals_in_doubt = false;
   }
+
+  // For the ColdStore that builds the batch, not the backend: the folders
+  // it makes (path -> id; a second file in one of them finds it here, not
+  // in the store), and whether its commit leaves the cold files' totals in
+  // doubt (a top folder renamed moves bytes between top folders unseen).
+  std::map<std::string, uint64_t> new_folders;
+  bool totals_in_doubt = false;
 
   struct Op {
     Space space;

@@ -164,6 +164,14 @@ Status ColdStore::TakeWriterRole(const OpenOptions& options) {
     DropWriterRole();
     return refused(st);
   }
+  // Init converts a store its first writer opens; a reader that takes the
+  // role over converts one that no newer writer has held since.
+  if (info_.format_version() != 0) {  // not during Open (Init comes next)
+    if (Status st = ConvertIfOlder(); !st.ok()) {
+      DropWriterRole();
+      return refused(st);
+    }
+  }
   return Status::OK();
 }
 
@@ -191,7 +199,8 @@ Status ColdStore::OpenWriterWhenRoom() {
     refusal_.clear();
   }
   spdlog::warn("store {}: its filesystem has room again: writable", dir_);
-  return LoadIds();
+  TBFS_RETURN_IF_ERROR(LoadIds());
+  return ConvertIfOlder();
 }
 
 void ColdStore::DropWriterRole() {
@@ -318,7 +327,7 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
     // Only a store made just now may lack it.
     if (options.read_only || existed)
       return Status::Corruption("store " + dir_ + " has no format record");
-    info_.set_format_version(kFormatVersion);
+    info_.set_format_version(kNewestFormatVersion);
     info_.set_store_id(
         fmt::format("{:016x}", static_cast<uint64_t>(NowNs()) ^ 0x7462667300000000ull));
     info_.set_created_ns(NowNs());
@@ -331,17 +340,20 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
     // In the engine's tables at once: a store whose format record lived
     // only in a log that was then damaged would not open at all.
     TBFS_RETURN_IF_ERROR(backend_->Flush());
+    tree_ = true;
   } else {
     TBFS_RETURN_IF_ERROR(st);
     TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &info_, "store info"));
-    if (info_.format_version() < kFormatVersionV1 || info_.format_version() > kFormatVersionHoles) {
+    if (info_.format_version() < kFormatVersionV1 ||
+        info_.format_version() > kNewestFormatVersion) {
       return Status::NotSupported(
           fmt::format("store {} has format version {}; this tbfs reads versions {} to {} only",
-                      dir_, info_.format_version(), kFormatVersionV1, kFormatVersionHoles));
+                      dir_, info_.format_version(), kFormatVersionV1, kNewestFormatVersion));
     }
     if (info_.format_version() == kFormatVersionV1 && !options.read_only) {
       TBFS_RETURN_IF_ERROR(UpgradeFromV1());
     }
+    tree_ = info_.format_version() >= kFormatVersionTree;
   }
   // A shared store's writer must know its ids (TakeWriterRole read them
   // already); a local store opens whatever its damage, as it always did
@@ -351,7 +363,39 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
   } else if (!ids.ok() && writer()) {
     return ids;
   }
+  if (writer()) {
+    TBFS_RETURN_IF_ERROR(ConvertIfOlder());
+    if (tree_) info_.set_format_version(std::max(info_.format_version(), kFormatVersionTree));
+  }
   return Status::OK();
+}
+
+Status ColdStore::ConvertIfOlder() {
+  if (!tree_) {
+    // Another writer of a shared store may have converted it since.
+    std::string bytes;
+    storepb::StoreInfo info;
+    TBFS_RETURN_IF_ERROR(backend_->Get(Space::kMeta, kMetaInfoKey, &bytes));
+    TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &info, "store info"));
+    if (info.format_version() >= kFormatVersionTree) {
+      tree_ = true;
+    } else {
+      return ConvertToTree(info);
+    }
+  }
+  // Keys of the old namespace a conversion cut short left behind: they
+  // sort before or after every tree key.
+  bool old_keys = false;
+  TBFS_RETURN_IF_ERROR(
+      backend_->Scan(Space::kNamespace, "", [&](std::string_view key, std::string_view) {
+        old_keys = !key.starts_with(kTreeKeyPrefix);
+        return false;
+      }));
+  std::string last;
+  Status st = backend_->LastKey(Space::kNamespace, &last);
+  if (st.ok() && !last.starts_with(kTreeKeyPrefix)) old_keys = true;
+  if (!st.ok() && !st.IsNotFound()) return st;
+  return old_keys ? DropPathKeys() : Status::OK();
 }
 
 Status ColdStore::LoadIds() {
@@ -462,6 +506,7 @@ Result<storepb::Manifest> ColdStore::GetManifest(uint64_t file_id) {
   }
   storepb::Manifest m;
   TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &m, fmt::format("manifest {}", file_id)));
+  TBFS_RETURN_IF_ERROR(DerivePath(&m, nullptr));
   if (!WellFormed(m)) {
     return Status::Corruption(fmt::format(
         "manifest {} is damaged (an unsafe path, or chunks that do not add up)", file_id));
@@ -469,54 +514,17 @@ Result<storepb::Manifest> ColdStore::GetManifest(uint64_t file_id) {
   return m;
 }
 
-Result<storepb::Entry> ColdStore::GetEntry(std::string_view rel_path) {
-  std::string bytes;
-  Status st = backend_->Get(Space::kNamespace, EntryKey(rel_path), &bytes);
-  if (!st.ok()) {
-    if (st.IsNotFound()) return Status::NotFound("not in the cold store: " + std::string(rel_path));
-    return st;
-  }
-  storepb::Entry e;
-  TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &e, "entry " + std::string(rel_path)));
-  return e;
-}
-
-Result<storepb::Manifest> ColdStore::Lookup(std::string_view rel_path) {
-  auto entry = GetEntry(rel_path);
-  if (!entry.ok()) return entry.status();
-  if (entry->kind() != storepb::Entry::FILE) {
-    return Status::InvalidArgument(std::string(rel_path) + " is a folder in the cold store");
-  }
-  return GetManifest(entry->file_id());
-}
-
-Status ColdStore::ListChildren(std::string_view folder, std::vector<ChildEntry>* out) {
-  out->clear();
-  std::string prefix = ChildPrefix(folder);
-  Status parse_error;
-  TBFS_RETURN_IF_ERROR(
-      backend_->Scan(Space::kNamespace, prefix, [&](std::string_view key, std::string_view value) {
-        ChildEntry c;
-        c.name.assign(key.substr(prefix.size()));
-        if (!c.entry.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-          parse_error = Status::Corruption("store entry does not parse: " + c.name);
-          return false;
-        }
-        out->push_back(std::move(c));
-        return true;
-      }));
-  return parse_error;
-}
-
 Status ColdStore::ForEachManifest(const std::function<bool(const storepb::Manifest&)>& fn) {
   Status inner;
+  std::map<uint64_t, std::string> folders;  // paths by folder id
   TBFS_RETURN_IF_ERROR(
       backend_->Scan(Space::kManifests, "", [&](std::string_view key, std::string_view value) {
         storepb::Manifest m;
-        if (!m.ParseFromArray(value.data(), static_cast<int>(value.size())) || !WellFormed(m)) {
+        if (!m.ParseFromArray(value.data(), static_cast<int>(value.size())) ||
+            !(inner = DerivePath(&m, &folders)).ok() || !WellFormed(m)) {
           uint64_t id = 0;
           DecodeId(key, &id);
-          inner = Status::Corruption(fmt::format("manifest {} does not parse", id));
+          if (inner.ok()) inner = Status::Corruption(fmt::format("manifest {} does not parse", id));
           return false;
         }
         return fn(m);
@@ -525,15 +533,20 @@ Status ColdStore::ForEachManifest(const std::function<bool(const storepb::Manife
 }
 
 Status ColdStore::ForEachManifestCopy(const std::function<bool(const storepb::Manifest&)>& fn) {
+  std::map<uint64_t, std::string> folders;  // paths by folder id
   return backend_->Scan(Space::kChunks, "", [&](std::string_view key, std::string_view value) {
     uint64_t id = 0, index = 0;
     std::string bytes;
     storepb::Manifest m;
     if (!DecodeChunkKey(key, &id, &index) || index != kManifestCopyIndex) return true;
-    if (!ParseManifestCopy(id, value, &bytes) || !m.ParseFromString(bytes) || m.file_id() != id ||
-        !WellFormed(m)) {
+    if (!ParseManifestCopy(id, value, &bytes) || !m.ParseFromString(bytes) || m.file_id() != id) {
       return true;  // fsck finds the file damaged through its first copy
     }
+    storepb::Manifest derived = m;
+    // Where the namespace places it; where it was when the copy was
+    // written when the namespace cannot tell.
+    if (DerivePath(&derived, &folders).ok()) m = std::move(derived);
+    if (!WellFormed(m)) return true;
     return fn(m);
   });
 }
@@ -546,95 +559,9 @@ Status ColdStore::ForEachChunkKey(const std::function<bool(uint64_t, uint64_t)>&
   });
 }
 
-Status ColdStore::ForEachEntry(
-    const std::function<bool(const std::string&, const storepb::Entry&)>& fn) {
-  Status inner;
-  TBFS_RETURN_IF_ERROR(
-      backend_->Scan(Space::kNamespace, "", [&](std::string_view key, std::string_view value) {
-        storepb::Entry e;
-        if (!e.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-          inner = Status::Corruption("namespace entry does not parse: " + PathOfEntryKey(key));
-          return false;
-        }
-        return fn(PathOfEntryKey(key), e);
-      }));
-  return inner;
-}
-
 bool ColdStore::IsRetired(uint64_t file_id) {
   std::string ignored;
   return backend_->Get(Space::kMeta, RetiredKey(file_id), &ignored).ok();
-}
-
-namespace {
-
-// The namespace entry of a folder, with the attributes the caller sees it
-// with, or 0755 root when it has none (the folder is gone).
-storepb::Entry FolderEntry(const FolderAttrs& attrs, const std::string& folder, int64_t mtime_ns) {
-  storepb::Entry dir;
-  dir.set_kind(storepb::Entry::DIR);
-  struct stat sb;
-  if (attrs && attrs(folder, &sb) && S_ISDIR(sb.st_mode)) {
-    dir.set_mode(sb.st_mode);
-    dir.set_uid(sb.st_uid);
-    dir.set_gid(sb.st_gid);
-    dir.set_mtime_ns(ToNs(sb.st_mtim));
-  } else {
-    dir.set_mode(S_IFDIR | 0755);
-    dir.set_mtime_ns(mtime_ns);
-  }
-  return dir;
-}
-
-}  // namespace
-
-Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const FolderAttrs& folders,
-                          bool retire_replaced) {
-  // Whatever is in the namespace at `path` now: nothing, a folder, or an
-  // older file that the one being added replaces.
-  auto replace = [&](const std::string& path, bool folder_ok) -> Status {
-    auto old = GetEntry(path);
-    if (!old.ok()) return old.status();
-    if (old->kind() == storepb::Entry::DIR) {
-      return folder_ok ? Status::OK() : Status::Aborted(path + " is a folder in the cold store");
-    }
-    if (old->file_id() == m.file_id()) return Status::OK();
-    auto manifest = GetManifest(old->file_id());
-    if (manifest.ok()) {
-      TBFS_RETURN_IF_ERROR(Drop(batch, *manifest, retire_replaced));
-    } else if (manifest.status().IsNotFound()) {
-      RemoveEntry(batch, path);
-    } else {
-      return manifest.status();
-    }
-    return Status::NotFound("replaced");
-  };
-  Status here = replace(m.path(), /*folder_ok=*/false);
-  if (!here.ok() && !here.IsNotFound()) return here;
-  if (HasHoles(m) && info_.format_version() < kFormatVersionHoles) {
-    // The first file with holes makes it a format-3 store, with the file:
-    // a tbfs that reads format 2 only would take its holes for lost chunks.
-    storepb::StoreInfo info = info_;
-    info.set_format_version(kFormatVersionHoles);
-    batch->Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
-  }
-  PutManifest(batch, m);
-  // Files are added by one thread at a time (the migrator, or an offline
-  // migrate), so these records land in the order the ids were handed out.
-  batch->Put(Space::kMeta, kMetaNextFileIdKey,
-             EncodeId(std::max(next_file_id_.load(), m.file_id() + 1)));
-  storepb::Entry file;
-  file.set_kind(storepb::Entry::FILE);
-  file.set_file_id(m.file_id());
-  batch->Put(Space::kNamespace, EntryKey(m.path()), file.SerializeAsString());
-  for (std::string folder = ParentPath(m.path()); !folder.empty(); folder = ParentPath(folder)) {
-    Status st = replace(folder, /*folder_ok=*/true);
-    if (st.ok()) break;  // a folder entry: its ancestors are there too
-    if (!st.IsNotFound()) return st;
-    batch->Put(Space::kNamespace, EntryKey(folder),
-               FolderEntry(folders, folder, m.mtime_ns()).SerializeAsString());
-  }
-  return Status::OK();
 }
 
 Status ColdStore::RemoveFile(WriteBatch* batch, const storepb::Manifest& m) {
@@ -687,82 +614,6 @@ Status ColdStore::DropAllRetired() {
 
 void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id) {
   batch->DeleteRange(Space::kChunks, ChunkKey(file_id, 0), ChunkKey(file_id + 1, 0));
-}
-
-void ColdStore::RemoveEntry(WriteBatch* batch, std::string_view rel_path) {
-  batch->Delete(Space::kNamespace, EntryKey(rel_path));
-}
-
-Status ColdStore::RemoveEntryOf(WriteBatch* batch, const storepb::Manifest& m) {
-  auto entry = GetEntry(m.path());
-  if (entry.status().IsNotFound()) return Status::OK();
-  if (!entry.ok()) return entry.status();
-  if (entry->kind() == storepb::Entry::FILE && entry->file_id() == m.file_id()) {
-    RemoveEntry(batch, m.path());
-  }
-  return Status::OK();
-}
-
-Result<bool> ColdStore::HasChildren(std::string_view folder) {
-  bool any = false;
-  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kNamespace, ChildPrefix(folder),
-                                      [&](std::string_view, std::string_view) {
-                                        any = true;
-                                        return false;
-                                      }));
-  return any;
-}
-
-Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::string& to,
-                         const FolderAttrs& folders) {
-  // The entry itself, its direct children ("from\0name") and everything
-  // deeper ("from/...").
-  struct Move {
-    std::string old_key, new_path, value;
-  };
-  std::vector<Move> moves;
-  std::string own;
-  Status st = backend_->Get(Space::kNamespace, EntryKey(from), &own);
-  if (st.IsNotFound()) return Status::NotFound("not in the cold store: " + from);
-  TBFS_RETURN_IF_ERROR(st);
-  moves.push_back({EntryKey(from), to, own});
-  for (const std::string& prefix : {ChildPrefix(from), from + "/"}) {
-    TBFS_RETURN_IF_ERROR(backend_->Scan(
-        Space::kNamespace, prefix, [&](std::string_view key, std::string_view value) {
-          std::string path = PathOfEntryKey(key);
-          moves.push_back({std::string(key), to + path.substr(from.size()), std::string(value)});
-          return true;
-        }));
-  }
-  for (const Move& m : moves) {
-    batch->Delete(Space::kNamespace, m.old_key);
-    batch->Put(Space::kNamespace, EntryKey(m.new_path), m.value);
-    storepb::Entry e;
-    if (!e.ParseFromString(m.value)) {
-      // Moving it blind could leave its manifest at the old path.
-      return Status::Corruption("rename " + from + ": the entry of " + PathOfEntryKey(m.old_key) +
-                                " in the store is damaged (tbfs fsck)");
-    }
-    if (e.kind() == storepb::Entry::FILE) {
-      auto manifest = GetManifest(e.file_id());
-      if (!manifest.ok()) return manifest.status();
-      manifest->set_path(m.new_path);
-      // A file renamed has a new ctime, as on ext4 (not the files beneath a
-      // renamed folder).
-      if (m.new_path == to) manifest->set_ctime_ns(NowNs());
-      PutManifest(batch, *manifest);
-    }
-  }
-  // Folder entries for the new ancestors.
-  for (std::string folder = ParentPath(to); !folder.empty(); folder = ParentPath(folder)) {
-    std::string ignored;
-    Status g = backend_->Get(Space::kNamespace, EntryKey(folder), &ignored);
-    if (g.ok()) break;
-    if (!g.IsNotFound()) return g;
-    batch->Put(Space::kNamespace, EntryKey(folder),
-               FolderEntry(folders, folder, 0).SerializeAsString());
-  }
-  return Status::OK();
 }
 
 Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,

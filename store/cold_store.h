@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/fs_util.h"
@@ -125,8 +126,8 @@ class ColdStore {
   Status ForEachManifestCopy(const std::function<bool(const storepb::Manifest&)>& fn);
   // Every chunk key (file id, index; manifest copies left out), in order.
   Status ForEachChunkKey(const std::function<bool(uint64_t file_id, uint64_t index)>& fn);
-  // Every namespace entry with its path, in key order; entries that do not
-  // parse are Corruption.
+  // Every namespace entry with its path, a folder before what it holds;
+  // entries that do not parse are Corruption.
   Status ForEachEntry(
       const std::function<bool(const std::string& path, const storepb::Entry&)>& fn);
   // Whether a retired file's mark is still there.
@@ -169,14 +170,16 @@ class ColdStore {
   Status ListRetired(std::vector<uint64_t>* ids);
   // Drops the chunks of every retired file (synced).
   Status DropAllRetired();
-  // Removes one namespace entry (an empty folder).
-  void RemoveEntry(WriteBatch* batch, std::string_view rel_path);
+  // Removes one namespace entry (an empty folder, or a file's entry);
+  // nothing when there is none. Reads the entry.
+  Status RemoveEntry(WriteBatch* batch, std::string_view rel_path);
   // Removes the entry at m.path() if it is m's file (see RemoveFile).
   Status RemoveEntryOf(WriteBatch* batch, const storepb::Manifest& m);
   // Moves the entry at `from` (a file or a folder with everything below it)
-  // to `to`: namespace keys and manifest paths (a file moved itself gets a
-  // new ctime). Ancestors of `to` get folder entries (attributes from
-  // `folders`) where missing.
+  // to `to`: the entry, and a folder's link or a file's manifest (a file
+  // moved itself gets a new ctime), whatever the folder holds (format 4).
+  // Ancestors of `to` get folder entries (attributes from `folders`) where
+  // missing. InvalidArgument for a folder into itself.
   Status Rename(WriteBatch* batch, const std::string& from, const std::string& to,
                 const FolderAttrs& folders);
   // True when the folder has at least one cold entry below it.
@@ -270,6 +273,40 @@ class ColdStore {
   // Next file and batch ids after what the store holds (and kMetaNextFileIdKey).
   Status LoadIds();
   Status UpgradeFromV1();
+  // Format 2 or 3 to 4 (store/namespace.cc): folder ids, every entry under
+  // its parent's id, every manifest naming its folder; the version last.
+  // `info` is the store's format record as it stands; info_ is not
+  // changed (Init does, alone).
+  Status ConvertToTree(const storepb::StoreInfo& info);
+  // A writer: converts the store when it is older than format 4, and drops
+  // old keys a conversion left.
+  Status ConvertIfOlder();
+  // The namespace keys of formats 2 and 3 left after a conversion.
+  Status DropPathKeys();
+  // --- the tree (format 4; store/namespace.cc)
+  // The id of the cold folder at `folder` ("" is the top); NotFound when
+  // there is none.
+  Result<uint64_t> ResolveDir(std::string_view folder);
+  Result<uint64_t> WalkToDir(std::string_view folder);  // ResolveDir, uncached
+  // A shared store read by path keys that its writer has converted since
+  // this process opened it: true, and read as the tree from now on. (A
+  // local store has one writer, which converts it as it opens.)
+  bool TreeSinceOpen();
+  // The path of folder `dir`, from its links; Corruption when one is
+  // missing or they loop. `memo` (may be null) keeps paths across calls.
+  Result<std::string> DirPath(uint64_t dir, std::map<uint64_t, std::string>* memo);
+  // Sets m's path from its folder's (format 4; nothing before).
+  Status DerivePath(storepb::Manifest* m, std::map<uint64_t, std::string>* memo);
+  // fn(name, entry bytes) for each child of a folder, in name order.
+  Status ScanChildren(std::string_view folder,
+                      const std::function<bool(std::string_view, std::string_view)>& fn);
+  // The folder's link and its copy with the chunks.
+  void PutDirLink(WriteBatch* batch, uint64_t dir, uint64_t parent, std::string_view name);
+  // The id of `folder`, with entries made for it and any ancestor missing
+  // (a cold file in the way leaves the store, retired with
+  // `retire_replaced`).
+  Status MakeFolders(WriteBatch* batch, const std::string& folder, const FolderAttrs& folders,
+                     int64_t mtime_ns, bool retire_replaced, uint64_t* dir);
   void RemoveChunks(WriteBatch* batch, uint64_t file_id);
   // The manifest and its copy in the chunks space (store/format.h).
   void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
@@ -292,6 +329,14 @@ class ColdStore {
   std::unique_ptr<Backend> backend_;
   storepb::StoreInfo info_;
   std::atomic<uint64_t> next_file_id_{1};
+  // Format 4: the namespace is the tree (set once, at open or conversion).
+  std::atomic<bool> tree_{false};
+  // Format 4, local stores: folder ids by path (ResolveDir), so that the
+  // lookups beneath a folder read its ancestors once. Emptied when a commit
+  // has been made since it was filled (commits_), or when full; a leaf.
+  Mutex dir_cache_mu_;
+  std::unordered_map<std::string, uint64_t> dir_cache_ TBFS_GUARDED_BY(dir_cache_mu_);
+  uint64_t dir_cache_commits_ TBFS_GUARDED_BY(dir_cache_mu_) = 0;
   std::atomic<uint64_t> commits_{0};
   // Held across the commit of a batch that writes manifests, and the reads
   // of what it replaces just before (no two such commits interleave); a

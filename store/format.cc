@@ -46,9 +46,11 @@ uint64_t CopyChecksum(uint64_t file_id, std::string_view manifest) {
 
 }  // namespace
 
-std::string ManifestCopyValue(uint64_t file_id, std::string_view manifest) {
+namespace {
+
+std::string CopyValue(uint8_t kind, uint64_t file_id, std::string_view manifest) {
   std::string value(kChunkHeaderBytes, '\0');
-  value[0] = static_cast<char>(kManifestCopy);
+  value[0] = static_cast<char>(kind);
   const uint32_t len = static_cast<uint32_t>(manifest.size());
   const uint64_t sum = CopyChecksum(file_id, manifest);
   std::memcpy(value.data() + 1, &len, 4);
@@ -57,9 +59,8 @@ std::string ManifestCopyValue(uint64_t file_id, std::string_view manifest) {
   return value;
 }
 
-bool ParseManifestCopy(uint64_t file_id, std::string_view value, std::string* manifest) {
-  if (value.size() < kChunkHeaderBytes || static_cast<uint8_t>(value[0]) != kManifestCopy)
-    return false;
+bool ParseCopy(uint8_t kind, uint64_t file_id, std::string_view value, std::string* manifest) {
+  if (value.size() < kChunkHeaderBytes || static_cast<uint8_t>(value[0]) != kind) return false;
   uint32_t len;
   uint64_t sum;
   std::memcpy(&len, value.data() + 1, 4);
@@ -68,6 +69,32 @@ bool ParseManifestCopy(uint64_t file_id, std::string_view value, std::string* ma
   if (bytes.size() != len || CopyChecksum(file_id, bytes) != sum) return false;
   manifest->assign(bytes);
   return true;
+}
+
+}  // namespace
+
+std::string ManifestCopyValue(uint64_t file_id, std::string_view manifest) {
+  return CopyValue(kManifestCopy, file_id, manifest);
+}
+
+bool ParseManifestCopy(uint64_t file_id, std::string_view value, std::string* manifest) {
+  return ParseCopy(kManifestCopy, file_id, value, manifest);
+}
+
+std::string DirCopyValue(uint64_t dir_id, std::string_view link) {
+  return CopyValue(kDirCopy, dir_id, link);
+}
+
+bool ParseDirCopy(uint64_t dir_id, std::string_view value, std::string* link) {
+  return ParseCopy(kDirCopy, dir_id, value, link);
+}
+
+std::string TreeLinkKey(uint64_t dir) { return kTreeKeyPrefix + EncodeId(dir); }
+
+std::string TreeKey(uint64_t parent, std::string_view name) {
+  std::string key = TreeLinkKey(parent);
+  key.append(name);
+  return key;
 }
 
 std::string EntryKey(std::string_view rel_path) {

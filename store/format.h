@@ -16,6 +16,12 @@ namespace tbfs::store {
 inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint32_t kFormatVersionV1 = 1;
 inline constexpr uint32_t kFormatVersionHoles = 3;
+// Format 4: the namespace is a tree of folder ids (TreeKey below), so a
+// folder rename rewrites two records whatever the folder holds. New stores
+// are made at 4; a writer converts an older store when it opens it
+// (ColdStore::ConvertToTree); holes need no mark of their own from 4 on.
+inline constexpr uint32_t kFormatVersionTree = 4;
+inline constexpr uint32_t kNewestFormatVersion = kFormatVersionTree;
 
 inline constexpr char kMetaInfoKey[] = "info";
 // Above every file id ever handed out (8 bytes big endian), written with
@@ -72,7 +78,25 @@ std::string ManifestCopyValue(uint64_t file_id, std::string_view manifest);
 // value is not a whole, intact copy for that file.
 bool ParseManifestCopy(uint64_t file_id, std::string_view value, std::string* manifest);
 
-// Namespace: parent path ("" at the top) + '\0' + name. The direct children
+// Format 4 namespace: '/' + the parent folder's id (8 bytes BE; the top
+// is kTopDirId) + name -> Entry. A folder's own record, DirLink (its parent
+// and name), is at TreeLinkKey(id) = '/' + its id: the children of folder
+// d are the keys longer than TreeLinkKey(d) that start with it. The '/'
+// keeps these keys apart from format 2's (no path starts with '/'), which
+// a store being converted holds beside them. Folder ids come from the file
+// ids' counter: no id names both a file and a folder.
+inline constexpr uint64_t kTopDirId = 0;
+std::string TreeKey(uint64_t parent, std::string_view name);
+std::string TreeLinkKey(uint64_t dir);
+inline constexpr char kTreeKeyPrefix[] = "/";
+// A folder's DirLink also has a copy with the chunks, at
+// ChunkKey(dir id, kManifestCopyIndex), framed as a manifest copy with kind
+// kDirCopy: salvage finds every folder's place from the blob files alone.
+inline constexpr uint8_t kDirCopy = 5;
+std::string DirCopyValue(uint64_t dir_id, std::string_view link);
+bool ParseDirCopy(uint64_t dir_id, std::string_view value, std::string* link);
+
+// Formats 1 to 3 namespace: parent path ("" at the top) + '\0' + name. The direct children
 // of a folder are exactly the keys with prefix ChildPrefix(folder).
 std::string EntryKey(std::string_view rel_path);
 std::string ChildPrefix(std::string_view folder_rel);

@@ -105,6 +105,7 @@ class Salvager {
     ReadFormat();
     TBFS_RETURN_IF_ERROR(ScanBlobs());
     CollectManifests();
+    PlaceManifests();
     WriteFiles();
     ReadRecordsOfMissingFiles();
     return Status::OK();
@@ -206,7 +207,11 @@ class Salvager {
         r_->blob_values++;
         if (c.index == kManifestCopyIndex) {
           std::string bytes;
-          if (ParseManifestCopy(c.file_id, c.value, &bytes)) blob_copies_[c.file_id] = bytes;
+          if (ParseManifestCopy(c.file_id, c.value, &bytes)) {
+            blob_copies_[c.file_id] = bytes;
+          } else if (ParseDirCopy(c.file_id, c.value, &bytes)) {
+            blob_links_[c.file_id] = bytes;  // a later file holds a later place
+          }
           return;
         }
         blob_chunks_[{c.file_id, c.index}].push_back({file, c.offset, c.value.size()});
@@ -226,6 +231,52 @@ class Salvager {
     if (manifests_.count(id)) return;
     if (from_copy) r_->manifests_from_copies++;
     manifests_.emplace(id, std::move(m));
+  }
+
+  // Format 4: a manifest names its folder by id, and the folders' links
+  // (the namespace's, else their copies with the chunks) give its path. A
+  // file whose folder cannot be placed keeps the path it had when its
+  // manifest was written.
+  void PlaceManifests() {
+    std::map<uint64_t, storepb::DirLink> links;
+    auto add = [&](uint64_t id, std::string_view bytes) {
+      storepb::DirLink link;
+      if (link.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) &&
+          !link.name().empty() && link.name().find('/') == std::string::npos) {
+        links.emplace(id, std::move(link));
+      }
+    };
+    if (engine_) {
+      Status st = engine_->Scan(Space::kNamespace, kTreeKeyPrefix,
+                                [&](std::string_view k, std::string_view v) {
+                                  uint64_t id = 0;
+                                  if (k.size() == 9 && DecodeId(k.substr(1), &id)) add(id, v);
+                                  return true;
+                                });
+      if (!st.ok()) r_->problems.push_back("folders: " + st.message());
+    }
+    for (const auto& [id, bytes] : blob_links_) add(id, bytes);  // where the engine has none
+    for (auto& [id, m] : manifests_) {
+      if (m.parent_dir() == kTopDirId) continue;  // at the top, or from before format 4
+      std::vector<std::string> names;
+      uint64_t d = m.parent_dir();
+      while (d != kTopDirId && names.size() <= 4096) {
+        auto it = links.find(d);
+        if (it == links.end()) break;
+        names.push_back(it->second.name());
+        d = it->second.parent();
+      }
+      if (d != kTopDirId) {
+        r_->problems.push_back(fmt::format(
+            "{}: its folder's place is unknown; written where it was when it was stored",
+            m.path()));
+        continue;
+      }
+      std::string path;
+      for (auto it = names.rbegin(); it != names.rend(); ++it) path = JoinPath(path, *it);
+      const size_t slash = m.path().find_last_of('/');
+      m.set_path(JoinPath(path, slash == std::string::npos ? m.path() : m.path().substr(slash + 1)));
+    }
   }
 
   void CollectManifests() {
@@ -414,6 +465,7 @@ class Salvager {
   std::vector<std::string> blob_paths_;
   std::map<std::pair<uint64_t, uint64_t>, std::vector<BlobLoc>> blob_chunks_;
   std::map<uint64_t, std::string> blob_copies_;
+  std::map<uint64_t, std::string> blob_links_;  // folder id -> DirLink, from the blob files
   std::map<uint64_t, storepb::Manifest> manifests_;
 };
 

@@ -39,7 +39,7 @@ Status ColdStore::Commit(const WriteBatch& batch, bool sync) {
   for (const WriteBatch::Op& r : batch.ranges()) {
     if (r.space == Space::kManifests) keys.insert(r.key);  // never made; counted as in doubt
   }
-  if (keys.empty()) {
+  if (keys.empty() && !batch.totals_in_doubt) {
     Status st = backend_->Commit(batch, sync);
     commits_.fetch_add(1, std::memory_order_acq_rel);  // after the write, even a failed one
     return st;
@@ -48,7 +48,7 @@ Status ColdStore::Commit(const WriteBatch& batch, bool sync) {
   // Before: the manifests as the store has them; after: the batch's last
   // word on each key.
   std::optional<Totals> delta;
-  if (totals_ && !shared() && batch.ranges().empty()) {
+  if (totals_ && !shared() && batch.ranges().empty() && !batch.totals_in_doubt) {
     delta = Totals();
     bool ok = true;
     for (const std::string& key : keys) {

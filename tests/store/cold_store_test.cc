@@ -6,6 +6,10 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <map>
+#include <set>
+
+#include "fmt/format.h"
 
 #include "base/failpoint.h"
 #include "base/fs_util.h"
@@ -398,7 +402,7 @@ TEST(Upgrade, AFormat1StoreIsReadAndUpgradedInPlace) {
   }
   auto s = ColdStore::Open(dir / "store", {});  // a writer upgrades it
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ((*s)->info().format_version(), kFormatVersion);
+  EXPECT_EQ((*s)->info().format_version(), kNewestFormatVersion);
   auto m = (*s)->Lookup(rel);
   ASSERT_TRUE(m.ok());
   EXPECT_TRUE(VerifyStoredFile(**s, *m, &pool).ok());
@@ -430,6 +434,218 @@ TEST(Format, EntryKeysMakeChildrenAPrefix) {
   EXPECT_EQ(id, 258u);
   EXPECT_EQ(index, 3u);
   EXPECT_LT(ChunkKey(1, 0xffffffff), ChunkKey(2, 0));
+}
+
+
+TEST(Format, TreeKeysMakeAFoldersChildrenAPrefixLongerThanItsLink) {
+  EXPECT_EQ(TreeLinkKey(0), std::string("/\0\0\0\0\0\0\0\0", 9));
+  EXPECT_EQ(TreeKey(258, "b"), TreeLinkKey(258) + "b");
+  EXPECT_TRUE(TreeKey(258, "b").starts_with(TreeLinkKey(258)));
+  EXPECT_FALSE(TreeKey(259, "a").starts_with(TreeLinkKey(258)));
+  std::string link;
+  EXPECT_TRUE(ParseDirCopy(7, DirCopyValue(7, "x"), &link));
+  EXPECT_EQ(link, "x");
+  EXPECT_FALSE(ParseDirCopy(8, DirCopyValue(7, "x"), &link)) << "bound to its id";
+  EXPECT_FALSE(ParseManifestCopy(7, DirCopyValue(7, "x"), &link)) << "never taken for a manifest";
+}
+
+// Issue 23: a folder rename costs the same whatever the folder holds: the
+// batch that moves a folder of 300 cold files is the one that moves a
+// folder of one, and every file is then found, listed and read at its new
+// path, before and after the store is opened again.
+TEST_F(StoreTest, AFolderRenameWritesTheSameRecordsWhateverItHolds) {
+  Ingest("small/x.pt.trace.json", "x");
+  std::map<std::string, std::string> big;
+  for (int i = 0; i < 300; ++i) {
+    const std::string rel = fmt::format("big/sub{}/t{:03}.pt.trace.json", i % 3, i);
+    big[rel] = Content(100 + static_cast<size_t>(i), static_cast<uint32_t>(i));
+    Ingest(rel, big[rel]);
+  }
+  auto none = [](const std::string&, struct stat*) { return false; };
+  WriteBatch small, large;
+  ASSERT_TRUE(store_->Rename(&small, "small", "small2", none).ok());
+  ASSERT_TRUE(store_->Rename(&large, "big", "big2", none).ok());
+  EXPECT_EQ(large.ops().size(), small.ops().size());
+  EXPECT_LT(large.bytes(), 512u);
+  ASSERT_TRUE(store_->Commit(small, true).ok());
+  ASSERT_TRUE(store_->Commit(large, true).ok());
+  auto check = [&] {
+    ChunkCodec codec;
+    for (const auto& [rel, bytes] : big) {
+      const std::string now = "big2" + rel.substr(3);
+      auto m = store_->Lookup(now);
+      ASSERT_TRUE(m.ok()) << now << ": " << m.status().ToString();
+      EXPECT_EQ(m->path(), now);
+      EXPECT_EQ(store_->GetManifest(m->file_id())->path(), now);
+      std::string got(bytes.size(), '\0');
+      size_t n = 0;
+      ASSERT_TRUE(store_->ReadRange(*m, 0, got.size(), got.data(), &n, &codec).ok());
+      EXPECT_TRUE(got == bytes) << now;
+      EXPECT_TRUE(store_->GetEntry(rel).status().IsNotFound()) << rel;
+    }
+    std::set<std::string> entries, manifests;
+    ASSERT_TRUE(store_->ForEachEntry([&](const std::string& path, const storepb::Entry& e) {
+                        if (e.kind() == storepb::Entry::FILE) entries.insert(path);
+                        return true;
+                      }).ok());
+    ASSERT_TRUE(store_->ForEachManifest([&](const storepb::Manifest& m) {
+                        manifests.insert(m.path());
+                        return true;
+                      }).ok());
+    EXPECT_EQ(entries, manifests);
+    EXPECT_EQ(entries.size(), big.size() + 1);
+    EXPECT_TRUE(entries.count("small2/x.pt.trace.json"));
+    std::vector<ChildEntry> kids;
+    ASSERT_TRUE(store_->ListChildren("big2/sub1", &kids).ok());
+    EXPECT_EQ(kids.size(), 100u);
+    ASSERT_TRUE(store_->ListChildren("big", &kids).ok());
+    EXPECT_TRUE(kids.empty());
+    auto totals = store_->GetTotals();
+    ASSERT_TRUE(totals.ok());
+    EXPECT_EQ(totals->top_folder_bytes.count("big"), 0u) << "its bytes went with it";
+    EXPECT_GT(totals->top_folder_bytes["big2"], 0u);
+    auto fsck = Fsck(*store_, &pool_, nullptr);
+    ASSERT_TRUE(fsck.ok());
+    EXPECT_TRUE(fsck->clean());
+  };
+  check();
+  store_.reset();
+  auto s = ColdStore::Open(dir_ / ".tbfs", {});
+  ASSERT_TRUE(s.ok());
+  store_ = std::move(s).value();
+  check();
+}
+
+TEST_F(StoreTest, AFolderIsNotRenamedIntoItself) {
+  Ingest("a/b/x.pt.trace.json", "x");
+  auto none = [](const std::string&, struct stat*) { return false; };
+  WriteBatch b;
+  EXPECT_EQ(store_->Rename(&b, "a", "a/b/c", none).code(), Code::kInvalidArgument);
+  EXPECT_EQ(store_->Rename(&b, "a", "a/c", none).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(store_->Rename(&b, "a/b", "ab", none).ok()) << "a sibling that starts alike";
+}
+
+// The store as tbfs wrote it before format 4: path keys, manifests without
+// their folder's id, version 2.
+void RewriteAsFormat2(ColdStore& store) {
+  Backend& b = StoreInternals::Of(store);
+  std::vector<std::pair<std::string, storepb::Entry>> entries;
+  ASSERT_TRUE(store.ForEachEntry([&](const std::string& path, const storepb::Entry& e) {
+                     entries.emplace_back(path, e);
+                     return true;
+                   }).ok());
+  std::vector<storepb::Manifest> manifests;
+  ASSERT_TRUE(store.ForEachManifest([&](const storepb::Manifest& m) {
+                     manifests.push_back(m);
+                     return true;
+                   }).ok());
+  WriteBatch w;
+  ASSERT_TRUE(b.Scan(Space::kNamespace, "", [&](std::string_view key, std::string_view) {
+                 w.Delete(Space::kNamespace, key);
+                 return true;
+               }).ok());
+  for (auto [path, e] : entries) {
+    if (e.kind() == storepb::Entry::DIR) {
+      w.Delete(Space::kChunks, ChunkKey(e.dir_id(), kManifestCopyIndex));
+      e.clear_dir_id();
+    }
+    w.Put(Space::kNamespace, EntryKey(path), e.SerializeAsString());
+  }
+  for (storepb::Manifest m : manifests) {
+    m.clear_parent_dir();
+    w.Put(Space::kManifests, EncodeId(m.file_id()), m.SerializeAsString());
+    w.Put(Space::kChunks, ChunkKey(m.file_id(), kManifestCopyIndex),
+          ManifestCopyValue(m.file_id(), m.SerializeAsString()));
+  }
+  storepb::StoreInfo info = store.info();
+  info.set_format_version(2);
+  w.Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
+  ASSERT_TRUE(b.Commit(w, true).ok());
+}
+
+// A store written before format 4 reads as it did, and its first writer
+// converts it: every file at its path, folders with their attributes, no
+// old key left; a conversion cut short (tree keys already there) is done
+// again from the start.
+TEST_F(StoreTest, AFormat2StoreReadsAsItDidAndItsWriterConvertsIt) {
+  std::map<std::string, std::string> files;
+  for (int i = 0; i < 20; ++i) {
+    const std::string rel = fmt::format("run{}/plugins/profile/t{}.pt.trace.json", i % 2, i);
+    files[rel] = Content(70000 + static_cast<size_t>(i), static_cast<uint32_t>(i));
+    Ingest(rel, files[rel]);
+  }
+  Ingest("top.pt.trace.json", "at the top");
+  files["top.pt.trace.json"] = "at the top";
+  auto folder_before = store_->GetEntry("run1/plugins");
+  ASSERT_TRUE(folder_before.ok());
+  RewriteAsFormat2(*store_);
+  {
+    // A conversion cut short: tree records of a former attempt.
+    WriteBatch w;
+    w.Put(Space::kNamespace, TreeKey(kTopDirId, "stale"), "junk");
+    w.Put(Space::kNamespace, TreeLinkKey(99999), "junk");
+    ASSERT_TRUE(StoreInternals::Of(*store_).Commit(w, true).ok());
+  }
+  store_.reset();
+  auto read_all = [&](ColdStore& s) {
+    ChunkCodec codec;
+    for (const auto& [rel, bytes] : files) {
+      auto m = s.Lookup(rel);
+      ASSERT_TRUE(m.ok()) << rel << ": " << m.status().ToString();
+      EXPECT_EQ(m->path(), rel);
+      std::string got(bytes.size(), '\0');
+      size_t n = 0;
+      ASSERT_TRUE(s.ReadRange(*m, 0, got.size(), got.data(), &n, &codec).ok());
+      EXPECT_TRUE(got == bytes) << rel;
+    }
+    std::vector<ChildEntry> kids;
+    ASSERT_TRUE(s.ListChildren("", &kids).ok());
+    EXPECT_EQ(kids.size(), 3u);  // run0, run1, top
+    auto folder = s.GetEntry("run1/plugins");
+    ASSERT_TRUE(folder.ok());
+    EXPECT_EQ(folder->mode(), folder_before->mode());
+    EXPECT_EQ(folder->mtime_ns(), folder_before->mtime_ns());
+  };
+  {
+    OpenOptions ro;
+    ro.read_only = true;
+    auto s = ColdStore::Open(dir_ / ".tbfs", ro);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*s)->info().format_version(), 2u);
+    read_all(**s);
+  }
+  auto s = ColdStore::Open(dir_ / ".tbfs", {});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->info().format_version(), kFormatVersionTree);
+  read_all(**s);
+  ASSERT_TRUE(StoreInternals::Of(**s)
+                  .Scan(Space::kNamespace, "",
+                        [&](std::string_view key, std::string_view value) {
+                          EXPECT_TRUE(key.starts_with(kTreeKeyPrefix)) << "an old key is left";
+                          EXPECT_NE(value, "junk") << "a former attempt's record is left";
+                          return true;
+                        })
+                  .ok());
+  auto fsck = Fsck(**s, &pool_, nullptr);
+  ASSERT_TRUE(fsck.ok());
+  EXPECT_TRUE(fsck->clean());
+  // Converted, it renames in O(1) as any other.
+  auto none = [](const std::string&, struct stat*) { return false; };
+  WriteBatch b;
+  ASSERT_TRUE((*s)->Rename(&b, "run1", "renamed", none).ok());
+  ASSERT_TRUE((*s)->Commit(b, true).ok());
+  EXPECT_TRUE((*s)->Lookup("renamed/plugins/profile/t1.pt.trace.json").ok());
+  // Old keys a conversion left after its switch go at the next writer's open.
+  WriteBatch stale;
+  stale.Put(Space::kNamespace, EntryKey("left/over"), "junk");
+  ASSERT_TRUE(StoreInternals::Of(**s).Commit(stale, true).ok());
+  s->reset();
+  auto again = ColdStore::Open(dir_ / ".tbfs", {});
+  ASSERT_TRUE(again.ok());
+  std::string ignored;
+  EXPECT_TRUE(StoreInternals::Of(**again)
+                  .Get(Space::kNamespace, EntryKey("left/over"), &ignored)
+                  .IsNotFound());
 }
 
 }  // namespace

@@ -407,7 +407,7 @@ TEST_F(MigrateTest, ASparseTraceIsStoredWithItsHolesAndComesBackSparse) {
   // The first chunk, the 49 or 50 in the middle, the last: about 3 MiB.
   EXPECT_LE(DataBytes(*m), uint64_t{4} << 20) << DataBytes(*m);
   EXPECT_LT(m->stored_bytes(), uint64_t{4} << 20);
-  EXPECT_EQ(store_->info().format_version(), kFormatVersion);  // as opened
+  EXPECT_EQ(store_->info().format_version(), kFormatVersionTree);  // as made
   ChunkCodec codec;
   std::string got(middle.size() + 20, '\0');
   size_t n = 0;
@@ -421,14 +421,14 @@ TEST_F(MigrateTest, ASparseTraceIsStoredWithItsHolesAndComesBackSparse) {
   ASSERT_TRUE(fsck.ok());
   EXPECT_TRUE(fsck->clean());
 
-  // The store says what it holds: format 3 from now on.
+  // Format 4 reads holes: the version does not change for them.
   store_.reset();
   OpenOptions ro;
   ro.read_only = true;
   {
     auto reopened = ColdStore::Open(JoinPath(logdir_, kStoreDirName), ro);
     ASSERT_TRUE(reopened.ok());
-    EXPECT_EQ((*reopened)->info().format_version(), kFormatVersionHoles);
+    EXPECT_EQ((*reopened)->info().format_version(), kFormatVersionTree);
   }
   auto s = ColdStore::Open(JoinPath(logdir_, kStoreDirName), OpenOptions());
   ASSERT_TRUE(s.ok());
