@@ -143,10 +143,12 @@ class ColdStore {
   // the hot file being added) or at an ancestor's path leaves the store in
   // the same batch (retired with `retire_replaced`, removed otherwise).
   // Aborted when a cold folder has m.path().
-  Status AddFile(WriteBatch* batch, const storepb::Manifest& m, const FolderAttrs& folders,
+  // *m gets its folder's id (Manifest.parent_dir), as the store keeps it.
+  Status AddFile(WriteBatch* batch, storepb::Manifest* m, const FolderAttrs& folders,
                  bool retire_replaced = false);
   // Writes a cold file's changed manifest (its attributes: mode, owner,
-  // times), both copies.
+  // times), both copies. `m` as the store gave it (GetManifest, Lookup,
+  // AddFile): its folder's id is where the store keeps the file.
   void UpdateManifest(WriteBatch* batch, const storepb::Manifest& m) { PutManifest(batch, m); }
   // Removes a file's chunks, manifest and namespace entry. Folders stay.
   // The entry at m.path() goes only when it names this file: a manifest

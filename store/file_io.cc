@@ -235,7 +235,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   if (options.root_fd >= 0 && !OpenParentNaming(options.root_fd, rel_path, st, &name).ok()) {
     return Status::Aborted(path + " was renamed (or its folder was) while it was copied");
   }
-  TBFS_RETURN_IF_ERROR(store.AddFile(&batch, m, LogdirFolders(logdir), options.retire_replaced));
+  TBFS_RETURN_IF_ERROR(store.AddFile(&batch, &m, LogdirFolders(logdir), options.retire_replaced));
   TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
   return m;
 }

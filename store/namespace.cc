@@ -4,6 +4,7 @@
 // manifest) whatever lies beneath it. A store of an older format is read
 // by path keys until its first writer converts it (ConvertToTree).
 #include <set>
+#include <unordered_set>
 
 #include "base/fs_util.h"
 #include "base/text.h"
@@ -12,15 +13,11 @@
 #include "spdlog/spdlog.h"
 #include "store/cold_store.h"
 #include "store/format.h"
+#include "store/namespace_internal.h"
 
 namespace tbfs::store {
 
 namespace {
-
-std::string_view BaseName(std::string_view path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
 
 Status ParseEntry(std::string_view bytes, storepb::Entry* e, std::string_view path) {
   if (!e->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
@@ -28,8 +25,16 @@ Status ParseEntry(std::string_view bytes, storepb::Entry* e, std::string_view pa
   return Status::OK();
 }
 
-// The namespace entry of a folder, with the attributes the caller sees it
-// with, or 0755 root when it has none (the folder is gone).
+// Past this many folders up, DirPath keeps the ids it passed, to tell a
+// deep path (a logdir may nest beyond PATH_MAX) from a loop of links,
+// which only damage makes.
+constexpr int kDepthWatched = 256;
+
+// ColdStore::dir_cache_'s bound: about 1 MB of paths.
+constexpr size_t kDirCacheEntries = 8192;
+
+}  // namespace
+
 storepb::Entry FolderEntry(const FolderAttrs& attrs, const std::string& folder, int64_t mtime_ns) {
   storepb::Entry dir;
   dir.set_kind(storepb::Entry::DIR);
@@ -45,15 +50,6 @@ storepb::Entry FolderEntry(const FolderAttrs& attrs, const std::string& folder, 
   }
   return dir;
 }
-
-// Deeper than any path a logdir can hold (PATH_MAX / 2): a chain of links
-// longer than this loops, which only damage makes.
-constexpr int kMaxDepth = 4096;
-
-// ColdStore::dir_cache_'s bound: about 1 MB of paths.
-constexpr size_t kDirCacheEntries = 8192;
-
-}  // namespace
 
 // --- reading
 
@@ -108,6 +104,7 @@ Result<std::string> ColdStore::DirPath(uint64_t dir, std::map<uint64_t, std::str
   std::vector<std::string> names;
   std::string bytes, top;
   uint64_t d = dir;
+  std::unordered_set<uint64_t> passed;
   for (int depth = 0; d != kTopDirId; ++depth) {
     if (memo != nullptr) {
       if (auto it = memo->find(d); it != memo->end()) {
@@ -115,7 +112,7 @@ Result<std::string> ColdStore::DirPath(uint64_t dir, std::map<uint64_t, std::str
         break;
       }
     }
-    if (depth > kMaxDepth)
+    if (depth > kDepthWatched && !passed.insert(d).second)
       return Status::Corruption(fmt::format("the store's folder {} is in a loop of folders", dir));
     Status st = backend_->Get(Space::kNamespace, TreeLinkKey(d), &bytes);
     if (st.IsNotFound()) {
@@ -351,8 +348,9 @@ Status ColdStore::MakeFolders(WriteBatch* batch, const std::string& folder,
   return Status::OK();
 }
 
-Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const FolderAttrs& folders,
+Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const FolderAttrs& folders,
                           bool retire_replaced) {
+  const storepb::Manifest& m = *added;
   if (!tree_.load(std::memory_order_acquire))
     return Status::NotSupported(dir_ + ": a store of format 3 or older is read only");
   uint64_t parent = kTopDirId;
@@ -379,9 +377,8 @@ Status ColdStore::AddFile(WriteBatch* batch, const storepb::Manifest& m, const F
   } else if (!st.IsNotFound()) {
     return st;
   }
-  storepb::Manifest placed = m;
-  placed.set_parent_dir(parent);
-  PutManifest(batch, placed);
+  added->set_parent_dir(parent);
+  PutManifest(batch, m);
   // Files are added by one thread at a time (the migrator, or an offline
   // migrate), under the mount's namespace lock against renames (which make
   // folders too), so these records land in the order the ids were handed
@@ -472,124 +469,6 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
   manifest->set_ctime_ns(NowNs());
   PutManifest(batch, *manifest);
   return Status::OK();
-}
-
-// --- conversion from formats 2 and 3
-
-Status ColdStore::ConvertToTree(const storepb::StoreInfo& current) {
-  // 1. Records a conversion cut short left: gone, so that ids are handed
-  //    out afresh.
-  WriteBatch batch;
-  auto flush = [&](bool sync) -> Status {
-    if (batch.empty()) return Status::OK();
-    TBFS_RETURN_IF_ERROR(CheckRoom(batch.bytes()));
-    TBFS_RETURN_IF_ERROR(backend_->Commit(batch, sync));
-    batch.Clear();
-    return Status::OK();
-  };
-  TBFS_RETURN_IF_ERROR(
-      backend_->Scan(Space::kNamespace, kTreeKeyPrefix, [&](std::string_view key, std::string_view) {
-        batch.Delete(Space::kNamespace, key);
-        return true;
-      }));
-  TBFS_RETURN_IF_ERROR(flush(false));
-  // 2. An id for every folder; then every entry under its parent's id. A
-  //    folder's entry comes before its children's in key order ("a\0b"
-  //    sorts before "a/b\0c"), but a file's parent may be a folder with no
-  //    entry of its own (damage): it gets one.
-  std::map<std::string, uint64_t> ids = {{"", kTopDirId}};
-  std::vector<std::pair<std::string, storepb::Entry>> entries;
-  uint64_t count = 0;
-  Status inner;
-  auto id_of = [&](const std::string& folder) -> uint64_t {
-    for (std::string missing = folder; !ids.count(missing); missing = ParentPath(missing)) {
-      ids[missing] = NewFileId();
-    }
-    return ids[folder];
-  };
-  TBFS_RETURN_IF_ERROR(
-      backend_->Scan(Space::kNamespace, "", [&](std::string_view key, std::string_view value) {
-        if (key.starts_with(kTreeKeyPrefix)) return true;
-        const std::string path = PathOfEntryKey(key);
-        storepb::Entry e;
-        if (!IsSafeRelativePath(path) || !e.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-          // fsck named it before; it stays out of the tree (and goes with
-          // the old keys).
-          spdlog::error("store {}: converting: a damaged namespace entry is left out: {}", dir_,
-                        Printable(path));
-          return true;
-        }
-        if (e.kind() == storepb::Entry::DIR) e.set_dir_id(id_of(path));
-        entries.emplace_back(path, std::move(e));
-        return true;
-      }));
-  TBFS_RETURN_IF_ERROR(inner);
-  std::set<std::string> linked;
-  auto link = [&](const std::string& folder) {
-    // Links for the folder and any ancestor without an entry of its own.
-    for (std::string f = folder; !f.empty() && linked.insert(f).second; f = ParentPath(f)) {
-      PutDirLink(&batch, ids[f], id_of(ParentPath(f)), BaseName(f));
-    }
-  };
-  std::set<std::string> with_entry;
-  for (const auto& [path, e] : entries) {
-    if (e.kind() == storepb::Entry::DIR) with_entry.insert(path);
-  }
-  for (const auto& [path, e] : entries) {
-    const std::string parent = ParentPath(path);
-    batch.Put(Space::kNamespace, TreeKey(id_of(parent), BaseName(path)), e.SerializeAsString());
-    if (e.kind() == storepb::Entry::DIR) link(path);
-    link(parent);
-    if (batch.bytes() > (16u << 20)) TBFS_RETURN_IF_ERROR(flush(false));
-    count++;
-  }
-  for (const auto& [folder, id] : ids) {
-    if (folder.empty() || with_entry.count(folder)) continue;
-    storepb::Entry e = FolderEntry(nullptr, folder, NowNs());
-    e.set_dir_id(id);
-    batch.Put(Space::kNamespace, TreeKey(id_of(ParentPath(folder)), BaseName(folder)),
-              e.SerializeAsString());
-  }
-  // 3. Every manifest names its folder (both copies).
-  TBFS_RETURN_IF_ERROR(ForEachManifest([&](const storepb::Manifest& m) {
-    storepb::Manifest placed = m;
-    placed.set_parent_dir(id_of(ParentPath(m.path())));
-    link(ParentPath(m.path()));
-    PutManifest(&batch, placed);
-    if (batch.bytes() > (16u << 20)) inner = flush(false);
-    return inner.ok();
-  }));
-  TBFS_RETURN_IF_ERROR(inner);
-  // 4. The switch: the ids' floor and the version, in one commit.
-  batch.Put(Space::kMeta, kMetaNextFileIdKey, EncodeId(next_file_id_.load()));
-  storepb::StoreInfo info = current;
-  info.set_format_version(kFormatVersionTree);
-  batch.Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
-  TBFS_RETURN_IF_ERROR(flush(true));
-  tree_.store(true, std::memory_order_release);
-  // 5. The old keys go (a crash before the end leaves some, which the
-  //    tree never reads; the next writer's open removes them).
-  TBFS_RETURN_IF_ERROR(DropPathKeys());
-  spdlog::warn("store {}: converted to format 4 ({} namespace entries, {} folders)", dir_, count,
-               ids.size() - 1);
-  return Status::OK();
-}
-
-Status ColdStore::DropPathKeys() {
-  WriteBatch batch;
-  Status inner;
-  TBFS_RETURN_IF_ERROR(
-      backend_->Scan(Space::kNamespace, "", [&](std::string_view key, std::string_view) {
-        if (key.starts_with(kTreeKeyPrefix)) return true;
-        batch.Delete(Space::kNamespace, key);
-        if (batch.bytes() > (16u << 20)) {
-          inner = backend_->Commit(batch, false);
-          batch.Clear();
-        }
-        return inner.ok();
-      }));
-  TBFS_RETURN_IF_ERROR(inner);
-  return batch.empty() ? Status::OK() : backend_->Commit(batch, true);
 }
 
 }  // namespace tbfs::store

@@ -259,8 +259,9 @@ class Salvager {
     for (auto& [id, m] : manifests_) {
       if (m.parent_dir() == kTopDirId) continue;  // at the top, or from before format 4
       std::vector<std::string> names;
+      std::set<uint64_t> passed;  // a loop of links (damage) ends the walk
       uint64_t d = m.parent_dir();
-      while (d != kTopDirId && names.size() <= 4096) {
+      while (d != kTopDirId && passed.insert(d).second) {
         auto it = links.find(d);
         if (it == links.end()) break;
         names.push_back(it->second.name());

@@ -14,14 +14,8 @@ std::string TopFolder(std::string_view path) {
   return slash == std::string_view::npos ? "." : std::string(path.substr(0, slash));
 }
 
-// What one manifest adds to the totals (nothing for a value that does not
-// parse: *ok goes false).
-void Count(std::string_view value, int sign, ColdStore::Totals* t, bool* ok) {
-  storepb::Manifest m;
-  if (!m.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-    *ok = false;
-    return;
-  }
+// What one manifest adds to the totals.
+void Count(const storepb::Manifest& m, int sign, ColdStore::Totals* t) {
   const auto s = static_cast<uint64_t>(sign);  // wraps: adding -x subtracts x
   t->files += s;
   t->logical_bytes += s * DataBytes(m);
@@ -51,11 +45,16 @@ Status ColdStore::Commit(const WriteBatch& batch, bool sync) {
   if (totals_ && !shared() && batch.ranges().empty() && !batch.totals_in_doubt) {
     delta = Totals();
     bool ok = true;
+    std::map<uint64_t, std::string> folders;  // paths by folder id
     for (const std::string& key : keys) {
       std::string old;
+      storepb::Manifest m;
       Status st = backend_->Get(Space::kManifests, key, &old);
       if (st.ok()) {
-        Count(old, -1, &*delta, &ok);
+        // Counted where the namespace places it now: a folder renamed since
+        // it was written has not rewritten its path (format 4).
+        ok = ok && m.ParseFromString(old) && DerivePath(&m, &folders).ok();
+        if (ok) Count(m, -1, &*delta);
       } else if (!st.IsNotFound()) {
         ok = false;
       }
@@ -65,7 +64,14 @@ Status ColdStore::Commit(const WriteBatch& batch, bool sync) {
       if (op.space == Space::kManifests) last[op.key] = &op;
     }
     for (const auto& [key, op] : last) {
-      if (!op->is_delete) Count(op->value, +1, &*delta, &ok);
+      if (op->is_delete) continue;
+      storepb::Manifest m;
+      ok = ok && m.ParseFromString(op->value);
+      // Its folder's path as the store has it; a folder this batch makes is
+      // not there yet, and then the path written is the file's (AddFile).
+      storepb::Manifest placed = m;
+      if (ok && DerivePath(&placed, &folders).ok()) m = std::move(placed);
+      if (ok) Count(m, +1, &*delta);
     }
     if (!ok) delta.reset();
   }

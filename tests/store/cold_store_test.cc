@@ -509,6 +509,21 @@ TEST_F(StoreTest, AFolderRenameWritesTheSameRecordsWhateverItHolds) {
     EXPECT_TRUE(fsck->clean());
   };
   check();
+  // A file beneath it changes: the totals, counted since the rename, move
+  // its bytes within big2 (its manifest as written still says big/...).
+  auto m = store_->Lookup("big2/sub0/t000.pt.trace.json");
+  ASSERT_TRUE(m.ok());
+  m->set_mode(S_IFREG | 0600);
+  WriteBatch chmod;
+  store_->UpdateManifest(&chmod, *m);
+  ASSERT_TRUE(store_->Commit(chmod, true).ok());
+  uint64_t big_bytes = 0;
+  for (const auto& [rel, bytes] : big) big_bytes += bytes.size();
+  auto totals = store_->GetTotals();
+  ASSERT_TRUE(totals.ok());
+  EXPECT_EQ(totals->top_folder_bytes.count("big"), 0u);
+  EXPECT_EQ(totals->top_folder_bytes["big2"], big_bytes);
+  EXPECT_EQ(store_->Lookup("big2/sub0/t000.pt.trace.json")->mode(), S_IFREG | 0600u);
   store_.reset();
   auto s = ColdStore::Open(dir_ / ".tbfs", {});
   ASSERT_TRUE(s.ok());
