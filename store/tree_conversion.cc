@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "base/text.h"
 #include "base/time_util.h"
@@ -24,11 +25,25 @@ Status ColdStore::ConvertToTree(const storepb::StoreInfo& current) {
     batch.Clear();
     return Status::OK();
   };
+  //    A folder link's copy goes too, if it is one still (an older tbfs may
+  //    since have given its id to a file, whose manifest copy stays).
+  std::vector<uint64_t> former;
   TBFS_RETURN_IF_ERROR(
       backend_->Scan(Space::kNamespace, kTreeKeyPrefix, [&](std::string_view key, std::string_view) {
         batch.Delete(Space::kNamespace, key);
+        uint64_t id = 0;
+        if (key.size() == 9 && DecodeId(key.substr(1), &id)) former.push_back(id);
         return true;
       }));
+  for (const uint64_t id : former) {
+    std::string value, link;
+    Status st = backend_->Get(Space::kChunks, ChunkKey(id, kManifestCopyIndex), &value);
+    if (st.ok() && ParseDirCopy(id, value, &link)) {
+      batch.Delete(Space::kChunks, ChunkKey(id, kManifestCopyIndex));
+    } else if (!st.ok() && !st.IsNotFound()) {
+      return st;
+    }
+  }
   TBFS_RETURN_IF_ERROR(flush(false));
   // 2. An id for every folder: those with an entry, and any ancestor of an
   //    entry or a manifest that has none (damage; it gets one). Held in
@@ -99,6 +114,8 @@ Status ColdStore::ConvertToTree(const storepb::StoreInfo& current) {
     }
     if (batch.bytes() > (16u << 20)) TBFS_RETURN_IF_ERROR(flush(false));
   }
+  TBFS_RETURN_IF_ERROR(flush(false));
+  MaybeCrash("store.convert.before_switch");
   // 5. The switch: the ids' floor and the version, in one commit.
   batch.Put(Space::kMeta, kMetaNextFileIdKey, EncodeId(next_file_id_.load()));
   storepb::StoreInfo info = current;
@@ -106,6 +123,7 @@ Status ColdStore::ConvertToTree(const storepb::StoreInfo& current) {
   batch.Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
   TBFS_RETURN_IF_ERROR(flush(true));
   tree_.store(true, std::memory_order_release);
+  MaybeCrash("store.convert.after_switch");
   // 6. The old keys go (a crash before the end leaves some, which the
   //    tree never reads; the next writer's open removes them).
   TBFS_RETURN_IF_ERROR(DropPathKeys());

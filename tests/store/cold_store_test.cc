@@ -663,5 +663,63 @@ TEST_F(StoreTest, AFormat2StoreReadsAsItDidAndItsWriterConvertsIt) {
                   .IsNotFound());
 }
 
+
+// kill -9 in the middle of a conversion, before its switch and after it:
+// a reader reads every file at its path, the next writer finishes, and
+// every file comes back whole.
+TEST(Convert, AConversionKilledBeforeOrAfterItsSwitchLosesNothing) {
+  for (const char* point : {"store.convert.before_switch", "store.convert.after_switch"}) {
+    TempDir dir;
+    const std::string logdir = dir.path(), store = logdir + "/.tbfs";
+    std::map<std::string, std::string> files;
+    {
+      OpenOptions o;
+      o.create_if_missing = true;
+      auto s = ColdStore::Open(store, o);
+      ASSERT_TRUE(s.ok());
+      WorkPool pool(2);
+      for (int i = 0; i < 6; ++i) {
+        const std::string rel = fmt::format("run{}/plugins/profile/t{}.pt.trace.json", i % 2, i);
+        files[rel] = Content(90000 + static_cast<size_t>(i), static_cast<uint32_t>(i));
+        WriteBytes(logdir + "/" + rel, files[rel]);
+        auto fd = OpenFile(logdir + "/" + rel, O_RDONLY);
+        ASSERT_TRUE(fd.ok());
+        struct stat st;
+        ::fstat(fd->get(), &st);
+        IngestOptions io;
+        io.chunk_bytes = kChunk;
+        io.level = 3;
+        io.pool = &pool;
+        ASSERT_TRUE(IngestFile(**s, logdir, rel, fd->get(), st, (*s)->NewFileId(), io).ok());
+        ASSERT_EQ(::unlink((logdir + "/" + rel).c_str()), 0);
+      }
+      RewriteAsFormat2(**s);
+    }
+    auto crashed = RunCommand(std::string("TBFS_FAILPOINT=") + point + " " + TBFS_BINARY +
+                              " restore " + logdir + " --all --apply >/dev/null 2>&1");
+    ASSERT_EQ(crashed.exit_code, kFailpointExitCode) << point << ": failpoint not reached";
+    {
+      OpenOptions ro;
+      ro.read_only = true;
+      auto reader = ColdStore::Open(store, ro);
+      ASSERT_TRUE(reader.ok()) << point << ": " << reader.status().ToString();
+      EXPECT_EQ((*reader)->info().format_version(),
+                std::string(point).ends_with("before_switch") ? 2u : kFormatVersionTree)
+          << point;
+      for (const auto& [rel, bytes] : files) {
+        auto m = (*reader)->Lookup(rel);
+        EXPECT_TRUE(m.ok()) << point << ": " << rel << ": " << m.status().ToString();
+      }
+    }
+    auto fsck = RunCommand(std::string(TBFS_BINARY) + " fsck " + logdir + " 2>&1");
+    EXPECT_EQ(fsck.exit_code, 0) << point << ": " << fsck.out;
+    auto restored =
+        RunCommand(std::string(TBFS_BINARY) + " restore " + logdir + " --all --apply 2>&1");
+    EXPECT_EQ(restored.exit_code, 0) << point << ": " << restored.out;
+    for (const auto& [rel, bytes] : files)
+      EXPECT_TRUE(ReadBytes(logdir + "/" + rel) == bytes) << point << ": " << rel;
+  }
+}
+
 }  // namespace
 }  // namespace tbfs::store
