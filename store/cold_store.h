@@ -302,6 +302,9 @@ class ColdStore {
   // fn(name, entry bytes) for each child of a folder, in name order.
   Status ScanChildren(std::string_view folder,
                       const std::function<bool(std::string_view, std::string_view)>& fn);
+  // Drops the file an entry about to be overwritten names (Drop), if its
+  // manifest is there.
+  Status DropReplaced(WriteBatch* batch, uint64_t file_id, bool retire);
   // The folder's link and its copy with the chunks.
   void PutDirLink(WriteBatch* batch, uint64_t dir, uint64_t parent, std::string_view name);
   // The id of `folder`, with entries made for it and any ancestor missing

@@ -570,6 +570,7 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   finish_group();
   // Before the folders are synced: their times as the users left them.
   folder_times_.Restore();
+  FailpointHook("migrate.before_folder_sync", logdir_);
   for (const std::string& dir : folders) {
     auto fd = dir.empty() ? OpenFile(logdir_, O_RDONLY | O_DIRECTORY)
                           : OpenBeneath(root_fd_, dir, O_RDONLY | O_DIRECTORY);
@@ -579,6 +580,17 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
     Status synced = fd.status();
     if (fd.ok() && ::fsync(fd->get()) != 0)
       synced = Status::FromErrno(errno, "fsync", JoinPath(logdir_, dir));
+    const int gone = fd.ok() ? 0 : fd.status().sys_errno();
+    if (gone == ENOENT || gone == ENOTDIR) {
+      // Renamed or removed since (a user's rename through the mount): the
+      // unlinks made in it reach the disk with the whole filesystem. Left
+      // to the journal, the record would name files the batch skipped
+      // because their folder moved, which recovery finds nowhere.
+      auto top = OpenFile(logdir_, O_RDONLY | O_DIRECTORY);
+      synced = top.status();
+      if (top.ok() && ::syncfs(top->get()) != 0)
+        synced = Status::FromErrno(errno, "syncfs", logdir_);
+    }
     if (synced.ok() && ShouldFail("migrate.fsync_folder"))
       synced = Status::FromErrno(EIO, "fsync", JoinPath(logdir_, dir) + " (failpoint)");
     if (!synced.ok()) {

@@ -244,7 +244,8 @@ Status ColdStore::ForEachEntry(
   std::set<uint64_t> seen = {kTopDirId};
   bool go_on = true;
   while (!todo.empty() && go_on && inner.ok()) {
-    auto [dir, path] = std::move(todo.back());
+    const uint64_t dir = todo.back().first;
+    const std::string path = std::move(todo.back().second);
     todo.pop_back();
     const std::string prefix = TreeLinkKey(dir);
     std::vector<std::pair<uint64_t, std::string>> folders;
@@ -297,6 +298,13 @@ void ColdStore::PutDirLink(WriteBatch* batch, uint64_t dir, uint64_t parent,
   batch->Put(Space::kChunks, ChunkKey(dir, kManifestCopyIndex), DirCopyValue(dir, bytes));
 }
 
+Status ColdStore::DropReplaced(WriteBatch* batch, uint64_t file_id, bool retire) {
+  auto manifest = GetManifest(file_id);
+  if (manifest.ok()) return Drop(batch, *manifest, retire);
+  // No manifest: its entry alone, which the caller's write replaces.
+  return manifest.status().IsNotFound() ? Status::OK() : manifest.status();
+}
+
 Status ColdStore::MakeFolders(WriteBatch* batch, const std::string& folder,
                               const FolderAttrs& folders, int64_t mtime_ns, bool retire_replaced,
                               uint64_t* dir) {
@@ -323,12 +331,7 @@ Status ColdStore::MakeFolders(WriteBatch* batch, const std::string& folder,
         }
         // A cold file where the folder now is: an older version, which
         // leaves the store with this batch.
-        auto manifest = GetManifest(e.file_id());
-        if (manifest.ok()) {
-          TBFS_RETURN_IF_ERROR(Drop(batch, *manifest, retire_replaced));
-        } else if (!manifest.status().IsNotFound()) {
-          return manifest.status();
-        }
+        TBFS_RETURN_IF_ERROR(DropReplaced(batch, e.file_id(), retire_replaced));
       } else if (!st.IsNotFound()) {
         return st;
       }
@@ -366,14 +369,8 @@ Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const Fol
     TBFS_RETURN_IF_ERROR(ParseEntry(bytes, &old, m.path()));
     if (old.kind() == storepb::Entry::DIR)
       return Status::Aborted(m.path() + " is a folder in the cold store");
-    if (old.file_id() != m.file_id()) {
-      auto manifest = GetManifest(old.file_id());
-      if (manifest.ok()) {
-        TBFS_RETURN_IF_ERROR(Drop(batch, *manifest, retire_replaced));
-      } else if (!manifest.status().IsNotFound()) {
-        return manifest.status();
-      }
-    }
+    if (old.file_id() != m.file_id())
+      TBFS_RETURN_IF_ERROR(DropReplaced(batch, old.file_id(), retire_replaced));
   } else if (!st.IsNotFound()) {
     return st;
   }

@@ -43,6 +43,26 @@ std::string Content(size_t n, uint32_t seed) {
   return s;
 }
 
+// Writes `bytes` at logdir/rel (mode 0640) and moves them into the store,
+// as a migration does (the hot file stays).
+storepb::Manifest IngestInto(ColdStore& store, const std::string& logdir, const std::string& rel,
+                             const std::string& bytes, WorkPool* pool) {
+  const std::string path = JoinPath(logdir, rel);
+  WriteBytes(path, bytes);
+  ::chmod(path.c_str(), 0640);
+  auto fd = OpenFile(path, O_RDONLY);
+  EXPECT_TRUE(fd.ok());
+  struct stat st;
+  ::fstat(fd->get(), &st);
+  IngestOptions io;
+  io.chunk_bytes = kChunk;
+  io.level = 3;
+  io.pool = pool;
+  auto m = IngestFile(store, logdir, rel, fd->get(), st, store.NewFileId(), io);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.value();
+}
+
 class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -54,19 +74,7 @@ class StoreTest : public ::testing::Test {
   }
 
   storepb::Manifest Ingest(const std::string& rel, const std::string& bytes) {
-    WriteBytes(dir_ / rel, bytes);
-    ::chmod((dir_ / rel).c_str(), 0640);
-    auto fd = OpenFile(dir_ / rel, O_RDONLY);
-    EXPECT_TRUE(fd.ok());
-    struct stat st;
-    ::fstat(fd->get(), &st);
-    IngestOptions io;
-    io.chunk_bytes = kChunk;
-    io.level = 3;
-    io.pool = &pool_;
-    auto m = IngestFile(*store_, dir_.path(), rel, fd->get(), st, store_->NewFileId(), io);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    return m.value();
+    return IngestInto(*store_, dir_.path(), rel, bytes, &pool_);
   }
 
   TempDir dir_;
@@ -681,16 +689,7 @@ TEST(Convert, AConversionKilledBeforeOrAfterItsSwitchLosesNothing) {
       for (int i = 0; i < 6; ++i) {
         const std::string rel = fmt::format("run{}/plugins/profile/t{}.pt.trace.json", i % 2, i);
         files[rel] = Content(90000 + static_cast<size_t>(i), static_cast<uint32_t>(i));
-        WriteBytes(logdir + "/" + rel, files[rel]);
-        auto fd = OpenFile(logdir + "/" + rel, O_RDONLY);
-        ASSERT_TRUE(fd.ok());
-        struct stat st;
-        ::fstat(fd->get(), &st);
-        IngestOptions io;
-        io.chunk_bytes = kChunk;
-        io.level = 3;
-        io.pool = &pool;
-        ASSERT_TRUE(IngestFile(**s, logdir, rel, fd->get(), st, (*s)->NewFileId(), io).ok());
+        IngestInto(**s, logdir, rel, files[rel], &pool);
         ASSERT_EQ(::unlink((logdir + "/" + rel).c_str()), 0);
       }
       RewriteAsFormat2(**s);

@@ -775,6 +775,29 @@ TEST_F(MigrateTest, AFolderThatCannotBeSyncedKeepsTheJournalRecord) {
   ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "unsynced");
 }
 
+// A folder the batch touched that a user renames before its sync (red
+// team, issue 23): the unlinks reach the disk with the filesystem's sync,
+// the record goes, and recovery has nothing to call lost.
+TEST_F(MigrateTest, AFolderRenamedBeforeItsSyncLeavesNoJournalRecord) {
+  auto candidates = Candidates();
+  const std::string folder = ParentPath(candidates[0].path);
+  ScopedFailpoint moved("migrate.before_folder_sync", [&](const std::string&) {
+    ASSERT_EQ(::rename(JoinPath(logdir_, folder).c_str(),
+                       JoinPath(logdir_, folder + "-moved").c_str()),
+              0);
+  });
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->ok());
+  EXPECT_EQ(result->unsynced_batches, 0u);
+  std::vector<storepb::JournalRecord> journal;
+  ASSERT_TRUE(store_->ListJournal(&journal).ok());
+  EXPECT_TRUE(journal.empty());
+  auto recovered = Recover(*store_, logdir_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_TRUE(recovered->lost.empty());
+}
+
 // A store that cannot flush moves nothing: every file stays in place.
 TEST_F(MigrateTest, AStoreThatCannotFlushMovesNothing) {
   ScopedFailpoint no_flush("migrate.flush");
