@@ -295,8 +295,12 @@ class ColdStore {
   // local store has one writer, which converts it as it opens.)
   bool TreeSinceOpen();
   // The path of folder `dir`, from its links; Corruption when one is
-  // missing or they loop. `memo` (may be null) keeps paths across calls.
+  // missing or they loop. `memo` (may be null) keeps paths across calls;
+  // without one, a local store's cache does.
   Result<std::string> DirPath(uint64_t dir, std::map<uint64_t, std::string>* memo);
+  Result<std::string> WalkUpFrom(uint64_t dir, std::map<uint64_t, std::string>* memo);
+  // The folder cache as of `commits` (emptied first when it is older).
+  void SyncDirCache(uint64_t commits) TBFS_REQUIRES(dir_cache_mu_);
   // Sets m's path from its folder's (format 4; nothing before).
   Status DerivePath(storepb::Manifest* m, std::map<uint64_t, std::string>* memo);
   // fn(name, entry bytes) for each child of a folder, in name order.
@@ -336,11 +340,14 @@ class ColdStore {
   std::atomic<uint64_t> next_file_id_{1};
   // Format 4: the namespace is the tree (set once, at open or conversion).
   std::atomic<bool> tree_{false};
-  // Format 4, local stores: folder ids by path (ResolveDir), so that the
-  // lookups beneath a folder read its ancestors once. Emptied when a commit
-  // has been made since it was filled (commits_), or when full; a leaf.
+  // Format 4, local stores: folder ids by path (ResolveDir) and paths by
+  // id (DirPath), so that the lookups beneath a folder, and the paths of
+  // its cold files, read its ancestors once. Both are emptied when a
+  // commit has been made since they were filled (commits_), or when full;
+  // a leaf.
   Mutex dir_cache_mu_;
-  std::unordered_map<std::string, uint64_t> dir_cache_ TBFS_GUARDED_BY(dir_cache_mu_);
+  std::unordered_map<std::string, uint64_t> dir_ids_ TBFS_GUARDED_BY(dir_cache_mu_);
+  std::unordered_map<uint64_t, std::string> dir_paths_ TBFS_GUARDED_BY(dir_cache_mu_);
   uint64_t dir_cache_commits_ TBFS_GUARDED_BY(dir_cache_mu_) = 0;
   std::atomic<uint64_t> commits_{0};
   // Held across the commit of a batch that writes manifests, and the reads

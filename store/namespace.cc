@@ -53,6 +53,13 @@ storepb::Entry FolderEntry(const FolderAttrs& attrs, const std::string& folder, 
 
 // --- reading
 
+void ColdStore::SyncDirCache(uint64_t commits) {
+  if (dir_cache_commits_ == commits) return;
+  dir_ids_.clear();
+  dir_paths_.clear();
+  dir_cache_commits_ = commits;
+}
+
 Result<uint64_t> ColdStore::ResolveDir(std::string_view folder) {
   if (folder.empty()) return kTopDirId;
   // A shared store's other writers commit unseen: no cache there.
@@ -60,11 +67,8 @@ Result<uint64_t> ColdStore::ResolveDir(std::string_view folder) {
   const uint64_t commits = commits_.load(std::memory_order_acquire);
   if (cache) {
     MutexLock lock(dir_cache_mu_);
-    if (dir_cache_commits_ != commits) {
-      dir_cache_.clear();
-      dir_cache_commits_ = commits;
-    }
-    if (auto it = dir_cache_.find(std::string(folder)); it != dir_cache_.end()) return it->second;
+    SyncDirCache(commits);
+    if (auto it = dir_ids_.find(std::string(folder)); it != dir_ids_.end()) return it->second;
   }
   auto found = WalkToDir(folder);
   if (cache && found.ok()) {
@@ -72,8 +76,8 @@ Result<uint64_t> ColdStore::ResolveDir(std::string_view folder) {
     // Kept only when no commit landed while the walk read (it may have
     // read some of the folders before that commit, some after).
     if (dir_cache_commits_ == commits && commits_.load(std::memory_order_acquire) == commits) {
-      if (dir_cache_.size() >= kDirCacheEntries) dir_cache_.clear();
-      dir_cache_.emplace(folder, *found);
+      if (dir_ids_.size() >= kDirCacheEntries) dir_ids_.clear();
+      dir_ids_.emplace(folder, *found);
     }
   }
   return found;
@@ -101,6 +105,28 @@ Result<uint64_t> ColdStore::WalkToDir(std::string_view folder) {
 }
 
 Result<std::string> ColdStore::DirPath(uint64_t dir, std::map<uint64_t, std::string>* memo) {
+  if (dir == kTopDirId) return std::string();
+  // As ResolveDir: a walk's result is kept only when no commit landed
+  // while it read.
+  const bool cache = memo == nullptr && !shared();
+  const uint64_t commits = commits_.load(std::memory_order_acquire);
+  if (cache) {
+    MutexLock lock(dir_cache_mu_);
+    SyncDirCache(commits);
+    if (auto it = dir_paths_.find(dir); it != dir_paths_.end()) return it->second;
+  }
+  auto path = WalkUpFrom(dir, memo);
+  if (cache && path.ok()) {
+    MutexLock lock(dir_cache_mu_);
+    if (dir_cache_commits_ == commits && commits_.load(std::memory_order_acquire) == commits) {
+      if (dir_paths_.size() >= kDirCacheEntries) dir_paths_.clear();
+      dir_paths_.emplace(dir, *path);
+    }
+  }
+  return path;
+}
+
+Result<std::string> ColdStore::WalkUpFrom(uint64_t dir, std::map<uint64_t, std::string>* memo) {
   std::vector<std::string> names;
   std::string bytes, top;
   uint64_t d = dir;

@@ -539,6 +539,32 @@ TEST_F(StoreTest, AFolderRenameWritesTheSameRecordsWhateverItHolds) {
   check();
 }
 
+// The folder caches (ids by path, paths by id) are filled by the reads
+// before each rename; every rename must still show at once.
+TEST_F(StoreTest, CachedFolderPathsFollowEveryRename) {
+  Ingest("a/b/c/t.pt.trace.json", "trace");
+  auto none = [](const std::string&, struct stat*) { return false; };
+  const uint64_t id = store_->Lookup("a/b/c/t.pt.trace.json")->file_id();
+  // The file's folder, then folders above it, then out to the top.
+  const std::pair<std::string, std::string> renames[] = {
+      {"a/b/c", "a/b/d"}, {"a/b", "a/x"}, {"a", "z"}, {"z/x/d", "q"}, {"q", "a"}};
+  const std::string after[] = {"a/b/d", "a/x/d", "z/x/d", "q", "a"};
+  std::string at = "a/b/c";
+  for (size_t i = 0; i < std::size(renames); ++i) {
+    const auto& [from, to] = renames[i];
+    ASSERT_EQ(store_->GetManifest(id)->path(), at + "/t.pt.trace.json");
+    ASSERT_TRUE(store_->Lookup(at + "/t.pt.trace.json").ok()) << at;
+    ASSERT_TRUE(store_->GetEntry(from).ok()) << from;
+    WriteBatch batch;
+    ASSERT_TRUE(store_->Rename(&batch, from, to, none).ok()) << from;
+    ASSERT_TRUE(store_->Commit(batch, true).ok());
+    at = after[i];
+    EXPECT_EQ(store_->GetManifest(id)->path(), at + "/t.pt.trace.json") << from << " -> " << to;
+    EXPECT_TRUE(store_->Lookup(at + "/t.pt.trace.json").ok()) << at;
+    EXPECT_TRUE(store_->GetEntry(from).status().IsNotFound()) << from;
+  }
+}
+
 TEST_F(StoreTest, AFolderIsNotRenamedIntoItself) {
   Ingest("a/b/x.pt.trace.json", "x");
   auto none = [](const std::string&, struct stat*) { return false; };
