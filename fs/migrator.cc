@@ -1,6 +1,7 @@
 #include "fs/migrator.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 
 #include <chrono>
 #include <set>
@@ -85,6 +86,11 @@ void Migrator::Loop() {
     }
     Status st = config_.background ? Pass() : KeepWriterRole();
     if (!st.ok() && !stop_flag_) spdlog::error("migrator: {}", st.message());
+    // A pass (and the cold reads since the last) leave freed blocks in
+    // the middle of the heap's arenas, which glibc keeps mapped: half the
+    // daemon's RSS in a 10-minute soak was such free memory (malloc_info).
+    // Hand their pages back; what is reused faults in once per interval.
+    ::malloc_trim(0);
   }
 }
 
