@@ -52,6 +52,7 @@ int Filesystem::ReadDir(uint64_t ino, DirHandle* dh, off_t off, size_t* first) {
 void Filesystem::LookupListed(uint64_t ino, const DirHandle& dh, size_t first, size_t count,
                               std::vector<EntryOut>* out) {
   out->assign(count, EntryOut{});
+  if (count == 0) return;  // the end of a listing: every walk asks for it once per folder
   ReaderMutexLock ns(ns_mu_);  // the folder's path stays the store's (LookupIn)
   Folder f = FolderOf(ino);
   // The snapshot's cold entries are the store's still when nothing was
