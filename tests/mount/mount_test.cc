@@ -706,6 +706,25 @@ TEST_F(Mounted, WatchOfAMountPointNamesTheLogdirToWatch) {
       << r.out;
 }
 
+// Through a mount the store is hidden and cold files look hot: a store
+// command given the mount point, or a folder in it, would find "no cold
+// files" and exit 0. It names the logdir instead.
+TEST_F(Mounted, StoreCommandsOnAMountNameTheLogdirItServes) {
+  Mount();
+  std::filesystem::create_directories(mnt_ + "/run9");
+  for (const std::string cmd : {"ls", "du", "fsck"}) {
+    for (const std::string& at : {mnt_, mnt_ + "/run9"}) {
+      auto r = RunCommand(Tbfs(cmd + " " + at + " 2>&1"));
+      EXPECT_EQ(r.exit_code, 2) << cmd << " " << at << ": " << r.out;
+      EXPECT_NE(r.out.find("the tbfs mount on " + mnt_ + ": give the logdir it serves (" +
+                           logdir_ + ")"),
+                std::string::npos)
+          << r.out;
+    }
+  }
+  EXPECT_EQ(RunCommand(Tbfs("ls " + logdir_ + " >/dev/null")).exit_code, 0);
+}
+
 TEST_F(Mounted, OfflineWritersAreRefusedNamingTheMount) {
   Mount();
   auto r = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply 2>&1"));

@@ -168,6 +168,25 @@ TEST_F(MigrateCli, ApplyThenRestoreIsByteIdentical) {
   EXPECT_EQ(Tree(logdir_), before_);
 }
 
+// The store folder given where the logdir belongs: every command that
+// reads or writes the store says so, changes nothing, and exits 2, never
+// "no cold store there: nothing to check" with 0.
+TEST_F(MigrateCli, AStoreFolderGivenAsTheLogdirIsAnErrorNamingIt) {
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null")).exit_code,
+            0);
+  const std::string store = logdir_ + "/.tbfs";
+  const auto tree = Tree(logdir_);
+  for (const std::string cmd : {"fsck", "ls", "du", "restore --all --apply"}) {
+    auto r = RunCommand(Tbfs(cmd + " " + store + " 2>&1"));
+    EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("is a store folder, not a logdir"), std::string::npos) << cmd << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+  EXPECT_EQ(Tree(logdir_), tree);
+  // With --store it is a store folder given on purpose.
+  EXPECT_EQ(RunCommand(Tbfs("fsck " + logdir_ + " --store " + store + " >/dev/null")).exit_code, 0);
+}
+
 // Candidates stream into batches (512 files each) and the report streams
 // out batch by batch: one JSON document still, naming every file once.
 TEST_F(MigrateCli, ApplyReportsEveryFileOfEveryBatchInOneJsonDocument) {

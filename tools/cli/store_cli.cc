@@ -10,9 +10,11 @@
 #include "base/text.h"
 #include "fmt/format.h"
 #include "fs/mount.h"
+#include "fs/mount_table.h"
 #include "store/classify.h"
 #include "store/migrate.h"
 #include "store/rados_backend.h"
+#include "store/store_dir.h"
 #include "tools/cli/commands.h"
 
 namespace tbfs::cli {
@@ -24,6 +26,21 @@ std::atomic<bool> recovery_found_losses{false};  // RecoveryFoundLosses
 std::string RealPath(const std::string& p) {
   char buf[PATH_MAX];
   return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+}
+
+// The tbfs mount point that `dir` is or lies beneath; "" when none.
+// Through a mount the store is hidden and cold files look hot, so an
+// offline command given one would find nothing and say so.
+std::string EnclosingTbfsMount(const std::string& dir) {
+  for (std::string at = RealPath(dir); at.size() > 1; at = ParentPath(at)) {
+    if (IsTbfsMount(at)) return at;
+  }
+  return "";
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
 }
 
 }  // namespace
@@ -52,6 +69,22 @@ Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& 
   struct stat st;
   if (::stat(logdir.c_str(), &st) != 0) return Status::FromErrno(errno, "stat", logdir);
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(logdir + " is not a directory");
+  if (std::string mnt = EnclosingTbfsMount(logdir); !mnt.empty()) {
+    auto entry = fs::FindMount(mnt);
+    const std::string served =
+        entry && entry->source.starts_with("tbfs:") ? " (" + entry->source.substr(5) + ")" : "";
+    return Status::InvalidArgument(fmt::format(
+        "{} is {} the tbfs mount on {}: give the logdir it serves{}", logdir,
+        RealPath(logdir) == mnt ? "the mount point of" : "inside", mnt, served));
+  }
+  // LOGDIR/.tbfs given as the logdir: its own .tbfs does not exist, and
+  // "no cold store there" would read as "nothing to do".
+  if (store_flag.empty() && !Exists(JoinPath(logdir, store::kStoreDirName)) &&
+      (Exists(JoinPath(logdir, store::kLogdirLockName)) || Exists(JoinPath(logdir, "CURRENT")))) {
+    return Status::InvalidArgument(fmt::format(
+        "{} is a store folder, not a logdir: give the logdir, or --store {} beside it", logdir,
+        logdir));
+  }
   StoreLocation loc;
   loc.logdir = logdir;
   loc.dir = store_flag.empty() ? JoinPath(logdir, store::kStoreDirName) : store_flag;
