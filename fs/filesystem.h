@@ -24,9 +24,9 @@
 #include <sys/statvfs.h>
 
 #include <atomic>
-#include <functional>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <mutex>
@@ -39,6 +39,7 @@
 #include "base/thread_annotations.h"
 #include "fs/chunk_cache.h"
 #include "fs/inode_table.h"
+#include "fs/listing_grants.h"
 #include "store/cold_store.h"
 #include "store/migrate.h"
 
@@ -82,7 +83,7 @@ struct DirEntryOut {
   std::string name;
   mode_t type = 0;  // S_IFMT bits
   ino_t ino = 0;
-  uint64_t cookie = 0;  // the listing's offset right after this entry (DirHandle)
+  uint64_t cookie = 0;        // the listing's offset right after this entry (DirHandle)
   uint64_t cold_file_id = 0;  // a cold file's, as the store's listing said
 };
 
@@ -124,11 +125,22 @@ struct FileHandle {
 // its first READDIR, whatever the offset, and again at every READDIR from
 // 0 (a rewind). The kernel sends one READDIR of a handle at a time (its
 // per-file readdir lock), so the handle needs no lock of its own.
+//
+// The kernel's own cache of the listing (listing_grants.h): cache_listing
+// when the folder was settled at OPENDIR, keep_listing when a grant holds.
+// A handle that serves the whole listing in order, cleanly, grants it.
 struct DirHandle {
   std::vector<DirEntryOut> entries;
   bool filled = false;
   uint64_t store_commits = 0;  // ColdStore::commits() before the snapshot's store listing
   std::string rel;             // the folder's path in the logdir then
+
+  bool cache_listing = false;  // FOPEN_CACHE_DIR
+  bool keep_listing = false;   // keep_cache: the kernel's listing stands
+  ListingStamp stamp;          // taken at OPENDIR, before any listing
+  ListingGrants::Clock::time_point opened;
+  off_t served_to = 0;       // where the next in-order READDIRPLUS starts
+  bool served_clean = true;  // so far: in order, every entry looked up, none short-lived
 };
 
 // Each place an operation can answer EIO: its tag in the log ("[EIO:tag]")
@@ -274,6 +286,11 @@ class Filesystem : public store::MoveObserver {
   // (*out)[i].id is 0 for "." and "..", and for a name gone since.
   void LookupListed(uint64_t ino, const DirHandle& dh, size_t first, size_t count,
                     std::vector<EntryOut>* out);
+  // After a READDIRPLUS reply of dh from offset `off` whose last entry had
+  // cookie `last` (off when it had none): `clean` when each entry of it was
+  // looked up and is long-lived; `end` when it was the end of the listing.
+  // A handle that served its whole listing so grants it (ListingGrants).
+  void ListingServed(uint64_t ino, DirHandle* dh, off_t off, off_t last, bool clean, bool end);
   int StatFs(struct statvfs* st);
 
   int GetXattr(uint64_t ino, const char* name, std::string* value);
@@ -330,7 +347,6 @@ class Filesystem : public store::MoveObserver {
   // file there changed behind the mount's back (recovery made it hot, or
   // dropped its cold copy). Not under the namespace lock.
   void ForgetName(const std::string& rel);
-
 
   Stats stats();
   const FsOptions& options() const { return options_; }
@@ -422,6 +438,7 @@ class Filesystem : public store::MoveObserver {
   ChunkCache cache_;
   Counters counters_;
   Placements placements_;
+  ListingGrants listing_grants_;
   // Lock order: see the constructor. None is held across a FUSE reply.
   // One rehydration at a time (they are rare). Held across the file's copy
   // out of the store and the commits that follow, on purpose: a second

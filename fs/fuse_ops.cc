@@ -290,11 +290,10 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     return;
   }
   fi->fh = reinterpret_cast<uintptr_t>(dh.get());
-  // No listing cache in the kernel (cache_readdir): a cached listing
-  // carries no attributes, so a walk of entries whose attributes have
-  // expired (kStableTtlS; a walk of 100k entries outlasts it) pays one
-  // LOOKUP per entry, where a READDIRPLUS refreshes them all. Measured:
-  // a second walk of 100k entries 4.3 s with the cache, 1.7 s without.
+  // The kernel caches the listing of a settled folder, and answers from
+  // that cache while the daemon's grant holds (fs/listing_grants.h).
+  fi->cache_readdir = dh->cache_listing;
+  fi->keep_cache = dh->keep_listing;
   DirHandle* h = HandOver(req, std::move(dh));
   if (fuse_reply_open(req, fi) != 0) TakeBack(req, h);  // the opener is gone
 }
@@ -311,43 +310,56 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fu
   }
   std::vector<char> buf(size);
   const auto& entries = dh->entries;
-  // The entries that fit (their size depends on their names only), looked
-  // up together for readdirplus.
-  size_t count = 0;
-  for (size_t fit = 0; first + count < entries.size(); ++count) {
-    const char* name = entries[first + count].name.c_str();
-    fit += plus ? fuse_add_direntry_plus(req, nullptr, 0, name, nullptr, 0)
-                : fuse_add_direntry(req, nullptr, 0, name, nullptr, 0);
-    if (fit > size) break;
-  }
-  std::vector<EntryOut> looked_up;
-  if (plus) fs.LookupListed(ino, *dh, first, count, &looked_up);
   size_t used = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const DirEntryOut& d = entries[first + i];
-    const size_t rem = size - used;
-    if (plus) {
-      struct fuse_entry_param e {};
-      if (d.name == "." || d.name == "..") {
-        e.attr.st_ino = d.ino;
-        e.attr.st_mode = d.type;
-      } else if (looked_up[i].id == 0) {
-        continue;  // gone since the snapshot
-      } else {
-        e.ino = looked_up[i].id;
-        e.attr = looked_up[i].attr;
-        e.attr_timeout = e.entry_timeout = fs.CacheTtl(e.ino);
-      }
-      used += fuse_add_direntry_plus(req, buf.data() + used, rem, d.name.c_str(), &e,
-                                     static_cast<off_t>(d.cookie));
-    } else {
-      struct stat st {};
-      st.st_ino = d.ino;
-      st.st_mode = d.type;
-      used += fuse_add_direntry(req, buf.data() + used, rem, d.name.c_str(), &st,
-                                static_cast<off_t>(d.cookie));
+  bool clean = plus;  // every entry of the reply looked up and long-lived
+  off_t last = off;
+  // Batches until one has an entry to send or the listing ends: a reply
+  // with none would end the listing for the kernel, even when only the
+  // names of this batch are gone since the snapshot.
+  while (used == 0 && first < entries.size()) {
+    // The entries that fit (their size depends on their names only),
+    // looked up together for readdirplus.
+    size_t count = 0;
+    for (size_t fit = 0; first + count < entries.size(); ++count) {
+      const char* name = entries[first + count].name.c_str();
+      fit += plus ? fuse_add_direntry_plus(req, nullptr, 0, name, nullptr, 0)
+                  : fuse_add_direntry(req, nullptr, 0, name, nullptr, 0);
+      if (fit > size) break;
     }
+    if (count == 0) break;  // a buffer too small for the next entry
+    std::vector<EntryOut> looked_up;
+    if (plus) fs.LookupListed(ino, *dh, first, count, &looked_up);
+    for (size_t i = 0; i < count; ++i) {
+      const DirEntryOut& d = entries[first + i];
+      const size_t rem = size - used;
+      if (plus) {
+        struct fuse_entry_param e {};
+        if (d.name == "." || d.name == "..") {
+          e.attr.st_ino = d.ino;
+          e.attr.st_mode = d.type;
+        } else if (looked_up[i].id == 0) {
+          clean = false;  // gone since the snapshot, or failed
+          continue;
+        } else {
+          e.ino = looked_up[i].id;
+          e.attr = looked_up[i].attr;
+          e.attr_timeout = e.entry_timeout = fs.CacheTtl(e.ino);
+          if (e.attr_timeout < kStableTtlS) clean = false;
+        }
+        used += fuse_add_direntry_plus(req, buf.data() + used, rem, d.name.c_str(), &e,
+                                       static_cast<off_t>(d.cookie));
+      } else {
+        struct stat st {};
+        st.st_ino = d.ino;
+        st.st_mode = d.type;
+        used += fuse_add_direntry(req, buf.data() + used, rem, d.name.c_str(), &st,
+                                  static_cast<off_t>(d.cookie));
+      }
+      last = static_cast<off_t>(d.cookie);
+    }
+    first += count;
   }
+  fs.ListingServed(ino, dh, off, last, clean, used == 0 && first == entries.size());
   fuse_reply_buf(req, buf.data(), used);
 }
 

@@ -59,10 +59,9 @@ int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
   // handle are of one file (no rename at the name between the two stats:
   // a rename changes the file's ctime).
   struct stat again;
-  if (ref.id == 0 && !handle.empty() &&
-      ::fstatat(dir_fd, name, &again, AT_SYMLINK_NOFOLLOW) == 0 && again.st_dev == st.st_dev &&
-      again.st_ino == st.st_ino && again.st_ctim.tv_sec == st.st_ctim.tv_sec &&
-      again.st_ctim.tv_nsec == st.st_ctim.tv_nsec) {
+  if (ref.id == 0 && !handle.empty() && ::fstatat(dir_fd, name, &again, AT_SYMLINK_NOFOLLOW) == 0 &&
+      again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
+      again.st_ctim.tv_sec == st.st_ctim.tv_sec && again.st_ctim.tv_nsec == st.st_ctim.tv_nsec) {
     ref = inodes_.AddHotByHandle(again, std::move(handle), fresh);
     st = again;
   }
@@ -97,8 +96,7 @@ int Filesystem::LookupCold(const std::string& rel, EntryOut* out) {
 int Filesystem::LookupColdFile(uint64_t file_id, EntryOut* out) {
   auto m = store_->GetManifest(file_id);
   if (!m.ok()) return StoreError(m.status(), EioSite::kLookupManifest);
-  InodeRef ref =
-      inodes_.AddColdFile(*m);
+  InodeRef ref = inodes_.AddColdFile(*m);
   out->id = ref.id;
   if (ref.cold) {
     ColdAttr(*ref.cold, ref.shown_ino, &out->attr);
@@ -134,7 +132,10 @@ int Filesystem::LookupIn(Folder* f, const char* name, EntryOut* out) {
   return r;
 }
 
-void Filesystem::Forget(uint64_t ino, uint64_t nlookup) { inodes_.Forget(ino, nlookup); }
+void Filesystem::Forget(uint64_t ino, uint64_t nlookup) {
+  listing_grants_.Drop(ino);  // the kernel's listing went with its inode
+  inodes_.Forget(ino, nlookup);
+}
 
 int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
   // A handle's own fd: the only way to a file deleted while open.

@@ -2,7 +2,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
-
 #include <xxhash.h>
 
 #include <algorithm>
@@ -19,13 +18,39 @@ namespace tbfs::fs {
 int Filesystem::OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out) {
   InodeView v = inodes_.View(ino);
   if (v.kind == Kind::kColdFile) return -ENOTDIR;
+  auto dh = std::make_unique<DirHandle>();
+  // The stamp is taken before anything is listed (listing_grants.h).
+  ListingStamp& stamp = dh->stamp;
+  stamp.store_commits = store_->commits();
+  bool settled = !store_->shared();  // a shared store changes behind our back
   if (v.kind == Kind::kHot) {
     struct stat st;
     if (::fstat(v.fd->get(), &st) != 0) return Errno();
     if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+    StampBacking(st, &stamp);
+    settled = settled && Settled(stamp, NowNs());
   }
-  *out = std::make_unique<DirHandle>();
+  if (settled && RelPath(ino, &stamp.rel) == 0) {
+    dh->cache_listing = true;
+    dh->opened = ListingGrants::Clock::now();
+    dh->keep_listing = listing_grants_.Holds(ino, stamp, dh->opened);
+  }
+  *out = std::move(dh);
   return 0;
+}
+
+void Filesystem::ListingServed(uint64_t ino, DirHandle* dh, off_t off, off_t last, bool clean,
+                               bool end) {
+  if (!dh->cache_listing || dh->keep_listing) return;
+  if (off != dh->served_to || !clean) dh->served_clean = false;
+  dh->served_to = last;
+  if (end && dh->served_clean) {
+    // Younger than the attributes the listing's READDIRPLUS replies gave.
+    const auto lifetime = std::chrono::duration<double>(kStableTtlS - 1.0);
+    listing_grants_.Grant(
+        ino, dh->stamp,
+        dh->opened + std::chrono::duration_cast<ListingGrants::Clock::duration>(lifetime));
+  }
 }
 
 uint64_t Filesystem::DirCookie(std::string_view name) const {
@@ -52,7 +77,7 @@ int Filesystem::ReadDir(uint64_t ino, DirHandle* dh, off_t off, size_t* first) {
 void Filesystem::LookupListed(uint64_t ino, const DirHandle& dh, size_t first, size_t count,
                               std::vector<EntryOut>* out) {
   out->assign(count, EntryOut{});
-  if (count == 0) return;  // the end of a listing: every walk asks for it once per folder
+  if (count == 0) return;      // the end of a listing: every walk asks for it once per folder
   ReaderMutexLock ns(ns_mu_);  // the folder's path stays the store's (LookupIn)
   Folder f = FolderOf(ino);
   // The snapshot's cold entries are the store's still when nothing was

@@ -4,9 +4,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <set>
 #include <thread>
@@ -228,6 +231,114 @@ TEST_F(Listing, ListingsWhileFilesMigrateAndRenameHoldEachNameOnce) {
   std::set<std::string> all = steady;
   for (const auto& n : moving) all.insert(std::filesystem::exists(M("run/" + n)) ? n : "r-" + n);
   ExpectExactly(ListAll(M("run")), all, "after the churn");
+}
+
+// Readdirplus requests the daemon answered so far (its latency histogram's count).
+double ListingsServed(int port, const std::string& mnt) {
+  return Sample(Scrape(port), "tbfs_fuse_operation_duration_seconds_count", mnt, ",op=\"readdir\"");
+}
+
+// Waits until the backing folder's mtime and ctime are kSettledS old (the
+// grant's precondition): the one wait here is for the clock itself.
+void WaitSettled(const std::string& dir) {
+  for (;;) {
+    struct stat st;
+    ASSERT_EQ(::stat(dir.c_str(), &st), 0) << dir;
+    struct timespec now;
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    auto ns = [](const struct timespec& t) { return t.tv_sec * 1'000'000'000ll + t.tv_nsec; };
+    const int64_t age = ns(now) - std::max(ns(st.st_mtim), ns(st.st_ctim));
+    if (age > 1'100'000'000ll) return;
+    std::this_thread::sleep_for(std::chrono::nanoseconds(1'100'000'000ll - age));
+  }
+}
+
+// A settled folder's listing is answered by the kernel's cache (no
+// READDIRPLUS reaches the daemon) until anything changes: a file made or
+// removed in the logdir itself, at once, though the kernel still holds the
+// folder's attributes and its listing.
+TEST_F(Listing, AKeptListingGivesWayToAChangeInTheLogdirAtOnce) {
+  auto names = MakeFolder("run", 300, "", ".txt");
+  WaitSettled(L("run"));
+  const int port = FreePort();
+  Mount("--no-migrate -o metrics=" + std::to_string(port));
+  ExpectExactly(ListAll(M("run")), names, "first listing");
+  const double served = ListingsServed(port, mnt_);
+  ASSERT_GT(served, 0);
+  ExpectExactly(ListAll(M("run")), names, "second listing");
+  ExpectExactly(ListAll(M("run")), names, "third listing");
+  EXPECT_EQ(ListingsServed(port, mnt_), served) << "a settled folder's listing was not kept";
+  // Made and removed beside the mount, each listed again at once.
+  WriteBytes(L("run/new.txt"), "x");
+  names.insert("new.txt");
+  ExpectExactly(ListAll(M("run")), names, "after a file was made in the logdir");
+  ASSERT_EQ(::unlink(L("run/w00007.txt").c_str()), 0);
+  names.erase("w00007.txt");
+  ExpectExactly(ListAll(M("run")), names, "after a file was removed in the logdir");
+  ASSERT_EQ(::rename(L("run/w00008.txt").c_str(), L("run/renamed.txt").c_str()), 0);
+  names.erase("w00008.txt");
+  names.insert("renamed.txt");
+  ExpectExactly(ListAll(M("run")), names, "after a file was renamed in the logdir");
+  // Through the mount, too.
+  WriteBytes(M("run/made-here.txt"), "y");
+  names.insert("made-here.txt");
+  ExpectExactly(ListAll(M("run")), names, "after a file was made through the mount");
+  // Still changing (its mtime not settled): listed by the daemon each time.
+  const double before = ListingsServed(port, mnt_);
+  ListAll(M("run"));
+  ListAll(M("run"));
+  EXPECT_GE(ListingsServed(port, mnt_), before + 4) << "an unsettled folder's listing was kept";
+}
+
+// A folder holding a file whose attributes the kernel keeps briefly (a
+// tfevents file, a folder) is listed by the daemon every time: a kept
+// listing would leave those attributes to expire, one LOOKUP each.
+TEST_F(Listing, AFolderOfShortLivedEntriesIsNotKept) {
+  MakeFolder("run", 50, "", ".txt");
+  WriteBytes(L("run/events.out.tfevents.1.host"), "");
+  std::filesystem::create_directories(L("plain/sub"));
+  WaitSettled(L("run"));
+  WaitSettled(L("plain"));
+  const int port = FreePort();
+  Mount("--no-migrate -o metrics=" + std::to_string(port));
+  for (const char* dir : {"run", "plain"}) {
+    ListAll(M(dir));
+    const double served = ListingsServed(port, mnt_);
+    ListAll(M(dir));
+    EXPECT_GE(ListingsServed(port, mnt_), served + 2) << dir << ": kept";
+  }
+}
+
+// Names that leave the folder between the READDIRs of one listing are
+// left out; a whole batch of them must not end the listing early: the
+// names after them that nobody touched are still listed.
+TEST_F(Listing, ABatchOfNamesGoneMidListingDoesNotEndIt) {
+  auto names = MakeFolder("run", 1000, "", ".txt");
+  Mount("--no-migrate");
+  auto order = ListAll(M("run"));  // "." and ".." first, then cookie order
+  ASSERT_EQ(order.size(), names.size() + 2);
+  int fd = ::open(M("run").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  DropCachedListing(M("run"), 0);
+  auto listed = ReadEntries(fd, 12);
+  ASSERT_EQ(listed.size(), 12u);
+  // Every name after the first ten, but for the last 50, goes.
+  std::set<std::string> kept(names);
+  for (size_t i = 12; i + 50 < order.size(); ++i) {
+    ASSERT_EQ(::unlink(L("run/" + order[i].name).c_str()), 0) << order[i].name;
+    kept.erase(order[i].name);
+  }
+  auto rest = ReadEntries(fd);
+  ::close(fd);
+  listed.insert(listed.end(), rest.begin(), rest.end());
+  auto counts = Count(listed);
+  size_t missing = 0;
+  for (size_t i = order.size() - 50; i < order.size(); ++i) {
+    missing += counts.count(order[i].name) ? 0 : 1;
+  }
+  EXPECT_EQ(missing, 0u) << "untouched names after the removed ones were not listed ("
+                         << counts.size() << " names listed)";
+  ExpectExactly(ListAll(M("run")), kept, "listed again");
 }
 
 }  // namespace
