@@ -127,7 +127,9 @@ struct FileHandle {
 // per-file readdir lock), so the handle needs no lock of its own.
 //
 // The kernel's own cache of the listing (listing_grants.h): cache_listing
-// when the folder was settled at OPENDIR, keep_listing when a grant holds.
+// when the folder was settled at OPENDIR and no other handle holds its
+// cache (ReleaseDir lets go), keep_listing when a grant holds (or, for a
+// handle without the cache, always: it leaves the holder's cache alone).
 // A handle that serves the whole listing in order, cleanly, grants it.
 struct DirHandle {
   std::vector<DirEntryOut> entries;
@@ -277,6 +279,7 @@ class Filesystem : public store::MoveObserver {
   int FsyncDir(uint64_t ino, bool datasync);
 
   int OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out);
+  void ReleaseDir(uint64_t ino, std::unique_ptr<DirHandle> dh);
   // The entries of the listing from offset `off` on (see DirHandle): *first
   // is the index in dh->entries of the first one; the snapshot is taken
   // when off is 0 or the handle has none yet.

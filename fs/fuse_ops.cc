@@ -295,7 +295,7 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   fi->cache_readdir = dh->cache_listing;
   fi->keep_cache = dh->keep_listing;
   DirHandle* h = HandOver(req, std::move(dh));
-  if (fuse_reply_open(req, fi) != 0) TakeBack(req, h);  // the opener is gone
+  if (fuse_reply_open(req, fi) != 0) Fs(req).ReleaseDir(ino, TakeBack(req, h));  // opener gone
 }
 
 void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi,
@@ -372,8 +372,8 @@ void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
   DoReadDir(req, ino, size, off, fi, true);
 }
 
-void OpReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-  TakeBack(req, Dh(fi));  // freed here
+void OpReleaseDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Fs(req).ReleaseDir(ino, TakeBack(req, Dh(fi)));
   fuse_reply_err(req, 0);
 }
 

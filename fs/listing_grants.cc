@@ -21,28 +21,43 @@ bool Settled(const ListingStamp& stamp, int64_t now_ns) {
   return stamp.mtime_ns <= now_ns - settled_ns && stamp.ctime_ns <= now_ns - settled_ns;
 }
 
-bool ListingGrants::Holds(uint64_t id, const ListingStamp& stamp, Clock::time_point now) {
+ListingGrants::Admission ListingGrants::Open(uint64_t id, const ListingStamp& stamp,
+                                             Clock::time_point now) {
   MutexLock lock(mu_);
-  auto it = grants_.find(id);
-  if (it == grants_.end()) return false;
-  if (now < it->second.until && it->second.stamp == stamp) return true;
-  grants_.erase(it);  // stale: the next full listing grants again
-  return false;
+  Folder& f = folders_[id];
+  if (f.held) return {false, true};  // uncached, and the holder's cache left alone
+  f.held = true;
+  if (f.granted && (now >= f.until || f.stamp != stamp)) f.granted = false;
+  return {true, f.granted};
+}
+
+void ListingGrants::Close(uint64_t id) {
+  MutexLock lock(mu_);
+  auto it = folders_.find(id);
+  if (it == folders_.end()) return;
+  it->second.held = false;
+  if (!it->second.granted) folders_.erase(it);
 }
 
 void ListingGrants::Grant(uint64_t id, ListingStamp stamp, Clock::time_point until) {
   MutexLock lock(mu_);
-  grants_[id] = Entry{std::move(stamp), until};
+  Folder& f = folders_[id];
+  f.granted = true;
+  f.stamp = std::move(stamp);
+  f.until = until;
 }
 
 void ListingGrants::Drop(uint64_t id) {
   MutexLock lock(mu_);
-  grants_.erase(id);
+  auto it = folders_.find(id);
+  if (it == folders_.end()) return;
+  it->second.granted = false;
+  if (!it->second.held) folders_.erase(it);
 }
 
 size_t ListingGrants::size() {
   MutexLock lock(mu_);
-  return grants_.size();
+  return folders_.size();
 }
 
 }  // namespace tbfs::fs

@@ -31,6 +31,21 @@
 //    unconditional cache, 1.7 s with none).
 //
 // A folder that fails any of these is listed by the daemon as before.
+//
+// One cached handle per folder at a time. The kernel appends to a folder's
+// cache from any handle opened with FOPEN_CACHE_DIR that reads at the
+// cache's end, and entry offsets (name cookies) are the same in every
+// snapshot: two such handles with snapshots of different moments would
+// splice them into one cache. So while a handle of a folder is open with
+// the cache, other handles of it read from the daemon, uncached (and
+// leave the cache alone: keep_cache), and only what that one handle
+// served can be in the cache or be granted.
+//
+// Limit: a handle that rewinds (rewinddir, lseek to 0) and holds the
+// cache is answered from it until the kernel refreshes the folder's
+// attributes (kFreshTtlS) and sees its new mtime; a change shows in a
+// rewound listing after at most 0.5 s, as it does in the folder's stat.
+//
 // Thread-safe.
 #pragma once
 
@@ -71,23 +86,32 @@ class ListingGrants {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Whether folder `id`'s cached listing may stand: a grant was recorded
-  // with this very stamp and has not expired at `now`.
-  bool Holds(uint64_t id, const ListingStamp& stamp, Clock::time_point now);
+  struct Admission {
+    bool cache = false;  // FOPEN_CACHE_DIR: the kernel may fill and use its cache
+    bool keep = false;   // keep_cache: what the kernel holds stands
+  };
+  // At an OPENDIR of settled folder `id`, stamped `stamp` at `now`: the
+  // cache when no other handle of the folder holds it (Close when this one
+  // is released), kept when a grant with this very stamp has not expired.
+  Admission Open(uint64_t id, const ListingStamp& stamp, Clock::time_point now);
+  // The handle Open gave the cache is released.
+  void Close(uint64_t id);
   // Records that the kernel holds folder `id`'s listing as of `stamp`,
   // good until `until` (Filesystem: the OPENDIR's time + kStableTtlS - 1 s).
   void Grant(uint64_t id, ListingStamp stamp, Clock::time_point until);
   // The kernel forgot the folder (or any inode: a no-op for files).
   void Drop(uint64_t id);
-  size_t size();
+  size_t size();  // folders with a grant or a cached handle
 
  private:
-  struct Entry {
+  struct Folder {
+    bool granted = false;
     ListingStamp stamp;
     Clock::time_point until;
+    bool held = false;  // a handle holds the cache
   };
   Mutex mu_;
-  std::unordered_map<uint64_t, Entry> grants_ TBFS_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Folder> folders_ TBFS_GUARDED_BY(mu_);
 };
 
 }  // namespace tbfs::fs

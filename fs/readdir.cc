@@ -31,12 +31,17 @@ int Filesystem::OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out) {
     settled = settled && Settled(stamp, NowNs());
   }
   if (settled && RelPath(ino, &stamp.rel) == 0) {
-    dh->cache_listing = true;
     dh->opened = ListingGrants::Clock::now();
-    dh->keep_listing = listing_grants_.Holds(ino, stamp, dh->opened);
+    ListingGrants::Admission a = listing_grants_.Open(ino, stamp, dh->opened);
+    dh->cache_listing = a.cache;
+    dh->keep_listing = a.keep;
   }
   *out = std::move(dh);
   return 0;
+}
+
+void Filesystem::ReleaseDir(uint64_t ino, std::unique_ptr<DirHandle> dh) {
+  if (dh->cache_listing) listing_grants_.Close(ino);
 }
 
 void Filesystem::ListingServed(uint64_t ino, DirHandle* dh, off_t off, off_t last, bool clean,

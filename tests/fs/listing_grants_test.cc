@@ -25,15 +25,46 @@ ListingStamp Stamp() {
   return s;
 }
 
-TEST(ListingGrantsTest, HoldsForTheSameStampUntilItExpires) {
+// The first Open of a folder may cache; a grant makes the next one keep
+// what the kernel holds, until it expires.
+TEST(ListingGrantsTest, AGrantKeepsTheCacheForTheSameStampUntilItExpires) {
   ListingGrants g;
   const Clock::time_point t0 = Clock::now();
-  EXPECT_FALSE(g.Holds(5, Stamp(), t0)) << "no grant yet";
+  auto a = g.Open(5, Stamp(), t0);
+  EXPECT_TRUE(a.cache);
+  EXPECT_FALSE(a.keep) << "no grant yet";
   g.Grant(5, Stamp(), t0 + std::chrono::seconds(9));
-  EXPECT_TRUE(g.Holds(5, Stamp(), t0 + std::chrono::seconds(8)));
-  EXPECT_FALSE(g.Holds(6, Stamp(), t0)) << "another folder";
-  EXPECT_FALSE(g.Holds(5, Stamp(), t0 + std::chrono::seconds(9))) << "expired";
-  EXPECT_EQ(g.size(), 0u) << "an expired grant is dropped";
+  g.Close(5);
+  a = g.Open(5, Stamp(), t0 + std::chrono::seconds(8));
+  EXPECT_TRUE(a.cache);
+  EXPECT_TRUE(a.keep);
+  g.Close(5);
+  a = g.Open(6, Stamp(), t0);
+  EXPECT_FALSE(a.keep) << "another folder";
+  g.Close(6);
+  a = g.Open(5, Stamp(), t0 + std::chrono::seconds(9));
+  EXPECT_FALSE(a.keep) << "expired";
+  g.Close(5);
+  EXPECT_EQ(g.size(), 0u) << "nothing kept for folders without a grant or a holder";
+}
+
+// While one handle holds a folder's cache, others get none and leave it be.
+TEST(ListingGrantsTest, OneHandleAtATimeHoldsAFoldersCache) {
+  ListingGrants g;
+  const Clock::time_point t0 = Clock::now();
+  g.Grant(1, Stamp(), t0 + std::chrono::seconds(9));
+  auto first = g.Open(1, Stamp(), t0);
+  EXPECT_TRUE(first.cache && first.keep);
+  auto second = g.Open(1, Stamp(), t0);
+  EXPECT_FALSE(second.cache);
+  EXPECT_TRUE(second.keep) << "an uncached handle must not drop the holder's cache";
+  auto other = g.Open(2, Stamp(), t0);
+  EXPECT_TRUE(other.cache) << "another folder";
+  g.Close(1);
+  auto third = g.Open(1, Stamp(), t0);
+  EXPECT_TRUE(third.cache && third.keep) << "the holder let go";
+  g.Drop(1);  // a partial forget while it is open: still held
+  EXPECT_FALSE(g.Open(1, Stamp(), t0).cache);
 }
 
 TEST(ListingGrantsTest, AnyChangeOfTheStampEndsTheGrant) {
@@ -53,19 +84,21 @@ TEST(ListingGrantsTest, AnyChangeOfTheStampEndsTheGrant) {
     g.Grant(1, Stamp(), t0 + std::chrono::seconds(9));
     ListingStamp now = Stamp();
     change(&now);
-    EXPECT_FALSE(g.Holds(1, now, t0)) << what;
-    EXPECT_FALSE(g.Holds(1, Stamp(), t0)) << what << ": a stale grant stays dropped";
+    EXPECT_FALSE(g.Open(1, now, t0).keep) << what;
+    g.Close(1);
+    EXPECT_FALSE(g.Open(1, Stamp(), t0).keep) << what << ": a stale grant stays dropped";
+    g.Close(1);
   }
 }
 
-TEST(ListingGrantsTest, DropForgetsTheFolder) {
+TEST(ListingGrantsTest, DropForgetsTheGrant) {
   ListingGrants g;
   const Clock::time_point t0 = Clock::now();
   g.Grant(1, Stamp(), t0 + std::chrono::seconds(9));
   g.Grant(2, Stamp(), t0 + std::chrono::seconds(9));
   g.Drop(1);
-  EXPECT_FALSE(g.Holds(1, Stamp(), t0));
-  EXPECT_TRUE(g.Holds(2, Stamp(), t0));
+  EXPECT_FALSE(g.Open(1, Stamp(), t0).keep);
+  EXPECT_TRUE(g.Open(2, Stamp(), t0).keep);
 }
 
 TEST(ListingGrantsTest, SettledOnlyWhenMtimeAndCtimeAreOldEnough) {

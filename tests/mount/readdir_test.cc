@@ -341,5 +341,68 @@ TEST_F(Listing, ABatchOfNamesGoneMidListingDoesNotEndIt) {
   ExpectExactly(ListAll(M("run")), kept, "listed again");
 }
 
+// One getdents64 call on fd (one READDIRPLUS batch): the names it gave.
+std::vector<std::string> OneBatch(int fd) {
+  std::vector<std::string> out;
+  alignas(8) char buf[32768];
+  long n = ::syscall(SYS_getdents64, fd, buf, sizeof(buf));
+  EXPECT_GE(n, 0) << std::strerror(errno);
+  for (long pos = 0; pos < n;) {
+    auto* d = reinterpret_cast<struct dirent64*>(buf + pos);
+    out.emplace_back(d->d_name);
+    pos += d->d_reclen;
+  }
+  return out;
+}
+
+std::vector<std::string> Rest(int fd) {
+  std::vector<std::string> out;
+  for (auto batch = OneBatch(fd); !batch.empty(); batch = OneBatch(fd))
+    out.insert(out.end(), batch.begin(), batch.end());
+  return out;
+}
+
+// The kernel fills a folder's cache from any handle that may cache and
+// reads at the cache's end, and offsets are the same in every snapshot: an
+// old handle's listing must never be spliced into the cache a newer one
+// fills. Handles with snapshots of different moments, read in turns: a
+// handle opened after a change lists it, and so does every listing after.
+TEST_F(Listing, HandlesOfOneFolderNeverSpliceTheirSnapshotsInTheCache) {
+  MakeFolder("run", 1000, "", "_a_name_long_enough_for_several_batches.pt.trace.json");
+  Mount("--no-migrate");
+  for (int round = 0; round < 4; ++round) {
+    WaitSettled(L("run"));
+    const bool old_first = round % 2 == 0;  // which of the two opens first
+    int old_fd = -1, full_fd = -1;
+    auto open_dir = [&] { return ::open(M("run").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); };
+    if (old_first) old_fd = open_dir();
+    full_fd = open_dir();
+    if (!old_first) old_fd = open_dir();
+    ASSERT_GE(old_fd, 0);
+    ASSERT_GE(full_fd, 0);
+    ASSERT_FALSE(OneBatch(old_fd).empty());  // its snapshot: before the change
+    Rest(full_fd);
+    const std::string made = fmt::format("made-{}.pt.trace.json", round);
+    WriteBytes(L("run/" + made), "");
+    WaitSettled(L("run"));  // so that a new handle may cache again
+    int new_fd = open_dir();
+    ASSERT_GE(new_fd, 0);
+    auto listed = OneBatch(new_fd);
+    Rest(old_fd);  // the old snapshot's rest, from the cache's end
+    auto rest = Rest(new_fd);
+    listed.insert(listed.end(), rest.begin(), rest.end());
+    for (int fd : {old_fd, full_fd, new_fd}) ::close(fd);
+    EXPECT_EQ(std::count(listed.begin(), listed.end(), made), 1)
+        << "round " << round << ": a handle opened after " << made << " was made";
+    for (int again = 0; again < 2; ++again) {
+      auto fresh = ListAll(M("run"));
+      EXPECT_EQ(std::count_if(fresh.begin(), fresh.end(),
+                              [&](const Dirent& d) { return d.name == made; }),
+                1)
+          << "round " << round << ": listing " << again << " after all were closed";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tbfs::testing
