@@ -314,6 +314,10 @@ class Filesystem : public store::MoveObserver {
     // The name `name` in folder `parent` is gone, and so is the folder's
     // cached listing. Never called with a lock of ours held.
     virtual void InvalidateEntry(uint64_t parent, const std::string& name) = 0;
+    // Drops the folder's cached listing (cache_readdir). Safe to call while
+    // serving a READDIR of that folder: the kernel holds no page of the
+    // listing while it waits for the reply.
+    virtual void InvalidateListing(uint64_t folder) = 0;
   };
   void SetKernelCache(KernelCache* kernel) { kernel_ = kernel; }
 

@@ -41,10 +41,15 @@
 // leave the cache alone: keep_cache), and only what that one handle
 // served can be in the cache or be granted.
 //
-// Limit: a handle that rewinds (rewinddir, lseek to 0) and holds the
-// cache is answered from it until the kernel refreshes the folder's
-// attributes (kFreshTtlS) and sees its new mtime; a change shows in a
-// rewound listing after at most 0.5 s, as it does in the folder's stat.
+// A holder that rewinds (rewinddir, lseek to 0) before the cache is
+// complete gets a new snapshot from the daemon, and the kernel would
+// append its rest to the first snapshot's start: the daemon drops the
+// kernel's copy first (Filesystem::ReadDir).
+//
+// Limit: a holder that rewinds once the cache is complete is answered
+// from it until the kernel refreshes the folder's attributes (kFreshTtlS)
+// and sees its new mtime; a change shows in a rewound listing after at
+// most 0.5 s, as it does in the folder's stat.
 //
 // Thread-safe.
 #pragma once

@@ -38,10 +38,10 @@
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
 #include "fs/metrics.h"
+#include "fs/metrics_server.h"
 #include "fs/migrator.h"
 #include "fs/mount_internal.h"
 #include "fs/mount_table.h"
-#include "fs/metrics_server.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
 #include "store/config.h"
@@ -240,6 +240,9 @@ class SessionCache : public Filesystem::KernelCache {
     if (se == nullptr) return;
     fuse_lowlevel_notify_inval_entry(se, parent, name.data(), name.size());
     fuse_lowlevel_notify_inval_inode(se, parent, 0, 0);  // its listing too (cache_readdir)
+  }
+  void InvalidateListing(uint64_t folder) override {
+    if (struct fuse_session* se = se_.load()) fuse_lowlevel_notify_inval_inode(se, folder, 0, 0);
   }
 
  private:

@@ -68,6 +68,13 @@ uint64_t Filesystem::DirCookie(std::string_view name) const {
 }
 
 int Filesystem::ReadDir(uint64_t ino, DirHandle* dh, off_t off, size_t* first) {
+  if (off == 0 && dh->filled && dh->cache_listing && kernel_ != nullptr) {
+    // The cache's holder rewinds while the kernel's copy is incomplete (a
+    // complete one answers a rewind itself): what it holds is the first
+    // snapshot's start, and the new snapshot's rest would be appended to
+    // it. Dropped first, so that no listing splices the two.
+    kernel_->InvalidateListing(ino);
+  }
   if (off == 0 || !dh->filled) {
     dh->filled = false;
     if (int r = FillDir(ino, dh); r != 0) return r;

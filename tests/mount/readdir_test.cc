@@ -404,5 +404,36 @@ TEST_F(Listing, HandlesOfOneFolderNeverSpliceTheirSnapshotsInTheCache) {
   }
 }
 
+// The handle holding a folder's cache reads part of the listing, a file
+// is renamed in the logdir, the handle rewinds and reads it all (the
+// daemon's new snapshot), then rewinds again at once (within the folder's
+// 0.5 s attributes, so the kernel answers from its cache): each rewound
+// listing holds the new name once and not the old one.
+TEST_F(Listing, ARewindingHolderNeverSplicesItsTwoSnapshots) {
+  MakeFolder("run", 1000, "", "_a_name_long_enough_for_several_batches.pt.trace.json");
+  Mount("--no-migrate");
+  for (int round = 0; round < 3; ++round) {
+    WaitSettled(L("run"));
+    int fd = ::open(M("run").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    auto first = OneBatch(fd);  // the cache holds the first snapshot's start
+    ASSERT_GT(first.size(), 4u);
+    // Not the batch's last name: the new snapshot must still hold the
+    // name the cache ends at, or nothing of it would be appended there.
+    const std::string old_name = first[first.size() / 2];
+    const std::string new_name = fmt::format("renamed-{}.pt.trace.json", round);
+    ASSERT_EQ(::rename(L("run/" + old_name).c_str(), L("run/" + new_name).c_str()), 0);
+    for (int rewind = 0; rewind < 2; ++rewind) {
+      ASSERT_EQ(::lseek(fd, 0, SEEK_SET), 0);
+      auto all = Rest(fd);
+      EXPECT_EQ(std::count(all.begin(), all.end(), new_name), 1)
+          << "round " << round << ", rewind " << rewind << ": " << new_name;
+      EXPECT_EQ(std::count(all.begin(), all.end(), old_name), 0)
+          << "round " << round << ", rewind " << rewind << ": " << old_name;
+    }
+    ::close(fd);
+  }
+}
+
 }  // namespace
 }  // namespace tbfs::testing
