@@ -142,7 +142,7 @@ struct DirHandle {
   ListingStamp stamp;          // taken at OPENDIR, before any listing
   ListingGrants::Clock::time_point opened;
   off_t served_to = 0;       // where the next in-order READDIRPLUS starts
-  bool served_clean = true;  // so far: in order, every entry looked up, none short-lived
+  bool served_clean = true;  // so far: in order, no entry left out, none short-lived
 };
 
 // Each place an operation can answer EIO: its tag in the log ("[EIO:tag]")
@@ -290,10 +290,13 @@ class Filesystem : public store::MoveObserver {
   void LookupListed(uint64_t ino, const DirHandle& dh, size_t first, size_t count,
                     std::vector<EntryOut>* out);
   // After a READDIRPLUS reply of dh from offset `off` whose last entry had
-  // cookie `last` (off when it had none): `clean` when each entry of it was
-  // looked up and is long-lived; `end` when it was the end of the listing.
+  // cookie `last` (off when it had none): `intact` when no entry of it was
+  // left out (gone since the snapshot, or failed), `long_lived` when each
+  // has long-lived attributes; `end` when it was the end of the listing.
   // A handle that served its whole listing so grants it (ListingGrants).
-  void ListingServed(uint64_t ino, DirHandle* dh, off_t off, off_t last, bool clean, bool end);
+  // Called before the reply is sent: it may drop the kernel's copy.
+  void ListingServed(uint64_t ino, DirHandle* dh, off_t off, off_t last, bool intact,
+                     bool long_lived, bool end);
   int StatFs(struct statvfs* st);
 
   int GetXattr(uint64_t ino, const char* name, std::string* value);
@@ -311,8 +314,8 @@ class Filesystem : public store::MoveObserver {
    public:
     virtual ~KernelCache() = default;
     virtual void InvalidateAttrs(uint64_t ino) = 0;
-    // The name `name` in folder `parent` is gone, and so is the folder's
-    // cached listing. Never called with a lock of ours held.
+    // The name `name` in folder `parent` is gone (the folder's cached
+    // listing is InvalidateListing's). Never called with a lock of ours held.
     virtual void InvalidateEntry(uint64_t parent, const std::string& name) = 0;
     // Drops the folder's cached listing (cache_readdir). Safe to call while
     // serving a READDIR of that folder: the kernel holds no page of the

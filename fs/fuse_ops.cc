@@ -311,7 +311,8 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fu
   std::vector<char> buf(size);
   const auto& entries = dh->entries;
   size_t used = 0;
-  bool clean = plus;  // every entry of the reply looked up and long-lived
+  bool intact = true;      // no entry of the reply left out
+  bool long_lived = plus;  // each entry's attributes given, for kStableTtlS
   off_t last = off;
   // Batches until one has an entry to send or the listing ends: a reply
   // with none would end the listing for the kernel, even when only the
@@ -338,13 +339,13 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fu
           e.attr.st_ino = d.ino;
           e.attr.st_mode = d.type;
         } else if (looked_up[i].id == 0) {
-          clean = false;  // gone since the snapshot, or failed
+          intact = false;  // gone since the snapshot, or failed
           continue;
         } else {
           e.ino = looked_up[i].id;
           e.attr = looked_up[i].attr;
           e.attr_timeout = e.entry_timeout = fs.CacheTtl(e.ino);
-          if (e.attr_timeout < kStableTtlS) clean = false;
+          if (e.attr_timeout < kStableTtlS) long_lived = false;
         }
         used += fuse_add_direntry_plus(req, buf.data() + used, rem, d.name.c_str(), &e,
                                        static_cast<off_t>(d.cookie));
@@ -359,7 +360,7 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fu
     }
     first += count;
   }
-  fs.ListingServed(ino, dh, off, last, clean, used == 0 && first == entries.size());
+  fs.ListingServed(ino, dh, off, last, intact, long_lived, used == 0 && first == entries.size());
   fuse_reply_buf(req, buf.data(), used);
 }
 

@@ -27,6 +27,7 @@ ListingGrants::Admission ListingGrants::Open(uint64_t id, const ListingStamp& st
   Folder& f = folders_[id];
   if (f.held) return {false, true};  // uncached, and the holder's cache left alone
   f.held = true;
+  if (f.partial) return {true, true};  // to be completed, never dropped
   if (f.granted && (now >= f.until || f.stamp != stamp)) f.granted = false;
   return {true, f.granted};
 }
@@ -36,7 +37,7 @@ void ListingGrants::Close(uint64_t id) {
   auto it = folders_.find(id);
   if (it == folders_.end()) return;
   it->second.held = false;
-  if (!it->second.granted) folders_.erase(it);
+  if (!it->second.granted && !it->second.partial) folders_.erase(it);
 }
 
 void ListingGrants::Grant(uint64_t id, ListingStamp stamp, Clock::time_point until) {
@@ -47,11 +48,48 @@ void ListingGrants::Grant(uint64_t id, ListingStamp stamp, Clock::time_point unt
   f.until = until;
 }
 
+void ListingGrants::Filled(uint64_t id, uint64_t fingerprint) {
+  MutexLock lock(mu_);
+  Folder& f = folders_[id];
+  f.granted = false;  // the kernel reset its copy, or never completed it
+  if (!f.partial) {
+    f.partial = true;
+    f.mixed = false;
+  } else if (f.fingerprint != fingerprint) {
+    f.mixed = true;
+  }
+  f.fingerprint = fingerprint;
+}
+
+bool ListingGrants::Changed(uint64_t id) {
+  MutexLock lock(mu_);
+  auto it = folders_.find(id);
+  if (it == folders_.end() || !it->second.partial) return true;
+  it->second.mixed = true;
+  return false;
+}
+
+bool ListingGrants::Ended(uint64_t id, const ListingStamp* grant, Clock::time_point until) {
+  MutexLock lock(mu_);
+  Folder& f = folders_[id];
+  const bool drop = f.partial && f.mixed;
+  f.partial = false;
+  f.mixed = false;
+  if (!drop && grant != nullptr) {
+    f.granted = true;
+    f.stamp = *grant;
+    f.until = until;
+  }
+  return drop;
+}
+
 void ListingGrants::Drop(uint64_t id) {
   MutexLock lock(mu_);
   auto it = folders_.find(id);
   if (it == folders_.end()) return;
   it->second.granted = false;
+  it->second.partial = false;
+  it->second.mixed = false;
   if (!it->second.held) folders_.erase(it);
 }
 

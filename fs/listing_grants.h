@@ -41,10 +41,19 @@
 // leave the cache alone: keep_cache), and only what that one handle
 // served can be in the cache or be granted.
 //
-// A holder that rewinds (rewinddir, lseek to 0) before the cache is
-// complete gets a new snapshot from the daemon, and the kernel would
-// append its rest to the first snapshot's start: the daemon drops the
-// kernel's copy first (Filesystem::ReadDir).
+// A copy the kernel has not completed is never dropped. The kernel resets
+// a copy only when it finds a complete one stale or missing a page, and
+// appends only at a copy's end, to a page still there: an incomplete copy
+// whose pages are dropped would stay incomplete for good, and the folder
+// be listed by the daemon until the kernel forgets its inode. A holder let
+// go partway (a program that stops reading, or is killed) leaves such a
+// copy; the next holder keeps it (keep_cache) and completes it as it
+// lists. What it completes may join two snapshots: the folder changed
+// between them, a holder rewound, an entry was left out of a reply, or a
+// change through the mount came while it was filled (Changed). The daemon
+// keeps a fingerprint of the snapshot each holder lists and drops a copy
+// that joins different ones just before the reply that completes it, so
+// the kernel resets it before it answers anything from it.
 //
 // Limit: a holder that rewinds once the cache is complete is answered
 // from it until the kernel refreshes the folder's attributes (kFreshTtlS)
@@ -97,13 +106,29 @@ class ListingGrants {
   };
   // At an OPENDIR of settled folder `id`, stamped `stamp` at `now`: the
   // cache when no other handle of the folder holds it (Close when this one
-  // is released), kept when a grant with this very stamp has not expired.
+  // is released), kept when a grant with this very stamp has not expired
+  // or the kernel may hold an incomplete copy (the holder completes it).
   Admission Open(uint64_t id, const ListingStamp& stamp, Clock::time_point now);
   // The handle Open gave the cache is released.
   void Close(uint64_t id);
   // Records that the kernel holds folder `id`'s listing as of `stamp`,
   // good until `until` (Filesystem: the OPENDIR's time + kStableTtlS - 1 s).
   void Grant(uint64_t id, ListingStamp stamp, Clock::time_point until);
+  // The holder of folder `id`'s cache took a snapshot whose entries, as
+  // the kernel would cache them, have fingerprint `fingerprint`: the
+  // kernel may be filling its copy from it now.
+  void Filled(uint64_t id, uint64_t fingerprint);
+  // What the kernel caches of folder `id` may not be one snapshot's start
+  // any more: an entry was left out of a reply, or the folder changed
+  // through the mount. True when the kernel's copy may be dropped at once
+  // (it has none, or a complete one); false when one is being filled: it
+  // is dropped when complete (Ended).
+  bool Changed(uint64_t id);
+  // The holder served the end of folder `id`'s listing, which completes
+  // the kernel's copy. True when that copy must be dropped before the
+  // reply reaches the kernel (it may join two snapshots); otherwise, when
+  // `grant` is set, records a grant as Grant(id, *grant, until) does.
+  bool Ended(uint64_t id, const ListingStamp* grant, Clock::time_point until);
   // The kernel forgot the folder (or any inode: a no-op for files).
   void Drop(uint64_t id);
   size_t size();  // folders with a grant or a cached handle
@@ -114,6 +139,11 @@ class ListingGrants {
     ListingStamp stamp;
     Clock::time_point until;
     bool held = false;  // a handle holds the cache
+    // The kernel may hold an incomplete copy, filled from snapshots with
+    // fingerprint `fingerprint` (or several different ones: mixed).
+    bool partial = false;
+    bool mixed = false;
+    uint64_t fingerprint = 0;
   };
   Mutex mu_;
   std::unordered_map<uint64_t, Folder> folders_ TBFS_GUARDED_BY(mu_);

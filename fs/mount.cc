@@ -239,7 +239,6 @@ class SessionCache : public Filesystem::KernelCache {
     struct fuse_session* se = se_.load();
     if (se == nullptr) return;
     fuse_lowlevel_notify_inval_entry(se, parent, name.data(), name.size());
-    fuse_lowlevel_notify_inval_inode(se, parent, 0, 0);  // its listing too (cache_readdir)
   }
   void InvalidateListing(uint64_t folder) override {
     if (struct fuse_session* se = se_.load()) fuse_lowlevel_notify_inval_inode(se, folder, 0, 0);

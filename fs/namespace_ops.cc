@@ -200,7 +200,12 @@ void Filesystem::ForgetName(const std::string& rel) {
     parent = out.id;
     start = end + 1;
   }
-  if (parent != 0) kernel_->InvalidateEntry(parent, std::string(BaseName(rel)));
+  if (parent != 0) {
+    kernel_->InvalidateEntry(parent, std::string(BaseName(rel)));
+    // Its listing too (cache_readdir), unless the kernel is filling a copy
+    // of it: that one is dropped once complete (listing_grants.h).
+    if (listing_grants_.Changed(parent)) kernel_->InvalidateListing(parent);
+  }
   for (uint64_t id : looked_up) Forget(id, 1);
 }
 
@@ -245,8 +250,8 @@ void Filesystem::DropShadowed(const std::string& rel, int dir_fd, const struct s
   if (entry.ok() && hot != nullptr && ::fstat(dir_fd, &folder) == 0) {
     auto m = store_->GetManifest(entry->file_id());
     if (m.ok() && !store::MayReplaceInFolder(folder, hot->st_uid, m->uid())) {
-      spdlog::info("{}: uid {}'s file is gone; uid {}'s cold file at that name shows again",
-                   rel, hot->st_uid, m->uid());
+      spdlog::info("{}: uid {}'s file is gone; uid {}'s cold file at that name shows again", rel,
+                   hot->st_uid, m->uid());
       return;  // (the kernel forgets the name it just unlinked by itself)
     }
   }
@@ -416,8 +421,7 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
     inodes_.RenameColdDirs(src, dst);
   } else {
     auto m = store_->GetManifest(src_entry->file_id());
-    if (m.ok())
-      inodes_.UpdateManifest(*m);
+    if (m.ok()) inodes_.UpdateManifest(*m);
   }
   return 0;
 }

@@ -15,6 +15,22 @@
 
 namespace tbfs::fs {
 
+namespace {
+
+// Of a snapshot: what the kernel keeps of each entry in its copy of a
+// listing (name, offset, inode number, type).
+uint64_t Fingerprint(const std::vector<DirEntryOut>& entries) {
+  uint64_t h = 0;
+  for (const DirEntryOut& e : entries) {
+    const uint64_t fields[3] = {e.cookie, static_cast<uint64_t>(e.ino), e.type};
+    h = XXH3_64bits_withSeed(fields, sizeof(fields), h);
+    h = XXH3_64bits_withSeed(e.name.data(), e.name.size(), h);
+  }
+  return h;
+}
+
+}  // namespace
+
 int Filesystem::OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out) {
   InodeView v = inodes_.View(ino);
   if (v.kind == Kind::kColdFile) return -ENOTDIR;
@@ -44,18 +60,20 @@ void Filesystem::ReleaseDir(uint64_t ino, std::unique_ptr<DirHandle> dh) {
   if (dh->cache_listing) listing_grants_.Close(ino);
 }
 
-void Filesystem::ListingServed(uint64_t ino, DirHandle* dh, off_t off, off_t last, bool clean,
-                               bool end) {
-  if (!dh->cache_listing || dh->keep_listing) return;
-  if (off != dh->served_to || !clean) dh->served_clean = false;
+void Filesystem::ListingServed(uint64_t ino, DirHandle* dh, off_t off, off_t last, bool intact,
+                               bool long_lived, bool end) {
+  if (!dh->cache_listing) return;
+  if (!intact) listing_grants_.Changed(ino);  // the kernel's copy skips an entry
+  if (off != dh->served_to || !intact || !long_lived) dh->served_clean = false;
   dh->served_to = last;
-  if (end && dh->served_clean) {
-    // Younger than the attributes the listing's READDIRPLUS replies gave.
-    const auto lifetime = std::chrono::duration<double>(kStableTtlS - 1.0);
-    listing_grants_.Grant(
-        ino, dh->stamp,
-        dh->opened + std::chrono::duration_cast<ListingGrants::Clock::duration>(lifetime));
-  }
+  if (!end) return;
+  // A grant lives no longer than the attributes the listing's READDIRPLUS
+  // replies gave.
+  const auto lifetime = std::chrono::duration_cast<ListingGrants::Clock::duration>(
+      std::chrono::duration<double>(kStableTtlS - 1.0));
+  const bool drop =
+      listing_grants_.Ended(ino, dh->served_clean ? &dh->stamp : nullptr, dh->opened + lifetime);
+  if (drop && kernel_ != nullptr) kernel_->InvalidateListing(ino);  // before the reply
 }
 
 uint64_t Filesystem::DirCookie(std::string_view name) const {
@@ -68,17 +86,13 @@ uint64_t Filesystem::DirCookie(std::string_view name) const {
 }
 
 int Filesystem::ReadDir(uint64_t ino, DirHandle* dh, off_t off, size_t* first) {
-  if (off == 0 && dh->filled && dh->cache_listing && kernel_ != nullptr) {
-    // The cache's holder rewinds while the kernel's copy is incomplete (a
-    // complete one answers a rewind itself): what it holds is the first
-    // snapshot's start, and the new snapshot's rest would be appended to
-    // it. Dropped first, so that no listing splices the two.
-    kernel_->InvalidateListing(ino);
-  }
   if (off == 0 || !dh->filled) {
     dh->filled = false;
     if (int r = FillDir(ino, dh); r != 0) return r;
     dh->filled = true;
+    // A rewinding holder's kernel copy, or one a holder let go partway,
+    // joins this snapshot's rest to the older one's start (listing_grants.h).
+    if (dh->cache_listing) listing_grants_.Filled(ino, Fingerprint(dh->entries));
   }
   auto it = std::upper_bound(dh->entries.begin(), dh->entries.end(), static_cast<uint64_t>(off),
                              [](uint64_t o, const DirEntryOut& e) { return o < e.cookie; });

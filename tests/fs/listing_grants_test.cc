@@ -101,6 +101,67 @@ TEST(ListingGrantsTest, DropForgetsTheGrant) {
   EXPECT_TRUE(g.Open(2, Stamp(), t0).keep);
 }
 
+// A copy the kernel has not completed is kept for the next holder to
+// complete; completed from one snapshot it may be granted, from two it is
+// dropped instead.
+TEST(ListingGrantsTest, AnIncompleteCopyIsCompletedAndDroppedOnlyWhenItJoinsTwoSnapshots) {
+  ListingGrants g;
+  const Clock::time_point t0 = Clock::now();
+  const Clock::time_point until = t0 + std::chrono::seconds(9);
+  const ListingStamp s = Stamp();
+  // Left partway, then completed from the same snapshot: granted.
+  EXPECT_FALSE(g.Open(1, s, t0).keep);
+  g.Filled(1, 0xaa);
+  g.Close(1);
+  auto next = g.Open(1, s, t0);
+  EXPECT_TRUE(next.cache && next.keep) << "an incomplete copy is never dropped";
+  g.Filled(1, 0xaa);
+  EXPECT_FALSE(g.Ended(1, &s, until)) << "one snapshot throughout";
+  g.Close(1);
+  EXPECT_TRUE(g.Open(1, s, t0).keep) << "granted";
+  g.Close(1);
+  // Left partway, completed from another snapshot: dropped, not granted.
+  g.Open(2, s, t0);
+  g.Filled(2, 0xaa);
+  g.Close(2);
+  EXPECT_TRUE(g.Open(2, s, t0).keep);
+  g.Filled(2, 0xbb);
+  EXPECT_TRUE(g.Ended(2, &s, until)) << "two snapshots joined";
+  g.Close(2);
+  EXPECT_FALSE(g.Open(2, s, t0).keep) << "a dropped copy is not granted";
+  g.Close(2);
+  // A holder that rewinds before the end: the same, within one handle.
+  g.Open(3, s, t0);
+  g.Filled(3, 0xaa);
+  g.Filled(3, 0xcc);
+  EXPECT_TRUE(g.Ended(3, nullptr, until));
+  g.Close(3);
+  EXPECT_EQ(g.size(), 1u) << "only folder 1's grant is kept";
+}
+
+// A change while the kernel fills a copy marks it to be dropped when
+// complete; with no copy being filled it may be dropped at once.
+TEST(ListingGrantsTest, AChangeWhileACopyIsFilledDropsItWhenComplete) {
+  ListingGrants g;
+  const Clock::time_point t0 = Clock::now();
+  const ListingStamp s = Stamp();
+  EXPECT_TRUE(g.Changed(1)) << "unknown folder: nothing is being filled";
+  g.Open(1, s, t0);
+  g.Filled(1, 0xaa);
+  EXPECT_FALSE(g.Changed(1)) << "being filled: its pages must stay";
+  EXPECT_TRUE(g.Ended(1, &s, t0 + std::chrono::seconds(9)));
+  EXPECT_TRUE(g.Changed(1)) << "complete: droppable";
+  g.Close(1);
+  g.Open(1, s, t0);
+  g.Filled(1, 0xaa);
+  EXPECT_FALSE(g.Ended(1, &s, t0 + std::chrono::seconds(9))) << "a fresh copy, unchanged";
+  g.Close(1);
+  EXPECT_TRUE(g.Open(1, s, t0).keep);
+  g.Close(1);
+  g.Drop(1);
+  EXPECT_EQ(g.size(), 0u) << "forgotten with its inode";
+}
+
 TEST(ListingGrantsTest, SettledOnlyWhenMtimeAndCtimeAreOldEnough) {
   ListingStamp s = Stamp();
   const int64_t newest = std::max(s.mtime_ns, s.ctime_ns);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -432,6 +433,48 @@ TEST_F(Listing, ARewindingHolderNeverSplicesItsTwoSnapshots) {
           << "round " << round << ", rewind " << rewind << ": " << old_name;
     }
     ::close(fd);
+  }
+}
+
+// A handle that stops partway leaves the kernel an incomplete copy of the
+// folder's listing, which the kernel never resets by itself: dropped, it
+// would stay incomplete and the folder would be listed by the daemon for
+// as long as the kernel holds its inode. Left partway in three ways (a
+// program that stops reading, a rewinding one, one whose folder changes
+// before the next listing): two full listings later, the kernel answers
+// the third itself, and every listing is exact.
+TEST_F(Listing, AListingLeftPartwayIsKeptAgainAfterAFullOne) {
+  auto names = MakeFolder("run", 1000, "", "_a_name_long_enough_for_several_batches.pt.trace.json");
+  const int port = FreePort();
+  Mount("--no-migrate -o metrics=" + std::to_string(port));
+  auto open_dir = [&] { return ::open(M("run").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); };
+  const std::vector<std::pair<std::string, std::function<void(int)>>> partway = {
+      {"one batch read, then closed", [](int fd) { OneBatch(fd); }},
+      {"one batch, a rewind, one batch",
+       [](int fd) {
+         OneBatch(fd);
+         ASSERT_EQ(::lseek(fd, 0, SEEK_SET), 0);
+         OneBatch(fd);
+       }},
+      {"one batch, then a file made in the logdir",
+       [&](int fd) {
+         OneBatch(fd);
+         WriteBytes(L("run/made.pt.trace.json"), "");
+         names.insert("made.pt.trace.json");
+       }},
+  };
+  for (const auto& [what, leave] : partway) {
+    WaitSettled(L("run"));
+    int fd = open_dir();
+    ASSERT_GE(fd, 0);
+    leave(fd);
+    ::close(fd);
+    WaitSettled(L("run"));
+    ExpectExactly(ListAll(M("run")), names, what + ": the first full listing");
+    ExpectExactly(ListAll(M("run")), names, what + ": the second");
+    const double served = ListingsServed(port, mnt_);
+    ExpectExactly(ListAll(M("run")), names, what + ": the third");
+    EXPECT_EQ(ListingsServed(port, mnt_), served) << what << ": the listing was not kept again";
   }
 }
 
