@@ -143,6 +143,8 @@ struct DirHandle {
   ListingGrants::Clock::time_point opened;
   off_t served_to = 0;       // where the next in-order READDIRPLUS starts
   bool served_clean = true;  // so far: in order, no entry left out, none short-lived
+  off_t covered_to = 0;      // since the snapshot, every entry up to here was served
+  bool gapless = true;       // ... and none after it yet
 };
 
 // Each place an operation can answer EIO: its tag in the log ("[EIO:tag]")

@@ -27,7 +27,14 @@ ListingGrants::Admission ListingGrants::Open(uint64_t id, const ListingStamp& st
   Folder& f = folders_[id];
   if (f.held) return {false, true};  // uncached, and the holder's cache left alone
   f.held = true;
-  if (f.partial) return {true, true};  // to be completed, never dropped
+  if (f.partial && !(f.maybe_complete && f.partial_stamp != stamp)) {
+    return {true, true};  // to be completed, never dropped
+  }
+  if (f.partial) {  // maybe complete, and stale: dropped at this open
+    f.partial = false;
+    f.mixed = false;
+    f.maybe_complete = false;
+  }
   if (f.granted && (now >= f.until || f.stamp != stamp)) f.granted = false;
   return {true, f.granted};
 }
@@ -69,15 +76,24 @@ bool ListingGrants::Changed(uint64_t id) {
   return false;
 }
 
-bool ListingGrants::Ended(uint64_t id, const ListingStamp* grant, Clock::time_point until) {
+bool ListingGrants::Ended(uint64_t id, const ListingStamp& stamp, bool gapless, bool clean,
+                          Clock::time_point until) {
   MutexLock lock(mu_);
   Folder& f = folders_[id];
   const bool drop = f.partial && f.mixed;
+  if (!drop && !gapless) {
+    // Whether the kernel's copy is complete depends on where it ended; it
+    // holds this snapshot's entries only, either way.
+    f.maybe_complete = true;
+    f.partial_stamp = stamp;
+    return false;
+  }
   f.partial = false;
   f.mixed = false;
-  if (!drop && grant != nullptr) {
+  f.maybe_complete = false;
+  if (!drop && clean) {
     f.granted = true;
-    f.stamp = *grant;
+    f.stamp = stamp;
     f.until = until;
   }
   return drop;
@@ -90,6 +106,7 @@ void ListingGrants::Drop(uint64_t id) {
   it->second.granted = false;
   it->second.partial = false;
   it->second.mixed = false;
+  it->second.maybe_complete = false;
   if (!it->second.held) folders_.erase(it);
 }
 

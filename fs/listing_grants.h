@@ -124,11 +124,14 @@ class ListingGrants {
   // (it has none, or a complete one); false when one is being filled: it
   // is dropped when complete (Ended).
   bool Changed(uint64_t id);
-  // The holder served the end of folder `id`'s listing, which completes
-  // the kernel's copy. True when that copy must be dropped before the
-  // reply reaches the kernel (it may join two snapshots); otherwise, when
-  // `grant` is set, records a grant as Grant(id, *grant, until) does.
-  bool Ended(uint64_t id, const ListingStamp* grant, Clock::time_point until);
+  // The holder served the end of folder `id`'s listing, stamped `stamp`:
+  // `gapless` when it served every entry since its snapshot, which then
+  // completes the kernel's copy (unless an entry that copy ends at is
+  // gone); `clean` when in order, none left out, none short-lived. True
+  // when the copy must be dropped before the reply reaches the kernel (it
+  // may join two snapshots); a gapless, clean one is granted until `until`.
+  bool Ended(uint64_t id, const ListingStamp& stamp, bool gapless, bool clean,
+             Clock::time_point until);
   // The kernel forgot the folder (or any inode: a no-op for files).
   void Drop(uint64_t id);
   size_t size();  // folders with a grant or a cached handle
@@ -144,6 +147,10 @@ class ListingGrants {
     bool partial = false;
     bool mixed = false;
     uint64_t fingerprint = 0;
+    // ... or a complete one, for all we know, of the folder as stamped
+    // `partial_stamp` (a holder reached the end with a gap: Ended).
+    bool maybe_complete = false;
+    ListingStamp partial_stamp;
   };
   Mutex mu_;
   std::unordered_map<uint64_t, Folder> folders_ TBFS_GUARDED_BY(mu_);

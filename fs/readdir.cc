@@ -46,6 +46,9 @@ int Filesystem::OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out) {
     StampBacking(st, &stamp);
     settled = settled && Settled(stamp, NowNs());
   }
+  // A handle without the cache leaves the kernel's copy alone: a copy
+  // another handle left incomplete would stay so for good if dropped.
+  dh->keep_listing = true;
   if (settled && RelPath(ino, &stamp.rel) == 0) {
     dh->opened = ListingGrants::Clock::now();
     ListingGrants::Admission a = listing_grants_.Open(ino, stamp, dh->opened);
@@ -66,13 +69,15 @@ void Filesystem::ListingServed(uint64_t ino, DirHandle* dh, off_t off, off_t las
   if (!intact) listing_grants_.Changed(ino);  // the kernel's copy skips an entry
   if (off != dh->served_to || !intact || !long_lived) dh->served_clean = false;
   dh->served_to = last;
+  if (off > dh->covered_to) dh->gapless = false;  // a seek past what was served
+  dh->covered_to = std::max(dh->covered_to, last);
   if (!end) return;
   // A grant lives no longer than the attributes the listing's READDIRPLUS
   // replies gave.
   const auto lifetime = std::chrono::duration_cast<ListingGrants::Clock::duration>(
       std::chrono::duration<double>(kStableTtlS - 1.0));
   const bool drop =
-      listing_grants_.Ended(ino, dh->served_clean ? &dh->stamp : nullptr, dh->opened + lifetime);
+      listing_grants_.Ended(ino, dh->stamp, dh->gapless, dh->served_clean, dh->opened + lifetime);
   if (drop && kernel_ != nullptr) kernel_->InvalidateListing(ino);  // before the reply
 }
 
@@ -92,7 +97,11 @@ int Filesystem::ReadDir(uint64_t ino, DirHandle* dh, off_t off, size_t* first) {
     dh->filled = true;
     // A rewinding holder's kernel copy, or one a holder let go partway,
     // joins this snapshot's rest to the older one's start (listing_grants.h).
-    if (dh->cache_listing) listing_grants_.Filled(ino, Fingerprint(dh->entries));
+    if (dh->cache_listing) {
+      listing_grants_.Filled(ino, Fingerprint(dh->entries));
+      dh->covered_to = 0;
+      dh->gapless = true;
+    }
   }
   auto it = std::upper_bound(dh->entries.begin(), dh->entries.end(), static_cast<uint64_t>(off),
                              [](uint64_t o, const DirEntryOut& e) { return o < e.cookie; });

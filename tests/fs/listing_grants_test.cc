@@ -116,7 +116,7 @@ TEST(ListingGrantsTest, AnIncompleteCopyIsCompletedAndDroppedOnlyWhenItJoinsTwoS
   auto next = g.Open(1, s, t0);
   EXPECT_TRUE(next.cache && next.keep) << "an incomplete copy is never dropped";
   g.Filled(1, 0xaa);
-  EXPECT_FALSE(g.Ended(1, &s, until)) << "one snapshot throughout";
+  EXPECT_FALSE(g.Ended(1, s, true, true, until)) << "one snapshot throughout";
   g.Close(1);
   EXPECT_TRUE(g.Open(1, s, t0).keep) << "granted";
   g.Close(1);
@@ -126,7 +126,7 @@ TEST(ListingGrantsTest, AnIncompleteCopyIsCompletedAndDroppedOnlyWhenItJoinsTwoS
   g.Close(2);
   EXPECT_TRUE(g.Open(2, s, t0).keep);
   g.Filled(2, 0xbb);
-  EXPECT_TRUE(g.Ended(2, &s, until)) << "two snapshots joined";
+  EXPECT_TRUE(g.Ended(2, s, true, true, until)) << "two snapshots joined";
   g.Close(2);
   EXPECT_FALSE(g.Open(2, s, t0).keep) << "a dropped copy is not granted";
   g.Close(2);
@@ -134,7 +134,7 @@ TEST(ListingGrantsTest, AnIncompleteCopyIsCompletedAndDroppedOnlyWhenItJoinsTwoS
   g.Open(3, s, t0);
   g.Filled(3, 0xaa);
   g.Filled(3, 0xcc);
-  EXPECT_TRUE(g.Ended(3, nullptr, until));
+  EXPECT_TRUE(g.Ended(3, s, true, false, until));
   g.Close(3);
   EXPECT_EQ(g.size(), 1u) << "only folder 1's grant is kept";
 }
@@ -149,17 +149,47 @@ TEST(ListingGrantsTest, AChangeWhileACopyIsFilledDropsItWhenComplete) {
   g.Open(1, s, t0);
   g.Filled(1, 0xaa);
   EXPECT_FALSE(g.Changed(1)) << "being filled: its pages must stay";
-  EXPECT_TRUE(g.Ended(1, &s, t0 + std::chrono::seconds(9)));
+  EXPECT_TRUE(g.Ended(1, s, true, true, t0 + std::chrono::seconds(9)));
   EXPECT_TRUE(g.Changed(1)) << "complete: droppable";
   g.Close(1);
   g.Open(1, s, t0);
   g.Filled(1, 0xaa);
-  EXPECT_FALSE(g.Ended(1, &s, t0 + std::chrono::seconds(9))) << "a fresh copy, unchanged";
+  EXPECT_FALSE(g.Ended(1, s, true, true, t0 + std::chrono::seconds(9)))
+      << "a fresh copy, unchanged";
   g.Close(1);
   EXPECT_TRUE(g.Open(1, s, t0).keep);
   g.Close(1);
   g.Drop(1);
   EXPECT_EQ(g.size(), 0u) << "forgotten with its inode";
+}
+
+// A holder that reached the end with a gap (a seek forward) may or may
+// not have completed the kernel's copy: kept for the next holder of the
+// same folder, dropped at the open of a changed one.
+TEST(ListingGrantsTest, ACopyThatMayBeCompleteIsKeptOnlyForTheSameStamp) {
+  ListingGrants g;
+  const Clock::time_point t0 = Clock::now();
+  const Clock::time_point until = t0 + std::chrono::seconds(9);
+  const ListingStamp s = Stamp();
+  ListingStamp changed = Stamp();
+  changed.mtime_ns++;
+  for (int id : {1, 2}) {
+    g.Open(id, s, t0);
+    g.Filled(id, 0xaa);
+    EXPECT_FALSE(g.Ended(id, s, /*gapless=*/false, /*clean=*/false, until));
+    g.Close(id);
+  }
+  auto same = g.Open(1, s, t0);
+  EXPECT_TRUE(same.cache && same.keep) << "the same folder: complete or not, it stands";
+  g.Filled(1, 0xaa);
+  EXPECT_FALSE(g.Ended(1, s, true, true, until));
+  g.Close(1);
+  EXPECT_TRUE(g.Open(1, s, t0).keep) << "completed and granted";
+  g.Close(1);
+  auto other = g.Open(2, changed, t0);
+  EXPECT_TRUE(other.cache);
+  EXPECT_FALSE(other.keep) << "a complete copy of the folder before its change must go";
+  g.Close(2);
 }
 
 TEST(ListingGrantsTest, SettledOnlyWhenMtimeAndCtimeAreOldEnough) {

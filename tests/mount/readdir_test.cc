@@ -439,41 +439,76 @@ TEST_F(Listing, ARewindingHolderNeverSplicesItsTwoSnapshots) {
 // A handle that stops partway leaves the kernel an incomplete copy of the
 // folder's listing, which the kernel never resets by itself: dropped, it
 // would stay incomplete and the folder would be listed by the daemon for
-// as long as the kernel holds its inode. Left partway in three ways (a
-// program that stops reading, a rewinding one, one whose folder changes
-// before the next listing): two full listings later, the kernel answers
-// the third itself, and every listing is exact.
+// as long as the kernel holds its inode. Left partway in five ways (a
+// program that stops reading; one that rewinds; one whose folder changes
+// before the next listing; one whose folder is opened again while it is
+// still changing; one that seeks past the rest of the copy): two full
+// listings later, the kernel answers the third itself, and every listing
+// is exact.
 TEST_F(Listing, AListingLeftPartwayIsKeptAgainAfterAFullOne) {
-  auto names = MakeFolder("run", 1000, "", "_a_name_long_enough_for_several_batches.pt.trace.json");
+  // A folder for each way, so that each starts with no copy in the kernel.
+  const std::string suffix = "_a_name_long_enough_for_several_batches.pt.trace.json";
+  std::set<std::string> base;
+  for (int i = 0; i < 6; ++i) base = MakeFolder(fmt::format("run{}", i), 1000, "", suffix);
   const int port = FreePort();
   Mount("--no-migrate -o metrics=" + std::to_string(port));
-  auto open_dir = [&] { return ::open(M("run").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); };
+  const auto order = ListAll(M("run5"));  // ".", "..", then cookie order: the same in each
+  ASSERT_EQ(order.size(), base.size() + 2);
+  std::string run;              // the folder of the way being tried
+  std::set<std::string> names;  // what it holds
+  // Each reads part of a listing on fd, and closes it.
   const std::vector<std::pair<std::string, std::function<void(int)>>> partway = {
-      {"one batch read, then closed", [](int fd) { OneBatch(fd); }},
+      {"one batch read, then closed",
+       [](int fd) {
+         OneBatch(fd);
+         ::close(fd);
+       }},
       {"one batch, a rewind, one batch",
        [](int fd) {
          OneBatch(fd);
          ASSERT_EQ(::lseek(fd, 0, SEEK_SET), 0);
          OneBatch(fd);
+         ::close(fd);
        }},
       {"one batch, then a file made in the logdir",
        [&](int fd) {
          OneBatch(fd);
-         WriteBytes(L("run/made.pt.trace.json"), "");
+         ::close(fd);
+         WriteBytes(L(run + "/made.pt.trace.json"), "");
          names.insert("made.pt.trace.json");
        }},
+      {"one batch, then a file made and the folder listed at once",
+       [&](int fd) {
+         OneBatch(fd);
+         ::close(fd);
+         WriteBytes(L(run + "/made-2.pt.trace.json"), "");
+         names.insert("made-2.pt.trace.json");
+         ExpectExactly(ListAll(M(run)), names, "listed while it changes");
+       }},
+      {"one batch, then a seek past the rest of the copy",
+       [&](int fd) {
+         OneBatch(fd);
+         const off_t far = order[order.size() * 2 / 3].next;
+         ASSERT_EQ(::lseek(fd, far, SEEK_SET), far);
+         Rest(fd);
+         ::close(fd);
+       }},
   };
-  for (const auto& [what, leave] : partway) {
-    WaitSettled(L("run"));
-    int fd = open_dir();
+  for (size_t i = 0; i < partway.size(); ++i) {
+    const auto& [what, leave] = partway[i];
+    run = fmt::format("run{}", i);
+    names = base;
+    WaitSettled(L(run));
+    int fd = ::open(M(run).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     ASSERT_GE(fd, 0);
     leave(fd);
-    ::close(fd);
-    WaitSettled(L("run"));
-    ExpectExactly(ListAll(M("run")), names, what + ": the first full listing");
-    ExpectExactly(ListAll(M("run")), names, what + ": the second");
+    WaitSettled(L(run));
+    const double before = ListingsServed(port, mnt_);
+    ExpectExactly(ListAll(M(run)), names, what + ": the first full listing");
+    ASSERT_GT(ListingsServed(port, mnt_), before) << what << ": left nothing to complete";
+    ExpectExactly(ListAll(M(run)), names, what + ": the second");
     const double served = ListingsServed(port, mnt_);
-    ExpectExactly(ListAll(M("run")), names, what + ": the third");
+    ExpectExactly(ListAll(M(run)), names, what + ": the third");
     EXPECT_EQ(ListingsServed(port, mnt_), served) << what << ": the listing was not kept again";
   }
 }
