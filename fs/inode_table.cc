@@ -358,12 +358,14 @@ uint64_t InodeTable::AddColdDir(const std::string& rel_path) {
   return Id(inode);
 }
 
-void InodeTable::Forget(uint64_t id, uint64_t n) {
+bool InodeTable::Forget(uint64_t id, uint64_t n) {
   std::unique_ptr<InodeExtra> dead;  // destroyed after the lock is released
   MutexLock lock(mu_);
   Inode* inode = Get(id);
   inode->nlookup = n >= inode->nlookup ? 0 : inode->nlookup - n;
+  const bool forgotten = inode->nlookup == 0;
   dead = ReleaseIfUnusedLocked(inode);
+  return forgotten;
 }
 
 InodeTable::Open InodeTable::OpenHandle(uint64_t id, bool writable, uint64_t cold_file_id) {

@@ -205,8 +205,9 @@ class InodeTable {
   ino_t ColdDirIno(const std::string& rel_path);
   // The st_ino a readdir entry of a hot folder on device dev shows.
   ino_t HotDirentIno(dev_t dev, ino_t ino);
-  // Subtracts n lookups; frees the inode when nothing holds it.
-  void Forget(uint64_t id, uint64_t n);
+  // Subtracts n lookups; frees the inode when nothing holds it. True when
+  // no lookup of it is left: the kernel has forgotten it.
+  bool Forget(uint64_t id, uint64_t n);
 
   // --- open handles
   enum class Open { kOk, kRetry, kWait };

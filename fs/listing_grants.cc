@@ -55,10 +55,11 @@ void ListingGrants::Grant(uint64_t id, ListingStamp stamp, Clock::time_point unt
   f.until = until;
 }
 
-void ListingGrants::Filled(uint64_t id, uint64_t fingerprint) {
+void ListingGrants::Filled(uint64_t id, uint64_t fingerprint, bool from_start) {
   MutexLock lock(mu_);
   Folder& f = folders_[id];
   f.granted = false;  // the kernel reset its copy, or never completed it
+  if (from_start) f.maybe_complete = false;
   if (!f.partial) {
     f.partial = true;
     f.mixed = false;

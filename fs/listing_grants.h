@@ -55,6 +55,14 @@
 // that joins different ones just before the reply that completes it, so
 // the kernel resets it before it answers anything from it.
 //
+// What the daemon cannot see is where the kernel's copy ends: a holder
+// that seeks forward and reaches the end may or may not have completed
+// it, and one that completes it from two snapshots must have it dropped.
+// Dropped when it was not complete after all (a seek forward and a change
+// of the folder, together), or when its pages are reclaimed or the entry
+// it ends at is removed, an incomplete copy leaves the folder listed by
+// the daemon until the kernel forgets the folder's inode.
+//
 // Limit: a holder that rewinds once the cache is complete is answered
 // from it until the kernel refreshes the folder's attributes (kFreshTtlS)
 // and sees its new mtime; a change shows in a rewound listing after at
@@ -117,7 +125,9 @@ class ListingGrants {
   // The holder of folder `id`'s cache took a snapshot whose entries, as
   // the kernel would cache them, have fingerprint `fingerprint`: the
   // kernel may be filling its copy from it now.
-  void Filled(uint64_t id, uint64_t fingerprint);
+  // `from_start`: the snapshot's first READDIR was at offset 0, which the
+  // kernel sends the daemon only when it holds no complete copy.
+  void Filled(uint64_t id, uint64_t fingerprint, bool from_start);
   // What the kernel caches of folder `id` may not be one snapshot's start
   // any more: an entry was left out of a reply, or the folder changed
   // through the mount. True when the kernel's copy may be dropped at once

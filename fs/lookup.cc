@@ -133,8 +133,9 @@ int Filesystem::LookupIn(Folder* f, const char* name, EntryOut* out) {
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t nlookup) {
-  listing_grants_.Drop(ino);  // the kernel's listing went with its inode
-  inodes_.Forget(ino, nlookup);
+  // The kernel's listing goes with its inode, not with a lookup of ours
+  // balanced (ForgetName).
+  if (inodes_.Forget(ino, nlookup)) listing_grants_.Drop(ino);
 }
 
 int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {

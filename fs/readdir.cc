@@ -98,7 +98,7 @@ int Filesystem::ReadDir(uint64_t ino, DirHandle* dh, off_t off, size_t* first) {
     // A rewinding holder's kernel copy, or one a holder let go partway,
     // joins this snapshot's rest to the older one's start (listing_grants.h).
     if (dh->cache_listing) {
-      listing_grants_.Filled(ino, Fingerprint(dh->entries));
+      listing_grants_.Filled(ino, Fingerprint(dh->entries), off == 0);
       dh->covered_to = 0;
       dh->gapless = true;
     }

@@ -111,29 +111,29 @@ TEST(ListingGrantsTest, AnIncompleteCopyIsCompletedAndDroppedOnlyWhenItJoinsTwoS
   const ListingStamp s = Stamp();
   // Left partway, then completed from the same snapshot: granted.
   EXPECT_FALSE(g.Open(1, s, t0).keep);
-  g.Filled(1, 0xaa);
+  g.Filled(1, 0xaa, true);
   g.Close(1);
   auto next = g.Open(1, s, t0);
   EXPECT_TRUE(next.cache && next.keep) << "an incomplete copy is never dropped";
-  g.Filled(1, 0xaa);
+  g.Filled(1, 0xaa, true);
   EXPECT_FALSE(g.Ended(1, s, true, true, until)) << "one snapshot throughout";
   g.Close(1);
   EXPECT_TRUE(g.Open(1, s, t0).keep) << "granted";
   g.Close(1);
   // Left partway, completed from another snapshot: dropped, not granted.
   g.Open(2, s, t0);
-  g.Filled(2, 0xaa);
+  g.Filled(2, 0xaa, true);
   g.Close(2);
   EXPECT_TRUE(g.Open(2, s, t0).keep);
-  g.Filled(2, 0xbb);
+  g.Filled(2, 0xbb, true);
   EXPECT_TRUE(g.Ended(2, s, true, true, until)) << "two snapshots joined";
   g.Close(2);
   EXPECT_FALSE(g.Open(2, s, t0).keep) << "a dropped copy is not granted";
   g.Close(2);
   // A holder that rewinds before the end: the same, within one handle.
   g.Open(3, s, t0);
-  g.Filled(3, 0xaa);
-  g.Filled(3, 0xcc);
+  g.Filled(3, 0xaa, true);
+  g.Filled(3, 0xcc, true);
   EXPECT_TRUE(g.Ended(3, s, true, false, until));
   g.Close(3);
   EXPECT_EQ(g.size(), 1u) << "only folder 1's grant is kept";
@@ -147,13 +147,13 @@ TEST(ListingGrantsTest, AChangeWhileACopyIsFilledDropsItWhenComplete) {
   const ListingStamp s = Stamp();
   EXPECT_TRUE(g.Changed(1)) << "unknown folder: nothing is being filled";
   g.Open(1, s, t0);
-  g.Filled(1, 0xaa);
+  g.Filled(1, 0xaa, true);
   EXPECT_FALSE(g.Changed(1)) << "being filled: its pages must stay";
   EXPECT_TRUE(g.Ended(1, s, true, true, t0 + std::chrono::seconds(9)));
   EXPECT_TRUE(g.Changed(1)) << "complete: droppable";
   g.Close(1);
   g.Open(1, s, t0);
-  g.Filled(1, 0xaa);
+  g.Filled(1, 0xaa, true);
   EXPECT_FALSE(g.Ended(1, s, true, true, t0 + std::chrono::seconds(9)))
       << "a fresh copy, unchanged";
   g.Close(1);
@@ -175,13 +175,13 @@ TEST(ListingGrantsTest, ACopyThatMayBeCompleteIsKeptOnlyForTheSameStamp) {
   changed.mtime_ns++;
   for (int id : {1, 2}) {
     g.Open(id, s, t0);
-    g.Filled(id, 0xaa);
+    g.Filled(id, 0xaa, true);
     EXPECT_FALSE(g.Ended(id, s, /*gapless=*/false, /*clean=*/false, until));
     g.Close(id);
   }
   auto same = g.Open(1, s, t0);
   EXPECT_TRUE(same.cache && same.keep) << "the same folder: complete or not, it stands";
-  g.Filled(1, 0xaa);
+  g.Filled(1, 0xaa, true);
   EXPECT_FALSE(g.Ended(1, s, true, true, until));
   g.Close(1);
   EXPECT_TRUE(g.Open(1, s, t0).keep) << "completed and granted";
@@ -190,6 +190,17 @@ TEST(ListingGrantsTest, ACopyThatMayBeCompleteIsKeptOnlyForTheSameStamp) {
   EXPECT_TRUE(other.cache);
   EXPECT_FALSE(other.keep) << "a complete copy of the folder before its change must go";
   g.Close(2);
+  // A listing from the start reached the daemon: the kernel held no
+  // complete copy, so the one it holds now is incomplete, for sure.
+  g.Open(3, s, t0);
+  g.Filled(3, 0xaa, true);
+  g.Ended(3, s, false, false, until);
+  g.Close(3);
+  g.Open(3, s, t0);
+  g.Filled(3, 0xaa, /*from_start=*/true);
+  g.Close(3);
+  EXPECT_TRUE(g.Open(3, changed, t0).keep) << "incomplete: kept to be completed";
+  g.Close(3);
 }
 
 TEST(ListingGrantsTest, SettledOnlyWhenMtimeAndCtimeAreOldEnough) {

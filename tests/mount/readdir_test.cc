@@ -513,5 +513,33 @@ TEST_F(Listing, AListingLeftPartwayIsKeptAgainAfterAFullOne) {
   }
 }
 
+// The daemon's own lookups of a folder (the retention policy deleting a
+// cold file in it makes the kernel forget the name) are not the kernel
+// forgetting the folder: an incomplete copy of its listing stays known,
+// and the folder is kept again after two full listings.
+TEST_F(Listing, ARetentionDeletionKeepsWhatTheDaemonKnowsOfAPartialCopy) {
+  auto names = MakeFolder("run", 1000, "", "_a_name_long_enough_for_several_batches.txt");
+  WriteBytes(L("run/doomed.pt.trace.json"), R"({"traceEvents": []})");
+  const std::string config = dir_ / "retention.yaml";
+  WriteBytes(config, "retention:\n  migrated_before: 1s\n");
+  const int port = FreePort();
+  Mount("--no-migrate --cold-after 0 --config " + config + " -o metrics=" + std::to_string(port));
+  MigrateNow();
+  ASSERT_EQ(State(M("run/doomed.pt.trace.json")), "cold");
+  WaitSettled(L("run"));
+  int fd = ::open(M("run").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_FALSE(OneBatch(fd).empty());
+  ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // migrated_before
+  MigrateNow();  // a pass, then the retention policy
+  ASSERT_NE(::access(M("run/doomed.pt.trace.json").c_str(), F_OK), 0) << "not deleted";
+  ExpectExactly(ListAll(M("run")), names, "the first full listing");
+  ExpectExactly(ListAll(M("run")), names, "the second");
+  const double served = ListingsServed(port, mnt_);
+  ExpectExactly(ListAll(M("run")), names, "the third");
+  EXPECT_EQ(ListingsServed(port, mnt_), served) << "the listing was not kept again";
+}
+
 }  // namespace
 }  // namespace tbfs::testing
