@@ -1,7 +1,6 @@
 // ListingGrants: see listing_grants.h.
 #include "fs/listing_grants.h"
 
-#include <utility>
 
 #include "base/time_util.h"
 
@@ -27,14 +26,8 @@ ListingGrants::Admission ListingGrants::Open(uint64_t id, const ListingStamp& st
   Folder& f = folders_[id];
   if (f.held) return {false, true};  // uncached, and the holder's cache left alone
   f.held = true;
-  if (f.partial && !(f.maybe_complete && f.partial_stamp != stamp)) {
-    return {true, true};  // to be completed, never dropped
-  }
-  if (f.partial) {  // maybe complete, and stale: dropped at this open
-    f.partial = false;
-    f.mixed = false;
-    f.maybe_complete = false;
-  }
+  if (f.maybe_complete && f.partial_stamp != stamp) f.ForgetCopy();  // stale: dropped here
+  if (f.partial) return {true, true};  // to be completed, never dropped
   if (f.granted && (now >= f.until || f.stamp != stamp)) f.granted = false;
   return {true, f.granted};
 }
@@ -45,14 +38,6 @@ void ListingGrants::Close(uint64_t id) {
   if (it == folders_.end()) return;
   it->second.held = false;
   if (!it->second.granted && !it->second.partial) folders_.erase(it);
-}
-
-void ListingGrants::Grant(uint64_t id, ListingStamp stamp, Clock::time_point until) {
-  MutexLock lock(mu_);
-  Folder& f = folders_[id];
-  f.granted = true;
-  f.stamp = std::move(stamp);
-  f.until = until;
 }
 
 void ListingGrants::Filled(uint64_t id, uint64_t fingerprint, bool from_start) {
@@ -89,9 +74,7 @@ bool ListingGrants::Ended(uint64_t id, const ListingStamp& stamp, bool gapless, 
     f.partial_stamp = stamp;
     return false;
   }
-  f.partial = false;
-  f.mixed = false;
-  f.maybe_complete = false;
+  f.ForgetCopy();
   if (!drop && clean) {
     f.granted = true;
     f.stamp = stamp;
@@ -105,9 +88,7 @@ void ListingGrants::Drop(uint64_t id) {
   auto it = folders_.find(id);
   if (it == folders_.end()) return;
   it->second.granted = false;
-  it->second.partial = false;
-  it->second.mixed = false;
-  it->second.maybe_complete = false;
+  it->second.ForgetCopy();
   if (!it->second.held) folders_.erase(it);
 }
 

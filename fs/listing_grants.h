@@ -119,9 +119,6 @@ class ListingGrants {
   Admission Open(uint64_t id, const ListingStamp& stamp, Clock::time_point now);
   // The handle Open gave the cache is released.
   void Close(uint64_t id);
-  // Records that the kernel holds folder `id`'s listing as of `stamp`,
-  // good until `until` (Filesystem: the OPENDIR's time + kStableTtlS - 1 s).
-  void Grant(uint64_t id, ListingStamp stamp, Clock::time_point until);
   // The holder of folder `id`'s cache took a snapshot whose entries, as
   // the kernel would cache them, have fingerprint `fingerprint`: the
   // kernel may be filling its copy from it now.
@@ -139,7 +136,9 @@ class ListingGrants {
   // completes the kernel's copy (unless an entry that copy ends at is
   // gone); `clean` when in order, none left out, none short-lived. True
   // when the copy must be dropped before the reply reaches the kernel (it
-  // may join two snapshots); a gapless, clean one is granted until `until`.
+  // may join two snapshots). A gapless, clean one is granted: the kernel
+  // holds the listing as of `stamp`, good until `until` (Filesystem: the
+  // OPENDIR's time + kStableTtlS - 1 s).
   bool Ended(uint64_t id, const ListingStamp& stamp, bool gapless, bool clean,
              Clock::time_point until);
   // The kernel forgot the folder (or any inode: a no-op for files).
@@ -161,6 +160,12 @@ class ListingGrants {
     // `partial_stamp` (a holder reached the end with a gap: Ended).
     bool maybe_complete = false;
     ListingStamp partial_stamp;
+    // The kernel holds no copy, or a complete one (or no longer matters).
+    void ForgetCopy() {
+      partial = false;
+      mixed = false;
+      maybe_complete = false;
+    }
   };
   Mutex mu_;
   std::unordered_map<uint64_t, Folder> folders_ TBFS_GUARDED_BY(mu_);

@@ -25,6 +25,14 @@ ListingStamp Stamp() {
   return s;
 }
 
+// A holder lists folder `id` whole, in order, cleanly: granted until `until`.
+void ListWhole(ListingGrants* g, uint64_t id, const ListingStamp& stamp, Clock::time_point until) {
+  ASSERT_TRUE(g->Open(id, stamp, Clock::now()).cache);
+  g->Filled(id, 0xaa, true);
+  EXPECT_FALSE(g->Ended(id, stamp, true, true, until));
+  g->Close(id);
+}
+
 // The first Open of a folder may cache; a grant makes the next one keep
 // what the kernel holds, until it expires.
 TEST(ListingGrantsTest, AGrantKeepsTheCacheForTheSameStampUntilItExpires) {
@@ -33,7 +41,8 @@ TEST(ListingGrantsTest, AGrantKeepsTheCacheForTheSameStampUntilItExpires) {
   auto a = g.Open(5, Stamp(), t0);
   EXPECT_TRUE(a.cache);
   EXPECT_FALSE(a.keep) << "no grant yet";
-  g.Grant(5, Stamp(), t0 + std::chrono::seconds(9));
+  g.Filled(5, 0xaa, true);
+  EXPECT_FALSE(g.Ended(5, Stamp(), true, true, t0 + std::chrono::seconds(9)));
   g.Close(5);
   a = g.Open(5, Stamp(), t0 + std::chrono::seconds(8));
   EXPECT_TRUE(a.cache);
@@ -52,7 +61,7 @@ TEST(ListingGrantsTest, AGrantKeepsTheCacheForTheSameStampUntilItExpires) {
 TEST(ListingGrantsTest, OneHandleAtATimeHoldsAFoldersCache) {
   ListingGrants g;
   const Clock::time_point t0 = Clock::now();
-  g.Grant(1, Stamp(), t0 + std::chrono::seconds(9));
+  ListWhole(&g, 1, Stamp(), t0 + std::chrono::seconds(9));
   auto first = g.Open(1, Stamp(), t0);
   EXPECT_TRUE(first.cache && first.keep);
   auto second = g.Open(1, Stamp(), t0);
@@ -81,7 +90,7 @@ TEST(ListingGrantsTest, AnyChangeOfTheStampEndsTheGrant) {
   for (const auto& [what, change] : changes) {
     ListingGrants g;
     const Clock::time_point t0 = Clock::now();
-    g.Grant(1, Stamp(), t0 + std::chrono::seconds(9));
+    ListWhole(&g, 1, Stamp(), t0 + std::chrono::seconds(9));
     ListingStamp now = Stamp();
     change(&now);
     EXPECT_FALSE(g.Open(1, now, t0).keep) << what;
@@ -94,8 +103,8 @@ TEST(ListingGrantsTest, AnyChangeOfTheStampEndsTheGrant) {
 TEST(ListingGrantsTest, DropForgetsTheGrant) {
   ListingGrants g;
   const Clock::time_point t0 = Clock::now();
-  g.Grant(1, Stamp(), t0 + std::chrono::seconds(9));
-  g.Grant(2, Stamp(), t0 + std::chrono::seconds(9));
+  ListWhole(&g, 1, Stamp(), t0 + std::chrono::seconds(9));
+  ListWhole(&g, 2, Stamp(), t0 + std::chrono::seconds(9));
   g.Drop(1);
   EXPECT_FALSE(g.Open(1, Stamp(), t0).keep);
   EXPECT_TRUE(g.Open(2, Stamp(), t0).keep);
