@@ -37,10 +37,11 @@ uint64_t LengthFromValue(const unsigned char* v, uint64_t avail) {
   if (avail < kChunkHeaderBytes) return 0;
   const uint8_t codec = v[0];
   const uint32_t raw_len = Le32(v + 1);
-  if (codec == kChunkRaw || codec == kChunkRawV1 || codec == kManifestCopy) {
+  if (codec == kChunkRaw || codec == kChunkRawV1 || codec == kManifestCopy || codec == kDirCopy ||
+      codec == kDictCopy) {
     return kChunkHeaderBytes + raw_len <= avail ? kChunkHeaderBytes + raw_len : 0;
   }
-  if (codec == kChunkZstd || codec == kChunkZstdV1) {
+  if (codec == kChunkZstd || codec == kChunkZstdV1 || codec == kChunkZstdDict) {
     size_t n = ZSTD_findFrameCompressedSize(v + kChunkHeaderBytes, avail - kChunkHeaderBytes);
     return ZSTD_isError(n) ? 0 : kChunkHeaderBytes + n;
   }

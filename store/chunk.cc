@@ -1,15 +1,15 @@
 // ZSTD_getCParams: the level's own search tables, to cap them below.
 #define ZSTD_STATIC_LINKING_ONLY
-#include <zstd.h>
-
 #include "store/chunk.h"
 
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
+#include "fmt/format.h"
 #include "store/format.h"
 
 namespace tbfs::store {
@@ -21,7 +21,8 @@ ChunkCodec::~ChunkCodec() {
   ZSTD_freeDCtx(dctx_);
 }
 
-void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::string* value) {
+void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::string* value,
+                        const Dictionary* dict) {
   size_t bound = ZSTD_compressBound(raw.size());
   value->resize(kChunkHeaderBytes + bound);
   char* out = value->data();
@@ -42,9 +43,14 @@ void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::stri
   const int cap = std::max(12, static_cast<int>(std::bit_width(raw.size() | 1) - 1) - 2);
   if (static_cast<int>(cp.hashLog) > cap) ZSTD_CCtx_setParameter(cctx_, ZSTD_c_hashLog, cap);
   if (static_cast<int>(cp.chainLog) > cap) ZSTD_CCtx_setParameter(cctx_, ZSTD_c_chainLog, cap);
+  // By reference: the caller keeps dict alive for the call, and the
+  // session reset of the next Encode drops it.
+  if (dict != nullptr) {
+    ZSTD_CCtx_loadDictionary_byReference(cctx_, dict->content().data(), dict->content().size());
+  }
   size_t z = ZSTD_compress2(cctx_, out + kChunkHeaderBytes, bound, raw.data(), raw.size());
   if (!ZSTD_isError(z) && z < raw.size() - raw.size() / 64) {
-    out[0] = static_cast<char>(kChunkZstd);
+    out[0] = static_cast<char>(dict != nullptr ? kChunkZstdDict : kChunkZstd);
     value->resize(kChunkHeaderBytes + z);
   } else {
     out[0] = static_cast<char>(kChunkRaw);
@@ -54,7 +60,7 @@ void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::stri
 }
 
 Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected, ChunkPos pos,
-                              bool format1) {
+                              bool format1, const DictionaryFinder& dicts) {
   if (value.size() < kChunkHeaderBytes) return Status::Corruption("chunk shorter than its header");
   uint8_t codec = static_cast<uint8_t>(value[0]);
   uint32_t len;
@@ -77,6 +83,21 @@ Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected
       return Status::Corruption(std::string("chunk does not decompress: ") + ZSTD_getErrorName(n));
     }
     if (n != len) return Status::Corruption("chunk decompresses to the wrong length");
+  } else if (codec == kChunkZstdDict) {
+    const unsigned id = ZSTD_getDictID_fromFrame(payload.data(), payload.size());
+    if (id == 0) return Status::Corruption("chunk names no dictionary");
+    std::shared_ptr<const Dictionary> dict = dicts ? dicts(id) : nullptr;
+    if (dict == nullptr) {
+      return Status::Corruption(fmt::format(
+          "chunk needs zstd dictionary {}, which the store does not hold (lost or damaged)", id));
+    }
+    size_t n =
+        ZSTD_decompress_usingDDict(dctx_, out, len, payload.data(), payload.size(), dict->ddict());
+    if (ZSTD_isError(n)) {
+      return Status::Corruption(fmt::format("chunk does not decompress with dictionary {}: {}", id,
+                                            ZSTD_getErrorName(n)));
+    }
+    if (n != len) return Status::Corruption("chunk decompresses to the wrong length");
   } else {
     return Status::Corruption("chunk has unknown codec " + std::to_string(codec));
   }
@@ -91,9 +112,9 @@ Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected
 }
 
 Status ChunkCodec::Decode(std::string_view value, size_t expected, ChunkPos pos, std::string* raw,
-                          bool format1) {
+                          bool format1, const DictionaryFinder& dicts) {
   raw->resize(expected);
-  return DecodeInto(value, raw->data(), expected, pos, format1);
+  return DecodeInto(value, raw->data(), expected, pos, format1, dicts);
 }
 
 Status ChunkCodec::Rebind(std::string_view value, size_t expected, ChunkPos pos, std::string* out) {

@@ -5,16 +5,23 @@
 // I5): a mismatch, or a chunk read at another file's or index's key, is
 // Corruption, and no wrong byte is ever returned.
 //
+// A chunk compressed with a dictionary (format 5) names it in its frame;
+// decoding asks a DictionaryFinder for it, and a chunk whose dictionary the
+// store does not hold (lost, damaged) is Corruption too.
+//
 // A ChunkCodec holds zstd contexts: not thread-safe, one per thread.
 #pragma once
 
 #include <zstd.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "base/status.h"
+#include "store/dictionary.h"
 
 namespace tbfs::store {
 
@@ -24,6 +31,9 @@ struct ChunkPos {
   uint64_t index = 0;
 };
 
+// The dictionary with a zstd id, or null when there is none. Thread-safe.
+using DictionaryFinder = std::function<std::shared_ptr<const Dictionary>(uint32_t id)>;
+
 class ChunkCodec {
  public:
   ChunkCodec();
@@ -32,17 +42,20 @@ class ChunkCodec {
   ChunkCodec& operator=(const ChunkCodec&) = delete;
 
   // Encodes raw bytes at zstd `level` into *value (replacing it), bound to
-  // `pos`. Stores the bytes raw when compression saves less than 1/64.
-  void Encode(std::string_view raw, int level, ChunkPos pos, std::string* value);
+  // `pos`, with `dict` when given. Stores the bytes raw when compression
+  // saves less than 1/64.
+  void Encode(std::string_view raw, int level, ChunkPos pos, std::string* value,
+              const Dictionary* dict = nullptr);
   // Decodes a chunk value into *raw (replacing it). `expected_raw_bytes` is
   // what the manifest says the chunk holds, `pos` where it was read from.
   // Corruption on any mismatch. `format1` accepts format-1 chunks (not
-  // bound to a position) besides.
+  // bound to a position) besides; `dicts` finds the dictionaries of
+  // format-5 chunks (without it they are Corruption).
   Status Decode(std::string_view value, size_t expected_raw_bytes, ChunkPos pos, std::string* raw,
-                bool format1 = false);
+                bool format1 = false, const DictionaryFinder& dicts = nullptr);
   // Same, into a caller buffer of exactly expected_raw_bytes.
   Status DecodeInto(std::string_view value, char* out, size_t expected_raw_bytes, ChunkPos pos,
-                    bool format1 = false);
+                    bool format1 = false, const DictionaryFinder& dicts = nullptr);
   // A format-1 value rewritten as a format-2 one bound to pos (the payload
   // is kept; the checksum is checked first). Corruption when it does not
   // verify; an already bound value is returned as it is.

@@ -327,7 +327,7 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
     // Only a store made just now may lack it.
     if (options.read_only || existed)
       return Status::Corruption("store " + dir_ + " has no format record");
-    info_.set_format_version(kNewestFormatVersion);
+    info_.set_format_version(kNewStoreFormatVersion);
     info_.set_store_id(
         fmt::format("{:016x}", static_cast<uint64_t>(NowNs()) ^ 0x7462667300000000ull));
     info_.set_created_ns(NowNs());
@@ -366,6 +366,12 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
   if (writer()) {
     TBFS_RETURN_IF_ERROR(ConvertIfOlder());
     if (tree_) info_.set_format_version(std::max(info_.format_version(), kFormatVersionTree));
+  }
+  dict_format_ = info_.format_version() >= kFormatVersionDict;
+  MutexLock lock(dict_mu_);
+  if (Status d = LoadDictionaries(); !d.ok()) {
+    // The chunks that need them are Corruption; fsck names them.
+    spdlog::warn("store {}: reading the dictionaries: {}", dir_, d.message());
   }
   return Status::OK();
 }
@@ -633,7 +639,7 @@ Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, Chun
   }
   TBFS_RETURN_IF_ERROR(st);
   st = codec->DecodeInto(value, out, ChunkLength(m, index), {m.file_id(), index},
-                         info_.format_version() == kFormatVersionV1);
+                         info_.format_version() == kFormatVersionV1, find_dict_);
   if (!st.ok())
     return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
   return Status::OK();

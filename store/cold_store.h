@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -212,6 +213,28 @@ class ColdStore {
   Status ReadRange(const storepb::Manifest& m, uint64_t offset, size_t length, char* out,
                    size_t* got, ChunkCodec* codec);
 
+  // --- dictionaries (store/store_dictionaries.cc; format 5)
+  // The dictionary with zstd id `id`, or null when the store holds none
+  // (never had it, or its records are damaged: CheckDictionaries). Loaded at
+  // open; a shared store's reader looks again for one added since.
+  std::shared_ptr<const Dictionary> FindDictionary(uint32_t id);
+  // The newest dictionary of `family` (store/dictionary.h), or null.
+  std::shared_ptr<const Dictionary> DictionaryOf(std::string_view family) {
+    return dicts_.NewestOf(family);
+  }
+  // Trains a dictionary for `family` on `samples` for zstd `level` and keeps
+  // it (synced; the store becomes format 5); the family's newest instead
+  // when one came meanwhile. InvalidArgument when the samples teach none.
+  Result<std::shared_ptr<const Dictionary>> AddDictionary(std::string_view family, int level,
+                                                          const TrainingSamples& samples);
+  std::vector<std::shared_ptr<const Dictionary>> Dictionaries() const { return dicts_.All(); }
+  // Whether training a dictionary for `family` failed since the store was
+  // opened (its content teaches none: not tried again).
+  bool Untrainable(std::string_view family);
+  // A line for each dictionary that could not be loaded from either copy
+  // of its record at open, and for each copy found damaged now (fsck).
+  std::vector<std::string> CheckDictionaries();
+
   // --- the engine
   // Moves what is only in the engine's log into its files (after a
   // migration the log holds a second copy of every chunk).
@@ -319,6 +342,8 @@ class ColdStore {
   void RemoveChunks(WriteBatch* batch, uint64_t file_id);
   // The manifest and its copy in the chunks space (store/format.h).
   void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
+  // Reads every dictionary record (either copy), replacing what is held.
+  Status LoadDictionaries() TBFS_REQUIRES(dict_mu_);
 
   // Locks: journal_mu_ and role_mu_ are leaves, never held together.
   // journal_mu_ is held across PutJournal's commit on purpose: the
@@ -357,6 +382,14 @@ class ColdStore {
   std::optional<Totals> totals_ TBFS_GUARDED_BY(totals_mu_);  // none: not counted, or in doubt
   uint64_t manifest_commits_ TBFS_GUARDED_BY(totals_mu_) = 0;
   std::atomic<uint64_t> next_batch_id_{1};
+  // Format 5. dict_mu_ is held across AddDictionary's training and commit
+  // and across LoadDictionaries; a leaf but for the commit's locks.
+  DictionarySet dicts_;
+  DictionaryFinder find_dict_ = [this](uint32_t id) { return FindDictionary(id); };
+  Mutex dict_mu_;
+  std::vector<std::string> dict_damage_ TBFS_GUARDED_BY(dict_mu_);
+  std::set<std::string, std::less<>> untrainable_ TBFS_GUARDED_BY(dict_mu_);
+  std::atomic<bool> dict_format_{false};  // format 5 is recorded
 };
 
 // Number of chunks of a file of `size` bytes.

@@ -118,6 +118,52 @@ Status WriteChunkAt(int fd, const storepb::Manifest& m, uint64_t index, std::str
   return Status::OK();
 }
 
+// Samples to train a dictionary on: up to kMaxTrainingBytes of the file's
+// data chunks, whole chunks taken evenly across them.
+Status SampleFile(int fd, const std::string& path, const std::vector<ChunkRun>& data, uint64_t size,
+                  uint32_t cb, TrainingSamples* samples) {
+  std::vector<uint64_t> chunks;
+  for (const ChunkRun& r : data) {
+    for (uint64_t i = r.first; i < r.end; ++i) chunks.push_back(i);
+  }
+  const size_t want = std::min<size_t>(chunks.size(), std::max<size_t>(1, kMaxTrainingBytes / cb));
+  std::string buf;
+  for (size_t k = 0; k < want; ++k) {
+    const uint64_t index = chunks[k * chunks.size() / want];
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb));
+    buf.resize(len);
+    size_t got = 0;
+    TBFS_RETURN_IF_ERROR(PreadFull(fd, buf.data(), len, index * cb, &got, path));
+    samples->Add(std::string_view(buf.data(), got));
+  }
+  return Status::OK();
+}
+
+// The dictionary the file's chunks are compressed with, trained on the
+// file when its family has none yet; null for none. A dictionary that
+// cannot be made costs the file nothing but the attempt.
+std::shared_ptr<const Dictionary> DictionaryFor(ColdStore& store, const std::string& rel_path,
+                                                int fd, const std::string& path,
+                                                const std::vector<ChunkRun>& data, uint64_t size,
+                                                const IngestOptions& options) {
+  if (!options.dictionaries) return nullptr;
+  const std::string family = DictionaryFamily(rel_path, options.file_class);
+  if (family.empty()) return nullptr;
+  if (auto d = store.DictionaryOf(family)) return d;
+  uint64_t data_bytes = 0;
+  for (const ChunkRun& r : data) data_bytes += (r.end - r.first) * options.chunk_bytes;
+  if (std::min(data_bytes, size) < kMinTrainingBytes || store.Untrainable(family)) return nullptr;
+  TrainingSamples samples;
+  Status st = SampleFile(fd, path, data, size, options.chunk_bytes, &samples);
+  auto d = st.ok() ? store.AddDictionary(family, options.level, samples)
+                   : Result<std::shared_ptr<const Dictionary>>(st);
+  if (!d.ok()) {
+    spdlog::warn("dictionary for {} from {}: {}", family, path, d.status().message());
+    return nullptr;
+  }
+  return *d;
+}
+
 }  // namespace
 
 FolderAttrs LogdirFolders(const std::string& logdir) {
@@ -139,6 +185,8 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   WorkPool& pool = *options.pool;
   auto codecs = Codecs(pool);
   Xxh128 hash;
+  const std::shared_ptr<const Dictionary> dict =
+      DictionaryFor(store, rel_path, fd, path, data, size, options);
 
   storepb::Manifest m;
   m.set_file_id(file_id);
@@ -157,6 +205,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   m.set_chunks(chunks);
   m.set_file_class(options.file_class);
   m.set_migrated_ns(NowNs());
+  if (dict != nullptr) m.set_dictionary(dict->id());
   // ACLs and every other attribute go with the file (a change after the
   // stat changes its ctime: the migration then leaves it in place).
   TBFS_RETURN_IF_ERROR(ReadXattrs(fd, path, &m));
@@ -195,7 +244,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
       if (options.progress) options.progress->fetch_add(len, std::memory_order_relaxed);
     }
     pool.ParallelFor(n, [&](size_t i, int worker) {
-      codecs[worker]->Encode(raw[i], options.level, {file_id, first + i}, &value[i]);
+      codecs[worker]->Encode(raw[i], options.level, {file_id, first + i}, &value[i], dict.get());
     });
     for (size_t i = 0; i < n; ++i) {
       batch.Put(Space::kChunks, ChunkKey(file_id, first + i), value[i]);

@@ -26,6 +26,10 @@ struct IngestOptions {
   uint32_t chunk_bytes = kDefaultChunkBytes;
   int level = kDefaultZstdLevel;
   std::string file_class;
+  // Compress with the dictionary of the file's family (store/dictionary.h),
+  // training one on this file when the family has none and the file holds
+  // kMinTrainingBytes of data or more.
+  bool dictionaries = true;
   WorkPool* pool = nullptr;                   // required
   std::atomic<uint64_t>* progress = nullptr;  // bytes read, optional
   // Asked between groups of chunks; true abandons the copy (Aborted).

@@ -89,6 +89,16 @@ bool ParseDirCopy(uint64_t dir_id, std::string_view value, std::string* link) {
   return ParseCopy(kDirCopy, dir_id, value, link);
 }
 
+std::string DictKey(uint64_t key_id) { return kDictPrefix + EncodeId(key_id); }
+
+std::string DictCopyValue(uint64_t key_id, std::string_view dictionary) {
+  return CopyValue(kDictCopy, key_id, dictionary);
+}
+
+bool ParseDictCopy(uint64_t key_id, std::string_view value, std::string* dictionary) {
+  return ParseCopy(kDictCopy, key_id, value, dictionary);
+}
+
 std::string TreeLinkKey(uint64_t dir) { return kTreeKeyPrefix + EncodeId(dir); }
 
 std::string TreeKey(uint64_t parent, std::string_view name) {

@@ -21,7 +21,13 @@ inline constexpr uint32_t kFormatVersionHoles = 3;
 // are made at 4; a writer converts an older store when it opens it
 // (ColdStore::ConvertToTree); holes need no mark of their own from 4 on.
 inline constexpr uint32_t kFormatVersionTree = 4;
-inline constexpr uint32_t kNewestFormatVersion = kFormatVersionTree;
+// Format 5: chunks may need a zstd dictionary (kChunkZstdDict, records
+// under kDictPrefix). New stores are made at 4 and become 5 with their
+// first dictionary, so a store without one stays readable by a tbfs that
+// reads 4; one with dictionaries is refused by it rather than misread.
+inline constexpr uint32_t kFormatVersionDict = 5;
+inline constexpr uint32_t kNewStoreFormatVersion = kFormatVersionTree;
+inline constexpr uint32_t kNewestFormatVersion = kFormatVersionDict;
 
 inline constexpr char kMetaInfoKey[] = "info";
 // Above every file id ever handed out (8 bytes big endian), written with
@@ -50,6 +56,9 @@ inline constexpr uint8_t kChunkRawV1 = 0;   // payload is the raw bytes (format 
 inline constexpr uint8_t kChunkZstdV1 = 1;  // payload is one zstd frame (format 1)
 inline constexpr uint8_t kChunkRaw = 2;     // payload is the raw bytes
 inline constexpr uint8_t kChunkZstd = 3;    // payload is one zstd frame
+// Format 5: payload is one zstd frame made with a dictionary, whose id the
+// frame header carries (ZSTD_getDictID_fromFrame): store/dictionary.h.
+inline constexpr uint8_t kChunkZstdDict = 7;
 uint64_t ChunkSeed(uint64_t file_id, uint64_t index, uint32_t raw_len);
 
 inline constexpr uint32_t kCodecZstd = 1;  // Manifest.codec
@@ -95,6 +104,20 @@ inline constexpr char kTreeKeyPrefix[] = "/";
 inline constexpr uint8_t kDirCopy = 5;
 std::string DirCopyValue(uint64_t dir_id, std::string_view link);
 bool ParseDirCopy(uint64_t dir_id, std::string_view value, std::string* link);
+
+// Format 5 dictionaries. Each has a key id from the file ids' counter (no
+// file or folder has it; its zstd id is derived from it: store/dictionary.h
+// kDictIdBase) and is kept twice, as the same bytes: in the meta space at
+// DictKey(key id), and with the chunks at ChunkKey(key id,
+// kManifestCopyIndex), so the blob files alone hold every dictionary the
+// chunks in them need (salvage). Value: a copy of kind kDictCopy (framed
+// and checksummed as a manifest copy, seeded with the key id) of a
+// storepb::Dictionary.
+inline constexpr uint8_t kDictCopy = 6;
+inline constexpr char kDictPrefix[] = "dict/";
+std::string DictKey(uint64_t key_id);
+std::string DictCopyValue(uint64_t key_id, std::string_view dictionary);
+bool ParseDictCopy(uint64_t key_id, std::string_view value, std::string* dictionary);
 
 // Formats 1 to 3 namespace: parent path ("" at the top) + '\0' + name. The direct children
 // of a folder are exactly the keys with prefix ChildPrefix(folder).

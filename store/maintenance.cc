@@ -26,6 +26,9 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
                               "): skipped; what they held since the last flush is gone (never a "
                               "moved file's copy; a writer's next open leaves a sound log)");
   }
+  for (const std::string& line : store.CheckDictionaries()) {
+    result.problems.push_back(line + " (the chunks that need a lost dictionary are named below)");
+  }
   std::vector<storepb::Manifest> manifests;
   std::set<uint64_t> ids;
   auto collect = [&](const storepb::Manifest& m) {

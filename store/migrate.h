@@ -125,6 +125,7 @@ struct MigrateOptions {
   std::vector<std::string> must_have;  // tags some run must hold after each batch
   uint32_t chunk_bytes = kDefaultChunkBytes;
   int level = kDefaultZstdLevel;
+  bool dictionaries = true;  // IngestOptions::dictionaries
   int threads = 0;                            // compression workers; 0: one per core
   uint64_t batch_bytes = 4ull << 30;          // a batch closes at this many bytes...
   size_t batch_files = 512;                   // ...or files

@@ -104,6 +104,7 @@ class Salvager {
     OpenEngine();
     ReadFormat();
     TBFS_RETURN_IF_ERROR(ScanBlobs());
+    LoadDictionaries();
     CollectManifests();
     PlaceManifests();
     WriteFiles();
@@ -211,6 +212,8 @@ class Salvager {
             blob_copies_[c.file_id] = bytes;
           } else if (ParseDirCopy(c.file_id, c.value, &bytes)) {
             blob_links_[c.file_id] = bytes;  // a later file holds a later place
+          } else if (static_cast<uint8_t>(c.value[0]) == kDictCopy) {
+            blob_dicts_[c.file_id] = std::string(c.value);
           }
           return;
         }
@@ -330,6 +333,46 @@ class Salvager {
     }
   }
 
+  // The dictionaries (format 5) the chunks may need: each from the engine's
+  // record, or else from its copy with the chunks (the engine's, or one in
+  // the blob files). One that no copy holds intact is a problem; the files
+  // whose chunks need it are not written (their chunks fail to decode).
+  void LoadDictionaries() {
+    std::map<uint64_t, std::string> why;  // key id -> what failed
+    auto take = [&](uint64_t key_id, std::string_view value, const char* where) {
+      if (dicts_.count(static_cast<uint32_t>(kDictIdBase + key_id))) return;
+      auto d = DictionaryFromCopy(key_id, value);
+      if (d.ok()) {
+        dicts_[(*d)->id()] = *d;
+        why.erase(key_id);
+      } else {
+        why[key_id] +=
+            fmt::format("{}{} {}", why[key_id].empty() ? "" : ", ", where, d.status().message());
+      }
+    };
+    if (engine_) {
+      const std::string prefix = kDictPrefix;
+      Status st = engine_->Scan(Space::kMeta, prefix, [&](std::string_view k, std::string_view v) {
+        if (!k.starts_with(prefix)) return false;
+        uint64_t key_id = 0;
+        if (DecodeId(k.substr(prefix.size()), &key_id)) take(key_id, v, "its record");
+        return true;
+      });
+      if (!st.ok()) r_->problems.push_back("dictionary records: " + st.message());
+      for (const auto& [key_id, ignored] : std::map<uint64_t, std::string>(why)) {
+        std::string copy;
+        if (engine_->Get(Space::kChunks, ChunkKey(key_id, kManifestCopyIndex), &copy).ok()) {
+          take(key_id, copy, "its copy");
+        }
+      }
+    }
+    for (const auto& [key_id, value] : blob_dicts_) take(key_id, value, "its copy in a blob file");
+    for (const auto& [key_id, what] : why) {
+      r_->problems.push_back(
+          fmt::format("dictionary {} is damaged: {}", kDictIdBase + key_id, what));
+    }
+  }
+
   // Chunk `index` of m from the engine, or else from any blob record that
   // verifies at its key.
   Status ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
@@ -344,7 +387,7 @@ class Salvager {
     if (engine_) {
       std::string value;
       Status st = engine_->Get(Space::kChunks, ChunkKey(m.file_id(), index), &value);
-      if (st.ok()) st = codec->Decode(value, len, pos, raw, format1_);
+      if (st.ok()) st = codec->Decode(value, len, pos, raw, format1_, find_dict_);
       if (st.ok()) return st;
       first = st;
     }
@@ -361,7 +404,7 @@ class Salvager {
           got != value.size()) {
         continue;
       }
-      if (codec->Decode(value, len, pos, raw, format1_).ok()) return Status::OK();
+      if (codec->Decode(value, len, pos, raw, format1_, find_dict_).ok()) return Status::OK();
     }
     return Status::Corruption(
         fmt::format("chunk {}: {}; no intact copy in the blob files", index, first.message()));
@@ -467,6 +510,13 @@ class Salvager {
   std::map<std::pair<uint64_t, uint64_t>, std::vector<BlobLoc>> blob_chunks_;
   std::map<uint64_t, std::string> blob_copies_;
   std::map<uint64_t, std::string> blob_links_;  // folder id -> DirLink, from the blob files
+  std::map<uint64_t, std::string> blob_dicts_;  // key id -> dictionary copy, from the blob files
+  std::map<uint32_t, std::shared_ptr<const Dictionary>>
+      dicts_;  // by zstd id; read-only once loaded
+  DictionaryFinder find_dict_ = [this](uint32_t id) -> std::shared_ptr<const Dictionary> {
+    auto it = dicts_.find(id);
+    return it == dicts_.end() ? nullptr : it->second;
+  };
   std::map<uint64_t, storepb::Manifest> manifests_;
 };
 

@@ -410,7 +410,7 @@ TEST(Upgrade, AFormat1StoreIsReadAndUpgradedInPlace) {
   }
   auto s = ColdStore::Open(dir / "store", {});  // a writer upgrades it
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ((*s)->info().format_version(), kNewestFormatVersion);
+  EXPECT_EQ((*s)->info().format_version(), kNewStoreFormatVersion);
   auto m = (*s)->Lookup(rel);
   ASSERT_TRUE(m.ok());
   EXPECT_TRUE(VerifyStoredFile(**s, *m, &pool).ok());

@@ -8,6 +8,9 @@
 //   - the stored size of the real Kineto trace of ../shared/data.
 // tbfs-bench chunking: ratio and speed of chunk sizes x zstd levels on the
 // real Kineto trace and a generated XSpace, to choose the defaults.
+// tbfs-bench dictionaries: per file family, stored size and time with and
+// without zstd dictionaries, against zstd -9 -T2 and -19 -T2 of each whole
+// file, on the real Kineto trace and variants of it and generated traces.
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -246,6 +249,113 @@ int RunChunking() {
   return 0;
 }
 
+// One family's files into a fresh store, at the defaults, with or without
+// dictionaries: stored bytes (dictionaries included) and seconds.
+ZstdRun IngestAll(const std::string& root, const std::vector<std::string>& rels,
+                  const std::string& file_class, bool dictionaries, const std::string& store_dir) {
+  fs::remove_all(store_dir);
+  auto s = store::ColdStore::Open(store_dir, store::OpenOptions{.create_if_missing = true});
+  WorkPool pool(0);
+  ZstdRun r;
+  if (!s.ok()) return r;
+  double t0 = cli::NowSeconds();
+  for (const std::string& rel : rels) {
+    auto fd = OpenFile(JoinPath(root, rel), O_RDONLY);
+    struct stat st;
+    ::fstat(fd->get(), &st);
+    store::IngestOptions io;
+    io.file_class = file_class;
+    io.dictionaries = dictionaries;
+    io.pool = &pool;
+    auto m = store::IngestFile(**s, root, rel, fd->get(), st, (*s)->NewFileId(), io);
+    if (m.ok()) r.bytes += m->stored_bytes();
+  }
+  r.seconds = cli::NowSeconds() - t0;
+  for (const auto& d : (*s)->Dictionaries()) r.bytes += d->content().size();
+  return r;
+}
+
+int RunDictionaries(double trace_mb, int variants) {
+  const std::string dir = "/tmp/tbfs-bench-dictionaries";
+  fs::remove_all(dir);
+  const std::string root = dir + "/in";
+  fs::create_directories(root + "/kineto");
+  std::string real = "../shared/data/kineto-resnet50/worker0.1623143089861.pt.trace.json.gz";
+  if (!fs::exists(real)) {
+    fmt::print(stderr, "{} is missing (run from the repository's folder)\n", real);
+    return 2;
+  }
+  // Variants of the real trace: every timestamp changed (a digit appended),
+  // as another run of the same model would have them.
+  std::system(("zcat " + real + " > " + root + "/kineto/w0.pt.trace.json").c_str());
+  for (int k = 1; k <= variants; ++k) {
+    std::system(
+        fmt::format("sed -E 's/\"ts\": ([0-9]+)/\"ts\": \\1{}/' {}/kineto/w0.pt.trace.json > "
+                    "{}/kineto/w{}.pt.trace.json",
+                    k, root, root, k)
+            .c_str());
+  }
+  gen::GenOptions g;
+  g.runs = 4;
+  g.steps = 10;
+  g.trace_mb = trace_mb;
+  gen::GenReport rep;
+  if (Status st = gen::GenerateLogdir(root + "/gen", g, &rep); !st.ok()) {
+    fmt::print(stderr, "{}\n", st.message());
+    return 2;
+  }
+  struct Family {
+    const char* name;
+    const char* file_class;
+    std::vector<std::string> rels;
+  };
+  std::vector<Family> families = {{"real Kineto + variants", "pytorch_trace", {}},
+                                  {"generated *.pt.trace.json", "pytorch_trace", {}},
+                                  {"generated *.xplane.pb", "tf_profile", {}}};
+  for (auto& e : fs::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    const std::string rel = fs::relative(e.path(), root).string();
+    if (rel.starts_with("kineto/")) {
+      families[0].rels.push_back(rel);
+    } else if (rel.ends_with(".pt.trace.json")) {
+      families[1].rels.push_back(rel);
+    } else if (rel.ends_with(".xplane.pb")) {
+      families[2].rels.push_back(rel);
+    }
+  }
+  fmt::print("{:<26} {:>5} {:>8}  {:>22} {:>22} {:>22} {:>22}\n", "family", "files", "MB",
+             "tbfs, dictionaries", "tbfs, none", "zstd -9 -T2, whole", "zstd -19 -T2, whole");
+  for (auto& f : families) {
+    std::sort(f.rels.begin(), f.rels.end());
+    std::vector<std::string> paths;
+    uint64_t bytes = 0;
+    for (const auto& rel : f.rels) {
+      paths.push_back(JoinPath(root, rel));
+      bytes += fs::file_size(paths.back());
+    }
+    std::system("sync");
+    ZstdRun with = IngestAll(root, f.rels, f.file_class, true, dir + "/store-dict");
+    ZstdRun without = IngestAll(root, f.rels, f.file_class, false, dir + "/store-plain");
+    ZstdRun z9 = ZstdEach(paths, dir + "/z9", 9);
+    ZstdRun z19 = ZstdEach(paths, dir + "/z19", 19);
+    fs::remove_all(dir + "/z9");
+    fs::remove_all(dir + "/z19");
+    auto cell = [&](const ZstdRun& r) {
+      return fmt::format("{:>8.0f} KB {:>5.1f} s", static_cast<double>(r.bytes) / 1e3, r.seconds);
+    };
+    fmt::print("{:<26} {:>5} {:>8.1f}  {:>22} {:>22} {:>22} {:>22}\n", f.name, f.rels.size(),
+               static_cast<double>(bytes) / 1e6, cell(with), cell(without), cell(z9), cell(z19));
+    fmt::print(
+        "{:<26} size vs zstd -19: {:.3f}x (none: {:.3f}x); time vs zstd -9 -T2: {:.2f}x "
+        "(none: {:.2f}x)\n",
+        "", static_cast<double>(with.bytes) / z19.bytes,
+        static_cast<double>(without.bytes) / z19.bytes, with.seconds / z9.seconds,
+        without.seconds / z9.seconds);
+  }
+  fs::remove_all(dir);
+  return 0;
+}
+
 }  // namespace
 
 void RegisterMigrateBench(CLI::App& app, int* exit_code) {
@@ -257,6 +367,14 @@ void RegisterMigrateBench(CLI::App& app, int* exit_code) {
   cmd->callback([args, exit_code] { *exit_code = RunMigrate(*args); });
   CLI::App* chunking = app.add_subcommand("chunking", "chunk size x zstd level sweep");
   chunking->callback([exit_code] { *exit_code = RunChunking(); });
+  auto dict_mb = std::make_shared<double>(256);
+  auto variants = std::make_shared<int>(4);
+  CLI::App* dicts =
+      app.add_subcommand("dictionaries", "stored size with and without zstd dictionaries");
+  dicts->add_option("--trace-mb", *dict_mb, "MiB of generated traces")->capture_default_str();
+  dicts->add_option("--variants", *variants, "variants of the real Kineto trace")
+      ->capture_default_str();
+  dicts->callback([=] { *exit_code = RunDictionaries(*dict_mb, *variants); });
 }
 
 }  // namespace tbfs::bench

@@ -40,6 +40,7 @@ struct MigrateArgs {
   bool allow_no_events = false;
   std::string chunk_size;
   int level = store::kDefaultZstdLevel;
+  bool no_dictionaries = false;
   int threads = 0;
   bool now = false;
 };
@@ -307,6 +308,7 @@ int RunMigrate(MigrateArgs args) {
   mopt.must_have = args.must_have;
   mopt.chunk_bytes = chunk_bytes;
   mopt.level = args.level;
+  mopt.dictionaries = !args.no_dictionaries;
   mopt.threads = args.threads;
   mopt.walk = loc->walk;
   mopt.keep_batches = false;
@@ -454,6 +456,8 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                 "migrate even when no tfevents file is found");
   cmd->add_option("--chunk-size", args->chunk_size, "uncompressed chunk size (default 1M)");
   cmd->add_option("--level", args->level, "zstd level")->capture_default_str();
+  cmd->add_flag("--no-dictionaries", args->no_dictionaries,
+                "compress each chunk on its own, without its file family's zstd dictionary");
   cmd->add_option("--threads", args->threads, "compression threads (default: one per core)");
   cmd->add_flag("--now", args->now, "LOGDIR is a tbfs mount point: have the mount migrate now");
   cmd->add_flag("--json", args->json, "print the plan or the report as JSON");

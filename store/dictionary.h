@@ -1,0 +1,111 @@
+// Zstd dictionaries shared by the chunks of one family of files (format 5).
+//
+// Chunks are independent zstd frames so that any byte range reads only the
+// chunks it touches; the price is that every frame starts with no context,
+// and trace JSON repeats the same keys and names in every chunk. A
+// dictionary gives each frame that context back: it is trained (libzstd's
+// ZDICT, fastCover) on samples of the first file of its family that holds
+// enough data to teach one, kept in the store (store/format.h DictKey, and
+// a copy with the chunks), and named by id in the header of every frame
+// made with it. Old chunks are never rewritten for a new dictionary.
+//
+// A family is a trace class and the name's last extension (the JSON of a
+// PyTorch trace and the protobuf of an XSpace share nothing worth a
+// dictionary). Compressed files (.gz and the like) have none: their chunks
+// are stored raw.
+//
+// Sizes and the measurements behind them: docs/format.md "Dictionaries".
+// Dictionary and DictionarySet are thread-safe.
+#pragma once
+
+#include <zstd.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_annotations.h"
+#include "store/proto/store.pb.h"
+
+namespace tbfs::store {
+
+// A dictionary's size at most, the data a file needs to teach one, and the
+// samples taken from it (spread evenly over its chunks).
+inline constexpr size_t kDictionaryBytes = 64 << 10;
+inline constexpr size_t kMinDictionaryBytes = 4 << 10;  // smaller: not kept
+inline constexpr uint64_t kMinTrainingBytes = 4 << 20;
+inline constexpr uint64_t kMaxTrainingBytes = 16 << 20;
+inline constexpr size_t kSampleBytes = 64 << 10;
+
+// A dictionary's zstd id is this plus its key id (store/format.h DictKey),
+// which comes from the file ids' counter: no two dictionaries of a store
+// ever share an id, not even with one whose record was lost. zstd leaves
+// ids below 32768 to dictionaries registered with its maintainers.
+inline constexpr uint32_t kDictIdBase = 32768;
+inline constexpr uint64_t kMaxDictKeyId = (uint64_t{1} << 31) - kDictIdBase;
+
+// The family of a file of trace class `file_class` at `rel_path`, or ""
+// when its chunks get no dictionary.
+std::string DictionaryFamily(std::string_view rel_path, std::string_view file_class);
+
+// One loaded dictionary: its record and the decoder's digested form.
+class Dictionary {
+ public:
+  // InvalidArgument when the content is not a zstd dictionary with the
+  // record's id.
+  static Result<std::shared_ptr<const Dictionary>> Load(storepb::Dictionary record);
+  ~Dictionary();
+  Dictionary(const Dictionary&) = delete;
+  Dictionary& operator=(const Dictionary&) = delete;
+
+  uint32_t id() const { return record_.id(); }
+  const storepb::Dictionary& record() const { return record_; }
+  const std::string& content() const { return record_.content(); }
+  const ZSTD_DDict* ddict() const { return ddict_; }
+
+ private:
+  Dictionary(storepb::Dictionary record, ZSTD_DDict* ddict)
+      : record_(std::move(record)), ddict_(ddict) {}
+  storepb::Dictionary record_;
+  ZSTD_DDict* ddict_;
+};
+
+// The dictionary in one copy of the record kept under key id `key_id`
+// (store/format.h DictKey): Corruption when it is damaged or not that
+// dictionary's.
+Result<std::shared_ptr<const Dictionary>> DictionaryFromCopy(uint64_t key_id,
+                                                             std::string_view value);
+
+// Pieces of content to train a dictionary on.
+struct TrainingSamples {
+  std::string bytes;
+  std::vector<size_t> sizes;
+  // Adds `content` as pieces of kSampleBytes.
+  void Add(std::string_view content);
+};
+
+// A dictionary of at most kDictionaryBytes with id `id`, for zstd `level`.
+// InvalidArgument when the samples cannot teach one (too few, too alike).
+Result<std::string> TrainDictionary(const TrainingSamples& samples, uint32_t id, int level);
+
+// The dictionaries of a store, by id.
+class DictionarySet {
+ public:
+  void Put(std::shared_ptr<const Dictionary> d);
+  void Clear();
+  // Null when there is none with that id.
+  std::shared_ptr<const Dictionary> Find(uint32_t id) const;
+  // The newest dictionary of a family, or null.
+  std::shared_ptr<const Dictionary> NewestOf(std::string_view family) const;
+  std::vector<std::shared_ptr<const Dictionary>> All() const;
+
+ private:
+  mutable Mutex mu_;
+  std::map<uint32_t, std::shared_ptr<const Dictionary>> by_id_ TBFS_GUARDED_BY(mu_);
+};
+
+}  // namespace tbfs::store

@@ -1,0 +1,302 @@
+#include "store/dictionary.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "base/fs_util.h"
+#include "base/work_pool.h"
+#include "fmt/format.h"
+#include "store/cold_store.h"
+#include "store/file_io.h"
+#include "store/format.h"
+#include "store/maintenance.h"
+#include "store/salvage.h"
+#include "tests/store/store_internals.h"
+#include "tests/test_util.h"
+
+namespace tbfs::store {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ReadBytes;
+using testing::TempDir;
+using testing::WriteBytes;
+
+constexpr uint32_t kChunk = 64 << 10;
+
+// Chrome-trace JSON as the PyTorch profiler writes it: the same few dozen
+// names, categories and keys in every event, the numbers varying.
+std::string TraceJson(size_t n, uint32_t seed) {
+  static const char* kNames[] = {"aten::conv2d",       "aten::convolution", "aten::relu",
+                                 "aten::add_",         "aten::empty",       "cudaLaunchKernel",
+                                 "aten::batch_norm",   "aten::max_pool2d",  "cudaMemcpyAsync",
+                                 "Optimizer.step#SGD", "aten::linear",      "aten::addmm"};
+  static const char* kCats[] = {"cpu_op", "cuda_runtime", "kernel", "gpu_memcpy"};
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  std::string s = "{\n  \"schemaVersion\": 1,\n  \"traceEvents\": [\n";
+  uint64_t ts = 1623143089861000 + seed;
+  while (s.size() < n) {
+    ts += next() % 400;
+    s += fmt::format(
+        "  {{\"ph\": \"X\", \"cat\": \"{}\", \"name\": \"{}\", \"pid\": {}, \"tid\": {}, "
+        "\"ts\": {}, \"dur\": {}, \"args\": {{\"External id\": {}, \"Sequence number\": {}, "
+        "\"Fwd thread id\": 0}}}},\n",
+        kCats[next() % 4], kNames[next() % 12], 2113 + next() % 2, 2113 + next() % 3, ts,
+        next() % 2000, next() % 100000, next() % 50000);
+  }
+  s.resize(n);
+  return s;
+}
+
+class DictionaryTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+
+  void Open(bool read_only = false) {
+    store_.reset();
+    OpenOptions o;
+    o.create_if_missing = true;
+    o.read_only = read_only;
+    auto s = ColdStore::Open(store_dir_, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+
+  // Writes `bytes` at logdir/rel and moves them into the store as a
+  // migration of a PyTorch trace does (the hot file stays).
+  storepb::Manifest Ingest(const std::string& rel, const std::string& bytes,
+                           bool dictionaries = true, ColdStore* into = nullptr) {
+    const std::string path = JoinPath(logdir_, rel);
+    fs::create_directories(fs::path(path).parent_path());
+    WriteBytes(path, bytes);
+    originals_[rel] = bytes;
+    auto fd = OpenFile(path, O_RDONLY);
+    EXPECT_TRUE(fd.ok());
+    struct stat st;
+    ::fstat(fd->get(), &st);
+    ColdStore& store = into != nullptr ? *into : *store_;
+    IngestOptions io;
+    io.chunk_bytes = kChunk;
+    io.level = 3;
+    io.file_class = "pytorch_trace";
+    io.dictionaries = dictionaries;
+    io.pool = &pool_;
+    auto m = IngestFile(store, logdir_, rel, fd->get(), st, store.NewFileId(), io);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return m.ok() ? *m : storepb::Manifest();
+  }
+
+  std::string ReadAll(const storepb::Manifest& m) {
+    std::string out(m.size(), '\0');
+    size_t got = 0;
+    ChunkCodec codec;
+    Status st = store_->ReadRange(m, 0, m.size(), out.data(), &got, &codec);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    out.resize(got);
+    return out;
+  }
+
+  uint8_t CodecOf(uint64_t file_id, uint64_t index) {
+    std::string value;
+    EXPECT_TRUE(
+        StoreInternals::Of(*store_).Get(Space::kChunks, ChunkKey(file_id, index), &value).ok());
+    return value.empty() ? 0xff : static_cast<uint8_t>(value[0]);
+  }
+
+  // Flips one byte in the middle of the dictionary's record (kMeta) or of its
+  // copy with the chunks.
+  void Damage(uint32_t dict_id, Space space) {
+    const uint64_t key_id = dict_id - kDictIdBase;
+    const std::string key =
+        space == Space::kMeta ? DictKey(key_id) : ChunkKey(key_id, kManifestCopyIndex);
+    std::string value;
+    ASSERT_TRUE(StoreInternals::Of(*store_).Get(space, key, &value).ok());
+    value[value.size() / 2] ^= 0x20;
+    WriteBatch b;
+    b.Put(space, key, value);
+    ASSERT_TRUE(store_->Commit(b, true).ok());
+  }
+
+  TempDir dir_;
+  std::string logdir_ = dir_ / "logdir";
+  std::string store_dir_ = dir_ / "logdir/.tbfs";
+  WorkPool pool_{2};
+  std::unique_ptr<ColdStore> store_;
+  std::map<std::string, std::string> originals_;
+};
+
+TEST(DictionaryFamilyTest, IsTheClassAndTheLastExtensionAndNoneForCompressedFiles) {
+  EXPECT_EQ(DictionaryFamily("run/w.1.pt.trace.json", "pytorch_trace"), "pytorch_trace.json");
+  EXPECT_EQ(DictionaryFamily("run/plugins/profile/x/h.XPLANE.PB", "tf_profile"), "tf_profile.pb");
+  EXPECT_EQ(DictionaryFamily("run/a.trace", "other_trace"), "other_trace.trace");
+  EXPECT_EQ(DictionaryFamily("run/noext", "other_trace"), "other_trace.other");
+  EXPECT_EQ(DictionaryFamily("run/.hidden", "other_trace"), "other_trace.other");
+  EXPECT_EQ(DictionaryFamily("run/a.j$on", "other_trace"), "other_trace.other");
+  EXPECT_EQ(DictionaryFamily("run/w.pt.trace.json.gz", "pytorch_trace"), "");
+  EXPECT_EQ(DictionaryFamily("run/h.trace.json.GZ", "tf_profile"), "");
+  EXPECT_EQ(DictionaryFamily("run/w.pt.trace.json", ""), "");  // not a trace
+}
+
+// The first file of a family big enough teaches the family's dictionary;
+// its chunks and every later file's are compressed with it, read back
+// exactly, and take less than without it. A compressed file gets none.
+TEST_F(DictionaryTest, AFamilysFirstBigFileTeachesItsDictionaryAndLaterFilesUseIt) {
+  const std::string small_first = TraceJson(300 << 10, 1);
+  storepb::Manifest s0 = Ingest("run/a.pt.trace.json", small_first);
+  EXPECT_EQ(s0.dictionary(), 0u) << "a file under kMinTrainingBytes teaches nothing";
+  EXPECT_TRUE(store_->Dictionaries().empty());
+
+  const std::string big = TraceJson(kMinTrainingBytes + 123457, 2);
+  storepb::Manifest m = Ingest("run/b.pt.trace.json", big);
+  ASSERT_NE(m.dictionary(), 0u);
+  ASSERT_EQ(store_->Dictionaries().size(), 1u);
+  EXPECT_EQ(store_->Dictionaries()[0]->record().family(), "pytorch_trace.json");
+  EXPECT_GE(store_->Dictionaries()[0]->content().size(), kMinDictionaryBytes);
+  EXPECT_EQ(CodecOf(m.file_id(), 0), kChunkZstdDict);
+  EXPECT_EQ(CodecOf(m.file_id(), m.chunks() - 1), kChunkZstdDict);
+  EXPECT_TRUE(VerifyStoredFile(*store_, m, &pool_).ok());
+  EXPECT_EQ(ReadAll(m), big);
+
+  const std::string later = TraceJson(500 << 10, 3);
+  storepb::Manifest l = Ingest("run2/c.pt.trace.json", later);
+  EXPECT_EQ(l.dictionary(), m.dictionary());
+  EXPECT_EQ(store_->Dictionaries().size(), 1u);
+  EXPECT_EQ(ReadAll(l), later);
+
+  storepb::Manifest gz = Ingest("run2/d.pt.trace.json.gz", TraceJson(kMinTrainingBytes + 1, 4));
+  EXPECT_EQ(gz.dictionary(), 0u);
+  EXPECT_EQ(CodecOf(gz.file_id(), 0), kChunkZstd);
+
+  // The same files into a store that makes no dictionaries.
+  OpenOptions o;
+  o.create_if_missing = true;
+  auto plain = ColdStore::Open(dir_ / "plain", o);
+  ASSERT_TRUE(plain.ok());
+  storepb::Manifest pm = Ingest("run/b.pt.trace.json", big, false, plain->get());
+  storepb::Manifest pl = Ingest("run2/c.pt.trace.json", later, false, plain->get());
+  EXPECT_EQ(pm.dictionary(), 0u);
+  EXPECT_LT(m.stored_bytes(), pm.stored_bytes());
+  EXPECT_LT(l.stored_bytes(), pl.stored_bytes());
+  EXPECT_EQ((*plain)->info().format_version(), kNewStoreFormatVersion);
+
+  // The store says format 5 from its first dictionary on, and a reader
+  // opened afresh reads every file.
+  Open(/*read_only=*/true);
+  EXPECT_EQ(store_->info().format_version(), kFormatVersionDict);
+  ASSERT_EQ(store_->Dictionaries().size(), 1u);
+  for (const auto& [rel, bytes] : originals_) {
+    auto found = store_->Lookup(rel);
+    ASSERT_TRUE(found.ok()) << rel;
+    EXPECT_EQ(ReadAll(*found), bytes) << rel;
+  }
+  auto report = Fsck(*store_, &pool_, nullptr);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->clean()) << (report->problems.empty() ? "" : report->problems[0]);
+}
+
+// Content that teaches a dictionary of a few hundred bytes (a sparse
+// file's data, one phrase repeated) leaves the family without one.
+TEST_F(DictionaryTest, ContentThatTeachesAlmostNothingMakesNoDictionary) {
+  storepb::Manifest m = Ingest("run/zeros.pt.trace.json", std::string(kMinTrainingBytes + 1, '\0'));
+  EXPECT_EQ(m.dictionary(), 0u);
+  EXPECT_TRUE(store_->Dictionaries().empty());
+  storepb::Manifest t = Ingest("run/t.pt.trace.json", TraceJson(kMinTrainingBytes, 5));
+  EXPECT_NE(t.dictionary(), 0u);
+}
+
+// Either copy of a dictionary's record is enough; with both damaged, the
+// chunks that need it are Corruption (EIO through a mount), fsck names the
+// dictionary and every file that needs it, and no wrong byte is returned.
+TEST_F(DictionaryTest, ADictionaryDamagedInBothCopiesMakesItsFilesCorruptNeverWrong) {
+  const std::string big = TraceJson(kMinTrainingBytes + 5000, 6);
+  storepb::Manifest m = Ingest("run/b.pt.trace.json", big);
+  storepb::Manifest other = Ingest("run/c.pt.trace.json.gz", TraceJson(200 << 10, 7));
+  ASSERT_NE(m.dictionary(), 0u);
+  ASSERT_EQ(other.dictionary(), 0u);
+
+  Damage(m.dictionary(), Space::kMeta);
+  Open();
+  ASSERT_EQ(store_->Dictionaries().size(), 1u) << "read from its copy with the chunks";
+  EXPECT_EQ(ReadAll(m), big);
+  auto report = Fsck(*store_, &pool_, nullptr);
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_NE(report->problems[0].find(fmt::format("dictionary {}", m.dictionary())),
+            std::string::npos)
+      << report->problems[0];
+  EXPECT_TRUE(report->damaged.empty());
+
+  Damage(m.dictionary(), Space::kChunks);
+  Open();
+  EXPECT_TRUE(store_->Dictionaries().empty());
+  ChunkCodec codec;
+  std::string raw;
+  Status st = store_->ReadChunk(m, 1, &codec, &raw);
+  EXPECT_TRUE(st.IsCorruption()) << st.ToString();
+  EXPECT_NE(st.message().find(fmt::format("dictionary {}", m.dictionary())), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("run/b.pt.trace.json"), std::string::npos) << st.message();
+  std::string out(other.size(), '\0');
+  size_t got = 0;
+  ASSERT_TRUE(store_->ReadRange(other, 0, other.size(), out.data(), &got, &codec).ok());
+  EXPECT_EQ(out, originals_["run/c.pt.trace.json.gz"]);
+
+  report = Fsck(*store_, &pool_, nullptr);
+  ASSERT_TRUE(report.ok());
+  EXPECT_FALSE(report->clean());
+  ASSERT_EQ(report->damaged.size(), 1u);
+  EXPECT_EQ(report->damaged[0].first, "run/b.pt.trace.json");
+  bool named = false;
+  for (const auto& p : report->problems) {
+    named |= p.find(fmt::format("dictionary {} is damaged", m.dictionary())) != std::string::npos;
+  }
+  EXPECT_TRUE(named);
+
+  // A new file of the family is not held back: the family gets a new
+  // dictionary under a new id, never the lost one's.
+  storepb::Manifest n = Ingest("run/n.pt.trace.json", TraceJson(kMinTrainingBytes, 8));
+  EXPECT_NE(n.dictionary(), 0u);
+  EXPECT_NE(n.dictionary(), m.dictionary());
+  EXPECT_EQ(ReadAll(n), originals_["run/n.pt.trace.json"]);
+}
+
+// Salvage finds the dictionaries in the engine and, with the engine gone,
+// in the blob files, and writes back every file that needs one.
+TEST_F(DictionaryTest, SalvageWritesBackFilesThatNeedADictionaryFromTheBlobFilesAlone) {
+  Ingest("run/b.pt.trace.json", TraceJson(kMinTrainingBytes + 777, 9));
+  Ingest("run/c.pt.trace.json", TraceJson(700 << 10, 10));
+  ASSERT_EQ(store_->Dictionaries().size(), 1u);
+  ASSERT_TRUE(store_->Flush().ok());
+  store_.reset();
+  const std::string blobs_only = dir_ / "blobs-only";
+  fs::create_directories(blobs_only);
+  ::chmod(blobs_only.c_str(), 0700);
+  for (const auto& e : fs::directory_iterator(store_dir_)) {
+    if (e.path().extension() == ".blob") fs::copy(e.path(), blobs_only / e.path().filename());
+  }
+  int trial = 0;
+  for (const std::string& store : {store_dir_, blobs_only}) {
+    SalvageOptions o;
+    o.store_dir = store;
+    o.to = dir_ / fmt::format("out{}", ++trial);
+    o.pool = &pool_;
+    auto r = Salvage(o);
+    ASSERT_TRUE(r.ok()) << store << ": " << r.status().ToString();
+    EXPECT_EQ(r->files, originals_.size()) << store;
+    for (const auto& [rel, bytes] : originals_) {
+      EXPECT_EQ(ReadBytes(o.to + "/" + rel), bytes) << store << ": " << rel;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tbfs::store
