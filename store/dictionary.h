@@ -80,13 +80,20 @@ class Dictionary {
 Result<std::shared_ptr<const Dictionary>> DictionaryFromCopy(uint64_t key_id,
                                                              std::string_view value);
 
-// Pieces of content to train a dictionary on.
+// Pieces of content to train a dictionary on, and whole chunks held out
+// of the training to judge it by.
 struct TrainingSamples {
   std::string bytes;
   std::vector<size_t> sizes;
+  std::vector<std::string> held_out;
   // Adds `content` as pieces of kSampleBytes.
   void Add(std::string_view content);
 };
+
+// A dictionary is kept only when the held-out chunks compressed with it
+// take at most this share of what they take without (XSpace protobuf, for
+// one, compresses worse with a dictionary: docs/format.md).
+inline constexpr double kDictionaryMustSave = 0.99;
 
 // A dictionary of at most kDictionaryBytes with id `id`, for zstd `level`.
 // InvalidArgument when the samples cannot teach one (too few, too alike).

@@ -94,6 +94,21 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_v
   const std::string value = DictCopyValue(key_id, record.SerializeAsString());
   auto d = Dictionary::Load(std::move(record));
   if (!d.ok()) return d.status();
+  uint64_t with = 0, without = 0;
+  ChunkCodec codec;
+  std::string out;
+  for (const std::string& chunk : samples.held_out) {
+    codec.Encode(chunk, level, {}, &out, d->get());
+    with += out.size();
+    codec.Encode(chunk, level, {}, &out);
+    without += out.size();
+  }
+  if (static_cast<double>(with) > kDictionaryMustSave * static_cast<double>(without)) {
+    untrainable_.emplace(family);
+    return Status::InvalidArgument(fmt::format(
+        "a dictionary does not help {}: {} chunks held out take {} bytes with it, {} without",
+        family, samples.held_out.size(), with, without));
+  }
 
   WriteBatch batch;
   batch.Put(Space::kMeta, DictKey(key_id), value);

@@ -213,6 +213,25 @@ TEST_F(DictionaryTest, ContentThatTeachesAlmostNothingMakesNoDictionary) {
   EXPECT_NE(t.dictionary(), 0u);
 }
 
+// A dictionary is kept only when it makes the chunks held out of its
+// training smaller: random bytes (or XSpace protobuf) get none.
+TEST_F(DictionaryTest, AFamilyADictionaryDoesNotHelpGetsNone) {
+  std::string random(kMinTrainingBytes + 99, '\0');
+  uint64_t x = 88172645463325252ull;
+  for (char& c : random) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x >> 24);
+  }
+  storepb::Manifest m = Ingest("run/r.pt.trace.json", random);
+  EXPECT_EQ(m.dictionary(), 0u);
+  EXPECT_TRUE(store_->Dictionaries().empty());
+  EXPECT_EQ(CodecOf(m.file_id(), 0), kChunkRaw);
+  EXPECT_TRUE(store_->Untrainable("pytorch_trace.json"));
+  EXPECT_EQ(ReadAll(m), random);
+}
+
 // Either copy of a dictionary's record is enough; with both damaged, the
 // chunks that need it are Corruption (EIO through a mount), fsck names the
 // dictionary and every file that needs it, and no wrong byte is returned.
