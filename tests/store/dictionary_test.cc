@@ -15,6 +15,7 @@
 #include "store/maintenance.h"
 #include "store/salvage.h"
 #include "tests/store/store_internals.h"
+#include "tests/store/trace_json.h"
 #include "tests/test_util.h"
 
 namespace tbfs::store {
@@ -26,36 +27,6 @@ using testing::TempDir;
 using testing::WriteBytes;
 
 constexpr uint32_t kChunk = 64 << 10;
-
-// Chrome-trace JSON as the PyTorch profiler writes it: the same few dozen
-// names, categories and keys in every event, the numbers varying.
-std::string TraceJson(size_t n, uint32_t seed) {
-  static const char* kNames[] = {"aten::conv2d",       "aten::convolution", "aten::relu",
-                                 "aten::add_",         "aten::empty",       "cudaLaunchKernel",
-                                 "aten::batch_norm",   "aten::max_pool2d",  "cudaMemcpyAsync",
-                                 "Optimizer.step#SGD", "aten::linear",      "aten::addmm"};
-  static const char* kCats[] = {"cpu_op", "cuda_runtime", "kernel", "gpu_memcpy"};
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  auto next = [&x] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  };
-  std::string s = "{\n  \"schemaVersion\": 1,\n  \"traceEvents\": [\n";
-  uint64_t ts = 1623143089861000 + seed;
-  while (s.size() < n) {
-    ts += next() % 400;
-    s += fmt::format(
-        "  {{\"ph\": \"X\", \"cat\": \"{}\", \"name\": \"{}\", \"pid\": {}, \"tid\": {}, "
-        "\"ts\": {}, \"dur\": {}, \"args\": {{\"External id\": {}, \"Sequence number\": {}, "
-        "\"Fwd thread id\": 0}}}},\n",
-        kCats[next() % 4], kNames[next() % 12], 2113 + next() % 2, 2113 + next() % 3, ts,
-        next() % 2000, next() % 100000, next() % 50000);
-  }
-  s.resize(n);
-  return s;
-}
 
 class DictionaryTest : public ::testing::Test {
  protected:

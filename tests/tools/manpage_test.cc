@@ -17,9 +17,9 @@ using namespace tbfs::testing;
 
 using OptionSets = std::map<std::string, std::set<std::string>>;
 
-const std::vector<std::string> kCommands = {"scan",    "verify", "gen",   "migrate", "restore",
-                                            "export",  "ls",     "du",    "fsck",    "gc",
-                                            "salvage", "watch",  "mount", "status",  "exporter"};
+const std::vector<std::string> kCommands = {
+    "scan", "verify", "gen",     "migrate",    "restore", "export", "ls",     "du",
+    "fsck", "gc",     "salvage", "recompress", "watch",   "mount",  "status", "exporter"};
 
 std::set<std::string> OptionsIn(const std::string& text) {
   static const std::regex option(R"((^|[\s,\[|(])(--?[a-z][a-z-]*))");

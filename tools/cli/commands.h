@@ -21,6 +21,7 @@ void RegisterRestore(CLI::App& app, int* exit_code);  // restore and export
 void RegisterLs(CLI::App& app, int* exit_code);       // ls and du
 void RegisterFsck(CLI::App& app, int* exit_code);     // fsck and gc
 void RegisterSalvage(CLI::App& app, int* exit_code);
+void RegisterRecompress(CLI::App& app, int* exit_code);
 void RegisterWatch(CLI::App& app, int* exit_code);
 void RegisterMount(CLI::App& app, int* exit_code);  // mount and status
 void RegisterExporter(CLI::App& app, int* exit_code);

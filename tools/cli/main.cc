@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   tbfs::cli::RegisterLs(app, &exit_code);
   tbfs::cli::RegisterFsck(app, &exit_code);
   tbfs::cli::RegisterSalvage(app, &exit_code);
+  tbfs::cli::RegisterRecompress(app, &exit_code);
   tbfs::cli::RegisterWatch(app, &exit_code);
   tbfs::cli::RegisterMount(app, &exit_code);
   tbfs::cli::RegisterExporter(app, &exit_code);

@@ -1,0 +1,50 @@
+// `tbfs recompress`: the chunks of cold files compressed again, in place,
+// at another zstd level and with their family's dictionary
+// (store/dictionary.h). A migration compresses at a level fast enough to
+// keep up with training jobs; an idle machine can afford more later.
+//
+// Each chunk is read and checked (I5), compressed anew, decoded again and
+// compared with what it replaces before it is written under the same key,
+// so a reader (a shared store's mounts on other hosts) sees the old value
+// or the new one, both whole and checked. A file's new chunks are synced,
+// the file read back against its content hash, and only then its manifest
+// records the new level, dictionary and stored size. A crash in between
+// leaves chunks of both kinds, each readable; the manifest still names
+// the old level, so the next run does the file again. Nothing is ever
+// decompressed to disk. Needs the store's writer (no mount running).
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "base/work_pool.h"
+#include "store/cold_store.h"
+
+namespace tbfs::store {
+
+struct RecompressOptions {
+  int level = kDefaultZstdLevel;
+  bool dictionaries = true;                   // IngestOptions::dictionaries
+  WorkPool* pool = nullptr;                   // required
+  std::atomic<uint64_t>* progress = nullptr;  // bytes of content read, optional
+};
+
+struct RecompressReport {
+  uint64_t files = 0;      // compressed again
+  uint64_t unchanged = 0;  // already at the level, with the family's dictionary
+  uint64_t bytes = 0;      // content of the files compressed again
+  uint64_t stored_before = 0;
+  uint64_t stored_after = 0;
+  std::vector<std::pair<std::string, std::string>> failed;  // path, why
+};
+
+// Every cold file not yet at options.level with its family's dictionary
+// (training one on the first file that can teach it). Per-file failures
+// (a damaged chunk) are in the report and leave that file as it was; an
+// error of the store itself stops the run.
+Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& options);
+
+}  // namespace tbfs::store

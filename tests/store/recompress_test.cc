@@ -1,0 +1,146 @@
+#include "store/recompress.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "base/fs_util.h"
+#include "store/dictionary.h"
+#include "store/file_io.h"
+#include "store/format.h"
+#include "store/maintenance.h"
+#include "tests/store/store_internals.h"
+#include "tests/store/trace_json.h"
+#include "tests/test_util.h"
+
+namespace tbfs::store {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+using testing::WriteBytes;
+
+class RecompressTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OpenOptions o;
+    o.create_if_missing = true;
+    auto s = ColdStore::Open(dir_ / "logdir/.tbfs", o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+
+  // Moved in at level 3 without dictionaries, as an older tbfs would have.
+  void Ingest(const std::string& rel, const std::string& bytes) {
+    const std::string path = JoinPath(logdir_, rel);
+    fs::create_directories(fs::path(path).parent_path());
+    WriteBytes(path, bytes);
+    originals_[rel] = bytes;
+    auto fd = OpenFile(path, O_RDONLY);
+    ASSERT_TRUE(fd.ok());
+    struct stat st;
+    ::fstat(fd->get(), &st);
+    IngestOptions io;
+    io.chunk_bytes = 64 << 10;
+    io.level = 3;
+    io.file_class = "pytorch_trace";
+    io.dictionaries = false;
+    io.pool = &pool_;
+    auto m = IngestFile(*store_, logdir_, rel, fd->get(), st, store_->NewFileId(), io);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+  }
+
+  void ExpectEveryFileIntact() {
+    for (const auto& [rel, bytes] : originals_) {
+      auto m = store_->Lookup(rel);
+      ASSERT_TRUE(m.ok()) << rel;
+      std::string out(m->size(), '\0');
+      size_t got = 0;
+      ChunkCodec codec;
+      ASSERT_TRUE(store_->ReadRange(*m, 0, m->size(), out.data(), &got, &codec).ok()) << rel;
+      EXPECT_EQ(out, bytes) << rel;
+    }
+    auto report = Fsck(*store_, &pool_, nullptr);
+    ASSERT_TRUE(report.ok());
+    EXPECT_TRUE(report->clean());
+  }
+
+  TempDir dir_;
+  std::string logdir_ = dir_ / "logdir";
+  WorkPool pool_{2};
+  std::unique_ptr<ColdStore> store_;
+  std::map<std::string, std::string> originals_;
+};
+
+TEST_F(RecompressTest, FilesComeBackAtTheLevelWithTheirFamilysDictionarySmallerAndIntact) {
+  Ingest("run/big.pt.trace.json", TraceJson(kMinTrainingBytes + 4321, 1));
+  Ingest("run/small.pt.trace.json", TraceJson(300 << 10, 2));
+  Ingest("run/packed.pt.trace.json.gz", TraceJson(200 << 10, 3));
+  ASSERT_TRUE(store_->Dictionaries().empty());
+  auto totals = store_->GetTotals();
+  ASSERT_TRUE(totals.ok());
+
+  RecompressOptions o;
+  o.level = 9;
+  o.pool = &pool_;
+  auto r = Recompress(*store_, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->failed.empty());
+  EXPECT_EQ(r->files, 3u);
+  EXPECT_EQ(r->stored_before, totals->stored_bytes);
+  EXPECT_LT(r->stored_after, r->stored_before);
+  ASSERT_EQ(store_->Dictionaries().size(), 1u);
+  const uint32_t dict = store_->Dictionaries()[0]->id();
+  for (const auto& [rel, bytes] : originals_) {
+    auto m = store_->Lookup(rel);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->level(), 9);
+    EXPECT_EQ(m->dictionary(), rel.ends_with(".gz") ? 0u : dict) << rel;
+  }
+  auto after = store_->GetTotals();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->stored_bytes, r->stored_after);
+  ExpectEveryFileIntact();
+
+  // Done is done: a second run changes nothing.
+  auto again = Recompress(*store_, o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->files, 0u);
+  EXPECT_EQ(again->unchanged, 3u);
+}
+
+// A file with a damaged chunk is named and left as it was; the others go on.
+TEST_F(RecompressTest, AFileWithADamagedChunkIsNamedAndLeftAsItWas) {
+  Ingest("run/a.pt.trace.json", TraceJson(500 << 10, 4));
+  Ingest("run/b.pt.trace.json", TraceJson(500 << 10, 5));
+  auto a = store_->Lookup("run/a.pt.trace.json");
+  ASSERT_TRUE(a.ok());
+  std::string value;
+  ASSERT_TRUE(
+      StoreInternals::Of(*store_).Get(Space::kChunks, ChunkKey(a->file_id(), 3), &value).ok());
+  value[value.size() / 2] ^= 0x04;
+  WriteBatch b;
+  b.Put(Space::kChunks, ChunkKey(a->file_id(), 3), value);
+  ASSERT_TRUE(store_->Commit(b, true).ok());
+
+  RecompressOptions o;
+  o.level = 6;
+  o.pool = &pool_;
+  auto r = Recompress(*store_, o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->failed.size(), 1u);
+  EXPECT_EQ(r->failed[0].first, "run/a.pt.trace.json");
+  EXPECT_EQ(r->files, 1u);
+  auto still = store_->Lookup("run/a.pt.trace.json");
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->level(), 3);
+  std::string after;
+  ASSERT_TRUE(
+      StoreInternals::Of(*store_).Get(Space::kChunks, ChunkKey(a->file_id(), 0), &after).ok());
+  EXPECT_EQ(static_cast<uint8_t>(after[0]), kChunkZstd) << "nothing of it was written";
+}
+
+}  // namespace
+}  // namespace tbfs::store
