@@ -78,6 +78,8 @@ int RunLs(const LsArgs& args) {
                    {"data_bytes", store::DataBytes(m)},  // without its holes
                    {"stored_bytes", m.stored_bytes()},
                    {"class", m.file_class()},
+                   {"level", m.level()},
+                   {"dictionary", m.dictionary()},  // 0: none (docs/format.md)
                    {"mtime_ns", m.mtime_ns()},
                    {"mode", m.mode() & 07777},
                    {"file_id", m.file_id()}});
