@@ -228,8 +228,10 @@ class ColdStore {
   Result<std::shared_ptr<const Dictionary>> AddDictionary(std::string_view family, int level,
                                                           const TrainingSamples& samples);
   std::vector<std::shared_ptr<const Dictionary>> Dictionaries() const { return dicts_.All(); }
-  // Whether training a dictionary for `family` failed since the store was
-  // opened (its content teaches none: not tried again).
+  // Whether no dictionary is to be trained for `family` while the store is
+  // open: kTrainingAttempts files of it taught none (one odd file, say of
+  // random bytes, does not decide for the family), or the store's
+  // dictionary records do not all read.
   bool Untrainable(std::string_view family);
   // A line for each dictionary that could not be loaded from either copy
   // of its record at open, and for each copy found damaged now (fsck).
@@ -388,7 +390,8 @@ class ColdStore {
   DictionaryFinder find_dict_ = [this](uint32_t id) { return FindDictionary(id); };
   Mutex dict_mu_;
   std::vector<std::string> dict_damage_ TBFS_GUARDED_BY(dict_mu_);
-  std::set<std::string, std::less<>> untrainable_ TBFS_GUARDED_BY(dict_mu_);
+  std::map<std::string, int, std::less<>> untrainable_ TBFS_GUARDED_BY(dict_mu_);  // failures
+  bool records_unreadable_ TBFS_GUARDED_BY(dict_mu_) = false;
   std::atomic<bool> dict_format_{false};  // format 5 is recorded
 };
 

@@ -94,6 +94,9 @@ struct TrainingSamples {
 // take at most this share of what they take without (XSpace protobuf, for
 // one, compresses worse with a dictionary: docs/format.md).
 inline constexpr double kDictionaryMustSave = 0.99;
+// Files of a family that may fail to teach one before the family is given
+// up on for as long as the store is open.
+inline constexpr int kTrainingAttempts = 3;
 
 // A dictionary of at most kDictionaryBytes with id `id`, for zstd `level`.
 // InvalidArgument when the samples cannot teach one (too few, too alike).

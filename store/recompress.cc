@@ -107,6 +107,7 @@ Status RecompressChunks(ColdStore& store, const storepb::Manifest& m,
 
 Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o) {
   RecompressReport report;
+  report.problems = store.CheckDictionaries();
   std::vector<storepb::Manifest> manifests;
   TBFS_RETURN_IF_ERROR(store.ForEachManifest([&](const storepb::Manifest& m) {
     manifests.push_back(m);

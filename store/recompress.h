@@ -39,6 +39,9 @@ struct RecompressReport {
   uint64_t stored_before = 0;
   uint64_t stored_after = 0;
   std::vector<std::pair<std::string, std::string>> failed;  // path, why
+  // Damage to the store's dictionaries found before the run
+  // (ColdStore::CheckDictionaries): not this run's doing, but worth a look.
+  std::vector<std::string> problems;
 };
 
 // Every cold file not yet at options.level with its family's dictionary

@@ -1,5 +1,6 @@
 // The store's zstd dictionaries (store/cold_store.h, format 5; layout in
 // store/format.h DictKey and docs/format.md "Dictionaries").
+#include "base/failpoint.h"
 #include "base/time_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -12,19 +13,30 @@ Status ColdStore::LoadDictionaries() {
   std::vector<std::pair<uint64_t, std::string>> records;
   int bad_keys = 0;
   const std::string prefix = kDictPrefix;
-  TBFS_RETURN_IF_ERROR(
-      backend_->Scan(Space::kMeta, prefix, [&](std::string_view key, std::string_view value) {
-        if (!key.starts_with(prefix)) return false;
-        uint64_t key_id = 0;
-        if (key.size() == prefix.size() + 8 && DecodeId(key.substr(prefix.size()), &key_id)) {
-          records.emplace_back(key_id, std::string(value));
-        } else {
-          ++bad_keys;
-        }
-        return true;
-      }));
+  // What could be read is taken even when the scan stops at a damaged
+  // block; the rest are found by id through their copies (FindDictionary).
+  // Tests: a damaged table under the records.
+  const Status scanned =
+      ShouldFail("store.dict_records")
+          ? Status::Corruption("block checksum mismatch (failpoint store.dict_records)")
+          : backend_->Scan(Space::kMeta, prefix, [&](std::string_view key, std::string_view value) {
+              if (!key.starts_with(prefix)) return false;
+              uint64_t key_id = 0;
+              if (key.size() == prefix.size() + 8 && DecodeId(key.substr(prefix.size()), &key_id)) {
+                records.emplace_back(key_id, std::string(value));
+              } else {
+                ++bad_keys;
+              }
+              return true;
+            });
   dict_damage_.clear();
   dicts_.Clear();
+  records_unreadable_ = !scanned.ok();
+  if (!scanned.ok()) {
+    dict_damage_.push_back("the dictionary records could not all be read (" + scanned.message() +
+                           "): those not read are taken from their copies with the chunks, and "
+                           "no new dictionary is made until they read");
+  }
   if (bad_keys > 0) {
     dict_damage_.push_back(fmt::format("{} dictionary records have damaged keys", bad_keys));
   }
@@ -48,18 +60,27 @@ Status ColdStore::LoadDictionaries() {
     }
     dicts_.Put(*d);
   }
-  return Status::OK();
+  return scanned;
 }
 
 std::shared_ptr<const Dictionary> ColdStore::FindDictionary(uint32_t id) {
   if (auto d = dicts_.Find(id)) return d;
-  if (!shared()) return nullptr;  // this object made or read every one
-  // A shared store's writer on another host may have added it since.
-  MutexLock lock(dict_mu_);
-  if (Status st = LoadDictionaries(); !st.ok()) {
-    spdlog::warn("store {}: reading the dictionaries: {}", dir_, st.message());
+  if (id < kDictIdBase || id - kDictIdBase > kMaxDictKeyId) return nullptr;
+  // Not loaded: its record did not read at open (a damaged table), or a
+  // shared store's writer on another host added it since. The chunk names
+  // it, and its copy with the chunks is one read away.
+  const uint64_t key_id = id - kDictIdBase;
+  std::string value;
+  for (Space space : {Space::kChunks, Space::kMeta}) {
+    const std::string key =
+        space == Space::kMeta ? DictKey(key_id) : ChunkKey(key_id, kManifestCopyIndex);
+    if (!backend_->Get(space, key, &value).ok()) continue;
+    auto d = DictionaryFromCopy(key_id, value);
+    if (!d.ok()) continue;
+    dicts_.Put(*d);
+    return *d;
   }
-  return dicts_.Find(id);
+  return nullptr;
 }
 
 Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_view family,
@@ -67,6 +88,11 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_v
                                                                    const TrainingSamples& samples) {
   MutexLock lock(dict_mu_);
   if (auto d = dicts_.NewestOf(family)) return d;
+  if (records_unreadable_) {
+    // The family may have one that did not read: a second would be made
+    // where readers may not find it either.
+    return Status::InvalidArgument("the store's dictionary records do not all read (tbfs fsck)");
+  }
   const uint64_t key_id = NewFileId();
   if (key_id > kMaxDictKeyId) {
     return Status::NotSupported("the store's ids have outgrown dictionary ids");
@@ -74,7 +100,7 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_v
   const uint32_t id = static_cast<uint32_t>(kDictIdBase + key_id);
   auto content = TrainDictionary(samples, id, level);
   if (!content.ok()) {
-    untrainable_.emplace(family);
+    untrainable_[std::string(family)]++;
     return content.status();
   }
   // Samples that are mostly zeros (a sparse file's data) or one phrase
@@ -104,7 +130,7 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_v
     without += out.size();
   }
   if (static_cast<double>(with) > kDictionaryMustSave * static_cast<double>(without)) {
-    untrainable_.emplace(family);
+    untrainable_[std::string(family)]++;
     return Status::InvalidArgument(fmt::format(
         "a dictionary does not help {}: {} chunks held out take {} bytes with it, {} without",
         family, samples.held_out.size(), with, without));
@@ -130,7 +156,8 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_v
 
 bool ColdStore::Untrainable(std::string_view family) {
   MutexLock lock(dict_mu_);
-  return untrainable_.find(family) != untrainable_.end();
+  auto it = untrainable_.find(family);
+  return records_unreadable_ || (it != untrainable_.end() && it->second >= kTrainingAttempts);
 }
 
 std::vector<std::string> ColdStore::CheckDictionaries() {

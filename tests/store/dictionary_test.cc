@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "base/work_pool.h"
 #include "fmt/format.h"
@@ -199,8 +200,73 @@ TEST_F(DictionaryTest, AFamilyADictionaryDoesNotHelpGetsNone) {
   EXPECT_EQ(m.dictionary(), 0u);
   EXPECT_TRUE(store_->Dictionaries().empty());
   EXPECT_EQ(CodecOf(m.file_id(), 0), kChunkRaw);
-  EXPECT_TRUE(store_->Untrainable("pytorch_trace.json"));
   EXPECT_EQ(ReadAll(m), random);
+  // One odd file (any user can write one) does not decide for the family.
+  EXPECT_FALSE(store_->Untrainable("pytorch_trace.json"));
+  storepb::Manifest t = Ingest("run/t.pt.trace.json", TraceJson(kMinTrainingBytes, 11));
+  EXPECT_NE(t.dictionary(), 0u);
+  // kTrainingAttempts files that teach nothing give the family up (for as
+  // long as the store is open): no training cost for every file of it.
+  for (int i = 0; i < kTrainingAttempts; ++i) {
+    EXPECT_FALSE(store_->Untrainable("other_trace.bin"));
+    const std::string path = JoinPath(logdir_, fmt::format("run/x{}.bin", i));
+    WriteBytes(path, random);
+    auto fd = OpenFile(path, O_RDONLY);
+    ASSERT_TRUE(fd.ok());
+    struct stat st;
+    ::fstat(fd->get(), &st);
+    IngestOptions io;
+    io.chunk_bytes = kChunk;
+    io.file_class = "other_trace";
+    io.pool = &pool_;
+    auto x = IngestFile(*store_, logdir_, fmt::format("run/x{}.bin", i), fd->get(), st,
+                        store_->NewFileId(), io);
+    ASSERT_TRUE(x.ok());
+    EXPECT_EQ(x->dictionary(), 0u);
+  }
+  EXPECT_TRUE(store_->Untrainable("other_trace.bin"));
+}
+
+// A dictionary whose record does not read (a damaged table) is found by
+// the id its chunks name, through its copy with the chunks; while the
+// records do not all read, no new dictionary is made (readers might not
+// find that one either) and fsck says so.
+TEST_F(DictionaryTest, ADictionaryWhoseRecordDoesNotReadIsFoundThroughItsCopy) {
+  const std::string big = TraceJson(kMinTrainingBytes + 5000, 12);
+  storepb::Manifest m = Ingest("run/b.pt.trace.json", big);
+  ASSERT_NE(m.dictionary(), 0u);
+  WriteBatch drop;
+  drop.Delete(Space::kMeta, DictKey(m.dictionary() - kDictIdBase));
+  ASSERT_TRUE(store_->Commit(drop, true).ok());
+  Open(/*read_only=*/true);
+  EXPECT_TRUE(store_->Dictionaries().empty());
+  EXPECT_EQ(ReadAll(m), big);
+  ASSERT_EQ(store_->Dictionaries().size(), 1u);
+  auto report = Fsck(*store_, &pool_, nullptr);
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_NE(report->problems[0].find(fmt::format("dictionary {}", m.dictionary())),
+            std::string::npos)
+      << report->problems[0];
+  EXPECT_TRUE(report->damaged.empty());
+
+  // The records' table damaged: the scan of them fails at open. The
+  // dictionary is still found through its copy, and no new one is made.
+  {
+    ScopedFailpoint unreadable("store.dict_records");
+    Open();
+  }
+  EXPECT_EQ(ReadAll(m), big);
+  storepb::Manifest other = Ingest("run/c.trace", TraceJson(kMinTrainingBytes + 1, 13));
+  EXPECT_EQ(other.dictionary(), 0u) << "a new dictionary while the records do not read";
+  report = Fsck(*store_, &pool_, nullptr);
+  ASSERT_TRUE(report.ok());
+  bool named = false;
+  for (const auto& p : report->problems) {
+    named |= p.find("dictionary records could not all be read") != std::string::npos;
+  }
+  EXPECT_TRUE(named);
+  EXPECT_TRUE(report->damaged.empty());
 }
 
 // Either copy of a dictionary's record is enough; with both damaged, the

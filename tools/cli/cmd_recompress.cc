@@ -34,6 +34,15 @@ int RunRecompress(const RecompressArgs& args) {
     PrintError("recompress", loc.status().message());
     return kExitError;
   }
+  {
+    // Nothing to do, and nothing made (not even the writer's lock file),
+    // where there is no store.
+    auto existing = OpenStoreForRead(*loc);
+    if (existing.ok() && *existing == nullptr) {
+      PrintError("recompress", "no store at " + loc->dir + ": nothing is cold");
+      return kExitError;
+    }
+  }
   auto store = OpenStoreForWrite(*loc, /*create=*/false, "recompress");
   if (!store.ok()) {
     PrintError("recompress", store.status().message());
@@ -69,10 +78,14 @@ int RunRecompress(const RecompressArgs& args) {
               {"stored_before", r->stored_before},
               {"stored_after", r->stored_after},
               {"seconds", seconds},
+              {"problems", r->problems},
               {"failed", json::array()}};
     for (const auto& [path, why] : r->failed) j["failed"].push_back({{"path", path}, {"why", why}});
     PrintJson(j);
   } else {
+    for (const auto& p : r->problems) {
+      fmt::print("warning: {} (tbfs fsck; tbfs salvage can copy the files out)\n", Printable(p));
+    }
     for (const auto& [path, why] : r->failed) {
       fmt::print("FAILED: {}: {} (left as it was)\n", Printable(path), Printable(why));
     }

@@ -73,17 +73,17 @@ Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& 
     auto entry = fs::FindMount(mnt);
     const std::string served =
         entry && entry->source.starts_with("tbfs:") ? " (" + entry->source.substr(5) + ")" : "";
-    return Status::InvalidArgument(fmt::format(
-        "{} is {} the tbfs mount on {}: give the logdir it serves{}", logdir,
-        RealPath(logdir) == mnt ? "the mount point of" : "inside", mnt, served));
+    return Status::InvalidArgument(
+        fmt::format("{} is {} the tbfs mount on {}: give the logdir it serves{}", logdir,
+                    RealPath(logdir) == mnt ? "the mount point of" : "inside", mnt, served));
   }
   // LOGDIR/.tbfs given as the logdir: its own .tbfs does not exist, and
   // "no cold store there" would read as "nothing to do".
   if (store_flag.empty() && !Exists(JoinPath(logdir, store::kStoreDirName)) &&
       (Exists(JoinPath(logdir, store::kLogdirLockName)) || Exists(JoinPath(logdir, "CURRENT")))) {
-    return Status::InvalidArgument(fmt::format(
-        "{} is a store folder, not a logdir: give the logdir, or --store {} beside it", logdir,
-        logdir));
+    return Status::InvalidArgument(
+        fmt::format("{} is a store folder, not a logdir: give the logdir, or --store {} beside it",
+                    logdir, logdir));
   }
   StoreLocation loc;
   loc.logdir = logdir;
@@ -129,8 +129,10 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation&
           !holder.empty()) {
         std::string mountpoint = holder.substr(0, holder.find(' '));
         return Status::Busy("the store " + loc.dir + " is held by the tbfs mount at " + mountpoint +
-                            ": run the command on the mount point (tbfs migrate " + mountpoint +
-                            " --now), or unmount it first");
+                            (command == "migrate"
+                                 ? ": run the command on the mount point (tbfs migrate " +
+                                       mountpoint + " --now), or unmount it first"
+                                 : ": unmount it first"));
       }
     }
     return s.status();
