@@ -40,6 +40,8 @@
 
 namespace tbfs::store {
 
+struct ChunkRun;  // below
+
 // Defaults for new files; chosen by `tbfs-bench migrate` (see README).
 inline constexpr uint32_t kDefaultChunkBytes = 1 << 20;
 inline constexpr int kDefaultZstdLevel = 9;
@@ -222,6 +224,18 @@ class ColdStore {
   std::shared_ptr<const Dictionary> DictionaryOf(std::string_view family) {
     return dicts_.NewestOf(family);
   }
+  // The dictionary a file of `file_class` at `rel_path` is compressed
+  // with: its family's, or, when the family has none and the file's chunks
+  // with data (`data`, `data_bytes` of them) can teach one, one trained on
+  // them, read with `read` (ChunkReader). Null for none (no family, too
+  // little data, or the samples taught nothing worth keeping). Errors:
+  // `read`'s, and the store's own.
+  using ChunkReader = std::function<Status(uint64_t index, std::string* raw)>;
+  Result<std::shared_ptr<const Dictionary>> DictionaryForFile(std::string_view rel_path,
+                                                              std::string_view file_class,
+                                                              const std::vector<ChunkRun>& data,
+                                                              uint64_t data_bytes, int level,
+                                                              const ChunkReader& read);
   // Trains a dictionary for `family` on `samples` for zstd `level` and keeps
   // it (synced; the store becomes format 5); the family's newest instead
   // when one came meanwhile. InvalidArgument when the samples teach none.
@@ -346,6 +360,9 @@ class ColdStore {
   void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
   // Reads every dictionary record (either copy), replacing what is held.
   Status LoadDictionaries() TBFS_REQUIRES(dict_mu_);
+  // One copy of a dictionary: its record (kMeta) or its copy with the
+  // chunks (kChunks).
+  Result<std::shared_ptr<const Dictionary>> ReadDictionary(uint64_t key_id, Space space);
 
   // Locks: journal_mu_ and role_mu_ are leaves, never held together.
   // journal_mu_ is held across PutJournal's commit on purpose: the

@@ -118,52 +118,27 @@ Status WriteChunkAt(int fd, const storepb::Manifest& m, uint64_t index, std::str
   return Status::OK();
 }
 
-// Samples to train a dictionary on: up to kMaxTrainingBytes of the file's
-// data chunks, whole chunks taken evenly across them.
-Status SampleFile(int fd, const std::string& path, const std::vector<ChunkRun>& data, uint64_t size,
-                  uint32_t cb, TrainingSamples* samples) {
-  std::vector<uint64_t> chunks;
-  for (const ChunkRun& r : data) {
-    for (uint64_t i = r.first; i < r.end; ++i) chunks.push_back(i);
-  }
-  const size_t want = std::min<size_t>(chunks.size(), std::max<size_t>(1, kMaxTrainingBytes / cb));
-  std::string buf;
-  for (size_t k = 0; k < want; ++k) {
-    const uint64_t index = chunks[k * chunks.size() / want];
-    const size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb));
-    buf.resize(len);
-    size_t got = 0;
-    TBFS_RETURN_IF_ERROR(PreadFull(fd, buf.data(), len, index * cb, &got, path));
-    buf.resize(got);
-    if (k % 4 == 3) {
-      samples->held_out.push_back(buf);  // a quarter judges the dictionary
-    } else {
-      samples->Add(buf);
-    }
-  }
-  return Status::OK();
-}
-
-// The dictionary the file's chunks are compressed with, trained on the
-// file when its family has none yet; null for none. A dictionary that
-// cannot be made costs the file nothing but the attempt.
+// The dictionary the file's chunks are compressed with (null: none). One
+// that cannot be made costs the file nothing but the attempt.
 std::shared_ptr<const Dictionary> DictionaryFor(ColdStore& store, const std::string& rel_path,
                                                 int fd, const std::string& path,
                                                 const std::vector<ChunkRun>& data, uint64_t size,
                                                 const IngestOptions& options) {
   if (!options.dictionaries) return nullptr;
-  const std::string family = DictionaryFamily(rel_path, options.file_class);
-  if (family.empty()) return nullptr;
-  if (auto d = store.DictionaryOf(family)) return d;
+  const uint64_t cb = options.chunk_bytes;
   uint64_t data_bytes = 0;
-  for (const ChunkRun& r : data) data_bytes += (r.end - r.first) * options.chunk_bytes;
-  if (std::min(data_bytes, size) < kMinTrainingBytes || store.Untrainable(family)) return nullptr;
-  TrainingSamples samples;
-  Status st = SampleFile(fd, path, data, size, options.chunk_bytes, &samples);
-  auto d = st.ok() ? store.AddDictionary(family, options.level, samples)
-                   : Result<std::shared_ptr<const Dictionary>>(st);
+  for (const ChunkRun& r : data) data_bytes += std::min(r.end * cb, size) - r.first * cb;
+  auto d = store.DictionaryForFile(
+      rel_path, options.file_class, data, data_bytes, options.level,
+      [&](uint64_t index, std::string* raw) {
+        raw->resize(static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb)));
+        size_t got = 0;
+        TBFS_RETURN_IF_ERROR(PreadFull(fd, raw->data(), raw->size(), index * cb, &got, path));
+        raw->resize(got);
+        return Status::OK();
+      });
   if (!d.ok()) {
-    spdlog::warn("dictionary for {} from {}: {}", family, path, d.status().message());
+    spdlog::warn("dictionary for {}: {}", path, d.status().message());
     return nullptr;
   }
   return *d;

@@ -18,43 +18,6 @@ namespace {
 // last, synced commit makes them all durable.
 constexpr size_t kBatchBytes = 16 << 20;
 
-// The family's dictionary, trained on m's chunks when it has none and m
-// can teach one; null for none.
-Result<std::shared_ptr<const Dictionary>> DictionaryFor(ColdStore& store,
-                                                        const storepb::Manifest& m,
-                                                        const RecompressOptions& o,
-                                                        ChunkCodec* codec) {
-  if (!o.dictionaries) return std::shared_ptr<const Dictionary>();
-  const std::string family = DictionaryFamily(m.path(), m.file_class());
-  if (family.empty()) return std::shared_ptr<const Dictionary>();
-  if (auto d = store.DictionaryOf(family)) return d;
-  if (DataBytes(m) < kMinTrainingBytes || store.Untrainable(family)) {
-    return std::shared_ptr<const Dictionary>();
-  }
-  std::vector<uint64_t> chunks;
-  for (const ChunkRun& r : DataRuns(m)) {
-    for (uint64_t i = r.first; i < r.end; ++i) chunks.push_back(i);
-  }
-  const size_t want = std::min<size_t>(
-      chunks.size(), std::max<size_t>(1, kMaxTrainingBytes / std::max(1u, m.chunk_bytes())));
-  TrainingSamples samples;
-  std::string raw;
-  for (size_t k = 0; k < want; ++k) {
-    TBFS_RETURN_IF_ERROR(store.ReadChunk(m, chunks[k * chunks.size() / want], codec, &raw));
-    if (k % 4 == 3) {
-      samples.held_out.push_back(raw);
-    } else {
-      samples.Add(raw);
-    }
-  }
-  auto d = store.AddDictionary(family, o.level, samples);
-  if (d.ok()) return d;
-  if (d.status().code() != Code::kInvalidArgument) return d.status();
-  spdlog::info("recompress: no dictionary for {} from {}: {}", family, m.path(),
-               d.status().message());
-  return std::shared_ptr<const Dictionary>();
-}
-
 // Compresses m's chunks again and commits them; *stored: their new size.
 Status RecompressChunks(ColdStore& store, const storepb::Manifest& m,
                         const std::shared_ptr<const Dictionary>& dict, const RecompressOptions& o,
@@ -116,7 +79,12 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
   std::vector<std::unique_ptr<ChunkCodec>> codecs;
   for (int i = 0; i < o.pool->size(); ++i) codecs.push_back(std::make_unique<ChunkCodec>());
   for (storepb::Manifest& m : manifests) {
-    auto dict = DictionaryFor(store, m, o, codecs[0].get());
+    auto dict = o.dictionaries ? store.DictionaryForFile(
+                                     m.path(), m.file_class(), DataRuns(m), DataBytes(m), o.level,
+                                     [&](uint64_t index, std::string* raw) {
+                                       return store.ReadChunk(m, index, codecs[0].get(), raw);
+                                     })
+                               : std::shared_ptr<const Dictionary>();
     if (!dict.ok()) {
       report.failed.emplace_back(m.path(), dict.status().message());
       continue;

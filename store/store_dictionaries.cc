@@ -9,6 +9,14 @@
 
 namespace tbfs::store {
 
+Result<std::shared_ptr<const Dictionary>> ColdStore::ReadDictionary(uint64_t key_id, Space space) {
+  std::string value;
+  TBFS_RETURN_IF_ERROR(backend_->Get(
+      space, space == Space::kMeta ? DictKey(key_id) : ChunkKey(key_id, kManifestCopyIndex),
+      &value));
+  return DictionaryFromCopy(key_id, value);
+}
+
 Status ColdStore::LoadDictionaries() {
   std::vector<std::pair<uint64_t, std::string>> records;
   int bad_keys = 0;
@@ -44,10 +52,7 @@ Status ColdStore::LoadDictionaries() {
     auto d = DictionaryFromCopy(key_id, value);
     if (!d.ok()) {
       // The same bytes are kept with the chunks.
-      std::string copy;
-      Status got = backend_->Get(Space::kChunks, ChunkKey(key_id, kManifestCopyIndex), &copy);
-      auto second = got.ok() ? DictionaryFromCopy(key_id, copy)
-                             : Result<std::shared_ptr<const Dictionary>>(got);
+      auto second = ReadDictionary(key_id, Space::kChunks);
       if (!second.ok()) {
         dict_damage_.push_back(
             fmt::format("dictionary {} is damaged: its record {}, its copy with the chunks {}",
@@ -69,18 +74,47 @@ std::shared_ptr<const Dictionary> ColdStore::FindDictionary(uint32_t id) {
   // Not loaded: its record did not read at open (a damaged table), or a
   // shared store's writer on another host added it since. The chunk names
   // it, and its copy with the chunks is one read away.
-  const uint64_t key_id = id - kDictIdBase;
-  std::string value;
   for (Space space : {Space::kChunks, Space::kMeta}) {
-    const std::string key =
-        space == Space::kMeta ? DictKey(key_id) : ChunkKey(key_id, kManifestCopyIndex);
-    if (!backend_->Get(space, key, &value).ok()) continue;
-    auto d = DictionaryFromCopy(key_id, value);
+    auto d = ReadDictionary(id - kDictIdBase, space);
     if (!d.ok()) continue;
     dicts_.Put(*d);
     return *d;
   }
   return nullptr;
+}
+
+Result<std::shared_ptr<const Dictionary>> ColdStore::DictionaryForFile(
+    std::string_view rel_path, std::string_view file_class, const std::vector<ChunkRun>& data,
+    uint64_t data_bytes, int level, const ChunkReader& read) {
+  const std::string family = DictionaryFamily(rel_path, file_class);
+  if (family.empty()) return std::shared_ptr<const Dictionary>();
+  if (auto d = DictionaryOf(family)) return d;
+  if (data_bytes < kMinTrainingBytes || Untrainable(family)) {
+    return std::shared_ptr<const Dictionary>();
+  }
+  // Up to kMaxTrainingBytes of whole chunks, taken evenly across the data;
+  // every fourth is held out to judge the dictionary.
+  std::vector<uint64_t> chunks;
+  for (const ChunkRun& r : data) {
+    for (uint64_t i = r.first; i < r.end; ++i) chunks.push_back(i);
+  }
+  const uint64_t chunk_bytes = std::max<uint64_t>(1, data_bytes / chunks.size());
+  const size_t want =
+      std::min<size_t>(chunks.size(), std::max<uint64_t>(1, kMaxTrainingBytes / chunk_bytes));
+  TrainingSamples samples;
+  std::string raw;
+  for (size_t k = 0; k < want; ++k) {
+    TBFS_RETURN_IF_ERROR(read(chunks[k * chunks.size() / want], &raw));
+    if (k % 4 == 3) {
+      samples.held_out.push_back(raw);
+    } else {
+      samples.Add(raw);
+    }
+  }
+  auto d = AddDictionary(family, level, samples);
+  if (d.ok() || d.status().code() != Code::kInvalidArgument) return d;
+  spdlog::info("no dictionary for {} from {}: {}", family, rel_path, d.status().message());
+  return std::shared_ptr<const Dictionary>();
 }
 
 Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_view family,

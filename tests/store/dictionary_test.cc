@@ -98,6 +98,16 @@ class DictionaryTest : public ::testing::Test {
     ASSERT_TRUE(store_->Commit(b, true).ok());
   }
 
+  // fsck finds one problem, naming dictionary `id`, and no damaged file.
+  void ExpectFsckNamesOnly(uint32_t id) {
+    auto report = Fsck(*store_, &pool_, nullptr);
+    ASSERT_TRUE(report.ok());
+    ASSERT_EQ(report->problems.size(), 1u);
+    EXPECT_NE(report->problems[0].find(fmt::format("dictionary {}", id)), std::string::npos)
+        << report->problems[0];
+    EXPECT_TRUE(report->damaged.empty());
+  }
+
   TempDir dir_;
   std::string logdir_ = dir_ / "logdir";
   std::string store_dir_ = dir_ / "logdir/.tbfs";
@@ -242,13 +252,7 @@ TEST_F(DictionaryTest, ADictionaryWhoseRecordDoesNotReadIsFoundThroughItsCopy) {
   EXPECT_TRUE(store_->Dictionaries().empty());
   EXPECT_EQ(ReadAll(m), big);
   ASSERT_EQ(store_->Dictionaries().size(), 1u);
-  auto report = Fsck(*store_, &pool_, nullptr);
-  ASSERT_TRUE(report.ok());
-  ASSERT_EQ(report->problems.size(), 1u);
-  EXPECT_NE(report->problems[0].find(fmt::format("dictionary {}", m.dictionary())),
-            std::string::npos)
-      << report->problems[0];
-  EXPECT_TRUE(report->damaged.empty());
+  ExpectFsckNamesOnly(m.dictionary());
 
   // The records' table damaged: the scan of them fails at open. The
   // dictionary is still found through its copy, and no new one is made.
@@ -259,7 +263,7 @@ TEST_F(DictionaryTest, ADictionaryWhoseRecordDoesNotReadIsFoundThroughItsCopy) {
   EXPECT_EQ(ReadAll(m), big);
   storepb::Manifest other = Ingest("run/c.trace", TraceJson(kMinTrainingBytes + 1, 13));
   EXPECT_EQ(other.dictionary(), 0u) << "a new dictionary while the records do not read";
-  report = Fsck(*store_, &pool_, nullptr);
+  auto report = Fsck(*store_, &pool_, nullptr);
   ASSERT_TRUE(report.ok());
   bool named = false;
   for (const auto& p : report->problems) {
@@ -283,13 +287,7 @@ TEST_F(DictionaryTest, ADictionaryDamagedInBothCopiesMakesItsFilesCorruptNeverWr
   Open();
   ASSERT_EQ(store_->Dictionaries().size(), 1u) << "read from its copy with the chunks";
   EXPECT_EQ(ReadAll(m), big);
-  auto report = Fsck(*store_, &pool_, nullptr);
-  ASSERT_TRUE(report.ok());
-  ASSERT_EQ(report->problems.size(), 1u);
-  EXPECT_NE(report->problems[0].find(fmt::format("dictionary {}", m.dictionary())),
-            std::string::npos)
-      << report->problems[0];
-  EXPECT_TRUE(report->damaged.empty());
+  ExpectFsckNamesOnly(m.dictionary());
 
   Damage(m.dictionary(), Space::kChunks);
   Open();
@@ -306,7 +304,7 @@ TEST_F(DictionaryTest, ADictionaryDamagedInBothCopiesMakesItsFilesCorruptNeverWr
   ASSERT_TRUE(store_->ReadRange(other, 0, other.size(), out.data(), &got, &codec).ok());
   EXPECT_EQ(out, originals_["run/c.pt.trace.json.gz"]);
 
-  report = Fsck(*store_, &pool_, nullptr);
+  auto report = Fsck(*store_, &pool_, nullptr);
   ASSERT_TRUE(report.ok());
   EXPECT_FALSE(report->clean());
   ASSERT_EQ(report->damaged.size(), 1u);
