@@ -164,6 +164,21 @@ TEST_F(MigrateCli, ApplyThenRestoreIsByteIdentical) {
   EXPECT_EQ(RunCommand(Tbfs("fsck " + logdir_ + " >/dev/null")).exit_code, 0);
   auto ls = nlohmann::json::parse(RunCommand(Tbfs("ls --json " + logdir_)).out);
   EXPECT_EQ(ls.size(), j["files_moved"].get<size_t>());
+  // du: each class's ratio is its logical bytes over its stored bytes, and
+  // the classes add up to the totals.
+  auto du = nlohmann::json::parse(RunCommand(Tbfs("du --json " + logdir_)).out);
+  uint64_t bytes = 0, stored = 0;
+  ASSERT_FALSE(du["classes"].empty()) << du;
+  for (const auto& [cls, c] : du["classes"].items()) {
+    ASSERT_GT(c["stored_bytes"].get<uint64_t>(), 0u) << cls;
+    EXPECT_DOUBLE_EQ(c["ratio"].get<double>(),
+                     double(c["bytes"].get<uint64_t>()) / double(c["stored_bytes"].get<uint64_t>()))
+        << cls;
+    bytes += c["bytes"].get<uint64_t>();
+    stored += c["stored_bytes"].get<uint64_t>();
+  }
+  EXPECT_EQ(bytes, du["bytes"].get<uint64_t>());
+  EXPECT_EQ(stored, du["stored_bytes"].get<uint64_t>());
   ASSERT_EQ(RunCommand(Tbfs("restore " + logdir_ + " --all --apply >/dev/null")).exit_code, 0);
   EXPECT_EQ(Tree(logdir_), before_);
 }
@@ -179,7 +194,8 @@ TEST_F(MigrateCli, AStoreFolderGivenAsTheLogdirIsAnErrorNamingIt) {
   for (const std::string cmd : {"fsck", "ls", "du", "restore --all --apply"}) {
     auto r = RunCommand(Tbfs(cmd + " " + store + " 2>&1"));
     EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.out;
-    EXPECT_NE(r.out.find("is a store folder, not a logdir"), std::string::npos) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("is a store folder, not a logdir"), std::string::npos)
+        << cmd << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   }
   EXPECT_EQ(Tree(logdir_), tree);
@@ -456,8 +472,8 @@ TEST_F(MigrateCli, WatchQuietSpeaksOnlyToWarn) {
 // left out (said so), nothing is written, and the rate comes from the
 // run's own two samples.
 TEST_F(MigrateCli, WatchByAnotherUserReadsAndWritesNothingOfTheStore) {
-  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code,
-            0);
+  ASSERT_EQ(
+      RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code, 0);
   ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
   const auto before = ReadBytes(logdir_ + "/.tbfs/growth.jsonl");  // none yet: ""
   auto r = RunCommand("setpriv --reuid 65534 --regid 65534 --clear-groups " +
@@ -475,8 +491,8 @@ TEST_F(MigrateCli, WatchByAnotherUserReadsAndWritesNothingOfTheStore) {
 // logdir, say) is not root's to keep a series in (a store refuses another
 // owner's folder): root's watch still reports, reading it, keeping nothing.
 TEST_F(MigrateCli, WatchOfALogdirWhoseStoreFolderIsAnotherUsersStillReports) {
-  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code,
-            0);
+  ASSERT_EQ(
+      RunCommand(Tbfs("migrate " + logdir_ + " --apply --older-than 0s >/dev/null")).exit_code, 0);
   ASSERT_EQ(RunCommand("chown -R 65534:65534 " + logdir_ + "/.tbfs").exit_code, 0);
   auto r = RunCommand(Tbfs("watch " + logdir_ + " --interval 1s --warn-within 0s --json 2>&1"));
   ASSERT_EQ(r.exit_code, 0) << r.out;

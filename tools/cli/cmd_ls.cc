@@ -136,7 +136,10 @@ int RunDu(const LsArgs& args) {
               {"stored_bytes", total.stored}, {"ratio", Ratio(total.bytes, total.stored)},
               {"store_disk_bytes", disk},     {"store", loc->dir}};
     for (const auto& [cls, s] : by_class) {
-      j["classes"][cls] = {{"files", s.files}, {"bytes", s.bytes}, {"stored_bytes", s.stored}};
+      j["classes"][cls] = {{"files", s.files},
+                           {"bytes", s.bytes},
+                           {"stored_bytes", s.stored},
+                           {"ratio", Ratio(s.bytes, s.stored)}};
     }
     PrintJson(j);
     return kExitOk;
