@@ -8,7 +8,7 @@ packages=(
   dpkg-dev man-db systemd lintian acl libcap2-bin
   libfuse3-dev fuse3
   librocksdb-dev
-  libzstd-dev zstd zlib1g-dev
+  libzstd-dev zstd zlib1g-dev gzip pigz python3
   libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev
