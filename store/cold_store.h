@@ -225,11 +225,12 @@ class ColdStore {
     return dicts_.NewestOf(family);
   }
   // The dictionary a file of `file_class` at `rel_path` is compressed
-  // with: its family's, or, when the family has none and the file's chunks
-  // with data (`data`, `data_bytes` of them) can teach one, one trained on
-  // them, read with `read` (ChunkReader). Null for none (no family, too
-  // little data, or the samples taught nothing worth keeping). Errors:
-  // `read`'s, and the store's own.
+  // with: its family's newest, or one trained on the file's chunks with
+  // data (`data`, `data_bytes` of them, read with `read`: ChunkReader) when
+  // the family has none, or its is due to be trained again (RetrainPolicy)
+  // and the new one does better. Null for none (no family, too little
+  // data, or the samples taught nothing worth keeping). Errors: `read`'s,
+  // and the store's own.
   using ChunkReader = std::function<Status(uint64_t index, std::string* raw)>;
   Result<std::shared_ptr<const Dictionary>> DictionaryForFile(std::string_view rel_path,
                                                               std::string_view file_class,
@@ -238,15 +239,27 @@ class ColdStore {
                                                               const ChunkReader& read);
   // Trains a dictionary for `family` on `samples` for zstd `level` and keeps
   // it (synced; the store becomes format 5); the family's newest instead
-  // when one came meanwhile. InvalidArgument when the samples teach none.
-  Result<std::shared_ptr<const Dictionary>> AddDictionary(std::string_view family, int level,
-                                                          const TrainingSamples& samples);
+  // when it is not `replacing` (another came meanwhile). InvalidArgument
+  // when the samples teach none, or none that does better on the held-out
+  // samples than `replacing` (or than none, when null).
+  Result<std::shared_ptr<const Dictionary>> AddDictionary(
+      std::string_view family, int level, const TrainingSamples& samples,
+      const std::shared_ptr<const Dictionary>& replacing = nullptr);
+  // When families are trained again (tests make it sooner).
+  void SetRetrainPolicy(RetrainPolicy p) {
+    MutexLock lock(dict_mu_);
+    retrain_ = p;
+  }
   std::vector<std::shared_ptr<const Dictionary>> Dictionaries() const { return dicts_.All(); }
   // Whether no dictionary is to be trained for `family` while the store is
   // open: kTrainingAttempts files of it taught none (one odd file, say of
   // random bytes, does not decide for the family), or the store's
   // dictionary records do not all read.
   bool Untrainable(std::string_view family);
+  // Counts `data_bytes` more of the family; true (and the count starts
+  // again) when `current` is due to be trained again and `can_train`.
+  bool RetrainDue(std::string_view family, const Dictionary& current, uint64_t data_bytes,
+                  bool can_train);
   // A line for each dictionary that could not be loaded from either copy
   // of its record at open, and for each copy found damaged now (fsck).
   std::vector<std::string> CheckDictionaries();
@@ -409,6 +422,12 @@ class ColdStore {
   std::vector<std::string> dict_damage_ TBFS_GUARDED_BY(dict_mu_);
   std::map<std::string, int, std::less<>> untrainable_ TBFS_GUARDED_BY(dict_mu_);  // failures
   bool records_unreadable_ TBFS_GUARDED_BY(dict_mu_) = false;
+  RetrainPolicy retrain_ TBFS_GUARDED_BY(dict_mu_);
+  struct FamilyGrowth {
+    uint64_t bytes = 0;    // compressed since trained or last tried again
+    int64_t tried_ns = 0;  // last tried again
+  };
+  std::map<std::string, FamilyGrowth, std::less<>> growth_ TBFS_GUARDED_BY(dict_mu_);
   std::atomic<bool> dict_format_{false};  // format 5 is recorded
 };
 

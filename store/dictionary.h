@@ -98,6 +98,20 @@ inline constexpr double kDictionaryMustSave = 0.99;
 // up on for as long as the store is open.
 inline constexpr int kTrainingAttempts = 3;
 
+// A family's dictionary is trained again, on the next file of the family
+// that can teach one, once kRetrainAfterBytes of the family's data have
+// been compressed since it was trained (or last tried again) by this
+// process, or once it is kRetrainAfterNs old and this process has not
+// tried for as long: traces change as models and code change. The new one
+// is kept only when the file's held-out chunks take at most
+// kDictionaryMustSave of what they take with the current one; chunks
+// already stored keep the dictionary they were made with (tbfs recompress
+// moves them to the newest).
+struct RetrainPolicy {
+  uint64_t after_bytes = uint64_t{1} << 30;
+  int64_t after_ns = int64_t{24} * 3600 * 1'000'000'000;
+};
+
 // A dictionary of at most kDictionaryBytes with id `id`, for zstd `level`.
 // InvalidArgument when the samples cannot teach one (too few, too alike).
 Result<std::string> TrainDictionary(const TrainingSamples& samples, uint32_t id, int level);

@@ -66,6 +66,28 @@ Status RecompressChunks(ColdStore& store, const storepb::Manifest& m,
   return store.Commit(batch, true);
 }
 
+// The better of a file's own dictionary and its family's newest for it:
+// the one that makes its middle chunk smaller at `level` (a family taught
+// again by another model's trace may do worse on older files).
+Result<std::shared_ptr<const Dictionary>> BetterForFile(ColdStore& store,
+                                                        const storepb::Manifest& m,
+                                                        std::shared_ptr<const Dictionary> newest,
+                                                        int level, ChunkCodec* codec) {
+  if (m.dictionary() == 0 || newest == nullptr || m.dictionary() == newest->id()) return newest;
+  std::shared_ptr<const Dictionary> own = store.FindDictionary(m.dictionary());
+  std::vector<uint64_t> data;
+  for (const ChunkRun& run : DataRuns(m)) {
+    for (uint64_t i = run.first; i < run.end; ++i) data.push_back(i);
+  }
+  if (own == nullptr || data.empty()) return newest;
+  std::string raw, with_own, with_newest;
+  const uint64_t index = data[data.size() / 2];
+  TBFS_RETURN_IF_ERROR(store.ReadChunk(m, index, codec, &raw));
+  codec->Encode(raw, level, {m.file_id(), index}, &with_own, own.get());
+  codec->Encode(raw, level, {m.file_id(), index}, &with_newest, newest.get());
+  return with_own.size() <= with_newest.size() ? own : newest;
+}
+
 }  // namespace
 
 Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o) {
@@ -85,6 +107,7 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
                                        return store.ReadChunk(m, index, codecs[0].get(), raw);
                                      })
                                : std::shared_ptr<const Dictionary>();
+    if (dict.ok()) dict = BetterForFile(store, m, *dict, o.level, codecs[0].get());
     if (!dict.ok()) {
       report.failed.emplace_back(m.path(), dict.status().message());
       continue;

@@ -34,7 +34,7 @@ struct RecompressOptions {
 
 struct RecompressReport {
   uint64_t files = 0;      // compressed again
-  uint64_t unchanged = 0;  // already at the level, with the family's dictionary
+  uint64_t unchanged = 0;  // already at the level, with the dictionary chosen
   uint64_t bytes = 0;      // content of the files compressed again
   uint64_t stored_before = 0;
   uint64_t stored_after = 0;
@@ -44,8 +44,9 @@ struct RecompressReport {
   std::vector<std::string> problems;
 };
 
-// Every cold file not yet at options.level with its family's dictionary
-// (training one on the first file that can teach it). Per-file failures
+// Every cold file not yet at options.level with the better, on its middle
+// chunk, of its own dictionary and its family's newest (training one on
+// the first file that can teach it when the family has none). Per-file failures
 // (a damaged chunk) are in the report and leave that file as it was; an
 // error of the store itself stops the run.
 Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& options);

@@ -88,9 +88,11 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::DictionaryForFile(
     uint64_t data_bytes, int level, const ChunkReader& read) {
   const std::string family = DictionaryFamily(rel_path, file_class);
   if (family.empty()) return std::shared_ptr<const Dictionary>();
-  if (auto d = DictionaryOf(family)) return d;
-  if (data_bytes < kMinTrainingBytes || Untrainable(family)) {
-    return std::shared_ptr<const Dictionary>();
+  const std::shared_ptr<const Dictionary> current = DictionaryOf(family);
+  const bool can_train = data_bytes >= kMinTrainingBytes;
+  if (current ? !RetrainDue(family, *current, data_bytes, can_train)
+              : !can_train || Untrainable(family)) {
+    return current;
   }
   // Up to kMaxTrainingBytes of whole chunks, taken evenly across the data;
   // every fourth is held out to judge the dictionary.
@@ -111,17 +113,35 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::DictionaryForFile(
       samples.Add(raw);
     }
   }
-  auto d = AddDictionary(family, level, samples);
+  auto d = AddDictionary(family, level, samples, current);
   if (d.ok() || d.status().code() != Code::kInvalidArgument) return d;
-  spdlog::info("no dictionary for {} from {}: {}", family, rel_path, d.status().message());
-  return std::shared_ptr<const Dictionary>();
+  spdlog::info("no {}dictionary for {} from {}: {}", current ? "new " : "", family, rel_path,
+               d.status().message());
+  return current;
 }
 
-Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_view family,
-                                                                   int level,
-                                                                   const TrainingSamples& samples) {
+bool ColdStore::RetrainDue(std::string_view family, const Dictionary& current, uint64_t data_bytes,
+                           bool can_train) {
   MutexLock lock(dict_mu_);
-  if (auto d = dicts_.NewestOf(family)) return d;
+  auto it = growth_.find(family);
+  if (it == growth_.end()) it = growth_.emplace(std::string(family), FamilyGrowth{}).first;
+  FamilyGrowth& g = it->second;
+  g.bytes += data_bytes;
+  const int64_t now = NowNs();
+  const int64_t since = std::max(current.record().trained_ns(), g.tried_ns);
+  if (!can_train || records_unreadable_ ||
+      (g.bytes < retrain_.after_bytes && now - since < retrain_.after_ns)) {
+    return false;
+  }
+  g = FamilyGrowth{0, now};
+  return true;
+}
+
+Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(
+    std::string_view family, int level, const TrainingSamples& samples,
+    const std::shared_ptr<const Dictionary>& replacing) {
+  MutexLock lock(dict_mu_);
+  if (auto d = dicts_.NewestOf(family); d && d != replacing) return d;
   if (records_unreadable_) {
     // The family may have one that did not read: a second would be made
     // where readers may not find it either.
@@ -134,7 +154,7 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_v
   const uint32_t id = static_cast<uint32_t>(kDictIdBase + key_id);
   auto content = TrainDictionary(samples, id, level);
   if (!content.ok()) {
-    untrainable_[std::string(family)]++;
+    if (!replacing) untrainable_[std::string(family)]++;
     return content.status();
   }
   // Samples that are mostly zeros (a sparse file's data) or one phrase
@@ -154,20 +174,22 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_v
   const std::string value = DictCopyValue(key_id, record.SerializeAsString());
   auto d = Dictionary::Load(std::move(record));
   if (!d.ok()) return d.status();
-  uint64_t with = 0, without = 0;
+  // Judged against the family's current dictionary, or against none.
+  uint64_t with = 0, before = 0;
   ChunkCodec codec;
   std::string out;
   for (const std::string& chunk : samples.held_out) {
     codec.Encode(chunk, level, {}, &out, d->get());
     with += out.size();
-    codec.Encode(chunk, level, {}, &out);
-    without += out.size();
+    codec.Encode(chunk, level, {}, &out, replacing.get());
+    before += out.size();
   }
-  if (static_cast<double>(with) > kDictionaryMustSave * static_cast<double>(without)) {
-    untrainable_[std::string(family)]++;
+  if (static_cast<double>(with) > kDictionaryMustSave * static_cast<double>(before)) {
+    if (!replacing) untrainable_[std::string(family)]++;
     return Status::InvalidArgument(fmt::format(
-        "a dictionary does not help {}: {} chunks held out take {} bytes with it, {} without",
-        family, samples.held_out.size(), with, without));
+        "a {} does not help {}: {} chunks held out take {} bytes with it, {} with {}",
+        replacing ? "new dictionary" : "dictionary", family, samples.held_out.size(), with, before,
+        replacing ? fmt::format("dictionary {}", replacing->id()) : "none"));
   }
 
   WriteBatch batch;
@@ -183,8 +205,9 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(std::string_v
   TBFS_RETURN_IF_ERROR(Commit(batch, true));
   dict_format_ = true;
   dicts_.Put(*d);
-  spdlog::info("store {}: dictionary {} for {} ({} bytes, trained on {} bytes)", dir_, id, family,
-               (*d)->content().size(), samples.bytes.size());
+  spdlog::info("store {}: dictionary {} for {} ({} bytes, trained on {} bytes{})", dir_, id, family,
+               (*d)->content().size(), samples.bytes.size(),
+               replacing ? fmt::format(", after dictionary {}", replacing->id()) : "");
   return *d;
 }
 

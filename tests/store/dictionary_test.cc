@@ -185,6 +185,48 @@ TEST_F(DictionaryTest, AFamilysFirstBigFileTeachesItsDictionaryAndLaterFilesUseI
   EXPECT_TRUE(report->clean()) << (report->problems.empty() ? "" : report->problems[0]);
 }
 
+// A family is taught again as it grows (RetrainPolicy) when the new
+// dictionary does better on the new file; files already stored keep the
+// dictionary they were made with, and every one reads back.
+TEST_F(DictionaryTest, AFamilyIsTaughtAgainAsItGrowsAndStoredFilesKeepTheirs) {
+  const std::string a_bytes = TraceJson(kMinTrainingBytes + 4321, 1);
+  storepb::Manifest a = Ingest("run/a.pt.trace.json", a_bytes);
+  ASSERT_NE(a.dictionary(), 0u);
+  // By default (1 GiB of the family, or a day) another model's trace uses
+  // the family's dictionary.
+  storepb::Manifest b0 = Ingest("run/b0.pt.trace.json", OtherModelJson(kMinTrainingBytes, 2));
+  EXPECT_EQ(b0.dictionary(), a.dictionary());
+  ASSERT_EQ(store_->Dictionaries().size(), 1u);
+
+  store_->SetRetrainPolicy({.after_bytes = 1, .after_ns = INT64_MAX});
+  storepb::Manifest b = Ingest("run/b.pt.trace.json", OtherModelJson(kMinTrainingBytes, 3));
+  EXPECT_GT(b.dictionary(), a.dictionary()) << "another model's trace teaches a better one";
+  ASSERT_EQ(store_->Dictionaries().size(), 2u);
+  EXPECT_EQ(CodecOf(b.file_id(), 0), kChunkZstdDict);
+  // A third like the second: trained again, but what it teaches does not
+  // do better than the newest, which it uses.
+  storepb::Manifest c = Ingest("run/c.pt.trace.json", OtherModelJson(kMinTrainingBytes, 4));
+  EXPECT_EQ(c.dictionary(), b.dictionary());
+  EXPECT_EQ(store_->Dictionaries().size(), 2u);
+  // A small file of the family counts toward growth but teaches nothing.
+  storepb::Manifest d = Ingest("run/d.pt.trace.json", TraceJson(200 << 10, 5));
+  EXPECT_EQ(d.dictionary(), b.dictionary());
+
+  // Reopened: both dictionaries load, every file reads with its own, and
+  // fsck finds nothing wrong.
+  Open(/*read_only=*/true);
+  ASSERT_EQ(store_->Dictionaries().size(), 2u);
+  for (const auto& [rel, bytes] : originals_) {
+    auto found = store_->Lookup(rel);
+    ASSERT_TRUE(found.ok()) << rel;
+    EXPECT_EQ(ReadAll(*found), bytes) << rel;
+  }
+  EXPECT_EQ(store_->Lookup("run/a.pt.trace.json")->dictionary(), a.dictionary());
+  auto report = Fsck(*store_, &pool_, nullptr);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->clean()) << (report->problems.empty() ? "" : report->problems[0]);
+}
+
 // Content that teaches a dictionary of a few hundred bytes (a sparse
 // file's data, one phrase repeated) leaves the family without one.
 TEST_F(DictionaryTest, ContentThatTeachesAlmostNothingMakesNoDictionary) {

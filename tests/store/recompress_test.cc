@@ -32,8 +32,9 @@ class RecompressTest : public ::testing::Test {
     store_ = std::move(s).value();
   }
 
-  // Moved in at level 3 without dictionaries, as an older tbfs would have.
-  void Ingest(const std::string& rel, const std::string& bytes) {
+  // Moved in at level 3 without dictionaries (as an older tbfs would
+  // have), or with them.
+  void Ingest(const std::string& rel, const std::string& bytes, bool dictionaries = false) {
     const std::string path = JoinPath(logdir_, rel);
     fs::create_directories(fs::path(path).parent_path());
     WriteBytes(path, bytes);
@@ -46,7 +47,7 @@ class RecompressTest : public ::testing::Test {
     io.chunk_bytes = 64 << 10;
     io.level = 3;
     io.file_class = "pytorch_trace";
-    io.dictionaries = false;
+    io.dictionaries = dictionaries;
     io.pool = &pool_;
     auto m = IngestFile(*store_, logdir_, rel, fd->get(), st, store_->NewFileId(), io);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -73,6 +74,37 @@ class RecompressTest : public ::testing::Test {
   std::unique_ptr<ColdStore> store_;
   std::map<std::string, std::string> originals_;
 };
+
+// A family taught again by another model's trace: each file is compressed
+// again with whichever of its own dictionary and the family's newest does
+// better on it, and a second run finds nothing to do.
+TEST_F(RecompressTest, EachFileKeepsTheDictionaryThatDoesBetterOnIt) {
+  Ingest("run/a.pt.trace.json", TraceJson(kMinTrainingBytes + 4321, 1), true);
+  store_->SetRetrainPolicy({.after_bytes = 1, .after_ns = INT64_MAX});
+  Ingest("run/b.pt.trace.json", OtherModelJson(kMinTrainingBytes, 2), true);
+  store_->SetRetrainPolicy({});
+  const uint32_t a_dict = store_->Lookup("run/a.pt.trace.json")->dictionary();
+  const uint32_t b_dict = store_->Lookup("run/b.pt.trace.json")->dictionary();
+  ASSERT_NE(a_dict, 0u);
+  ASSERT_GT(b_dict, a_dict);
+
+  RecompressOptions o;
+  o.level = 9;
+  o.pool = &pool_;
+  auto r = Recompress(*store_, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->files, 2u);
+  EXPECT_TRUE(r->failed.empty());
+  EXPECT_EQ(store_->Lookup("run/a.pt.trace.json")->dictionary(), a_dict);
+  EXPECT_EQ(store_->Lookup("run/b.pt.trace.json")->dictionary(), b_dict);
+  EXPECT_EQ(store_->Lookup("run/a.pt.trace.json")->level(), 9);
+  EXPECT_EQ(store_->Dictionaries().size(), 2u);
+  ExpectEveryFileIntact();
+  auto again = Recompress(*store_, o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->files, 0u);
+  EXPECT_EQ(again->unchanged, 2u);
+}
 
 TEST_F(RecompressTest, FilesComeBackAtTheLevelWithTheirFamilysDictionarySmallerAndIntact) {
   Ingest("run/big.pt.trace.json", TraceJson(kMinTrainingBytes + 4321, 1));

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "fmt/format.h"
 
@@ -33,6 +34,33 @@ inline std::string TraceJson(size_t n, uint32_t seed) {
         "\"Fwd thread id\": 0}}}},\n",
         kCats[next() % 4], kNames[next() % 12], 2113 + next() % 2, 2113 + next() % 3, ts,
         next() % 2000, next() % 100000, next() % 50000);
+  }
+  s.resize(n);
+  return s;
+}
+
+// Trace JSON of another model and profiler build: other operator names,
+// categories and argument keys in the same layout.
+inline std::string OtherModelJson(size_t n, uint32_t seed) {
+  std::string s = TraceJson(n + n / 2, seed);
+  const std::pair<std::string, std::string> kRenames[] = {
+      {"aten::", "xla::fused_computation_"},
+      {"cudaLaunchKernel", "hipModuleLaunchKernel"},
+      {"cudaMemcpyAsync", "hipMemcpyWithStream"},
+      {"cpu_op", "host_op"},
+      {"cuda_runtime", "hip_runtime"},
+      {"External id", "correlation"},
+      {"Sequence number", "seq_no"},
+      {"Fwd thread id", "forward_tid"},
+      {"Optimizer.step#SGD", "Optimizer.step#AdamW"}};
+  for (const auto& [from, to] : kRenames) {
+    std::string out;
+    size_t at = 0, hit;
+    while ((hit = s.find(from, at)) != std::string::npos) {
+      out.append(s, at, hit - at).append(to);
+      at = hit + from.size();
+    }
+    s = out.append(s, at);
   }
   s.resize(n);
   return s;
