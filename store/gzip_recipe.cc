@@ -13,6 +13,8 @@ constexpr uint8_t kFlagHcrc = 0x02, kFlagExtra = 0x04, kFlagName = 0x08, kFlagCo
 constexpr uint8_t kFlagReserved = 0xe0;
 constexpr size_t kTrailerBytes = 8;
 constexpr size_t kInflateOut = 256 << 10;
+// zlib counts input in uInt: what is bigger goes in pieces of this.
+constexpr size_t kZlibPiece = size_t{1} << 30;
 
 uint32_t LittleEndian32(const char* p) {
   const auto* u = reinterpret_cast<const unsigned char*>(p);
@@ -96,6 +98,10 @@ void GzipRecipeFinder::Reject(std::string why) {
 }
 
 void GzipRecipeFinder::Add(std::string_view gz) {
+  if (gz.size() > kZlibPiece) {
+    for (size_t at = 0; at < gz.size(); at += kZlibPiece) Add(gz.substr(at, kZlibPiece));
+    return;
+  }
   if (!why_not_.empty()) return;
   gzip_bytes_ += gz.size();
   if (in_header_) {
@@ -126,10 +132,11 @@ void GzipRecipeFinder::Add(std::string_view gz) {
     }
     if (candidates_.empty()) return Reject("the header's XFL byte names no zlib level");
   }
-  if (!stream_end_)
+  if (!stream_end_) {
     Inflate(gz);
-  else
-    trailer_.append(gz.substr(0, kTrailerBytes + 1));
+  } else if (trailer_.size() <= kTrailerBytes) {  // one more says there are bytes after it
+    trailer_.append(gz.substr(0, kTrailerBytes + 1 - trailer_.size()));
+  }
 }
 
 // Inflates `in` block by block: the content goes to the candidates, and a
@@ -155,6 +162,11 @@ void GzipRecipeFinder::Inflate(std::string_view in) {
       stream_end_ = true;
     } else if (inflate_.data_type & 128) {  // at the end of a block
       if (content_bytes_ == block_start_out_ && !(inflate_.data_type & 64)) {
+        // zlib makes no second flush where nothing came in between (it
+        // answers Z_BUF_ERROR): such a stream came from elsewhere.
+        if (!flushes_.empty() && flushes_.back() == content_bytes_) {
+          return Reject("two flushes at one content offset");
+        }
         flushes_.push_back(content_bytes_);
         for (auto& c : candidates_) Deflate(*c, {}, Z_SYNC_FLUSH);
         Trim();
@@ -164,7 +176,7 @@ void GzipRecipeFinder::Inflate(std::string_view in) {
   }
   if (stream_end_) {
     trailer_.append(reinterpret_cast<const char*>(inflate_.next_in),
-                    std::min<size_t>(inflate_.avail_in, kTrailerBytes + 1));
+                    std::min<size_t>(inflate_.avail_in, kTrailerBytes + 1 - trailer_.size()));
   }
 }
 
@@ -290,7 +302,8 @@ Status GzipRemaker::Add(std::string_view content, std::string* out) {
     }
     const uint64_t next =
         next_flush_ < flushes.size() ? flushes[next_flush_] : recipe_.content_bytes;
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(content.size(), next - fed_));
+    const size_t n = static_cast<size_t>(
+        std::min<uint64_t>({content.size(), next - fed_, uint64_t{kZlibPiece}}));
     TBFS_RETURN_IF_ERROR(Deflate(content.substr(0, n), Z_NO_FLUSH, out));
     fed_ += n;
     content.remove_prefix(n);

@@ -95,7 +95,8 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::DictionaryForFile(
     return current;
   }
   // Up to kMaxTrainingBytes of whole chunks, taken evenly across the data;
-  // every fourth is held out to judge the dictionary.
+  // every fourth (the last, when fewer than four are taken) is held out to
+  // judge the dictionary.
   std::vector<uint64_t> chunks;
   for (const ChunkRun& r : data) {
     for (uint64_t i = r.first; i < r.end; ++i) chunks.push_back(i);
@@ -107,14 +108,21 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::DictionaryForFile(
   std::string raw;
   for (size_t k = 0; k < want; ++k) {
     TBFS_RETURN_IF_ERROR(read(chunks[k * chunks.size() / want], &raw));
-    if (k % 4 == 3) {
+    if (k % 4 == 3 || (want < 4 && k == want - 1)) {
       samples.held_out.push_back(raw);
     } else {
       samples.Add(raw);
     }
   }
   auto d = AddDictionary(family, level, samples, current);
-  if (d.ok() || d.status().code() != Code::kInvalidArgument) return d;
+  if (d.ok()) return d;
+  if (current != nullptr && d.status().code() != Code::kInvalidArgument) {
+    // Training again is an extra: the file still has the family's.
+    spdlog::warn("store {}: training {}'s dictionary again on {}: {}", dir_, family, rel_path,
+                 d.status().message());
+    return current;
+  }
+  if (d.status().code() != Code::kInvalidArgument) return d;
   spdlog::info("no {}dictionary for {} from {}: {}", current ? "new " : "", family, rel_path,
                d.status().message());
   return current;
@@ -142,6 +150,9 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(
     const std::shared_ptr<const Dictionary>& replacing) {
   MutexLock lock(dict_mu_);
   if (auto d = dicts_.NewestOf(family); d && d != replacing) return d;
+  if (samples.held_out.empty()) {
+    return Status::InvalidArgument("no chunk was held out to judge a dictionary by");
+  }
   if (records_unreadable_) {
     // The family may have one that did not read: a second would be made
     // where readers may not find it either.

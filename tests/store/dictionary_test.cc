@@ -185,6 +185,17 @@ TEST_F(DictionaryTest, AFamilysFirstBigFileTeachesItsDictionaryAndLaterFilesUseI
   EXPECT_TRUE(report->clean()) << (report->problems.empty() ? "" : report->problems[0]);
 }
 
+// A dictionary that nothing was held out to judge is not kept (red team:
+// with fewer than four chunks sampled, one was kept unjudged).
+TEST_F(DictionaryTest, ADictionaryNothingJudgesIsNotKept) {
+  TrainingSamples samples;
+  samples.Add(TraceJson(kMinTrainingBytes, 6));
+  auto d = store_->AddDictionary("pytorch_trace.json", 3, samples);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), Code::kInvalidArgument) << d.status().ToString();
+  EXPECT_TRUE(store_->Dictionaries().empty());
+}
+
 // A family is taught again as it grows (RetrainPolicy) when the new
 // dictionary does better on the new file; files already stored keep the
 // dictionary they were made with, and every one reads back.

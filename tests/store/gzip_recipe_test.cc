@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <zlib.h>
 
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -204,6 +206,40 @@ TEST(GzipRecipeTest, OtherDeflatersAndOddFilesHaveNone) {
   }
   // Z_FULL_FLUSH and other strategies are not tried.
   EXPECT_FALSE(Find(ZlibGzip(content, 6, 8, {}, Z_FILTERED)).ok());
+}
+
+// A piece of 4 GiB or more (an mmap'd file given whole) is read whole:
+// zlib counts its input in 32 bits. Before, a valid member followed by
+// 4 GiB of anything was taken for the whole file (red team).
+TEST(GzipRecipeTest, APieceOf4GiBOrMoreIsReadWhole) {
+  const std::string member = ZlibGzip("hello, trace", 6, 8, {});
+  const size_t size = (size_t{1} << 32) + member.size();
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  std::memcpy(p, member.data(), member.size());
+  GzipRecipeFinder finder;
+  finder.Add({static_cast<const char*>(p), size});
+  auto r = finder.Finish();
+  ::munmap(p, size);
+  ASSERT_FALSE(r.ok()) << "a recipe for " << r->gzip_bytes << " bytes";
+  EXPECT_EQ(r.status().message(), "bytes after the gzip member");
+}
+
+// Empty stored blocks one after another: zlib never makes two flushes with
+// nothing between them, so the answer is no at once, not after holding
+// the whole stream (red team: 200 MB of them took 675 MB).
+TEST(GzipRecipeTest, TwoFlushesAtOneOffsetHaveNone) {
+  const std::string content = Json(100000, 9);
+  std::string gz = ZlibGzip(content, 6, 8, {5000});
+  // After the flush's marker (00 00 ff ff), another empty stored block.
+  const size_t marker = gz.find(std::string("\x00\x00\xff\xff", 4));
+  ASSERT_NE(marker, std::string::npos);
+  gz.insert(marker + 4, std::string("\x00\x00\x00\xff\xff", 5));
+  ASSERT_EQ(Inflate(gz), content);
+  auto r = Find(gz);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "two flushes at one content offset");
 }
 
 TEST(GzipRecipeTest, HeaderFieldsAreKeptVerbatimAndPiecesOfAnySizeWork) {
