@@ -36,6 +36,27 @@ uint32_t Crc32(uint32_t crc, std::string_view bytes) {
   return crc;
 }
 
+// Runs deflate over `in` (at most kZlibPiece bytes) with `flush` until it
+// is all taken and nothing is pending, handing each piece made to `made`,
+// which returns false to stop. The finder's candidates and the remaker both
+// come through here, so a recipe is remade with the very calls that found
+// it. Z_BUF_ERROR is no progress (nothing to do), not a failure: false only
+// for a zlib error.
+template <typename Made>
+bool DeflateAll(z_stream& z, std::string_view in, int flush, const Made& made) {
+  char buf[16 << 10];
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  do {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof(buf);
+    const int rc = deflate(&z, flush);
+    if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) return false;
+    if (!made(std::string_view(buf, sizeof(buf) - z.avail_out))) return true;
+  } while (z.avail_in > 0 || z.avail_out == 0);
+  return true;
+}
+
 // The levels whose writers set the header's XFL byte to `xfl`: zlib and
 // Python write 2 for level 9, 4 for levels 0 and 1, 0 otherwise. Level 0
 // is not tried: its stored blocks follow the writer's buffer sizes, and a
@@ -186,20 +207,15 @@ void GzipRecipeFinder::Feed(std::string_view content) {
   Trim();
 }
 
-// Deflates `in` with candidate c and checks what it makes. Z_BUF_ERROR is
-// no progress (nothing to do), not a failure.
+// Deflates `in` with candidate c and checks what it makes.
 void GzipRecipeFinder::Deflate(Candidate& c, std::string_view in, int flush) {
-  char buf[16 << 10];
-  c.z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  c.z.avail_in = static_cast<uInt>(in.size());
-  do {
-    if (!c.alive) return;
-    c.z.next_out = reinterpret_cast<Bytef*>(buf);
-    c.z.avail_out = sizeof(buf);
-    const int rc = deflate(&c.z, flush);
-    if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) c.alive = false;
-    Check(c, {buf, sizeof(buf) - c.z.avail_out});
-  } while (c.z.avail_in > 0 || c.z.avail_out == 0);
+  if (!c.alive) return;
+  if (!DeflateAll(c.z, in, flush, [&](std::string_view out) {
+        Check(c, out);
+        return c.alive;
+      })) {
+    c.alive = false;
+  }
 }
 
 // Compares what candidate c made with the stream read so far; what is
@@ -268,18 +284,12 @@ GzipRemaker::~GzipRemaker() {
 }
 
 Status GzipRemaker::Deflate(std::string_view in, int flush, std::string* out) {
-  deflate_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  deflate_.avail_in = static_cast<uInt>(in.size());
-  char buf[16 << 10];
-  do {
-    deflate_.next_out = reinterpret_cast<Bytef*>(buf);
-    deflate_.avail_out = sizeof(buf);
-    const int rc = deflate(&deflate_, flush);
-    if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
-      return Status::Corruption(fmt::format("gzip remake: deflate failed ({})", rc));
-    }
-    out->append(buf, sizeof(buf) - deflate_.avail_out);
-  } while (deflate_.avail_in > 0 || deflate_.avail_out == 0);
+  if (!DeflateAll(deflate_, in, flush, [out](std::string_view made) {
+        out->append(made);
+        return true;
+      })) {
+    return Status::Corruption("gzip remake: deflate failed");
+  }
   return Status::OK();
 }
 

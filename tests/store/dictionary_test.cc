@@ -46,7 +46,8 @@ class DictionaryTest : public ::testing::Test {
   // Writes `bytes` at logdir/rel and moves them into the store as a
   // migration of a PyTorch trace does (the hot file stays).
   storepb::Manifest Ingest(const std::string& rel, const std::string& bytes,
-                           bool dictionaries = true, ColdStore* into = nullptr) {
+                           bool dictionaries = true, ColdStore* into = nullptr,
+                           const std::string& file_class = "pytorch_trace") {
     const std::string path = JoinPath(logdir_, rel);
     fs::create_directories(fs::path(path).parent_path());
     WriteBytes(path, bytes);
@@ -59,7 +60,7 @@ class DictionaryTest : public ::testing::Test {
     IngestOptions io;
     io.chunk_bytes = kChunk;
     io.level = 3;
-    io.file_class = "pytorch_trace";
+    io.file_class = file_class;
     io.dictionaries = dictionaries;
     io.pool = &pool_;
     auto m = IngestFile(store, logdir_, rel, fd->get(), st, store.NewFileId(), io);
@@ -272,20 +273,9 @@ TEST_F(DictionaryTest, AFamilyADictionaryDoesNotHelpGetsNone) {
   // long as the store is open): no training cost for every file of it.
   for (int i = 0; i < kTrainingAttempts; ++i) {
     EXPECT_FALSE(store_->Untrainable("other_trace.bin"));
-    const std::string path = JoinPath(logdir_, fmt::format("run/x{}.bin", i));
-    WriteBytes(path, random);
-    auto fd = OpenFile(path, O_RDONLY);
-    ASSERT_TRUE(fd.ok());
-    struct stat st;
-    ::fstat(fd->get(), &st);
-    IngestOptions io;
-    io.chunk_bytes = kChunk;
-    io.file_class = "other_trace";
-    io.pool = &pool_;
-    auto x = IngestFile(*store_, logdir_, fmt::format("run/x{}.bin", i), fd->get(), st,
-                        store_->NewFileId(), io);
-    ASSERT_TRUE(x.ok());
-    EXPECT_EQ(x->dictionary(), 0u);
+    storepb::Manifest x =
+        Ingest(fmt::format("run/x{}.bin", i), random, true, nullptr, "other_trace");
+    EXPECT_EQ(x.dictionary(), 0u);
   }
   EXPECT_TRUE(store_->Untrainable("other_trace.bin"));
 }
