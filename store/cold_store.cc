@@ -75,7 +75,7 @@ bool WellFormed(const storepb::Manifest& m) {
   if (!IsSafeRelativePath(m.path())) return false;
   const uint64_t chunks = m.chunk_bytes() == 0 ? (m.size() == 0 ? 0 : ~uint64_t{0})
                                                : ChunkCount(m.size(), m.chunk_bytes());
-  if (m.chunks() != chunks) return false;
+  if (m.chunks() != chunks || !GzipContentWellFormed(m)) return false;
   const auto& runs = m.hole_runs();
   if (runs.size() % 2 != 0) return false;
   uint64_t after = 0;  // where the previous run ended
@@ -368,6 +368,7 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
     if (tree_) info_.set_format_version(std::max(info_.format_version(), kFormatVersionTree));
   }
   dict_format_ = info_.format_version() >= kFormatVersionDict;
+  format_put_ = info_.format_version();
   MutexLock lock(dict_mu_);
   if (Status d = LoadDictionaries(); !d.ok()) {
     // The chunks that need them are Corruption; fsck names them.
@@ -622,8 +623,44 @@ void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id) {
   batch->DeleteRange(Space::kChunks, ChunkKey(file_id, 0), ChunkKey(file_id + 1, 0));
 }
 
+void ColdStore::PutFormat(WriteBatch* batch, uint32_t version) {
+  uint32_t put = format_put_.load();
+  while (put < version && !format_put_.compare_exchange_weak(put, version)) {
+  }
+  storepb::StoreInfo info = info_;
+  info.set_format_version(std::max({put, version, info_.format_version()}));
+  batch->Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
+}
+
+std::shared_ptr<GzipPieces> ColdStore::PiecesOf(const storepb::Manifest& m) {
+  // A few files read at once is the common case; a remaker holds zlib's
+  // state and kGzipWindowBytes of pieces.
+  constexpr size_t kGzipCursors = 4;
+  MutexLock lock(pieces_mu_);
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const storepb::Manifest& held = pieces_[i]->manifest();
+    if (held.file_id() == m.file_id() && held.size() == m.size() &&
+        ManifestHash(held) == ManifestHash(m)) {
+      std::rotate(pieces_.begin(), pieces_.begin() + static_cast<long>(i),
+                  pieces_.begin() + static_cast<long>(i) + 1);
+      return pieces_.front();
+    }
+  }
+  const storepb::Manifest content = ContentManifest(m);
+  auto made = std::make_shared<GzipPieces>(
+      m,
+      [this, content](uint64_t index, ChunkCodec* codec, std::string* raw) {
+        return ReadChunk(content, index, codec, raw);
+      },
+      kGzipWindowBytes / m.chunk_bytes());
+  pieces_.insert(pieces_.begin(), made);
+  if (pieces_.size() > kGzipCursors) pieces_.pop_back();
+  return made;
+}
+
 Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
                                 char* out) {
+  if (IsGzipContent(m)) return PiecesOf(m)->ReadInto(index, out);
   if (IsHoleChunk(m, index)) {  // zeros, and nothing in the store
     std::memset(out, 0, ChunkLength(m, index));
     return Status::OK();

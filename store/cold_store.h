@@ -35,6 +35,7 @@
 #include "base/thread_annotations.h"
 #include "store/backend.h"
 #include "store/chunk.h"
+#include "store/gzip_pieces.h"
 #include "store/proto/store.pb.h"
 #include "store/rados_backend.h"
 
@@ -206,7 +207,9 @@ class ColdStore {
 
   // --- content
   // Chunk `index` of the file, decoded and checked (I5). Corruption names the
-  // file and the chunk.
+  // file and the chunk. For a gzip file stored by its content, the piece
+  // `index` of its bytes, made again (store/gzip_pieces.h); the content's
+  // chunks are ReadChunk(ContentManifest(m), ...).
   Status ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec, std::string* raw);
   // Same, into out, which holds ChunkLength(m, index) bytes.
   Status ReadChunkInto(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec, char* out);
@@ -369,6 +372,13 @@ class ColdStore {
   Status MakeFolders(WriteBatch* batch, const std::string& folder, const FolderAttrs& folders,
                      int64_t mtime_ns, bool retire_replaced, uint64_t* dir);
   void RemoveChunks(WriteBatch* batch, uint64_t file_id);
+  // Puts the store's format record, at `version` or at the highest any
+  // batch of this process has put, whichever is higher: a version is
+  // never put lower than one a batch may already have committed.
+  void PutFormat(WriteBatch* batch, uint32_t version);
+  // The remaker of a gzip file stored by its content, kept across reads
+  // (kGzipCursors files, the most recently read).
+  std::shared_ptr<GzipPieces> PiecesOf(const storepb::Manifest& m);
   // The manifest and its copy in the chunks space (store/format.h).
   void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
   // Reads every dictionary record (either copy), replacing what is held.
@@ -429,6 +439,10 @@ class ColdStore {
   };
   std::map<std::string, FamilyGrowth, std::less<>> growth_ TBFS_GUARDED_BY(dict_mu_);
   std::atomic<bool> dict_format_{false};  // format 5 is recorded
+  std::atomic<uint32_t> format_put_{0};   // the highest PutFormat has put
+  // Remakers of gzip files, most recently used first; a leaf.
+  Mutex pieces_mu_;
+  std::vector<std::shared_ptr<GzipPieces>> pieces_ TBFS_GUARDED_BY(pieces_mu_);
 };
 
 // Number of chunks of a file of `size` bytes.

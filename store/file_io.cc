@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zlib.h>
 
 #include <chrono>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
 #include "store/format.h"
+#include "store/gzip_pieces.h"
 #include "store/xattrs.h"
 
 namespace tbfs::store {
@@ -153,109 +155,124 @@ FolderAttrs LogdirFolders(const std::string& logdir) {
   };
 }
 
-Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir,
-                                     const std::string& rel_path, int fd, const struct stat& st,
-                                     uint64_t file_id, const IngestOptions& options) {
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  const uint32_t cb = options.chunk_bytes;
-  const uint64_t chunks = ChunkCount(size, cb);
-  const std::string path = JoinPath(logdir, rel_path);
-  std::vector<ChunkRun> data;
-  TBFS_RETURN_IF_ERROR(FindDataRuns(fd, path, st, cb, &data));
-  WorkPool& pool = *options.pool;
-  auto codecs = Codecs(pool);
-  Xxh128 hash;
-  const std::shared_ptr<const Dictionary> dict =
-      DictionaryFor(store, rel_path, fd, path, data, size, options);
+namespace {
 
-  storepb::Manifest m;
-  m.set_file_id(file_id);
-  m.set_path(rel_path);
-  m.set_size(size);
-  m.set_mode(st.st_mode);
-  m.set_uid(st.st_uid);
-  m.set_gid(st.st_gid);
-  m.set_atime_ns(ToNs(st.st_atim));
-  m.set_mtime_ns(ToNs(st.st_mtim));
-  m.set_ctime_ns(ToNs(st.st_ctim));
-  m.set_ino(st.st_ino);
-  m.set_chunk_bytes(cb);
-  m.set_codec(kCodecZstd);
-  m.set_level(options.level);
-  m.set_chunks(chunks);
-  m.set_file_class(options.file_class);
-  m.set_migrated_ns(NowNs());
-  if (dict != nullptr) m.set_dictionary(dict->id());
-  // ACLs and every other attribute go with the file (a change after the
-  // stat changes its ctime: the migration then leaves it in place).
-  TBFS_RETURN_IF_ERROR(ReadXattrs(fd, path, &m));
-  uint64_t after = 0;  // the holes are what lies between the runs of data
-  for (const ChunkRun& r : data) {
-    if (r.first > after) {
-      m.add_hole_runs(after);
-      m.add_hole_runs(r.first);
-    }
-    after = r.end;
-  }
-  if (after < chunks) {
-    m.add_hole_runs(after);
-    m.add_hole_runs(chunks);
-  }
+// Compresses chunks on the pool's workers and puts them in a batch,
+// committed (unsynced) whenever it grows big; the caller commits the rest
+// with the manifest.
+class ChunkWriter {
+ public:
+  ChunkWriter(ColdStore& store, const std::string& path, uint64_t file_id, uint64_t chunks,
+              const Dictionary* dict, const IngestOptions& options)
+      : store_(store),
+        path_(path),
+        file_id_(file_id),
+        chunks_(chunks),
+        dict_(dict),
+        options_(options),
+        codecs_(Codecs(*options.pool)),
+        wave_(WaveChunks(*options.pool)),
+        raw_(wave_),
+        value_(wave_),
+        index_(wave_) {}
 
-  WriteBatch batch;
-  uint64_t stored = 0;
-  const size_t wave = WaveChunks(pool);
-  std::vector<std::string> raw(wave), value(wave);
-  bool first_wave = true;
-  // `n` chunks from `first`: read, compressed in parallel, batched.
-  auto copy_wave = [&](uint64_t first, size_t n) -> Status {
-    FailpointHook("ingest.wave", path);  // tests: time passes in the middle of a copy
-    if (options.should_stop && options.should_stop()) {
-      return Status::Aborted(path + " was opened for writing while it was copied");
+  size_t wave() const { return wave_; }
+  // Before the chunks of a wave are read: a copy asked to stop stops.
+  Status BeginWave() {
+    FailpointHook("ingest.wave", path_);  // tests: time passes in the middle of a copy
+    if (options_.should_stop && options_.should_stop()) {
+      return Status::Aborted(path_ + " was opened for writing while it was copied");
     }
-    for (size_t i = 0; i < n; ++i) {
-      uint64_t index = first + i;
-      size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb));
-      raw[i].resize(len);
-      size_t got = 0;
-      TBFS_RETURN_IF_ERROR(PreadFull(fd, raw[i].data(), len, index * cb, &got, path));
-      if (got != len) return Status::Aborted(path + " shrank while it was copied");
-      hash.Update(raw[i]);
-      if (options.progress) options.progress->fetch_add(len, std::memory_order_relaxed);
-    }
-    pool.ParallelFor(n, [&](size_t i, int worker) {
-      codecs[worker]->Encode(raw[i], options.level, {file_id, first + i}, &value[i], dict.get());
+    return Status::OK();
+  }
+  // The buffer of the next chunk, to fill; Done(index) takes it.
+  std::string* Next() { return &raw_[pending_]; }
+  Status Done(uint64_t index) {
+    index_[pending_++] = index;
+    return pending_ == wave_ ? Flush() : Status::OK();
+  }
+  // Compresses what is pending and puts it in the batch.
+  Status Flush() {
+    const size_t n = pending_;
+    if (n == 0) return Status::OK();
+    pending_ = 0;
+    options_.pool->ParallelFor(n, [&](size_t i, int worker) {
+      codecs_[worker]->Encode(raw_[i], options_.level, {file_id_, index_[i]}, &value_[i], dict_);
     });
     for (size_t i = 0; i < n; ++i) {
-      batch.Put(Space::kChunks, ChunkKey(file_id, first + i), value[i]);
-      stored += value[i].size();
+      batch_.Put(Space::kChunks, ChunkKey(file_id_, index_[i]), value_[i]);
+      stored_ += value_[i].size();
     }
     // The first wave of a multi-wave file is committed on its own too, so a
     // crash test can stop the copy halfway with chunks already written.
-    if (batch.bytes() >= kBatchBytes || (first_wave && chunks > wave)) {
-      TBFS_RETURN_IF_ERROR(store.CheckRoom(batch.bytes()));
-      TBFS_RETURN_IF_ERROR(store.Commit(batch, false));
-      batch.Clear();
+    if (batch_.bytes() >= kBatchBytes || (first_wave_ && chunks_ > wave_)) {
+      TBFS_RETURN_IF_ERROR(store_.CheckRoom(batch_.bytes()));
+      TBFS_RETURN_IF_ERROR(store_.Commit(batch_, false));
+      batch_.Clear();
       MaybeCrash("migrate.copying");
     }
-    first_wave = false;
+    first_wave_ = false;
     return Status::OK();
-  };
-  for (const ChunkRun& run : data) {
-    for (uint64_t first = run.first; first < run.end; first += wave) {
-      TBFS_RETURN_IF_ERROR(
-          copy_wave(first, static_cast<size_t>(std::min<uint64_t>(wave, run.end - first))));
-    }
   }
+  WriteBatch* batch() { return &batch_; }
+  uint64_t stored() const { return stored_; }
+
+ private:
+  ColdStore& store_;
+  const std::string& path_;
+  const uint64_t file_id_;
+  const uint64_t chunks_;
+  const Dictionary* const dict_;
+  const IngestOptions& options_;
+  std::vector<std::unique_ptr<ChunkCodec>> codecs_;
+  const size_t wave_;
+  std::vector<std::string> raw_, value_;
+  std::vector<uint64_t> index_;
+  size_t pending_ = 0;
+  bool first_wave_ = true;
+  WriteBatch batch_;
+  uint64_t stored_ = 0;
+};
+
+// The manifest of the file open as fd, all but what its content gives.
+Status StartManifest(int fd, const std::string& path, const std::string& rel_path,
+                     const struct stat& st, uint64_t file_id, const IngestOptions& options,
+                     storepb::Manifest* m) {
+  m->set_file_id(file_id);
+  m->set_path(rel_path);
+  m->set_size(static_cast<uint64_t>(st.st_size));
+  m->set_mode(st.st_mode);
+  m->set_uid(st.st_uid);
+  m->set_gid(st.st_gid);
+  m->set_atime_ns(ToNs(st.st_atim));
+  m->set_mtime_ns(ToNs(st.st_mtim));
+  m->set_ctime_ns(ToNs(st.st_ctim));
+  m->set_ino(st.st_ino);
+  m->set_chunk_bytes(options.chunk_bytes);
+  m->set_codec(kCodecZstd);
+  m->set_level(options.level);
+  m->set_chunks(ChunkCount(m->size(), options.chunk_bytes));
+  m->set_file_class(options.file_class);
+  m->set_migrated_ns(NowNs());
+  // ACLs and every other attribute go with the file (a change after the
+  // stat changes its ctime: the migration then leaves it in place).
+  return ReadXattrs(fd, path, m);
+}
+
+// The copy's last steps: the file must not have grown, and must still be
+// at rel_path; then the manifest and namespace entries, synced.
+Result<storepb::Manifest> CommitFile(ColdStore& store, const std::string& logdir,
+                                     const std::string& rel_path, int fd, const struct stat& st,
+                                     const IngestOptions& options, ChunkWriter& writer,
+                                     storepb::Manifest m) {
+  const std::string path = JoinPath(logdir, rel_path);
+  TBFS_RETURN_IF_ERROR(writer.Flush());
   char extra;
   size_t got = 0;
-  TBFS_RETURN_IF_ERROR(PreadFull(fd, &extra, 1, size, &got, path));
+  TBFS_RETURN_IF_ERROR(PreadFull(fd, &extra, 1, m.size(), &got, path));
   if (got != 0) return Status::Aborted(path + " grew while it was copied");
-
-  Hash128 h = hash.Digest();
-  m.set_hash_low(h.low);
-  m.set_hash_high(h.high);
-  m.set_stored_bytes(stored);
+  m.set_stored_bytes(writer.stored());
+  WriteBatch& batch = *writer.batch();
   TBFS_RETURN_IF_ERROR(store.CheckRoom(batch.bytes()));
   std::shared_lock<SharedMutex> lock;
   FailpointHook("ingest.commit", path);  // tests: a rename at the end of the copy
@@ -269,18 +286,217 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   return m;
 }
 
+// A content larger than this many times its gzip file is stored as the
+// file is: a deflate bomb (up to 1032x) would cost the migration hours.
+constexpr uint64_t kMaxGzipInflation = 256;
+// Stored by its content, a gzip file must take at most this part of what
+// it takes as it is (about its size: zstd finds nothing in deflate), or
+// the remake on every cold read buys nothing.
+constexpr double kGzipContentMustSave = 0.9;
+
+// First pass over a gzip file: its recipe (NotFound when zlib cannot make
+// it again), its hash and the hash of each of its pieces (of `cb` bytes).
+Result<GzipRecipe> ReadGzipRecipe(int fd, const std::string& path, uint64_t size, uint32_t cb,
+                                  Xxh128* hash, storepb::GzipContent* g) {
+  GzipRecipeFinder finder;
+  std::string piece(cb, '\0');
+  for (uint64_t at = 0; at < size; at += cb) {
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - at));
+    size_t got = 0;
+    TBFS_RETURN_IF_ERROR(PreadFull(fd, piece.data(), len, at, &got, path));
+    if (got != len) return Status::Aborted(path + " shrank while it was copied");
+    const std::string_view bytes(piece.data(), len);
+    hash->Update(bytes);
+    g->add_piece_hashes(PieceHash(bytes));
+    finder.Add(bytes);
+    if (finder.rejected()) break;
+    if (finder.content_bytes() > kMaxGzipInflation * size) {
+      return Status::NotFound(
+          fmt::format("it inflates to more than {} times its size", kMaxGzipInflation));
+    }
+  }
+  return finder.Finish();
+}
+
+// A gzip file stored by its content (store/gzip_pieces.h). NotFound, with
+// nothing written, when zlib cannot make the file again: it is then
+// stored as it is.
+Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string& logdir,
+                                            const std::string& rel_path, int fd,
+                                            const struct stat& st, storepb::Manifest m,
+                                            const IngestOptions& options) {
+  const std::string path = JoinPath(logdir, rel_path);
+  const uint32_t cb = options.chunk_bytes;
+  m.set_chunk_bytes(kGzipPieceBytes);  // the file's bytes, in pieces
+  m.set_chunks(ChunkCount(m.size(), kGzipPieceBytes));
+  Xxh128 file_hash;
+  storepb::GzipContent* g = m.mutable_gzip();
+  auto recipe = ReadGzipRecipe(fd, path, m.size(), kGzipPieceBytes, &file_hash, g);
+  if (!recipe.ok()) return recipe.status();
+  g->set_header(recipe->header);
+  g->set_level(recipe->level);
+  g->set_mem_level(recipe->mem_level);
+  for (uint64_t f : recipe->sync_flushes) g->add_sync_flushes(f);
+  g->set_content_bytes(recipe->content_bytes);
+  g->set_content_chunk_bytes(cb);
+  g->set_content_chunks(ChunkCount(recipe->content_bytes, cb));
+  const Hash128 h = file_hash.Digest();
+  m.set_hash_low(h.low);
+  m.set_hash_high(h.high);
+
+  // The content's family's dictionary, if it has one (none is trained on
+  // content here: that needs the content at random, and this is a stream).
+  std::shared_ptr<const Dictionary> dict;
+  if (options.dictionaries) {
+    dict = store.DictionaryOf(DictionaryFamily(ContentPath(rel_path), options.file_class));
+  }
+  if (dict != nullptr) m.set_dictionary(dict->id());
+
+  // Second pass: the content, inflated as it comes, cut into chunks.
+  ChunkWriter writer(store, path, m.file_id(), g->content_chunks(), dict.get(), options);
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return Status::Corruption(path + ": inflateInit2");
+  struct End {
+    z_stream* z;
+    ~End() { inflateEnd(z); }
+  } end{&z};
+  // Content that stores no smaller than the file: its chunks written so far
+  // go, and the file is stored as it is (NotFound).
+  const double most = kGzipContentMustSave * static_cast<double>(m.size());
+  auto no_gain = [&]() -> Status {
+    WriteBatch drop;
+    drop.DeleteRange(Space::kChunks, ChunkKey(m.file_id(), 0), ChunkKey(m.file_id() + 1, 0));
+    TBFS_RETURN_IF_ERROR(store.Commit(drop, false));
+    return Status::NotFound(fmt::format("its content stores in more than {:.0f}% of its size",
+                                        kGzipContentMustSave * 100));
+  };
+  Xxh128 content_hash;
+  std::string in(256 << 10, '\0');
+  uint64_t at = 0, content = 0, index = 0;
+  std::string* chunk = nullptr;
+  bool stream_end = false;
+  while (!stream_end) {
+    size_t got = 0;
+    TBFS_RETURN_IF_ERROR(PreadFull(fd, in.data(), in.size(), at, &got, path));
+    if (got == 0) break;
+    at += got;
+    if (options.progress) options.progress->fetch_add(got, std::memory_order_relaxed);
+    z.next_in = reinterpret_cast<Bytef*>(in.data());
+    z.avail_in = static_cast<uInt>(got);
+    while (z.avail_in > 0 && !stream_end) {
+      if (chunk == nullptr) {
+        if (index % writer.wave() == 0) TBFS_RETURN_IF_ERROR(writer.BeginWave());
+        chunk = writer.Next();
+        chunk->resize(cb);
+        z.next_out = reinterpret_cast<Bytef*>(chunk->data());
+        z.avail_out = cb;
+      }
+      const int rc = inflate(&z, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) {
+        stream_end = true;
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        return Status::Aborted(path +
+                               " changed while it was copied (its gzip stream no longer "
+                               "inflates)");
+      }
+      if (z.avail_out == 0 || stream_end) {
+        chunk->resize(cb - z.avail_out);
+        if (!chunk->empty()) {
+          content += chunk->size();
+          content_hash.Update(*chunk);
+          TBFS_RETURN_IF_ERROR(writer.Done(index++));
+          if (static_cast<double>(writer.stored()) > most) return no_gain();
+        }
+        chunk = nullptr;
+      }
+    }
+  }
+  if (content != recipe->content_bytes || index != g->content_chunks()) {
+    return Status::Aborted(path + " changed while it was copied (its content is another size)");
+  }
+  TBFS_RETURN_IF_ERROR(writer.Flush());
+  if (static_cast<double>(writer.stored()) > most) return no_gain();
+  const Hash128 ch = content_hash.Digest();
+  g->set_content_hash_low(ch.low);
+  g->set_content_hash_high(ch.high);
+  return CommitFile(store, logdir, rel_path, fd, st, options, writer, std::move(m));
+}
+
+}  // namespace
+
+Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir,
+                                     const std::string& rel_path, int fd, const struct stat& st,
+                                     uint64_t file_id, const IngestOptions& options) {
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint32_t cb = options.chunk_bytes;
+  const uint64_t chunks = ChunkCount(size, cb);
+  const std::string path = JoinPath(logdir, rel_path);
+  std::vector<ChunkRun> data;
+  TBFS_RETURN_IF_ERROR(FindDataRuns(fd, path, st, cb, &data));
+  storepb::Manifest m;
+  TBFS_RETURN_IF_ERROR(StartManifest(fd, path, rel_path, st, file_id, options, &m));
+  const bool dense = data.size() == 1 && data[0].first == 0 && data[0].end == chunks;
+  if (options.gzip_by_content && dense && MayBeGzip(rel_path)) {
+    auto stored = IngestGzipContent(store, logdir, rel_path, fd, st, m, options);
+    if (!stored.status().IsNotFound()) return stored;
+    spdlog::debug("{}: stored as it is: {}", path, stored.status().message());
+  }
+
+  const std::shared_ptr<const Dictionary> dict =
+      DictionaryFor(store, rel_path, fd, path, data, size, options);
+  if (dict != nullptr) m.set_dictionary(dict->id());
+  uint64_t after = 0;  // the holes are what lies between the runs of data
+  for (const ChunkRun& r : data) {
+    if (r.first > after) {
+      m.add_hole_runs(after);
+      m.add_hole_runs(r.first);
+    }
+    after = r.end;
+  }
+  if (after < chunks) {
+    m.add_hole_runs(after);
+    m.add_hole_runs(chunks);
+  }
+
+  ChunkWriter writer(store, path, file_id, chunks, dict.get(), options);
+  Xxh128 hash;
+  for (const ChunkRun& run : data) {
+    for (uint64_t first = run.first; first < run.end; first += writer.wave()) {
+      TBFS_RETURN_IF_ERROR(writer.BeginWave());
+      const uint64_t last = std::min<uint64_t>(first + writer.wave(), run.end);
+      for (uint64_t index = first; index < last; ++index) {
+        std::string* raw = writer.Next();
+        const size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb));
+        raw->resize(len);
+        size_t got = 0;
+        TBFS_RETURN_IF_ERROR(PreadFull(fd, raw->data(), len, index * cb, &got, path));
+        if (got != len) return Status::Aborted(path + " shrank while it was copied");
+        hash.Update(*raw);
+        if (options.progress) options.progress->fetch_add(len, std::memory_order_relaxed);
+        TBFS_RETURN_IF_ERROR(writer.Done(index));
+      }
+      TBFS_RETURN_IF_ERROR(writer.Flush());
+    }
+  }
+  const Hash128 h = hash.Digest();
+  m.set_hash_low(h.low);
+  m.set_hash_high(h.high);
+  return CommitFile(store, logdir, rel_path, fd, st, options, writer, std::move(m));
+}
+
 Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* pool) {
   return VerifyFrom(
       m,
-      [&](uint64_t index, ChunkCodec* codec, std::string* raw) {
-        return store.ReadChunk(m, index, codec, raw);
+      [&store, content = ContentManifest(m)](uint64_t index, ChunkCodec* codec, std::string* raw) {
+        return store.ReadChunk(content, index, codec, raw);
       },
       pool);
 }
 
-Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool* pool) {
+Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& stored, WorkPool* pool) {
   auto codecs = Codecs(*pool);
   const size_t wave = WaveChunks(*pool);
+  const ChunkSource read = FileSource(m, stored, wave);
   std::vector<std::string> raw(wave);
   std::vector<Status> status(wave);
   Xxh128 hash;
@@ -303,6 +519,13 @@ Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool*
                               ": content read back from the store differs from the file");
   }
   return Status::OK();
+}
+
+ChunkSource FileSource(const storepb::Manifest& m, const ChunkSource& stored, size_t window) {
+  if (!IsGzipContent(m)) return stored;
+  auto pieces = std::make_shared<GzipPieces>(m, stored, window);
+  return
+      [pieces](uint64_t index, ChunkCodec*, std::string* raw) { return pieces->Read(index, raw); };
 }
 
 bool SameContent(int fd, const std::string& path, const storepb::Manifest& m) {
@@ -356,13 +579,14 @@ Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::
       spdlog::warn("{}: chmod folder {}: {}", root, folder, std::strerror(errno));
     }
   };
-  auto read = [&](uint64_t index, ChunkCodec* codec, std::string* raw) {
-    return store.ReadChunk(m, index, codec, raw);
+  auto read = [&store, content = ContentManifest(m)](uint64_t index, ChunkCodec* codec,
+                                                     std::string* raw) {
+    return store.ReadChunk(content, index, codec, raw);
   };
   return MaterializeFrom(m, read, made, root, rel, options);
 }
 
-Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
+Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& stored,
                        const std::function<void(const std::string& rel, int fd)>& made,
                        const std::string& root, const std::string& rel,
                        const MaterializeOptions& options) {
@@ -402,6 +626,7 @@ Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
 
   auto codecs = Codecs(*options.pool);
   const size_t wave = WaveChunks(*options.pool);
+  const ChunkSource read = FileSource(m, stored, wave);
   std::vector<std::string> raw(wave);
   std::vector<Status> status(wave);
   Xxh128 hash;

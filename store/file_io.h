@@ -30,6 +30,9 @@ struct IngestOptions {
   // training one on this file when the family has none and the file holds
   // kMinTrainingBytes of data or more.
   bool dictionaries = true;
+  // A gzip file (its name ends in ".gz") that zlib makes again bit for bit
+  // is stored by its content (store/gzip_pieces.h); others as they are.
+  bool gzip_by_content = true;
   WorkPool* pool = nullptr;                   // required
   std::atomic<uint64_t>* progress = nullptr;  // bytes read, optional
   // Asked between groups of chunks; true abandons the copy (Aborted).
@@ -67,18 +70,25 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
 // thread-safe.
 using ChunkSource = std::function<Status(uint64_t index, ChunkCodec* codec, std::string* raw)>;
 
+// The file's own bytes, in m's chunks, from the chunks in the store
+// (`stored`, those of ContentManifest(m)): `stored` itself, or for a gzip
+// file stored by its content its pieces made again (store/gzip_pieces.h),
+// `window` of them kept for callers that read a little out of order.
+ChunkSource FileSource(const storepb::Manifest& m, const ChunkSource& stored, size_t window);
+
 // Reads every chunk of m that has a value back (checksums checked) and
 // compares their XXH3-128 with the manifest's. Corruption on any difference.
 Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* pool);
-// The same with the chunks from `read`.
-Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& read, WorkPool* pool);
+// The same with the chunks in the store (of ContentManifest(m)) from
+// `stored`.
+Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& stored, WorkPool* pool);
 
 struct MaterializeOptions {
   // chown to the manifest's uid/gid (EPERM ignored when not root), and
   // put its extended attributes (ACLs too) back on the file
   bool keep_owner = true;
-  bool replace = false;    // replace an existing file at the destination
-  bool sync = true;        // fsync the file and its folder (export does not need it)
+  bool replace = false;  // replace an existing file at the destination
+  bool sync = true;      // fsync the file and its folder (export does not need it)
   // Folders missing on the way are made as the store's namespace remembers
   // them (mode, owner); otherwise 0755, owned by whoever runs tbfs.
   bool folders_as_stored = false;
@@ -105,10 +115,11 @@ struct MaterializeOptions {
 Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& root,
                        const std::string& rel, const MaterializeOptions& options);
 
-// MaterializeFile with the chunks from `read` and `made` called for every
+// MaterializeFile with the chunks in the store (of ContentManifest(m))
+// from `stored`, and `made` called for every
 // folder made on the way (MakeDirsBeneath); options.folders_as_stored is
 // `made`'s business.
-Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& read,
+Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& stored,
                        const std::function<void(const std::string& rel, int fd)>& made,
                        const std::string& root, const std::string& rel,
                        const MaterializeOptions& options);

@@ -26,8 +26,12 @@ inline constexpr uint32_t kFormatVersionTree = 4;
 // first dictionary, so a store without one stays readable by a tbfs that
 // reads 4; one with dictionaries is refused by it rather than misread.
 inline constexpr uint32_t kFormatVersionDict = 5;
+// Format 6: a gzip file may be stored by its content (Manifest.gzip,
+// store/gzip_pieces.h), which a tbfs that reads 5 would serve inflated. A
+// store becomes 6 with the first such file (ColdStore::PutFormat).
+inline constexpr uint32_t kFormatVersionGzip = 6;
 inline constexpr uint32_t kNewStoreFormatVersion = kFormatVersionTree;
-inline constexpr uint32_t kNewestFormatVersion = kFormatVersionDict;
+inline constexpr uint32_t kNewestFormatVersion = kFormatVersionGzip;
 
 inline constexpr char kMetaInfoKey[] = "info";
 // Above every file id ever handed out (8 bytes big endian), written with

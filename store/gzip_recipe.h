@@ -68,6 +68,10 @@ class GzipRecipeFinder {
   void Add(std::string_view gz);
   // After the last byte: the recipe, or NotFound saying why there is none.
   Result<GzipRecipe> Finish();
+  // Whether the answer is known to be no (Finish says why).
+  bool rejected() const { return !why_not_.empty(); }
+  // Content inflated so far.
+  uint64_t content_bytes() const { return content_bytes_; }
 
  private:
   struct Candidate;

@@ -95,8 +95,8 @@ Result<uint64_t> ColdStore::WalkToDir(std::string_view folder) {
     storepb::Entry e;
     TBFS_RETURN_IF_ERROR(ParseEntry(bytes, &e, folder.substr(0, slash)));
     if (e.kind() != storepb::Entry::DIR) {
-      return Status::NotFound(fmt::format("not in the cold store: {} ({} is a file)", folder,
-                                          folder.substr(0, slash)));
+      return Status::NotFound(
+          fmt::format("not in the cold store: {} ({} is a file)", folder, folder.substr(0, slash)));
     }
     dir = e.dir_id();
     start = slash + 1;
@@ -275,8 +275,8 @@ Status ColdStore::ForEachEntry(
     todo.pop_back();
     const std::string prefix = TreeLinkKey(dir);
     std::vector<std::pair<uint64_t, std::string>> folders;
-    TBFS_RETURN_IF_ERROR(
-        backend_->Scan(Space::kNamespace, prefix, [&](std::string_view key, std::string_view value) {
+    TBFS_RETURN_IF_ERROR(backend_->Scan(
+        Space::kNamespace, prefix, [&](std::string_view key, std::string_view value) {
           if (key.size() == prefix.size()) return true;
           const std::string child = JoinPath(path, key.substr(prefix.size()));
           storepb::Entry e;
@@ -286,8 +286,8 @@ Status ColdStore::ForEachEntry(
           }
           if (e.kind() == storepb::Entry::DIR) {
             if (!seen.insert(e.dir_id()).second) {
-              inner = Status::Corruption(
-                  fmt::format("namespace entry {} names folder {} a second time", child, e.dir_id()));
+              inner = Status::Corruption(fmt::format(
+                  "namespace entry {} names folder {} a second time", child, e.dir_id()));
               return false;
             }
             folders.emplace_back(e.dir_id(), child);
@@ -402,6 +402,8 @@ Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const Fol
   }
   added->set_parent_dir(parent);
   PutManifest(batch, m);
+  // A tbfs that reads format 5 would serve such a file's content.
+  if (IsGzipContent(m)) PutFormat(batch, kFormatVersionGzip);
   // Files are added by one thread at a time (the migrator, or an offline
   // migrate), under the mount's namespace lock against renames (which make
   // folders too), so these records land in the order the ids were handed
@@ -471,7 +473,8 @@ Status ColdStore::Rename(WriteBatch* batch, const std::string& from, const std::
   // A cold file where a folder of `to` is (the mount refuses that before)
   // is retired: open handles may still read it.
   uint64_t to_dir = kTopDirId;
-  TBFS_RETURN_IF_ERROR(MakeFolders(batch, to_parent, folders, 0, /*retire_replaced=*/true, &to_dir));
+  TBFS_RETURN_IF_ERROR(
+      MakeFolders(batch, to_parent, folders, 0, /*retire_replaced=*/true, &to_dir));
   batch->Delete(Space::kNamespace, from_key);
   batch->Put(Space::kNamespace, TreeKey(to_dir, BaseName(to)), bytes);
   if (e.kind() == storepb::Entry::DIR) {

@@ -9,6 +9,7 @@
 #include "store/dictionary.h"
 #include "store/file_io.h"
 #include "store/format.h"
+#include "store/gzip_pieces.h"
 
 namespace tbfs::store {
 
@@ -101,13 +102,17 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
   std::vector<std::unique_ptr<ChunkCodec>> codecs;
   for (int i = 0; i < o.pool->size(); ++i) codecs.push_back(std::make_unique<ChunkCodec>());
   for (storepb::Manifest& m : manifests) {
+    // The chunks in the store: for a gzip file stored by its content, the
+    // content's (the file is made again from them, as before).
+    const storepb::Manifest content = ContentManifest(m);
     auto dict = o.dictionaries ? store.DictionaryForFile(
-                                     m.path(), m.file_class(), DataRuns(m), DataBytes(m), o.level,
+                                     IsGzipContent(m) ? ContentPath(m.path()) : m.path(),
+                                     m.file_class(), DataRuns(content), DataBytes(content), o.level,
                                      [&](uint64_t index, std::string* raw) {
-                                       return store.ReadChunk(m, index, codecs[0].get(), raw);
+                                       return store.ReadChunk(content, index, codecs[0].get(), raw);
                                      })
                                : std::shared_ptr<const Dictionary>();
-    if (dict.ok()) dict = BetterForFile(store, m, *dict, o.level, codecs[0].get());
+    if (dict.ok()) dict = BetterForFile(store, content, *dict, o.level, codecs[0].get());
     if (!dict.ok()) {
       report.failed.emplace_back(m.path(), dict.status().message());
       continue;
@@ -118,7 +123,7 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
       continue;
     }
     uint64_t stored = 0;
-    Status st = RecompressChunks(store, m, *dict, o, codecs, &stored);
+    Status st = RecompressChunks(store, content, *dict, o, codecs, &stored);
     // Tests: a crash with the new chunks durable and the manifest old.
     if (st.ok()) MaybeCrash("recompress.chunks_synced");
     if (st.ok()) st = VerifyStoredFile(store, m, o.pool);

@@ -19,6 +19,7 @@
 #include "store/chunk.h"
 #include "store/file_io.h"
 #include "store/format.h"
+#include "store/gzip_pieces.h"
 #include "store/store_dir.h"
 
 namespace tbfs::store {
@@ -279,7 +280,8 @@ class Salvager {
       std::string path;
       for (auto it = names.rbegin(); it != names.rend(); ++it) path = JoinPath(path, *it);
       const size_t slash = m.path().find_last_of('/');
-      m.set_path(JoinPath(path, slash == std::string::npos ? m.path() : m.path().substr(slash + 1)));
+      m.set_path(
+          JoinPath(path, slash == std::string::npos ? m.path() : m.path().substr(slash + 1)));
     }
   }
 
@@ -429,8 +431,9 @@ class Salvager {
         r_->lost.push_back({path, id, "its path is not a safe relative path"});
         continue;
       }
-      auto read = [&](uint64_t index, ChunkCodec* codec, std::string* raw) {
-        return ReadChunk(m, index, codec, raw);
+      auto read = [&, content = ContentManifest(m)](uint64_t index, ChunkCodec* codec,
+                                                    std::string* raw) {
+        return ReadChunk(content, index, codec, raw);
       };
       Status st = o_.to.empty() ? VerifyFrom(m, read, o_.pool)
                                 : MaterializeFrom(m, read, {}, o_.to, path, mo);

@@ -207,11 +207,7 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(
   batch.Put(Space::kMeta, DictKey(key_id), value);
   batch.Put(Space::kChunks, ChunkKey(key_id, kManifestCopyIndex), value);
   batch.Put(Space::kMeta, kMetaNextFileIdKey, EncodeId(next_file_id_.load()));
-  if (!dict_format_) {
-    storepb::StoreInfo info = info_;
-    info.set_format_version(kFormatVersionDict);
-    batch.Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
-  }
+  if (!dict_format_) PutFormat(&batch, kFormatVersionDict);
   TBFS_RETURN_IF_ERROR(CheckRoom(batch.bytes()));
   TBFS_RETURN_IF_ERROR(Commit(batch, true));
   dict_format_ = true;

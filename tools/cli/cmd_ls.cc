@@ -80,6 +80,8 @@ int RunLs(const LsArgs& args) {
                    {"class", m.file_class()},
                    {"level", m.level()},
                    {"dictionary", m.dictionary()},  // 0: none (docs/format.md)
+                   // a gzip file stored by its content, made again on reads
+                   {"gzip_content", m.has_gzip()},
                    {"mtime_ns", m.mtime_ns()},
                    {"mode", m.mode() & 07777},
                    {"file_id", m.file_id()}});
