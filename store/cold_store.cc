@@ -632,35 +632,49 @@ void ColdStore::PutFormat(WriteBatch* batch, uint32_t version) {
   batch->Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
 }
 
-std::shared_ptr<GzipPieces> ColdStore::PiecesOf(const storepb::Manifest& m) {
-  // A few files read at once is the common case; a remaker holds zlib's
-  // state and kGzipWindowBytes of pieces.
-  constexpr size_t kGzipCursors = 4;
+std::shared_ptr<GzipPieces> ColdStore::PiecesOf(const storepb::Manifest& m, uint64_t index) {
+  // At most kGzipCursors remakers (the most recently used), kGzipPerFile of
+  // them for one file; each holds zlib's state and kGzipWindowBytes of
+  // pieces.
+  constexpr size_t kGzipCursors = 8, kGzipPerFile = 4;
   MutexLock lock(pieces_mu_);
+  size_t best = pieces_.size(), mine = 0;
+  uint64_t best_cost = index + 1;  // what a new one costs
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const storepb::Manifest& held = pieces_[i]->manifest();
-    if (held.file_id() == m.file_id() && held.size() == m.size() &&
-        ManifestHash(held) == ManifestHash(m)) {
-      std::rotate(pieces_.begin(), pieces_.begin() + static_cast<long>(i),
-                  pieces_.begin() + static_cast<long>(i) + 1);
-      return pieces_.front();
+    if (held.file_id() != m.file_id() || held.size() != m.size() ||
+        !(ManifestHash(held) == ManifestHash(m))) {
+      continue;
+    }
+    mine++;
+    const uint64_t cost = pieces_[i]->CostOf(index);
+    if (best == pieces_.size() || cost <= best_cost) {  // ties: the least recent
+      best = i;
+      best_cost = cost;
     }
   }
-  const storepb::Manifest content = ContentManifest(m);
-  auto made = std::make_shared<GzipPieces>(
-      m,
-      [this, content](uint64_t index, ChunkCodec* codec, std::string* raw) {
-        return ReadChunk(content, index, codec, raw);
-      },
-      kGzipWindowBytes / m.chunk_bytes());
-  pieces_.insert(pieces_.begin(), made);
-  if (pieces_.size() > kGzipCursors) pieces_.pop_back();
-  return made;
+  // One that starts again from the top when no other is free to.
+  const bool reuse = best < pieces_.size() && (best_cost <= index || mine >= kGzipPerFile);
+  if (!reuse) {
+    const storepb::Manifest content = ContentManifest(m);
+    pieces_.insert(pieces_.begin(),
+                   std::make_shared<GzipPieces>(
+                       m,
+                       [this, content](uint64_t i, ChunkCodec* codec, std::string* raw) {
+                         return ReadChunk(content, i, codec, raw);
+                       },
+                       gzip_window_bytes_ / m.chunk_bytes(), &gzip_pieces_made_));
+    if (pieces_.size() > kGzipCursors) pieces_.pop_back();
+    return pieces_.front();
+  }
+  std::rotate(pieces_.begin(), pieces_.begin() + static_cast<long>(best),
+              pieces_.begin() + static_cast<long>(best) + 1);
+  return pieces_.front();
 }
 
 Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
                                 char* out) {
-  if (IsGzipContent(m)) return PiecesOf(m)->ReadInto(index, out);
+  if (IsGzipContent(m)) return PiecesOf(m, index)->ReadInto(index, out);
   if (IsHoleChunk(m, index)) {  // zeros, and nothing in the store
     std::memset(out, 0, ChunkLength(m, index));
     return Status::OK();

@@ -211,6 +211,12 @@ class ColdStore {
   // `index` of its bytes, made again (store/gzip_pieces.h); the content's
   // chunks are ReadChunk(ContentManifest(m), ...).
   Status ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec, std::string* raw);
+  // Pieces of gzip files stored by their content made so far (the cost of
+  // their reads; tests and metrics).
+  uint64_t gzip_pieces_made() const { return gzip_pieces_made_.load(); }
+  // The bytes of pieces each remaker made from now on keeps behind it
+  // (kGzipWindowBytes; tests make it smaller).
+  void SetGzipWindowBytes(size_t bytes) { gzip_window_bytes_ = bytes; }
   // Same, into out, which holds ChunkLength(m, index) bytes.
   Status ReadChunkInto(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec, char* out);
   // Up to `length` bytes at `offset`; *got is short only at end of file.
@@ -376,9 +382,11 @@ class ColdStore {
   // batch of this process has put, whichever is higher: a version is
   // never put lower than one a batch may already have committed.
   void PutFormat(WriteBatch* batch, uint32_t version);
-  // The remaker of a gzip file stored by its content, kept across reads
-  // (kGzipCursors files, the most recently read).
-  std::shared_ptr<GzipPieces> PiecesOf(const storepb::Manifest& m);
+  // The remaker that makes piece `index` of a gzip file stored by its
+  // content the cheapest, kept across reads: several per file, so that
+  // readers of different parts of one file (threads, readahead, mmap) each
+  // keep their place instead of starting one another again from the top.
+  std::shared_ptr<GzipPieces> PiecesOf(const storepb::Manifest& m, uint64_t index);
   // The manifest and its copy in the chunks space (store/format.h).
   void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
   // Reads every dictionary record (either copy), replacing what is held.
@@ -443,6 +451,8 @@ class ColdStore {
   // Remakers of gzip files, most recently used first; a leaf.
   Mutex pieces_mu_;
   std::vector<std::shared_ptr<GzipPieces>> pieces_ TBFS_GUARDED_BY(pieces_mu_);
+  std::atomic<uint64_t> gzip_pieces_made_{0};
+  std::atomic<size_t> gzip_window_bytes_{kGzipWindowBytes};
 };
 
 // Number of chunks of a file of `size` bytes.

@@ -58,11 +58,13 @@ std::string_view ContentPath(std::string_view rel_path) {
 
 uint64_t PieceHash(std::string_view piece) { return XXH3_64bits(piece.data(), piece.size()); }
 
-GzipPieces::GzipPieces(storepb::Manifest m, ContentReader read, size_t window)
+GzipPieces::GzipPieces(storepb::Manifest m, ContentReader read, size_t window,
+                       std::atomic<uint64_t>* made)
     : m_(std::move(m)),
       content_(ContentManifest(m_)),
       read_(std::move(read)),
-      window_(std::max<size_t>(window, 1)) {
+      window_(std::max<size_t>(window, 1)),
+      also_made_(made) {
   MutexLock lock(mu_);
   Restart();
 }
@@ -72,6 +74,13 @@ GzipPieces::~GzipPieces() = default;
 uint64_t GzipPieces::made() const {
   MutexLock lock(mu_);
   return made_;
+}
+
+uint64_t GzipPieces::CostOf(uint64_t index) const {
+  MutexLock lock(mu_);
+  if (!broken_.ok()) return index + 1;
+  if (Kept(index) != nullptr) return 0;
+  return index >= next_piece_ ? index - next_piece_ + 1 : index + 1;
 }
 
 void GzipPieces::Restart() {
@@ -111,6 +120,7 @@ Status GzipPieces::Cut(bool last) {
     if (kept_.size() > window_) kept_.pop_front();
     next_piece_++;
     made_++;
+    if (also_made_ != nullptr) also_made_->fetch_add(1, std::memory_order_relaxed);
   }
   pending_.erase(0, at);
   if (last && (!pending_.empty() || next_piece_ != m_.chunks())) {

@@ -19,6 +19,7 @@
 // file gives Corruption, never other bytes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -71,8 +72,10 @@ using ContentReader = std::function<Status(uint64_t index, ChunkCodec* codec, st
 
 class GzipPieces {
  public:
-  // `window`: pieces kept behind the newest made (at least 1).
-  GzipPieces(storepb::Manifest m, ContentReader read, size_t window);
+  // `window`: pieces kept behind the newest made (at least 1). `made`, when
+  // given, counts every piece made too.
+  GzipPieces(storepb::Manifest m, ContentReader read, size_t window,
+             std::atomic<uint64_t>* made = nullptr);
   ~GzipPieces();
   GzipPieces(const GzipPieces&) = delete;
   GzipPieces& operator=(const GzipPieces&) = delete;
@@ -87,6 +90,9 @@ class GzipPieces {
 
   // Pieces made since construction (tests and benchmarks: the cost).
   uint64_t made() const;
+  // Pieces Read(index) would make now: 0 when it keeps it, index + 1 when
+  // it would start again from the top.
+  uint64_t CostOf(uint64_t index) const;
 
  private:
   // Makes pieces until `index` is the newest made.
@@ -100,6 +106,7 @@ class GzipPieces {
   const storepb::Manifest content_;
   const ContentReader read_;
   const size_t window_;
+  std::atomic<uint64_t>* const also_made_;
   mutable Mutex mu_;
   ChunkCodec codec_ TBFS_GUARDED_BY(mu_);
   std::unique_ptr<GzipRemaker> remaker_ TBFS_GUARDED_BY(mu_);

@@ -210,6 +210,29 @@ TEST_F(GzipContentTest, PiecesReadInOrderCostOneDeflateAndReadBackwardsStartAgai
   EXPECT_EQ(pieces.Read(m.chunks(), &piece).code(), Code::kInvalidArgument);
 }
 
+// Readers of different parts of one file (threads, readahead, mmap) each
+// keep their place: reading two halves in turn costs each half once, not
+// a deflate from the top for every read.
+TEST_F(GzipContentTest, ReadersOfTwoPartsOfAFileDoNotStartEachOtherAgain) {
+  const std::string gz = PythonGzip("a.json.gz", KinetoJson(24 << 20, 0));
+  const storepb::Manifest m = Ingest("a.json.gz");
+  ASSERT_TRUE(IsGzipContent(m));
+  const uint64_t n = m.chunks();
+  ASSERT_GE(n, 12u);
+  store_->SetGzipWindowBytes(2 * kGzipPieceBytes);  // the halves lie far apart
+  const uint64_t before = store_->gzip_pieces_made();
+  std::string piece;
+  ChunkCodec codec;
+  for (uint64_t i = 0; i < n / 2; i++) {
+    for (uint64_t index : {i, n / 2 + i}) {
+      ASSERT_TRUE(store_->ReadChunk(m, index, &codec, &piece).ok());
+      ASSERT_EQ(piece, gz.substr(index * kGzipPieceBytes, piece.size())) << index;
+    }
+  }
+  // The front half by one remaker, the file up to the end by the other.
+  EXPECT_LE(store_->gzip_pieces_made() - before, n / 2 + n);
+}
+
 TEST_F(GzipContentTest, FilesZlibDoesNotMakeAgainAreStoredAsTheyAre) {
   const std::string json = TraceJson(1 << 20, 4);
   fs::create_directories(logdir_);
