@@ -637,39 +637,46 @@ std::shared_ptr<GzipPieces> ColdStore::PiecesOf(const storepb::Manifest& m, uint
   // them for one file; each holds zlib's state and kGzipWindowBytes of
   // pieces.
   constexpr size_t kGzipCursors = 8, kGzipPerFile = 4;
-  MutexLock lock(pieces_mu_);
-  size_t best = pieces_.size(), mine = 0;
-  uint64_t best_cost = index + 1;  // what a new one costs
-  for (size_t i = 0; i < pieces_.size(); ++i) {
-    const storepb::Manifest& held = pieces_[i]->manifest();
-    if (held.file_id() != m.file_id() || held.size() != m.size() ||
-        !(ManifestHash(held) == ManifestHash(m))) {
-      continue;
+  // The file's remakers, asked their cost without pieces_mu_ held: one busy
+  // making pieces holds its own lock for as long, and readers of other
+  // files must not wait for it.
+  std::vector<std::shared_ptr<GzipPieces>> mine;
+  {
+    MutexLock lock(pieces_mu_);
+    for (const auto& p : pieces_) {
+      const storepb::Manifest& held = p->manifest();
+      if (held.file_id() == m.file_id() && held.size() == m.size() &&
+          ManifestHash(held) == ManifestHash(m)) {
+        mine.push_back(p);
+      }
     }
-    mine++;
-    const uint64_t cost = pieces_[i]->CostOf(index);
-    if (best == pieces_.size() || cost <= best_cost) {  // ties: the least recent
-      best = i;
+  }
+  std::shared_ptr<GzipPieces> best;
+  uint64_t best_cost = index + 1;  // what a new one costs
+  for (const auto& p : mine) {
+    const uint64_t cost = p->CostOf(index);
+    if (best == nullptr || cost <= best_cost) {  // ties: the least recent
+      best = p;
       best_cost = cost;
     }
   }
   // One that starts again from the top when no other is free to.
-  const bool reuse = best < pieces_.size() && (best_cost <= index || mine >= kGzipPerFile);
+  const bool reuse = best != nullptr && (best_cost <= index || mine.size() >= kGzipPerFile);
   if (!reuse) {
     const storepb::Manifest content = ContentManifest(m);
-    pieces_.insert(pieces_.begin(),
-                   std::make_shared<GzipPieces>(
-                       m,
-                       [this, content](uint64_t i, ChunkCodec* codec, std::string* raw) {
-                         return ReadChunk(content, i, codec, raw);
-                       },
-                       gzip_window_bytes_ / m.chunk_bytes(), &gzip_pieces_made_));
-    if (pieces_.size() > kGzipCursors) pieces_.pop_back();
-    return pieces_.front();
+    best = std::make_shared<GzipPieces>(
+        m,
+        [this, content](uint64_t i, ChunkCodec* codec, std::string* raw) {
+          return ReadChunk(content, i, codec, raw);
+        },
+        gzip_window_bytes_ / m.chunk_bytes(), &gzip_pieces_made_);
   }
-  std::rotate(pieces_.begin(), pieces_.begin() + static_cast<long>(best),
-              pieces_.begin() + static_cast<long>(best) + 1);
-  return pieces_.front();
+  MutexLock lock(pieces_mu_);  // the most recently used first
+  auto it = std::find(pieces_.begin(), pieces_.end(), best);
+  if (it != pieces_.end()) pieces_.erase(it);
+  pieces_.insert(pieces_.begin(), best);
+  if (pieces_.size() > kGzipCursors) pieces_.pop_back();
+  return best;
 }
 
 Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,

@@ -448,7 +448,8 @@ class ColdStore {
   std::map<std::string, FamilyGrowth, std::less<>> growth_ TBFS_GUARDED_BY(dict_mu_);
   std::atomic<bool> dict_format_{false};  // format 5 is recorded
   std::atomic<uint32_t> format_put_{0};   // the highest PutFormat has put
-  // Remakers of gzip files, most recently used first; a leaf.
+  // Remakers of gzip files, most recently used first; a leaf (never held
+  // while a remaker's own lock is taken).
   Mutex pieces_mu_;
   std::vector<std::shared_ptr<GzipPieces>> pieces_ TBFS_GUARDED_BY(pieces_mu_);
   std::atomic<uint64_t> gzip_pieces_made_{0};
