@@ -89,7 +89,7 @@ int Filesystem::Rehydrate(uint64_t ino) {
       struct stat st;
       if (::fstat(fd, &st) == 0) inodes_.RehydrateTarget(ino, fd, st);
       MaybePause("rehydrate.placing");  // tests: copied, not yet in place
-      placements_.Begin();  // in the folder from now, in the store a moment longer
+      placements_.Begin();              // in the folder from now, in the store a moment longer
       placing = true;
     };
     bool placed = false;
@@ -258,8 +258,7 @@ int Filesystem::IoFd(FileHandle* fh) {
   return current;
 }
 
-ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off,
-                             std::vector<ColdSlice>* slices,
+ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off, std::vector<ColdSlice>* slices,
                              const std::function<bool()>& stopping) {
   slices->clear();
   const auto& m = fh->manifest;
@@ -344,7 +343,12 @@ void Filesystem::ReapRetired(uint64_t file_id) {
   std::erase_if(ids, [&](uint64_t id) { return inodes_.Readers(id) > 0; });
   if (ids.empty()) return;
   store::WriteBatch batch;
-  for (uint64_t id : ids) store_->DropRetired(&batch, id);
+  for (uint64_t id : ids) {
+    if (Status st = store_->DropRetired(&batch, id); !st.ok()) {
+      spdlog::error("drop retired chunks of file {}: {}", id, st.message());
+      return;
+    }
+  }
   // Unsynced: a retired file lost by a crash is dropped by recovery.
   if (Status st = store_->Commit(batch, false); !st.ok()) {
     spdlog::error("drop retired chunks: {}", st.message());

@@ -43,15 +43,10 @@ class WriteBatch {
     ops_.push_back({space, std::string(key), std::string(), true});
     bytes_ += key.size();
   }
-  // Deletes every key in [begin, end).
-  void DeleteRange(Space space, std::string_view begin, std::string_view end) {
-    ranges_.push_back({space, std::string(begin), std::string(end), true});
-  }
   size_t bytes() const { return bytes_; }
-  bool empty() const { return ops_.empty() && ranges_.empty(); }
+  bool empty() const { return ops_.empty(); }
   void Clear() {
     ops_.clear();
-    ranges_.clear();
     bytes_ = 0;
     new_folders.clear();
     totals_in_doubt = false;
@@ -67,15 +62,13 @@ class WriteBatch {
   struct Op {
     Space space;
     std::string key;
-    std::string value;  // for a range: the end key
+    std::string value;
     bool is_delete;
   };
   const std::vector<Op>& ops() const { return ops_; }
-  const std::vector<Op>& ranges() const { return ranges_; }
 
  private:
   std::vector<Op> ops_;
-  std::vector<Op> ranges_;
   size_t bytes_ = 0;
 };
 

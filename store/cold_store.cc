@@ -14,6 +14,7 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/format.h"
+#include "store/gzip_pieces.h"
 #include "store/store_dir.h"
 
 namespace tbfs::store {
@@ -573,7 +574,7 @@ bool ColdStore::IsRetired(uint64_t file_id) {
 
 Status ColdStore::RemoveFile(WriteBatch* batch, const storepb::Manifest& m) {
   TBFS_RETURN_IF_ERROR(RemoveEntryOf(batch, m));
-  RemoveChunks(batch, m.file_id());
+  RemoveChunks(batch, m.file_id(), ContentManifest(m).chunks());
   batch->Delete(Space::kManifests, EncodeId(m.file_id()));
   return Status::OK();
 }
@@ -591,13 +592,31 @@ Status ColdStore::Retire(WriteBatch* batch, const storepb::Manifest& m) {
   // Its chunks stay for the readers; the copy goes, so that nothing (salvage
   // reading the blob files) takes the file for one still in the store.
   batch->Delete(Space::kChunks, ChunkKey(m.file_id(), kManifestCopyIndex));
-  batch->Put(Space::kMeta, RetiredKey(m.file_id()), "");
+  // The mark keeps how many chunks there are, for DropRetired.
+  batch->Put(Space::kMeta, RetiredKey(m.file_id()), EncodeId(ContentManifest(m).chunks()));
   return Status::OK();
 }
 
-void ColdStore::DropRetired(WriteBatch* batch, uint64_t file_id) {
-  RemoveChunks(batch, file_id);
+Status ColdStore::DropRetired(WriteBatch* batch, uint64_t file_id) {
+  std::string mark;
+  TBFS_RETURN_IF_ERROR(backend_->Get(Space::kMeta, RetiredKey(file_id), &mark));
+  uint64_t chunks = 0;
+  if (!DecodeId(mark, &chunks)) {
+    // A mark from before the count was kept (empty): the file's chunks are
+    // the keys under its id. The scan reads their values too; such marks
+    // are gone after the first mount or recovery of this version.
+    TBFS_RETURN_IF_ERROR(backend_->Scan(
+        Space::kChunks, EncodeId(file_id), [&](std::string_view key, std::string_view) {
+          uint64_t id = 0, index = 0;
+          if (DecodeChunkKey(key, &id, &index) && index != kManifestCopyIndex) {
+            chunks = std::max(chunks, index + 1);
+          }
+          return true;
+        }));
+  }
+  RemoveChunks(batch, file_id, chunks);
   batch->Delete(Space::kMeta, RetiredKey(file_id));
+  return Status::OK();
 }
 
 Status ColdStore::ListRetired(std::vector<uint64_t>* ids) {
@@ -615,12 +634,18 @@ Status ColdStore::DropAllRetired() {
   TBFS_RETURN_IF_ERROR(ListRetired(&ids));
   if (ids.empty()) return Status::OK();
   WriteBatch batch;
-  for (uint64_t id : ids) DropRetired(&batch, id);
+  for (uint64_t id : ids) TBFS_RETURN_IF_ERROR(DropRetired(&batch, id));
   return Commit(batch, true);
 }
 
-void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id) {
-  batch->DeleteRange(Space::kChunks, ChunkKey(file_id, 0), ChunkKey(file_id + 1, 0));
+void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id, uint64_t chunks) {
+  // One delete per chunk, never a range: RocksDB 7.8 (Debian 12) aborts or
+  // frees twice in a scan that meets both a range deletion and a table file
+  // it cannot read (docs/format.md, "No range deletions").
+  for (uint64_t index = 0; index < chunks; ++index) {
+    batch->Delete(Space::kChunks, ChunkKey(file_id, index));
+  }
+  batch->Delete(Space::kChunks, ChunkKey(file_id, kManifestCopyIndex));
 }
 
 void ColdStore::PutFormat(WriteBatch* batch, uint32_t version) {

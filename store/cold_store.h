@@ -170,8 +170,12 @@ class ColdStore {
   Status Drop(WriteBatch* batch, const storepb::Manifest& m, bool retire) {
     return retire ? Retire(batch, m) : RemoveFile(batch, m);
   }
-  // Deletes a retired file's chunks and its mark.
-  void DropRetired(WriteBatch* batch, uint64_t file_id);
+  // Deletes chunks [0, chunks) of a file and its manifest copy, one key at
+  // a time (the store never holds a range deletion: docs/format.md).
+  void RemoveChunks(WriteBatch* batch, uint64_t file_id, uint64_t chunks);
+  // Deletes a retired file's chunks and its mark (reads the mark: the
+  // chunk count).
+  Status DropRetired(WriteBatch* batch, uint64_t file_id);
   // The retired file ids, in order.
   Status ListRetired(std::vector<uint64_t>* ids);
   // Drops the chunks of every retired file (synced).
@@ -377,7 +381,6 @@ class ColdStore {
   // `retire_replaced`).
   Status MakeFolders(WriteBatch* batch, const std::string& folder, const FolderAttrs& folders,
                      int64_t mtime_ns, bool retire_replaced, uint64_t* dir);
-  void RemoveChunks(WriteBatch* batch, uint64_t file_id);
   // Puts the store's format record, at `version` or at the highest any
   // batch of this process has put, whichever is higher: a version is
   // never put lower than one a batch may already have committed.

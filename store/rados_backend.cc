@@ -79,14 +79,6 @@ std::string OmapKey(Space space, std::string_view key) {
   return Hex(std::string_view(&s, 1)) + Hex(key);
 }
 
-// A whole file's chunks, [file id + 0, file id + 1 + 0): the one range the
-// store deletes.
-bool IsWholeFile(std::string_view begin, std::string_view end, uint64_t* file_id) {
-  uint64_t begin_index, end_id, end_index;
-  return DecodeChunkKey(begin, file_id, &begin_index) && DecodeChunkKey(end, &end_id, &end_index) &&
-         begin_index == 0 && end_index == 0 && end_id == *file_id + 1;
-}
-
 Status FromRados(int r, const std::string& op, const std::string& object) {
   if (r >= 0) return Status::OK();
   return Status::FromErrno(-r, "rados " + op, object);
@@ -167,16 +159,6 @@ class RadosBackend final : public Backend {
         omap_puts[OmapKey(op.space, op.key)].append(op.value.data(), op.value.size());
       }
     }
-    for (const auto& range : batch.ranges()) {
-      if (range.space == Space::kChunks) continue;  // after the commit point
-      TBFS_RETURN_IF_ERROR(ScanOmap(range.space, "", [&](std::string_view key, std::string_view) {
-        if (key >= range.key && key < range.value) {
-          omap_puts.erase(OmapKey(range.space, key));
-          omap_deletes.insert(OmapKey(range.space, key));
-        }
-        return true;
-      }));
-    }
     // 1. The chunks, in parallel, under keys nothing names yet.
     std::vector<std::unique_ptr<librados::AioCompletion>> writes;
     std::vector<std::string> oids;
@@ -222,15 +204,7 @@ class RadosBackend final : public Backend {
     }
     MaybeCrash("rados.after_commit_point");
     // 3. Chunks no record names any more.
-    for (const WriteBatch::Op* op : chunk_deletes) {
-      const int r = io_.remove(ChunkOid(op->key));
-      if (r < 0 && r != -ENOENT) return FromRados(r, "remove", ChunkOid(op->key));
-    }
-    for (const auto& range : batch.ranges()) {
-      if (range.space == Space::kChunks)
-        TBFS_RETURN_IF_ERROR(RemoveChunkRange(range.key, range.value));
-    }
-    return Status::OK();
+    return RemoveChunks(chunk_deletes);
   }
 
   Status Get(Space space, std::string_view key, std::string* value) override {
@@ -336,8 +310,8 @@ class RadosBackend final : public Backend {
     return Status::OK();
   }
 
-  // Every chunk key of this store (a listing of the pool: for scans and odd
-  // ranges only, never on a read or write path).
+  // Every chunk key of this store (a listing of the pool: for scans only,
+  // never on a read or write path).
   Status ListChunkKeys(std::vector<std::string>* keys) {
     const std::string mine = prefix_ + "c/";
     try {
@@ -353,47 +327,31 @@ class RadosBackend final : public Backend {
     return Status::OK();
   }
 
-  Status RemoveChunkRange(std::string_view begin, std::string_view end) {
-    uint64_t file_id;
-    if (IsWholeFile(begin, end, &file_id)) {
-      // Chunks 0, 1, 2, ... and the manifest's copy, kRemoveWave at a time
-      // in parallel, until a wave finds none (a file cut short by a crash
-      // may have gaps shorter than that): a file of N chunks costs
-      // N / kRemoveWave + 1 round trips.
-      for (uint64_t first = 0;; first += kRemoveWave) {
-        std::vector<std::unique_ptr<librados::AioCompletion>> removes;
-        std::vector<std::string> oids;
-        for (uint64_t index = first; index < first + kRemoveWave; ++index) {
-          oids.push_back(ChunkOid(ChunkKey(file_id, index)));
-          removes.emplace_back(librados::Rados::aio_create_completion());
-          const int r = io_.aio_remove(oids.back(), removes.back().get());
-          if (r < 0) {
-            removes.pop_back();  // not sent: it would never complete
-            for (auto& c : removes) c->wait_for_complete();  // none may outlive its oid
-            return FromRados(r, "remove", oids.back());
-          }
+  // Removes chunk objects, kRemoveWave at a time in parallel (a file of N
+  // chunks costs N / kRemoveWave + 1 round trips); one already gone is no
+  // error.
+  Status RemoveChunks(const std::vector<const WriteBatch::Op*>& deletes) {
+    for (size_t first = 0; first < deletes.size(); first += kRemoveWave) {
+      const size_t end = std::min(deletes.size(), first + kRemoveWave);
+      std::vector<std::unique_ptr<librados::AioCompletion>> removes;
+      std::vector<std::string> oids;
+      Status error;
+      for (size_t i = first; i < end; ++i) {
+        oids.push_back(ChunkOid(deletes[i]->key));
+        removes.emplace_back(librados::Rados::aio_create_completion());
+        const int r = io_.aio_remove(oids.back(), removes.back().get());
+        if (r < 0) {
+          removes.pop_back();  // not sent: it would never complete
+          error = FromRados(r, "remove", oids.back());
+          break;
         }
-        bool any = false;
-        Status first_error;
-        for (size_t i = 0; i < removes.size(); ++i) {
-          removes[i]->wait_for_complete();
-          const int r = removes[i]->get_return_value();
-          if (r >= 0) any = true;
-          if (r < 0 && r != -ENOENT && first_error.ok()) first_error = FromRados(r, "remove", oids[i]);
-        }
-        TBFS_RETURN_IF_ERROR(first_error);
-        if (!any) break;
       }
-      const std::string copy = ChunkOid(ChunkKey(file_id, kManifestCopyIndex));
-      const int r = io_.remove(copy);
-      return r < 0 && r != -ENOENT ? FromRados(r, "remove", copy) : Status::OK();
-    }
-    std::vector<std::string> keys;
-    TBFS_RETURN_IF_ERROR(ListChunkKeys(&keys));
-    for (const std::string& key : keys) {
-      if (key < begin || key >= end) continue;
-      const int r = io_.remove(ChunkOid(key));
-      if (r < 0 && r != -ENOENT) return FromRados(r, "remove", ChunkOid(key));
+      for (size_t i = 0; i < removes.size(); ++i) {  // none may outlive its oid
+        removes[i]->wait_for_complete();
+        const int r = removes[i]->get_return_value();
+        if (r < 0 && r != -ENOENT && error.ok()) error = FromRados(r, "remove", oids[i]);
+      }
+      TBFS_RETURN_IF_ERROR(error);
     }
     return Status::OK();
   }

@@ -1,16 +1,18 @@
 // The RocksDB engine behind store/backend.h: one column family per Space.
 // Chunk values (already zstd) live in integrated BlobDB blob files with
 // RocksDB's own compression off; the small records use RocksDB's defaults.
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
-#include <rocksdb/cache.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
+#include <rocksdb/table_properties.h>
 #include <rocksdb/utilities/options_util.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdarg>
@@ -74,9 +76,6 @@ class RocksBackend final : public Backend {
       }
     }
     rocksdb::WriteBatch wb;
-    for (const auto& r : batch.ranges()) {
-      wb.DeleteRange(cf(r.space), ToSlice(r.key), ToSlice(r.value));
-    }
     for (const auto& op : batch.ops()) {
       if (op.is_delete) {
         wb.Delete(cf(op.space), ToSlice(op.key));
@@ -170,6 +169,29 @@ class RocksBackend final : public Backend {
     return FromRocks(db_->VerifyChecksum(), "verify the table files of store " + dir_);
   }
 
+  // Compacts each space whose table files hold a range deletion (a store
+  // written before they were given up: docs/format.md, "No range
+  // deletions") down to its last level, where RocksDB drops them. The
+  // chunks space's tables hold keys only (the chunks are in blob files,
+  // which stay): cheap. Returns how many spaces were compacted.
+  Result<int> DropRangeDeletions() {
+    int compacted = 0;
+    for (int i = 0; i < kNumSpaces; ++i) {
+      rocksdb::TablePropertiesCollection tables;
+      TBFS_RETURN_IF_ERROR(FromRocks(db_->GetPropertiesOfAllTables(handles_[i], &tables),
+                                     "read the table properties of store " + dir_));
+      const bool any = std::any_of(tables.begin(), tables.end(),
+                                   [](const auto& t) { return t.second->num_range_deletions > 0; });
+      if (!any) continue;
+      rocksdb::CompactRangeOptions options;
+      options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+      TBFS_RETURN_IF_ERROR(FromRocks(db_->CompactRange(options, handles_[i], nullptr, nullptr),
+                                     "compact store " + dir_));
+      compacted++;
+    }
+    return compacted;
+  }
+
   Status Compact() override {
     if (Status failed = Failed(); !failed.ok()) return failed;
     // Blob garbage collection only here, over every blob file: chunks are
@@ -203,7 +225,7 @@ class RocksBackend final : public Backend {
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::mutex failed_mu_;
-  Status failed_;  // guarded by failed_mu_: the first failed write, until resumed
+  Status failed_;           // guarded by failed_mu_: the first failed write, until resumed
   std::string log_damage_;  // set once, before the backend is shared
 };
 
@@ -403,7 +425,8 @@ Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s;
   auto open = [&] {
-    if (options.read_only) return rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw);
+    if (options.read_only)
+      return rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw);
     PrivateFileSystem::opening_writers++;
     rocksdb::Status opened = rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
     PrivateFileSystem::opening_writers--;
@@ -462,10 +485,11 @@ Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
   }
   if (!s.ok()) {
     if (!log_damage.empty()) {
-      s = rocksdb::Status::Corruption(log_damage + "; and replaying around its damaged records: " +
-                                      s.ToString());
+      s = rocksdb::Status::Corruption(
+          log_damage + "; and replaying around its damaged records: " + s.ToString());
     }
-    if (s.IsInvalidArgument() && s.ToString().find("Column family not found") != std::string::npos) {
+    if (s.IsInvalidArgument() &&
+        s.ToString().find("Column family not found") != std::string::npos) {
       // A store has all its spaces from its creation on.
       return Status::Corruption("open store " + dir +
                                 ": its engine MANIFEST lacks some of the store's spaces (damaged, "
@@ -479,8 +503,8 @@ Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
     }
     return st;
   }
-  auto backend = std::make_unique<RocksBackend>(dir, std::unique_ptr<rocksdb::DB>(raw),
-                                                std::move(handles));
+  auto backend =
+      std::make_unique<RocksBackend>(dir, std::unique_ptr<rocksdb::DB>(raw), std::move(handles));
   backend->set_log_damage(std::move(log_damage));
   return backend;
 }
@@ -523,8 +547,8 @@ bool RebuildDerivedSpace(const std::string& dir, const BackendOptions& options, 
     const uint64_t now = NowNs();
     bool kept = ::mkdir(aside.c_str(), 0700) == 0 || errno == EEXIST;
     for (const auto& t : tables) {
-      kept = kept && ::link((dir + "/" + t).c_str(),
-                            fmt::format("{}/{}-{}", aside, now, t).c_str()) == 0;
+      kept = kept &&
+             ::link((dir + "/" + t).c_str(), fmt::format("{}/{}-{}", aside, now, t).c_str()) == 0;
     }
     rocksdb::ColumnFamilyHandle* fresh = nullptr;
     rebuilt = kept && db->DropColumnFamily(handles[static_cast<int>(space)]).ok() &&
@@ -571,7 +595,20 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
   } else {
     Status scan = (*opened)->Scan(Space::kBaselines, "",
                                   [](std::string_view, std::string_view) { return true; });
-    if (!scan.IsCorruption()) return std::unique_ptr<Backend>(std::move(*opened));
+    if (!scan.IsCorruption()) {
+      // No range deletion may stay where a scan can meet it (RocksDB 7.8
+      // aborts a scan that meets one and a table file it cannot read).
+      // Best effort: a full disk or a damaged table must not keep a writer
+      // out; the next open tries again.
+      auto dropped = (*opened)->DropRangeDeletions();
+      if (!dropped.ok()) {
+        spdlog::warn("store {}: old range deletions stay for now: {}", dir,
+                     dropped.status().message());
+      } else if (*dropped > 0) {
+        spdlog::info("store {}: compacted {} space(s) to drop old range deletions", dir, *dropped);
+      }
+      return std::unique_ptr<Backend>(std::move(*opened));
+    }
     damage = scan.message();
     known = true;
     opened->reset();

@@ -30,9 +30,6 @@ Status ColdStore::Commit(const WriteBatch& batch, bool sync) {
   for (const WriteBatch::Op& op : batch.ops()) {
     if (op.space == Space::kManifests) keys.insert(op.key);
   }
-  for (const WriteBatch::Op& r : batch.ranges()) {
-    if (r.space == Space::kManifests) keys.insert(r.key);  // never made; counted as in doubt
-  }
   if (keys.empty() && !batch.totals_in_doubt) {
     Status st = backend_->Commit(batch, sync);
     commits_.fetch_add(1, std::memory_order_acq_rel);  // after the write, even a failed one
@@ -42,7 +39,7 @@ Status ColdStore::Commit(const WriteBatch& batch, bool sync) {
   // Before: the manifests as the store has them; after: the batch's last
   // word on each key.
   std::optional<Totals> delta;
-  if (totals_ && !shared() && batch.ranges().empty() && !batch.totals_in_doubt) {
+  if (totals_ && !shared() && !batch.totals_in_doubt) {
     delta = Totals();
     bool ok = true;
     std::map<uint64_t, std::string> folders;  // paths by folder id
@@ -121,7 +118,8 @@ Result<ColdStore::Totals> ColdStore::ComputeTotals() {
     t.top_folder_bytes[TopFolder(m.path())] += DataBytes(m);
     return true;
   }));
-  std::erase_if(t.top_folder_bytes, [](const auto& r) { return r.second == 0; });  // as Commit keeps them
+  std::erase_if(t.top_folder_bytes,
+                [](const auto& r) { return r.second == 0; });  // as Commit keeps them
   return t;
 }
 

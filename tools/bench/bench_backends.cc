@@ -102,7 +102,7 @@ int Run(const Args& args) {
   // Leave the pool as it was.
   if (auto b = store::OpenRadosBackend(where, {}); b.ok()) {
     store::WriteBatch drop;
-    drop.DeleteRange(store::Space::kChunks, store::ChunkKey(1, 0), store::ChunkKey(2, 0));
+    for (int i = 0; i < args.mb; ++i) drop.Delete(store::Space::kChunks, store::ChunkKey(1, i));
     drop.Delete(store::Space::kManifests, store::EncodeId(1));
     (void)(*b)->Commit(drop, true);
   }
