@@ -574,7 +574,9 @@ bool ColdStore::IsRetired(uint64_t file_id) {
 
 Status ColdStore::RemoveFile(WriteBatch* batch, const storepb::Manifest& m) {
   TBFS_RETURN_IF_ERROR(RemoveEntryOf(batch, m));
-  RemoveChunks(batch, m.file_id(), ContentManifest(m).chunks());
+  uint64_t chunks = 0;
+  TBFS_RETURN_IF_ERROR(ChunksOf(m, &chunks));
+  RemoveChunks(batch, m.file_id(), chunks);
   batch->Delete(Space::kManifests, EncodeId(m.file_id()));
   return Status::OK();
 }
@@ -593,7 +595,9 @@ Status ColdStore::Retire(WriteBatch* batch, const storepb::Manifest& m) {
   // reading the blob files) takes the file for one still in the store.
   batch->Delete(Space::kChunks, ChunkKey(m.file_id(), kManifestCopyIndex));
   // The mark keeps how many chunks there are, for DropRetired.
-  batch->Put(Space::kMeta, RetiredKey(m.file_id()), EncodeId(ContentManifest(m).chunks()));
+  uint64_t chunks = 0;
+  TBFS_RETURN_IF_ERROR(ChunksOf(m, &chunks));
+  batch->Put(Space::kMeta, RetiredKey(m.file_id()), EncodeId(chunks));
   return Status::OK();
 }
 
@@ -601,19 +605,9 @@ Status ColdStore::DropRetired(WriteBatch* batch, uint64_t file_id) {
   std::string mark;
   TBFS_RETURN_IF_ERROR(backend_->Get(Space::kMeta, RetiredKey(file_id), &mark));
   uint64_t chunks = 0;
-  if (!DecodeId(mark, &chunks)) {
-    // A mark from before the count was kept (empty): the file's chunks are
-    // the keys under its id. The scan reads their values too; such marks
-    // are gone after the first mount or recovery of this version.
-    TBFS_RETURN_IF_ERROR(backend_->Scan(
-        Space::kChunks, EncodeId(file_id), [&](std::string_view key, std::string_view) {
-          uint64_t id = 0, index = 0;
-          if (DecodeChunkKey(key, &id, &index) && index != kManifestCopyIndex) {
-            chunks = std::max(chunks, index + 1);
-          }
-          return true;
-        }));
-  }
+  // A mark from before the count was kept is empty; such marks are gone
+  // after the first mount or recovery of this version.
+  if (!DecodeId(mark, &chunks)) TBFS_RETURN_IF_ERROR(CountChunks(file_id, &chunks));
   RemoveChunks(batch, file_id, chunks);
   batch->Delete(Space::kMeta, RetiredKey(file_id));
   return Status::OK();
@@ -636,6 +630,25 @@ Status ColdStore::DropAllRetired() {
   WriteBatch batch;
   for (uint64_t id : ids) TBFS_RETURN_IF_ERROR(DropRetired(&batch, id));
   return Commit(batch, true);
+}
+
+Status ColdStore::ChunksOf(const storepb::Manifest& m, uint64_t* chunks) {
+  *chunks = ContentManifest(m).chunks();
+  // A manifest of no chunks: an empty file, or a stub for a file whose copy
+  // a crash cut short (its chunks are whatever was written).
+  return *chunks == 0 ? CountChunks(m.file_id(), chunks) : Status::OK();
+}
+
+Status ColdStore::CountChunks(uint64_t file_id, uint64_t* chunks) {
+  *chunks = 0;
+  return backend_->Scan(Space::kChunks, EncodeId(file_id),
+                        [&](std::string_view key, std::string_view) {
+                          uint64_t id = 0, index = 0;
+                          if (DecodeChunkKey(key, &id, &index) && index != kManifestCopyIndex) {
+                            *chunks = std::max(*chunks, index + 1);
+                          }
+                          return true;
+                        });
 }
 
 void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id, uint64_t chunks) {

@@ -173,6 +173,13 @@ class ColdStore {
   // Deletes chunks [0, chunks) of a file and its manifest copy, one key at
   // a time (the store never holds a range deletion: docs/format.md).
   void RemoveChunks(WriteBatch* batch, uint64_t file_id, uint64_t chunks);
+  // One past the highest chunk index the store holds for a file (0: none),
+  // from a scan of its keys (which reads their values too: for files whose
+  // manifest does not say, a copy a crash cut short or an old retired mark).
+  Status CountChunks(uint64_t file_id, uint64_t* chunks);
+  // The chunks of m in the store: its manifest's count, or CountChunks when
+  // that is 0.
+  Status ChunksOf(const storepb::Manifest& m, uint64_t* chunks);
   // Deletes a retired file's chunks and its mark (reads the mark: the
   // chunk count).
   Status DropRetired(WriteBatch* batch, uint64_t file_id);
