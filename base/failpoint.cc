@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -34,17 +35,40 @@ Armed& ArmedPoints() {
   return *armed;
 }
 
+// A process armed through its environment with a name that is no point
+// would never fire it: it stops before main, saying which.
+struct CheckEnvironment {
+  CheckEnvironment() {
+    const std::string pause = Env("TBFS_PAUSE");
+    for (const auto& [variable, name] :
+         {std::pair{"TBFS_FAILPOINT", Env("TBFS_FAILPOINT")},
+          std::pair{"TBFS_FAIL", Env("TBFS_FAIL")},
+          std::pair{"TBFS_PAUSE", pause.substr(0, pause.find(':'))}}) {
+      if (name.empty() || IsFailpoint(name)) continue;
+      std::fprintf(stderr, "%s=%s names no failpoint (base/failpoint.h lists them)\n", variable,
+                   name.c_str());
+      std::abort();
+    }
+  }
+} check_environment;
+
 }  // namespace
 
-void MaybeCrash(std::string_view point) {
+void MaybeCrash(Failpoint point) {
   static const std::string armed = Env("TBFS_FAILPOINT");
+  if (armed.empty() || armed != point.name()) return;
+  if (const std::string reached = Env("TBFS_FAILPOINT_REACHED"); !reached.empty()) {
+    int fd = ::open(reached.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) ::close(fd);
+  }
   // The raw system call, as a crash is: libc's _exit is hooked by the
   // sanitizers, which would report the threads and memory a crash leaves.
-  if (!armed.empty() && armed == point) ::syscall(SYS_exit_group, kFailpointExitCode);
+  ::syscall(SYS_exit_group, kFailpointExitCode);
 }
 
-void MaybePause(std::string_view point) {
+void MaybePause(Failpoint failpoint) {
   static const std::string armed = Env("TBFS_PAUSE");
+  const std::string_view point = failpoint.name();
   if (armed.empty() || armed.compare(0, point.size(), point) != 0 || armed.size() <= point.size() ||
       armed[point.size()] != ':') {
     return;
@@ -58,30 +82,30 @@ void MaybePause(std::string_view point) {
   }
 }
 
-bool ShouldFail(std::string_view point) {
+bool ShouldFail(Failpoint point) {
   static const std::string from_env = Env("TBFS_FAIL");
-  if (!from_env.empty() && from_env == point) return true;
+  if (!from_env.empty() && from_env == point.name()) return true;
   Armed& a = ArmedPoints();
   if (a.count.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard lock(a.mu);
-  return a.points.find(point) != a.points.end();
+  return a.points.find(point.name()) != a.points.end();
 }
 
-void FailpointHook(std::string_view point, const std::string& arg) {
+void FailpointHook(Failpoint point, const std::string& arg) {
   Armed& a = ArmedPoints();
   if (a.count.load(std::memory_order_acquire) == 0) return;
   std::function<void(const std::string&)> hook;
   {
     std::lock_guard lock(a.mu);
-    auto it = a.points.find(point);
+    auto it = a.points.find(point.name());
     if (it == a.points.end() || !it->second) return;
     hook = it->second;
   }
   hook(arg);  // outside the lock: a hook may take its time or arm others
 }
 
-ScopedFailpoint::ScopedFailpoint(std::string point, std::function<void(const std::string&)> hook)
-    : point_(std::move(point)) {
+ScopedFailpoint::ScopedFailpoint(Failpoint point, std::function<void(const std::string&)> hook)
+    : point_(point.name()) {
   Armed& a = ArmedPoints();
   std::lock_guard lock(a.mu);
   a.points[point_] = std::move(hook);

@@ -24,6 +24,13 @@
 // set for that point, if any: tests act at a known instant (a writer
 // appears between a file's copy and its unlink).
 //
+// Every point is named once, in kFailpointNames below: a name that is not
+// there does not compile where a point is placed or armed in code (Failpoint
+// is consteval), and a process whose TBFS_FAILPOINT, TBFS_FAIL or TBFS_PAUSE
+// names none aborts as it starts, saying so. When MaybeCrash ends a process
+// and TBFS_FAILPOINT_REACHED names a file, it creates that file first: a
+// test of a daemon (not its child) proves the crash was the point's.
+//
 // The environment is read once per process. Thread-safe.
 #pragma once
 
@@ -35,22 +42,62 @@ namespace tbfs {
 
 inline constexpr int kFailpointExitCode = 86;
 
+// The points, by the code they are in.
+inline constexpr std::string_view kFailpointNames[] = {
+    // store/migrate.cc: a batch's steps, in order (crashes, pauses, faults)
+    "migrate.batch", "migrate.stored", "migrate.read_back", "migrate.copied", "migrate.staged",
+    "migrate.aside", "migrate.unlinked", "migrate.journaled", "migrate.flush", "migrate.flushed",
+    "migrate.slow_file", "migrate.before_folder_sync", "migrate.fsync_folder",
+    "migrate.all_unlinked", "migrate.before_verify", "migrate.verify", "migrate.verified",
+    "migrate.committed", "migrate.rollback_one",
+    // store/file_io.cc: a file's copy into the store
+    "migrate.copying", "ingest.wave", "ingest.commit",
+    // store/cold_store.cc, store/tree_conversion.cc: creation and format 4
+    "store.create.engine", "store.create.record", "store.convert.before_switch",
+    "store.convert.after_switch",
+    // store/store_dictionaries.cc, store/recompress.cc, store/restore.cc
+    "store.dict_records", "recompress.chunks_synced", "restore.in_place",
+    // store/rados_backend.cc: either side of a batch's commit point
+    "rados.before_commit_point", "rados.after_commit_point",
+    // base/fs_util.cc: between a path's check and its open
+    "open_regular.before",
+    // fs/: the mount
+    "rehydrate.placing", "migrator.took_over", "readdir.colliding_cookies", "cache.slow_chunk"};
+
+constexpr bool IsFailpoint(std::string_view name) {
+  for (std::string_view known : kFailpointNames) {
+    if (known == name) return true;
+  }
+  return false;
+}
+
+// A point's name, checked against kFailpointNames as the code compiles.
+class Failpoint {
+ public:
+  consteval Failpoint(const char* name) : name_(name) {  // NOLINT: implicit on purpose
+    if (!IsFailpoint(name_)) throw "not a failpoint: name it in base/failpoint.h";
+  }
+  constexpr std::string_view name() const { return name_; }
+
+ private:
+  std::string_view name_;
+};
+
 #ifdef TBFS_FAILPOINTS
 
 inline constexpr bool kFailpointsBuilt = true;
 
-void MaybeCrash(std::string_view point);
-void MaybePause(std::string_view point);
-bool ShouldFail(std::string_view point);
-void FailpointHook(std::string_view point, const std::string& arg);
+void MaybeCrash(Failpoint point);
+void MaybePause(Failpoint point);
+bool ShouldFail(Failpoint point);
+void FailpointHook(Failpoint point, const std::string& arg);
 
 // Arms `point` for as long as it lives: ShouldFail(point) is true, and
 // FailpointHook(point, arg) calls `hook(arg)` (when given). One per point
 // at a time.
 class ScopedFailpoint {
  public:
-  explicit ScopedFailpoint(std::string point,
-                           std::function<void(const std::string&)> hook = nullptr);
+  explicit ScopedFailpoint(Failpoint point, std::function<void(const std::string&)> hook = nullptr);
   ~ScopedFailpoint();
   ScopedFailpoint(const ScopedFailpoint&) = delete;
   ScopedFailpoint& operator=(const ScopedFailpoint&) = delete;
@@ -63,10 +110,10 @@ class ScopedFailpoint {
 
 inline constexpr bool kFailpointsBuilt = false;
 
-inline void MaybeCrash(std::string_view) {}
-inline void MaybePause(std::string_view) {}
-inline bool ShouldFail(std::string_view) { return false; }
-inline void FailpointHook(std::string_view, const std::string&) {}
+inline void MaybeCrash(Failpoint) {}
+inline void MaybePause(Failpoint) {}
+inline bool ShouldFail(Failpoint) { return false; }
+inline void FailpointHook(Failpoint, const std::string&) {}
 
 #endif
 

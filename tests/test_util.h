@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -110,6 +112,20 @@ inline CommandResult RunCommand(const std::string& cmd) {
 
 // The real files of ../shared/data, read in place. Fails the test (does not
 // skip it) when they are missing.
+// Polls `done` every `every` until it is true (true) or `timeout` has
+// passed (false). The one poll loop of the tests: no fixed sleep where a
+// condition can be waited for.
+template <typename Condition>
+bool WaitUntil(Condition done, std::chrono::milliseconds timeout,
+               std::chrono::milliseconds every = std::chrono::milliseconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+    std::this_thread::sleep_for(every);
+  }
+  return true;
+}
+
 inline std::string SharedData(const std::string& rel) {
   const char* env = std::getenv("TBFS_SHARED_DATA");
   std::string path = std::string(env && *env ? env : TBFS_SHARED_DATA) + "/" + rel;

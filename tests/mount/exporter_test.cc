@@ -1,14 +1,13 @@
 // `tbfs exporter`: one endpoint for every mount of the host, through real
 // mounts (root's, so they register in /run/tbfs/mounts).
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
 #include <atomic>
-
 #include <fstream>
 
 #include "tests/mount/mount_fixture.h"
@@ -22,9 +21,9 @@ class Exporter : public MountTest {
     MountTest::SetUp();
     std::filesystem::create_directories(mnt2_);
     for (const std::string& l : {logdir_, logdir2_}) {
-      ASSERT_EQ(RunCommand(Tbfs("gen " + l + " --runs 1 --steps 50 --trace-mb 1 >/dev/null"))
-                    .exit_code,
-                0);
+      ASSERT_EQ(
+          RunCommand(Tbfs("gen " + l + " --runs 1 --steps 50 --trace-mb 1 >/dev/null")).exit_code,
+          0);
     }
   }
   void TearDown() override {
@@ -48,8 +47,8 @@ class Exporter : public MountTest {
 
 TEST_F(Exporter, OneEndpointServesEveryMountLabelledByItsMountPoint) {
   Mount("--no-migrate --cold-after 0");
-  auto r = RunCommand(Tbfs("mount " + logdir2_ + " " + Quote(mnt2_) +
-                           " --no-migrate --store " + (dir_ / "store2") + " 2>&1"));
+  auto r = RunCommand(Tbfs("mount " + logdir2_ + " " + Quote(mnt2_) + " --no-migrate --store " +
+                           (dir_ / "store2") + " 2>&1"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   ASSERT_EQ(RunCommand(Tbfs("migrate --now " + mnt_)).exit_code, 0);
 
@@ -66,9 +65,7 @@ TEST_F(Exporter, OneEndpointServesEveryMountLabelledByItsMountPoint) {
   EXPECT_EQ(Count(text, "# TYPE tbfs_migrated_files_total "), 1);
   EXPECT_EQ(Count(text, "# TYPE tbfs_fuse_operation_duration_seconds "), 1);
   // What Prometheus's own linter says of it.
-  {
-    std::ofstream(dir_ / "scrape.prom") << once.out;
-  }
+  { std::ofstream(dir_ / "scrape.prom") << once.out; }
   auto lint = RunCommand("promtool check metrics < " + (dir_ / "scrape.prom") + " 2>&1");
   EXPECT_EQ(lint.exit_code, 0) << lint.out;
 
@@ -78,8 +75,7 @@ TEST_F(Exporter, OneEndpointServesEveryMountLabelledByItsMountPoint) {
     return nlohmann::json::parse(s.out)["pid"].get<int>();
   }();
   ASSERT_EQ(::kill(pid2, SIGKILL), 0);
-  for (int i = 0; i < 500 && Alive(pid2); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  WaitUntil([&] { return !Alive(pid2); }, std::chrono::milliseconds(5000));
   RunCommand("fusermount3 -u -z " + Quote(mnt2_));
   once = RunCommand(Tbfs("exporter --once"));
   EXPECT_EQ(Sample("\n" + once.out, "tbfs_exporter_mount_up", mnt_), 1);
@@ -191,8 +187,9 @@ TEST_F(Exporter, ASocketPathThroughAHungMountCostsOneDeadline) {
   auto r = RunCommand(Tbfs("mount " + logdir2_ + " " + Quote(mnt2_) + " --no-migrate --store " +
                            (dir_ / "store2") + " 2>&1"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const int pid2 = nlohmann::json::parse(RunCommand(Tbfs("status --json " + Quote(mnt2_))).out)
-                       ["pid"].get<int>();
+  const int pid2 =
+      nlohmann::json::parse(RunCommand(Tbfs("status --json " + Quote(mnt2_))).out)["pid"]
+          .get<int>();
   std::string reg_path, original;
   for (const auto& e : std::filesystem::directory_iterator("/run/tbfs/mounts")) {
     std::string data = ReadBytes(e.path());

@@ -197,9 +197,8 @@ TEST_F(HostileUser, ADamagedTfeventsFileHoldsOnlyItsOwnRunAndIsShown) {
 
   // Passes go on (interval 1 s): the run is logged once, not per pass.
   const uint64_t passes = s["migrations"]["passes"].get<uint64_t>();
-  for (int i = 0; i < 100 && Status()["migrations"]["passes"].get<uint64_t>() < passes + 3; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  WaitUntil([&] { return Status()["migrations"]["passes"].get<uint64_t>() >= passes + 3; },
+            std::chrono::milliseconds(10000), std::chrono::milliseconds(100));
   const std::string log = MountLog();
   EXPECT_EQ(Count(log, "a tfevents file of theirs cannot be read"), 1u) << log;
   EXPECT_NE(log.find(run), std::string::npos) << log;
@@ -224,8 +223,8 @@ TEST_F(HostileUser, ADamagedTfeventsFileHoldsOnlyItsOwnRunAndIsShown) {
   // The held runs are published when the pass ends, a moment after the
   // batch that moved the traces commits.
   uint64_t held = 1;
-  for (int i = 0; i < 100 && (held = Status()["blocked"]["runs"].get<uint64_t>()) != 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  WaitUntil([&] { return (held = Status()["blocked"]["runs"].get<uint64_t>()) == 0; },
+            std::chrono::milliseconds(10000), std::chrono::milliseconds(100));
   EXPECT_EQ(held, 0u) << Status().dump();
 }
 
@@ -242,12 +241,11 @@ TEST_F(HostileUser, ASparseTraceMovesWithoutReadingItsHolesAndComesBackSparse) {
   ASSERT_EQ(AsUser([&] {
               int fd = ::open(huge.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
               if (fd < 0) return 4;
-              bool ok = ::ftruncate(fd, static_cast<off_t>(size)) == 0 &&
-                        ::pwrite(fd, head.data(), head.size(), 0) ==
-                            static_cast<ssize_t>(head.size()) &&
-                        ::pwrite(fd, middle.data(), middle.size(),
-                                 static_cast<off_t>(middle_at)) ==
-                            static_cast<ssize_t>(middle.size());
+              bool ok =
+                  ::ftruncate(fd, static_cast<off_t>(size)) == 0 &&
+                  ::pwrite(fd, head.data(), head.size(), 0) == static_cast<ssize_t>(head.size()) &&
+                  ::pwrite(fd, middle.data(), middle.size(), static_cast<off_t>(middle_at)) ==
+                      static_cast<ssize_t>(middle.size());
               ::close(fd);
               return ok ? 0 : 5;
             }),
@@ -271,8 +269,8 @@ TEST_F(HostileUser, ASparseTraceMovesWithoutReadingItsHolesAndComesBackSparse) {
   auto read_at = [&](uint64_t offset, size_t n) {
     std::string out(n, 'x');
     UniqueFd fd(::open(M("u/huge.pt.trace.json").c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid() || ::pread(fd.get(), out.data(), n, static_cast<off_t>(offset)) !=
-                           static_cast<ssize_t>(n)) {
+    if (!fd.valid() ||
+        ::pread(fd.get(), out.data(), n, static_cast<off_t>(offset)) != static_cast<ssize_t>(n)) {
       return std::string("read failed");
     }
     return out;
@@ -292,7 +290,8 @@ TEST_F(HostileUser, ASparseTraceMovesWithoutReadingItsHolesAndComesBackSparse) {
               ::close(fd);
               return ok ? 0 : 5;
             }),
-            0) << MountLog();
+            0)
+      << MountLog();
   EXPECT_EQ(State(M("u/huge.pt.trace.json")), "hot");
   ASSERT_EQ(::stat(huge.c_str(), &st), 0);
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), size + more.size());
@@ -330,9 +329,8 @@ TEST_F(HostileUser, FoldersTooDeepToWalkDoNotFloodTheLog) {
       }),
       0);
   Mount("--cold-after 0 -o migrate_interval=1s");
-  for (int i = 0; i < 300 && Status()["migrations"]["passes"].get<uint64_t>() < 5; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  WaitUntil([&] { return Status()["migrations"]["passes"].get<uint64_t>() >= 5; },
+            std::chrono::milliseconds(30000), std::chrono::milliseconds(100));
   nlohmann::json s = Status();
   EXPECT_GE(s["migrations"]["passes"].get<uint64_t>(), 5u);
   EXPECT_GE(s["unwalked"]["entries"].get<uint64_t>(), 200u) << s["unwalked"].dump();
@@ -417,9 +415,8 @@ TEST_F(HostileUser, AclsHoldThroughTheMountHotAndColdAndComeBack) {
   ASSERT_EQ(State(M(plain)), "cold");
   const std::string folder = L(std::string(ParentPath(plain)));
   const std::string inherit = AccessAcl(0755, {{kUser, 7}}, 7);
-  ASSERT_EQ(::setxattr(folder.c_str(), "system.posix_acl_default", inherit.data(), inherit.size(),
-                       0),
-            0)
+  ASSERT_EQ(
+      ::setxattr(folder.c_str(), "system.posix_acl_default", inherit.data(), inherit.size(), 0), 0)
       << std::strerror(errno);
   EXPECT_EQ(user_reads(plain), 1);
   {
@@ -490,7 +487,8 @@ class OnTmpfs : public MountTest {
 // stays hot, said in status, the log and the metrics, and costs a pass no
 // batch (each would write and flush a journal record for nothing).
 TEST_F(OnTmpfs, ATraceWithXattrsOver64KiBStaysHotAndIsShown) {
-  ASSERT_EQ(RunCommand(Tbfs("gen " + Quote(logdir_) + " --runs 1 --steps 100 --trace-mb 1 "
+  ASSERT_EQ(RunCommand(Tbfs("gen " + Quote(logdir_) +
+                            " --runs 1 --steps 100 --trace-mb 1 "
                             ">/dev/null"))
                 .exit_code,
             0);
@@ -558,8 +556,8 @@ TEST_F(HostileUser, AFileAtAnotherOwnersColdPathInAStickyFolderReplacesNothing) 
   // (The kernel may show the name as it was for up to 10 s: until then it
   // is the cold file, which the user may not remove.)
   struct stat seen {};
-  for (int i = 0; i < 150 && (::stat(M(rel).c_str(), &seen) != 0 || seen.st_size != 30000); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  WaitUntil([&] { return ::stat(M(rel).c_str(), &seen) == 0 && seen.st_size == 30000; },
+            std::chrono::milliseconds(15000), std::chrono::milliseconds(100));
   ASSERT_EQ(seen.st_size, 30000) << "the mount never showed the user's file";
   EXPECT_EQ(AsUser([&] { return ::unlink(M(rel).c_str()) == 0 ? 0 : 1; }), 0);
   EXPECT_EQ(State(M(rel)), "cold");

@@ -168,9 +168,7 @@ class MountTest : public ::testing::Test {
   // Waits up to 10 s for the daemon to exit after an unmount; kills it after.
   void WaitForExit() {
     if (pid_ <= 0) return;
-    for (int i = 0; i < 1000 && Alive(pid_); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    WaitUntil([&] { return !Alive(pid_); }, std::chrono::milliseconds(10000));
     if (Alive(pid_)) ::kill(pid_, SIGKILL);
     pid_ = -1;
   }

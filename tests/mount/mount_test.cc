@@ -683,9 +683,7 @@ TEST_F(Mounted, SigtermAndSigintUnmountCleanly) {
     Mount();
     ASSERT_TRUE(std::filesystem::exists(L(".tbfs/MOUNTED_BY")));
     ASSERT_EQ(::kill(pid_, sig), 0);
-    for (int i = 0; i < 500 && IsMounted(mnt_); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    WaitUntil([&] { return !IsMounted(mnt_); }, std::chrono::milliseconds(5000));
     EXPECT_FALSE(IsMounted(mnt_)) << "signal " << sig;
     WaitForExit();
     EXPECT_FALSE(std::filesystem::exists(L(".tbfs/MOUNTED_BY"))) << "signal " << sig;
@@ -704,9 +702,7 @@ TEST_F(Mounted, AForegroundMountStoppedBySigtermOrSigintExitsZero) {
       ::_exit(127);
     }
     ASSERT_GT(child, 0);
-    for (int i = 0; i < 1000 && !IsMounted(mnt_); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    WaitUntil([&] { return IsMounted(mnt_); }, std::chrono::milliseconds(10000));
     ASSERT_TRUE(IsMounted(mnt_)) << "signal " << sig;
     ASSERT_EQ(::kill(child, sig), 0);
     int status = 0;
@@ -813,10 +809,12 @@ TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {
       Tbfs("verify " + logdir_ + " --save-baseline " + (dir_ / "b.json") + " >/dev/null"));
   ASSERT_EQ(base.exit_code, 0);
   for (const char* point : {"migrate.stored", "migrate.unlinked", "migrate.all_unlinked"}) {
-    // The failpoint ends the daemon at that instant, as kill -9 would.
-    auto r =
-        RunCommand(std::string("TBFS_FAILPOINT=") + point + " " +
-                   Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 2>&1"));
+    // The failpoint ends the daemon at that instant, as kill -9 would, and
+    // leaves `reached` behind as it does.
+    const std::string reached = dir_ / (std::string("reached-") + point);
+    auto r = RunCommand(
+        std::string("TBFS_FAILPOINT=") + point + " TBFS_FAILPOINT_REACHED=" + reached + " " +
+        Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_ = Status()["pid"].get<int>();
     // The daemon dies; the command says so.
@@ -824,6 +822,7 @@ TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {
     EXPECT_EQ(died.exit_code, 2) << died.out;
     EXPECT_NE(died.out.find("without an answer"), std::string::npos) << died.out;
     WaitForExit();
+    EXPECT_TRUE(std::filesystem::exists(reached)) << "the daemon did not die at " << point;
     Unmount();
     RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
     ASSERT_FALSE(IsMounted(mnt_)) << point;
@@ -844,9 +843,8 @@ TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   pid_ = Status()["pid"].get<int>();
   std::thread migrate([&] { RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")); });
-  for (int i = 0; i < 6000 && !std::filesystem::exists(hold + ".reached"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // until the pass is there
-  }
+  WaitUntil([&] { return std::filesystem::exists(hold + ".reached"); },
+            std::chrono::milliseconds(60000));  // until the pass is there
   const bool held = std::filesystem::exists(hold + ".reached");
   ASSERT_EQ(::kill(pid_, SIGKILL), 0);
   migrate.join();
@@ -881,9 +879,8 @@ TEST_F(MountTest, AMountPointWithASpaceGetsItsReadaheadRaised) {
   ASSERT_TRUE(std::filesystem::exists(knob)) << knob;
   const std::string want = std::to_string(store::kDefaultChunkBytes / 1024) + "\n";
   std::string got;
-  for (int i = 0; i < 100 && (got = ReadBytes(knob)) != want; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // raised once INIT is answered
-  }
+  WaitUntil([&] { return (got = ReadBytes(knob)) == want; }, std::chrono::milliseconds(5000),
+            std::chrono::milliseconds(50));  // raised once INIT is answered
   EXPECT_EQ(got, want);
   EXPECT_EQ(Status()["mountpoint"], mnt_);
 }

@@ -97,9 +97,8 @@ TEST_F(Races, AnUnlinkDuringARehydrationDeletesTheFile) {
     open_errno = fd < 0 ? errno : 0;
     if (fd >= 0) ::close(fd);
   });
-  for (int i = 0; i < 1000 && !std::filesystem::exists(marker + ".reached"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return std::filesystem::exists(marker + ".reached"); },
+            std::chrono::milliseconds(10000));
   ASSERT_TRUE(std::filesystem::exists(marker + ".reached")) << "the rehydration never started";
   std::atomic<int> unlink_errno{-1};
   std::thread deleter([&] { unlink_errno = ::unlink(M(rel).c_str()) == 0 ? 0 : errno; });

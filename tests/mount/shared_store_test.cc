@@ -55,8 +55,8 @@ class SharedStore : public MountTest {
     pid_ = Status()["pid"].get<int>();
   }
   void MountB(const std::string& env = "") {
-    auto r = RunCommand(env +
-                        Tbfs("mount " + logdir_ + " " + mnt_b_ + Options("state-b") + " 2>&1"));
+    auto r =
+        RunCommand(env + Tbfs("mount " + logdir_ + " " + mnt_b_ + Options("state-b") + " 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_b_ = StatusOf(mnt_b_)["pid"].get<int>();
   }
@@ -135,8 +135,8 @@ TEST_F(SharedStore, OneMountMigratesBothServeTheSameBytesAndTheReaderChangesNoth
   ExpectOriginals(mnt_b_);
   // It sees them turn cold within its attribute timeout, and reads them
   // from the store.
-  for (int i = 0; i < 50 && ColdCount(mnt_b_) < traces_; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  WaitUntil([&] { return ColdCount(mnt_b_) >= traces_; }, std::chrono::milliseconds(15000),
+            std::chrono::milliseconds(300));
   EXPECT_EQ(ColdCount(mnt_b_), traces_);
   ExpectOriginals(mnt_);
   ExpectOriginals(mnt_b_);
@@ -281,16 +281,18 @@ TEST_F(SharedStore, TheDefaultStateFolderFitsAnyMountPoint) {
 // logdir, its batch unfinished): the reader takes the lease over once it runs
 // out, undoes the batch, and migrates everything itself. Nothing is lost.
 TEST_F(SharedStore, KillNineOfTheWriterMidBatchAndTheOtherMountTakesOver) {
-  MountA("TBFS_FAILPOINT=migrate.unlinked ");
+  const std::string reached = dir_ / "reached";
+  MountA("TBFS_FAILPOINT=migrate.unlinked TBFS_FAILPOINT_REACHED=" + reached + " ");
   // B stops once it took over (recovery done), until `hold` goes.
   const std::string hold = dir_ / "hold";
   WriteBytes(hold, "");
   MountB("TBFS_PAUSE=migrator.took_over:" + hold + " ");
   const int writer = pid_;
   // A's first pass ends it at the failpoint, as kill -9 would.
-  for (int i = 0; i < 100 && Alive(writer); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  WaitUntil([&] { return !Alive(writer); }, std::chrono::milliseconds(10000),
+            std::chrono::milliseconds(100));
   ASSERT_FALSE(Alive(writer)) << "the writer did not reach the failpoint";
+  ASSERT_TRUE(std::filesystem::exists(reached)) << "the writer died, but not at the failpoint";
   RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
   pid_ = -1;
   // Through B, the reader: the file A unlinked is cold, and the kernel
@@ -298,8 +300,8 @@ TEST_F(SharedStore, KillNineOfTheWriterMidBatchAndTheOtherMountTakesOver) {
   // answer ENOENT from what it kept (it did, for up to 10 s).
   const bool before_takeover = !std::filesystem::exists(hold + ".reached");
   ExpectOriginals(mnt_b_);
-  for (int i = 0; i < 300 && !std::filesystem::exists(hold + ".reached"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  WaitUntil([&] { return std::filesystem::exists(hold + ".reached"); },
+            std::chrono::milliseconds(30000), std::chrono::milliseconds(100));
   ASSERT_TRUE(std::filesystem::exists(hold + ".reached")) << "B did not take over";
   EXPECT_TRUE(before_takeover) << "B took over before the reads meant to come first";
   ExpectOriginals(mnt_b_);
@@ -390,13 +392,14 @@ TEST_F(UnreachableStore, ColdReadsFailWithEioAfterTheTimeoutHotFilesKeepWorkingA
   uint64_t by_site = 0;
   for (const auto& [site, n] : eio["by_site"].items()) by_site += n.get<uint64_t>();
   EXPECT_GE(by_site, 1u) << eio.dump();
-  EXPECT_NE(RunCommand(Tbfs("status " + mnt_)).out.find("I/O errors (EIO) by where they were answered: "),
-            std::string::npos);
+  EXPECT_NE(
+      RunCommand(Tbfs("status " + mnt_)).out.find("I/O errors (EIO) by where they were answered: "),
+      std::string::npos);
 
   // The cluster serves again (scripts/ceph-cluster.sh says why resuming
   // is more than SIGCONT); the mount was never told.
-  auto resumed = RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh resume " + ceph_ +
-                            " tbfs 2>&1");
+  auto resumed =
+      RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh resume " + ceph_ + " tbfs 2>&1");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
   bool back = false;
   for (int i = 0; i < 60 && !back; ++i) {

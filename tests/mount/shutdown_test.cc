@@ -102,9 +102,8 @@ TEST_P(Shutdown, AWorkerThatNeverReturnsDoesNotKeepTheDaemon) {
   auto pass = std::async(std::launch::async, [&] {
     return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
   });
-  for (int i = 0; i < 6000 && !std::filesystem::exists(hold + ".reached"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return std::filesystem::exists(hold + ".reached"); },
+            std::chrono::milliseconds(60000));
   ASSERT_TRUE(std::filesystem::exists(hold + ".reached")) << "the pass never reached a file";
   StopAndWait(sigterm, 30);
   pass.get();
@@ -185,8 +184,7 @@ TEST_F(ShutdownDuringARead, AReadOfManyChunksStopsAtTheNextChunk) {
   EXPECT_FALSE(Alive(pid)) << "the daemon still runs 8 s after SIGTERM: the read went on";
   reader.wait();
   pid_ = -1;
-  EXPECT_EQ(ReadBytes(L(".tbfs/tbfs-mount.log")).find("exiting without it"),
-            std::string::npos);
+  EXPECT_EQ(ReadBytes(L(".tbfs/tbfs-mount.log")).find("exiting without it"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(UnmountOrSigterm, Shutdown, ::testing::Bool(),

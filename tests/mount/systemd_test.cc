@@ -65,8 +65,8 @@ class SystemdService : public MountTest {
     if (child_ > 0 && IsMounted(mnt_)) ::kill(child_, SIGTERM);
     if (child_ > 0) {
       int status;
-      for (int i = 0; i < 1000 && ::waitpid(child_, &status, WNOHANG) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      WaitUntil([&] { return ::waitpid(child_, &status, WNOHANG) != 0; },
+                std::chrono::milliseconds(10000));
       ::kill(child_, SIGKILL);
       ::waitpid(child_, &status, 0);
     }
@@ -92,8 +92,9 @@ TEST_F(SystemdService, TheUnitsCommandSaysReadyOnlyOnceItServesAndWorksInItsSand
   const std::string config = dir_ / "run.yaml";
   {
     std::ofstream out(config);
-    out << "logdir: " << logdir_ << "\nmount:\n  mountpoint: " << mnt_ << "\n  store: "
-        << (dir_ / "store") << "\n  migrate: false\n  cold_after: 0s\n  options: [allow_other]\n";
+    out << "logdir: " << logdir_ << "\nmount:\n  mountpoint: " << mnt_
+        << "\n  store: " << (dir_ / "store")
+        << "\n  migrate: false\n  cold_after: 0s\n  options: [allow_other]\n";
   }
   std::string exec = Replace(unit["ExecStart"], "/usr/bin/tbfs", TBFS_BINARY);
   exec = Replace(exec, "/etc/tbfs/%i.yaml", config);
@@ -128,9 +129,8 @@ TEST_F(SystemdService, TheUnitsCommandSaysReadyOnlyOnceItServesAndWorksInItsSand
 
   // READY=1 comes once, when a request through the mount is answered.
   std::string ready = Next(60);
-  ASSERT_NE(ready.find("READY=1"), std::string::npos)
-      << "no READY=1 within 60 s: " << ready << "\n"
-      << ReadBytes(log);
+  ASSERT_NE(ready.find("READY=1"), std::string::npos) << "no READY=1 within 60 s: " << ready << "\n"
+                                                      << ReadBytes(log);
   const std::string run = Files(logdir_, true).at(0);
   EXPECT_TRUE(IsMounted(mnt_));
   EXPECT_EQ(ReadBytes(M(run)), ReadBytes(L(run)));  // served, at the moment systemd hears it
@@ -174,8 +174,8 @@ TEST_F(SystemdService, TheUnitsCommandSaysReadyOnlyOnceItServesAndWorksInItsSand
   for (const std::string& t : Files(logdir_, false)) {
     if (t.starts_with("pub/") && !t.ends_with(".pt.trace.json")) continue;
     EXPECT_EQ(State(M(t)), "cold") << t;
-    EXPECT_EQ(ReadBytes(M(t)).size(), static_cast<size_t>(std::stoll(
-                                          RunCommand("stat -c %s " + Quote(M(t))).out)))
+    EXPECT_EQ(ReadBytes(M(t)).size(),
+              static_cast<size_t>(std::stoll(RunCommand("stat -c %s " + Quote(M(t))).out)))
         << t;
   }
 

@@ -312,9 +312,8 @@ TEST_F(Transitions, MigrateNowLeavesTheTreeUsable) {
     std::filesystem::remove(marker);
     migrate.join();
   });
-  for (int i = 0; i < 3000 && !std::filesystem::exists(marker + ".reached"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return std::filesystem::exists(marker + ".reached"); },
+            std::chrono::milliseconds(30000));
   ASSERT_TRUE(std::filesystem::exists(marker + ".reached")) << "the migration never started";
   // While the pass is held in the middle of a batch, the tree works.
   auto during = std::async(std::launch::async, [&] {
@@ -425,9 +424,8 @@ class PausedTransitions : public Transitions {
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_ = Status()["pid"].get<int>();
     migrate_ = std::thread([this] { MigrateNow(); });
-    for (int i = 0; i < 3000 && !std::filesystem::exists(marker_ + ".reached"); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    WaitUntil([&] { return std::filesystem::exists(marker_ + ".reached"); },
+              std::chrono::milliseconds(30000));
     ASSERT_TRUE(std::filesystem::exists(marker_ + ".reached")) << point << " never reached";
   }
   void Release() {
@@ -466,9 +464,8 @@ TEST_F(PausedTransitions, ChangesMadeWhileAFileWaitsAsideSurviveAWriterComing) {
     auto fd = OpenFile(L(aside), O_WRONLY | O_APPEND);  // waits for the lease
     if (fd.ok()) (void)WriteAll(fd->get(), "+W", 2, aside);
   });
-  for (int i = 0; i < 500 && ReadBytes("/proc/locks").find("BREAKING") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return ReadBytes("/proc/locks").find("BREAKING") != std::string::npos; },
+            std::chrono::milliseconds(5000));
   Release();
   writer.join();
   EXPECT_FALSE(std::filesystem::exists(M(rel)));
@@ -513,9 +510,8 @@ TEST_F(PausedTransitions, ALookupDuringARehydrationFindsTheSameInode) {
     if (!fd.ok()) return;
     appended = ::pwrite(fd->get(), "TAIL", 4, static_cast<off_t>(traces_[rel].size())) == 4;
   });
-  for (int i = 0; i < 3000 && !std::filesystem::exists(marker_ + ".reached"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return std::filesystem::exists(marker_ + ".reached"); },
+            std::chrono::milliseconds(30000));
   ASSERT_TRUE(std::filesystem::exists(marker_ + ".reached"));
   // A listing with attributes (readdirplus) and a stat, while the file is
   // back under its name but the rehydration is not finished.

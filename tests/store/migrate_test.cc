@@ -28,6 +28,7 @@ namespace {
 using testing::ReadBytes;
 using testing::RunCommand;
 using testing::TempDir;
+using testing::WaitUntil;
 using testing::WriteBytes;
 
 TEST_F(MigrateTest, MovesEveryTraceAndNoTfevents) {
@@ -140,9 +141,7 @@ TEST_F(MigrateTest, AWriterOpeningDuringTheCopyKeepsIt) {
       migrated_f.wait();
       (void)WriteAll(fd->get(), "+late", 5, victim);
     });
-    for (int i = 0; i < 1000 && !opened && !LeaseBreaking(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    WaitUntil([&] { return opened || LeaseBreaking(); }, std::chrono::milliseconds(10000));
   });
   auto result = Migrate(*store_, logdir_, candidates, o);
   migrated.set_value();
@@ -462,14 +461,14 @@ TEST(ManifestShape, HoleRunsMustBePairsAscendingAndWithinTheFile) {
   m.set_chunk_bytes(4096);
   m.set_chunks(11);
   EXPECT_TRUE(WellFormed(m));
-  for (std::vector<uint64_t> runs : std::vector<std::vector<uint64_t>>{
-           {0, 11}, {1, 3, 5, 6}, {0, 1, 1, 2}, {10, 11}}) {
+  for (std::vector<uint64_t> runs :
+       std::vector<std::vector<uint64_t>>{{0, 11}, {1, 3, 5, 6}, {0, 1, 1, 2}, {10, 11}}) {
     m.clear_hole_runs();
     for (uint64_t r : runs) m.add_hole_runs(r);
     EXPECT_TRUE(WellFormed(m)) << ::testing::PrintToString(runs);
   }
-  for (std::vector<uint64_t> runs :
-       std::vector<std::vector<uint64_t>>{{3}, {3, 3}, {4, 2}, {5, 12}, {4, 6, 5, 7}, {6, 8, 1, 2}}) {
+  for (std::vector<uint64_t> runs : std::vector<std::vector<uint64_t>>{
+           {3}, {3, 3}, {4, 2}, {5, 12}, {4, 6, 5, 7}, {6, 8, 1, 2}}) {
     m.clear_hole_runs();
     for (uint64_t r : runs) m.add_hole_runs(r);
     EXPECT_FALSE(WellFormed(m)) << ::testing::PrintToString(runs);
@@ -782,9 +781,9 @@ TEST_F(MigrateTest, AFolderRenamedBeforeItsSyncLeavesNoJournalRecord) {
   auto candidates = Candidates();
   const std::string folder = ParentPath(candidates[0].path);
   ScopedFailpoint moved("migrate.before_folder_sync", [&](const std::string&) {
-    ASSERT_EQ(::rename(JoinPath(logdir_, folder).c_str(),
-                       JoinPath(logdir_, folder + "-moved").c_str()),
-              0);
+    ASSERT_EQ(
+        ::rename(JoinPath(logdir_, folder).c_str(), JoinPath(logdir_, folder + "-moved").c_str()),
+        0);
   });
   auto result = Migrate(*store_, logdir_, candidates, Options());
   ASSERT_TRUE(result.ok()) << result.status().ToString();

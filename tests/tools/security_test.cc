@@ -79,9 +79,8 @@ TEST_F(Escapes, MigrationNeverUnlinksThroughASymlinkedFolder) {
     RunCommand("TBFS_PAUSE=migrate.batch:" + marker + " " +
                Tbfs("migrate " + logdir_ + " --older-than 0 --apply >/dev/null 2>&1"));
   });
-  for (int i = 0; i < 3000 && !std::filesystem::exists(marker + ".reached"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return std::filesystem::exists(marker + ".reached"); },
+            std::chrono::milliseconds(30000));
   ASSERT_TRUE(std::filesystem::exists(marker + ".reached"));
   SwapForSymlink("u/plugins/profile");
   std::filesystem::remove(marker);
@@ -104,9 +103,8 @@ TEST_F(Escapes, OneTbfsWriterPerLogdirWhateverTheStore) {
                Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + (dir_ / "s1") +
                     " >/dev/null 2>&1"));
   });
-  for (int i = 0; i < 3000 && !std::filesystem::exists(marker + ".reached"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return std::filesystem::exists(marker + ".reached"); },
+            std::chrono::milliseconds(30000));
   auto second = RunCommand(
       Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + (dir_ / "s2") + " 2>&1"));
   std::filesystem::remove(marker);
