@@ -52,7 +52,6 @@ Status RecordWriter::Append(std::string_view data) {
 Status RecordWriter::Flush() {
   if (buf_.empty()) return Status::OK();
   TBFS_RETURN_IF_ERROR(WriteAll(fd_, buf_.data(), buf_.size(), path_));
-  written_ += buf_.size();
   buf_.clear();
   return Status::OK();
 }

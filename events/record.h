@@ -45,13 +45,11 @@ class RecordWriter {
   Status Append(std::string_view data);
   // Writes out what is buffered.
   Status Flush();
-  uint64_t bytes_written() const { return written_ + buf_.size(); }
 
  private:
   int fd_;
   std::string path_;
   std::string buf_;
-  uint64_t written_ = 0;
 };
 
 struct RecordView {

@@ -20,7 +20,6 @@ struct ScalarValue {
   double f = 0;   // when !is_integer
   int64_t i = 0;  // when is_integer (uint64 values keep their bits)
 
-  double AsDouble() const { return is_integer ? static_cast<double>(i) : f; }
   // 9 bytes, fixed byte order: the form hashed by digests.
   void Canonical(unsigned char out[9]) const;
   bool operator==(const ScalarValue& o) const = default;

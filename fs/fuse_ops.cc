@@ -161,33 +161,29 @@ void SetOpenFlags(const FileHandle& h, int flags, struct fuse_file_info* fi) {
   fi->direct_io = (flags & O_DIRECT) != 0;
 }
 
-// The kernel holds fh from here (see FuseContext::files).
-FileHandle* HandOver(fuse_req_t req, std::unique_ptr<FileHandle> fh) {
-  FuseContext& c = Context(req);
-  MutexLock lock(c.handles_mu);
-  c.files.insert(fh.get());
-  return fh.release();
+// The handles the kernel holds, by kind (see FuseContext::files).
+std::set<FileHandle*>& Held(FuseContext& c, FileHandle*) TBFS_REQUIRES(c.handles_mu) {
+  return c.files;
+}
+std::set<DirHandle*>& Held(FuseContext& c, DirHandle*) TBFS_REQUIRES(c.handles_mu) {
+  return c.dirs;
 }
 
-std::unique_ptr<FileHandle> TakeBack(fuse_req_t req, FileHandle* fh) {
+// The kernel holds h from here.
+template <typename Handle>
+Handle* HandOver(fuse_req_t req, std::unique_ptr<Handle> h) {
   FuseContext& c = Context(req);
   MutexLock lock(c.handles_mu);
-  c.files.erase(fh);
-  return std::unique_ptr<FileHandle>(fh);
+  Held(c, h.get()).insert(h.get());
+  return h.release();
 }
 
-DirHandle* HandOver(fuse_req_t req, std::unique_ptr<DirHandle> dh) {
+template <typename Handle>
+std::unique_ptr<Handle> TakeBack(fuse_req_t req, Handle* h) {
   FuseContext& c = Context(req);
   MutexLock lock(c.handles_mu);
-  c.dirs.insert(dh.get());
-  return dh.release();
-}
-
-std::unique_ptr<DirHandle> TakeBack(fuse_req_t req, DirHandle* dh) {
-  FuseContext& c = Context(req);
-  MutexLock lock(c.handles_mu);
-  c.dirs.erase(dh);
-  return std::unique_ptr<DirHandle>(dh);
+  Held(c, h).erase(h);
+  return std::unique_ptr<Handle>(h);
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {

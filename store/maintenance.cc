@@ -130,16 +130,6 @@ Status RemoveGarbage(ColdStore& store, const Garbage& garbage) {
   return batch.empty() ? Status::OK() : store.Commit(batch, true);
 }
 
-Status SelectOlderThan(ColdStore& store, int64_t older_than_s,
-                       std::vector<storepb::Manifest>* out) {
-  out->clear();
-  int64_t cutoff = NowNs() - older_than_s * 1'000'000'000;
-  return store.ForEachManifest([&](const storepb::Manifest& m) {
-    if (m.mtime_ns() < cutoff) out->push_back(m);
-    return true;
-  });
-}
-
 std::string ProfileOf(const std::string& path) {
   static constexpr std::string_view kMarker = "/plugins/profile/";
   size_t at = ("/" + path).find(kMarker);

@@ -54,9 +54,6 @@ Status FindGarbage(ColdStore& store, Garbage* out);
 // recovery: a batch in flight would look like garbage.
 Status RemoveGarbage(ColdStore& store, const Garbage& garbage);
 
-// Cold files whose modification time is more than older_than_s ago.
-Status SelectOlderThan(ColdStore& store, int64_t older_than_s, std::vector<storepb::Manifest>* out);
-
 // What `tbfs gc` deletes: the cold files any of the set policies selects.
 struct Retention {
   std::optional<int64_t> older_than_s;       // modified more than this long ago

@@ -22,7 +22,6 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   std::atomic<uint64_t>* counter() { return &done_; }
-  void set_total(uint64_t total) { total_.store(total); }
 
  private:
   void Run();
