@@ -343,12 +343,13 @@ void Filesystem::ReapRetired(uint64_t file_id) {
   std::erase_if(ids, [&](uint64_t id) { return inodes_.Readers(id) > 0; });
   if (ids.empty()) return;
   store::WriteBatch batch;
-  for (uint64_t id : ids) {
-    if (Status st = store_->DropRetired(&batch, id); !st.ok()) {
-      spdlog::error("drop retired chunks of file {}: {}", id, st.message());
-      return;
-    }
-  }
+  std::erase_if(ids, [&](uint64_t id) {
+    Status st = store_->DropRetired(&batch, id);
+    // Its mark unread: it stays, and the next reap or recovery tries again.
+    if (!st.ok()) spdlog::error("drop retired chunks of file {}: {}", id, st.message());
+    return !st.ok();
+  });
+  if (batch.empty()) return;
   // Unsynced: a retired file lost by a crash is dropped by recovery.
   if (Status st = store_->Commit(batch, false); !st.ok()) {
     spdlog::error("drop retired chunks: {}", st.message());

@@ -574,9 +574,7 @@ bool ColdStore::IsRetired(uint64_t file_id) {
 
 Status ColdStore::RemoveFile(WriteBatch* batch, const storepb::Manifest& m) {
   TBFS_RETURN_IF_ERROR(RemoveEntryOf(batch, m));
-  uint64_t chunks = 0;
-  TBFS_RETURN_IF_ERROR(ChunksOf(m, &chunks));
-  RemoveChunks(batch, m.file_id(), chunks);
+  RemoveChunks(batch, m.file_id(), StoredRuns(m));
   batch->Delete(Space::kManifests, EncodeId(m.file_id()));
   return Status::OK();
 }
@@ -594,21 +592,32 @@ Status ColdStore::Retire(WriteBatch* batch, const storepb::Manifest& m) {
   // Its chunks stay for the readers; the copy goes, so that nothing (salvage
   // reading the blob files) takes the file for one still in the store.
   batch->Delete(Space::kChunks, ChunkKey(m.file_id(), kManifestCopyIndex));
-  // The mark keeps how many chunks there are, for DropRetired.
-  uint64_t chunks = 0;
-  TBFS_RETURN_IF_ERROR(ChunksOf(m, &chunks));
-  batch->Put(Space::kMeta, RetiredKey(m.file_id()), EncodeId(chunks));
+  // The mark keeps which chunks have values, for DropRetired.
+  std::string runs;
+  for (const ChunkRun& r : StoredRuns(m)) runs += EncodeId(r.first) + EncodeId(r.end);
+  batch->Put(Space::kMeta, RetiredKey(m.file_id()), runs);
   return Status::OK();
 }
 
 Status ColdStore::DropRetired(WriteBatch* batch, uint64_t file_id) {
   std::string mark;
   TBFS_RETURN_IF_ERROR(backend_->Get(Space::kMeta, RetiredKey(file_id), &mark));
-  uint64_t chunks = 0;
-  // A mark from before the count was kept is empty; such marks are gone
-  // after the first mount or recovery of this version.
-  if (!DecodeId(mark, &chunks)) TBFS_RETURN_IF_ERROR(CountChunks(file_id, &chunks));
-  RemoveChunks(batch, file_id, chunks);
+  std::vector<ChunkRun> runs;
+  uint64_t first = 0, end = 0;
+  if (!mark.empty() && mark.size() % 16 == 0) {
+    for (size_t at = 0; at < mark.size(); at += 16) {
+      if (DecodeId(std::string_view(mark).substr(at, 8), &first) &&
+          DecodeId(std::string_view(mark).substr(at + 8, 8), &end)) {
+        runs.push_back({first, end});
+      }
+    }
+  } else {
+    // A mark from before the runs were kept is empty: the file's chunks are
+    // found by their keys. Such marks are gone after the first mount or
+    // recovery of this version.
+    runs = ScanRuns(file_id);
+  }
+  RemoveChunks(batch, file_id, runs);
   batch->Delete(Space::kMeta, RetiredKey(file_id));
   return Status::OK();
 }
@@ -632,31 +641,48 @@ Status ColdStore::DropAllRetired() {
   return Commit(batch, true);
 }
 
-Status ColdStore::ChunksOf(const storepb::Manifest& m, uint64_t* chunks) {
-  *chunks = ContentManifest(m).chunks();
+std::vector<ChunkRun> ColdStore::StoredRuns(const storepb::Manifest& m) {
+  const storepb::Manifest stored = ContentManifest(m);
   // A manifest of no chunks: an empty file, or a stub for a file whose copy
-  // a crash cut short (its chunks are whatever was written).
-  return *chunks == 0 ? CountChunks(m.file_id(), chunks) : Status::OK();
+  // was given up or cut short by a crash (its chunks are what was written).
+  if (stored.chunks() == 0) return ScanRuns(m.file_id());
+  return DataRuns(stored);
 }
 
-Status ColdStore::CountChunks(uint64_t file_id, uint64_t* chunks) {
-  *chunks = 0;
-  return backend_->Scan(Space::kChunks, EncodeId(file_id),
-                        [&](std::string_view key, std::string_view) {
-                          uint64_t id = 0, index = 0;
-                          if (DecodeChunkKey(key, &id, &index) && index != kManifestCopyIndex) {
-                            *chunks = std::max(*chunks, index + 1);
-                          }
-                          return true;
-                        });
+std::vector<ChunkRun> ColdStore::ScanRuns(uint64_t file_id) {
+  std::vector<ChunkRun> runs;
+  Status st = backend_->Scan(Space::kChunks, EncodeId(file_id),
+                             [&](std::string_view key, std::string_view) {
+                               uint64_t id = 0, index = 0;
+                               if (!DecodeChunkKey(key, &id, &index) || index == kManifestCopyIndex)
+                                 return true;
+                               if (!runs.empty() && runs.back().end == index) {
+                                 runs.back().end = index + 1;
+                               } else {
+                                 runs.push_back({index, index + 1});
+                               }
+                               return true;
+                             });
+  if (!st.ok()) {
+    // The scan reads the values too: a damaged one ends it. What it did not
+    // reach stays, garbage for `tbfs gc --garbage` (the file is gone
+    // either way; a writer must still open).
+    spdlog::warn("store {}: the chunks of removed file {} past chunk {} stay as garbage: {}", dir_,
+                 file_id, runs.empty() ? 0 : runs.back().end, st.message());
+  }
+  return runs;
 }
 
-void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id, uint64_t chunks) {
-  // One delete per chunk, never a range: RocksDB 7.8 (Debian 12) aborts or
-  // frees twice in a scan that meets both a range deletion and a table file
-  // it cannot read (docs/format.md, "No range deletions").
-  for (uint64_t index = 0; index < chunks; ++index) {
-    batch->Delete(Space::kChunks, ChunkKey(file_id, index));
+void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id,
+                             const std::vector<ChunkRun>& runs) {
+  // One delete per chunk that has a value, never a range: RocksDB 7.8
+  // (Debian 12) aborts or frees twice in a scan that meets both a range
+  // deletion and a table file it cannot read (docs/format.md, "No range
+  // deletions"). Holes have no value, hence no delete.
+  for (const ChunkRun& r : runs) {
+    for (uint64_t index = r.first; index < r.end; ++index) {
+      batch->Delete(Space::kChunks, ChunkKey(file_id, index));
+    }
   }
   batch->Delete(Space::kChunks, ChunkKey(file_id, kManifestCopyIndex));
 }

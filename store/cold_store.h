@@ -170,18 +170,19 @@ class ColdStore {
   Status Drop(WriteBatch* batch, const storepb::Manifest& m, bool retire) {
     return retire ? Retire(batch, m) : RemoveFile(batch, m);
   }
-  // Deletes chunks [0, chunks) of a file and its manifest copy, one key at
-  // a time (the store never holds a range deletion: docs/format.md).
-  void RemoveChunks(WriteBatch* batch, uint64_t file_id, uint64_t chunks);
-  // One past the highest chunk index the store holds for a file (0: none),
-  // from a scan of its keys (which reads their values too: for files whose
-  // manifest does not say, a copy a crash cut short or an old retired mark).
-  Status CountChunks(uint64_t file_id, uint64_t* chunks);
-  // The chunks of m in the store: its manifest's count, or CountChunks when
-  // that is 0.
-  Status ChunksOf(const storepb::Manifest& m, uint64_t* chunks);
-  // Deletes a retired file's chunks and its mark (reads the mark: the
-  // chunk count).
+  // Deletes the chunks of `runs` of a file and its manifest copy, one key
+  // at a time (the store never holds a range deletion: docs/format.md).
+  void RemoveChunks(WriteBatch* batch, uint64_t file_id, const std::vector<ChunkRun>& runs);
+  // The runs of chunks of m that have values in the store: its manifest's
+  // (the content's for gzip files; holes have none), or for a manifest of
+  // no chunks (a stub of a copy given up or cut short) ScanRuns.
+  std::vector<ChunkRun> StoredRuns(const storepb::Manifest& m);
+  // The runs of chunk keys the store holds for a file, from a scan (which
+  // reads their values too; a damaged one ends it, with a warning: what it
+  // did not reach stays, as garbage).
+  std::vector<ChunkRun> ScanRuns(uint64_t file_id);
+  // Deletes a retired file's chunks and its mark (reads the mark: the runs
+  // of chunks with values).
   Status DropRetired(WriteBatch* batch, uint64_t file_id);
   // The retired file ids, in order.
   Status ListRetired(std::vector<uint64_t>* ids);

@@ -365,7 +365,7 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
   const double most = kGzipContentMustSave * static_cast<double>(m.size());
   auto no_gain = [&]() -> Status {
     WriteBatch drop;
-    store.RemoveChunks(&drop, m.file_id(), g->content_chunks());
+    store.RemoveChunks(&drop, m.file_id(), {{0, g->content_chunks()}});
     TBFS_RETURN_IF_ERROR(store.Commit(drop, false));
     return Status::NotFound(fmt::format("its content stores in more than {:.0f}% of its size",
                                         kGzipContentMustSave * 100));

@@ -9,11 +9,10 @@
 #include <map>
 #include <set>
 
-#include "fmt/format.h"
-
 #include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "base/work_pool.h"
+#include "fmt/format.h"
 #include "store/file_io.h"
 #include "store/format.h"
 #include "store/maintenance.h"
@@ -24,8 +23,8 @@ namespace tbfs::store {
 namespace {
 
 using testing::ReadBytes;
-using testing::TempDir;
 using testing::RunCommand;
+using testing::TempDir;
 using testing::WriteBytes;
 
 constexpr uint32_t kChunk = 64 << 10;
@@ -187,6 +186,53 @@ TEST_F(StoreTest, DroppingAFileLeavesAnEntryThatNamesAnotherFile) {
   EXPECT_TRUE(store_->GetEntry("a/y.pt.trace.json").status().IsNotFound());
 }
 
+TEST_F(StoreTest, ASparseFileGoesWithADeletePerStoredChunkNotPerHole) {
+  // 64 GiB that store two chunks: removing or retiring it writes deletes
+  // for those two (and its copy), not for a million holes.
+  const std::string path = dir_ / "run/sparse.pt.trace.json";
+  std::filesystem::create_directories(dir_ / "run");
+  WriteBytes(path, Content(100, 3));
+  ASSERT_EQ(::truncate(path.c_str(), int64_t{64} << 30), 0);
+  {
+    auto fd = OpenFile(path, O_RDWR);
+    ASSERT_TRUE(fd.ok());
+    ASSERT_EQ(::pwrite(fd->get(), "tail", 4, (int64_t{64} << 30) - 4), 4);
+  }
+  std::vector<storepb::Manifest> files;
+  for (const char* rel : {"run/a.pt.trace.json", "run/b.pt.trace.json"}) {
+    ASSERT_EQ(::link(path.c_str(), (dir_ / rel).c_str()), 0);
+    auto fd = OpenFile(dir_ / rel, O_RDONLY);
+    ASSERT_TRUE(fd.ok());
+    struct stat st;
+    ::fstat(fd->get(), &st);
+    IngestOptions io;
+    io.chunk_bytes = kChunk;
+    io.level = 3;
+    io.pool = &pool_;
+    auto m = IngestFile(*store_, dir_.path(), rel, fd->get(), st, store_->NewFileId(), io);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_EQ(m->chunks(), (uint64_t{64} << 30) / kChunk);
+    files.push_back(*m);
+  }
+  WriteBatch remove;
+  ASSERT_TRUE(store_->RemoveFile(&remove, files[0]).ok());
+  ASSERT_TRUE(store_->Retire(&remove, files[1]).ok());
+  EXPECT_LT(remove.ops().size(), 16u);
+  ASSERT_TRUE(store_->Commit(remove, true).ok());
+  WriteBatch drop;
+  ASSERT_TRUE(store_->DropRetired(&drop, files[1].file_id()).ok());
+  EXPECT_LT(drop.ops().size(), 8u);
+  ASSERT_TRUE(store_->Commit(drop, true).ok());
+  uint64_t left = 0;
+  ASSERT_TRUE(store_
+                  ->ForEachChunkKey([&](uint64_t, uint64_t) {
+                    left++;
+                    return true;
+                  })
+                  .ok());
+  EXPECT_EQ(left, 0u);
+}
+
 TEST_F(StoreTest, CorruptChunkIsAnErrorAndFsckNamesTheFile) {
   std::string bytes = Content(4 * kChunk, 8);
   storepb::Manifest m = Ingest("run/bad.pt.trace.json", bytes);
@@ -278,8 +324,7 @@ TEST(StoreOpen, ACreationCutShortIsMadeAnewByTheNextWriter) {
       EXPECT_EQ(again.exit_code, 0) << what << ": " << again.out;
       EXPECT_EQ(RunCommand(std::string(TBFS_BINARY) + " fsck " + logdir + " 2>&1").exit_code, 0)
           << what;
-      EXPECT_EQ(RunCommand(std::string(TBFS_BINARY) + " restore " + logdir +
-                           " --all --apply 2>&1")
+      EXPECT_EQ(RunCommand(std::string(TBFS_BINARY) + " restore " + logdir + " --all --apply 2>&1")
                     .exit_code,
                 0)
           << what;
@@ -444,7 +489,6 @@ TEST(Format, EntryKeysMakeChildrenAPrefix) {
   EXPECT_LT(ChunkKey(1, 0xffffffff), ChunkKey(2, 0));
 }
 
-
 TEST(Format, TreeKeysMakeAFoldersChildrenAPrefixLongerThanItsLink) {
   EXPECT_EQ(TreeLinkKey(0), std::string("/\0\0\0\0\0\0\0\0", 9));
   EXPECT_EQ(TreeKey(258, "b"), TreeLinkKey(258) + "b");
@@ -492,14 +536,18 @@ TEST_F(StoreTest, AFolderRenameWritesTheSameRecordsWhateverItHolds) {
       EXPECT_TRUE(store_->GetEntry(rel).status().IsNotFound()) << rel;
     }
     std::set<std::string> entries, manifests;
-    ASSERT_TRUE(store_->ForEachEntry([&](const std::string& path, const storepb::Entry& e) {
-                        if (e.kind() == storepb::Entry::FILE) entries.insert(path);
-                        return true;
-                      }).ok());
-    ASSERT_TRUE(store_->ForEachManifest([&](const storepb::Manifest& m) {
-                        manifests.insert(m.path());
-                        return true;
-                      }).ok());
+    ASSERT_TRUE(store_
+                    ->ForEachEntry([&](const std::string& path, const storepb::Entry& e) {
+                      if (e.kind() == storepb::Entry::FILE) entries.insert(path);
+                      return true;
+                    })
+                    .ok());
+    ASSERT_TRUE(store_
+                    ->ForEachManifest([&](const storepb::Manifest& m) {
+                      manifests.insert(m.path());
+                      return true;
+                    })
+                    .ok());
     EXPECT_EQ(entries, manifests);
     EXPECT_EQ(entries.size(), big.size() + 1);
     EXPECT_TRUE(entries.count("small2/x.pt.trace.json"));
@@ -579,15 +627,19 @@ TEST_F(StoreTest, AFolderIsNotRenamedIntoItself) {
 void RewriteAsFormat2(ColdStore& store) {
   Backend& b = StoreInternals::Of(store);
   std::vector<std::pair<std::string, storepb::Entry>> entries;
-  ASSERT_TRUE(store.ForEachEntry([&](const std::string& path, const storepb::Entry& e) {
-                     entries.emplace_back(path, e);
-                     return true;
-                   }).ok());
+  ASSERT_TRUE(store
+                  .ForEachEntry([&](const std::string& path, const storepb::Entry& e) {
+                    entries.emplace_back(path, e);
+                    return true;
+                  })
+                  .ok());
   std::vector<storepb::Manifest> manifests;
-  ASSERT_TRUE(store.ForEachManifest([&](const storepb::Manifest& m) {
-                     manifests.push_back(m);
-                     return true;
-                   }).ok());
+  ASSERT_TRUE(store
+                  .ForEachManifest([&](const storepb::Manifest& m) {
+                    manifests.push_back(m);
+                    return true;
+                  })
+                  .ok());
   WriteBatch w;
   ASSERT_TRUE(b.Scan(Space::kNamespace, "", [&](std::string_view key, std::string_view) {
                  w.Delete(Space::kNamespace, key);
@@ -696,7 +748,6 @@ TEST_F(StoreTest, AFormat2StoreReadsAsItDidAndItsWriterConvertsIt) {
                   .Get(Space::kNamespace, EntryKey("left/over"), &ignored)
                   .IsNotFound());
 }
-
 
 // kill -9 in the middle of a conversion, before its switch and after it:
 // a reader reads every file at its path, the next writer finishes, and
