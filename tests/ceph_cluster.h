@@ -2,7 +2,7 @@
 // (scripts/ceph-cluster.sh): under ctest, one for the whole run (the ceph
 // fixture in tests/CMakeLists.txt, found through TBFS_CEPH_DIR); run by
 // hand, a binary starts its own. Without Ceph installed, why_not() says why
-// and the tests skip saying so.
+// and the tests skip saying so (TBFS_NEED_CEPH), or fail under CI=true.
 #pragma once
 
 #include <cstdlib>
@@ -59,5 +59,18 @@ class CephCluster {
   testing::TempDir tmp_;
   std::string dir_, conf_, why_not_, shared_conf_;
 };
+
+// In a RADOS test, first: skips it, saying why, when there is no cluster;
+// with CI=true in the environment (scripts/test.sh, the README's test
+// command, which installs Ceph) fails it instead, so that a green run has
+// tested that backend.
+#define TBFS_NEED_CEPH()                                                                        \
+  do {                                                                                          \
+    const std::string& why_not = ::tbfs::testing::CephCluster::Get().why_not();                 \
+    if (why_not.empty()) break;                                                                 \
+    const char* ci = std::getenv("CI");                                                         \
+    if (ci != nullptr && std::string(ci) == "true") GTEST_FAIL() << "CI=true, so: " << why_not; \
+    GTEST_SKIP() << why_not;                                                                    \
+  } while (0)
 
 }  // namespace tbfs::testing

@@ -20,7 +20,7 @@ class SharedStore : public MountTest {
  protected:
   void SetUp() override {
     MountTest::SetUp();
-    if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+    TBFS_NEED_CEPH();
     static int n = 0;
     url_ = "rados://tbfs/shared-" + std::to_string(::getpid()) + "-" + std::to_string(n++) +
            "?conf=" + CephCluster::Get().conf() + "&lease=5s&timeout=10s";

@@ -36,7 +36,7 @@ class BackendContract : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "rados") {
-      if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+      TBFS_NEED_CEPH();
       static std::atomic<int> n{0};
       rados_.pool = "tbfs";
       rados_.conf = CephCluster::Get().conf();
@@ -231,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(Engines, BackendContract, ::testing::Values("rocks", "r
 // process (a death test, run afresh so that it reads TBFS_FAILPOINT); the
 // child does only the crashing commit, on the store the parent set up.
 void CrashAt(const std::string& point, bool new_state_expected) {
-  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  TBFS_NEED_CEPH();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const bool child = std::getenv("TBFS_FAILPOINT") != nullptr;
   if (!child) {
@@ -304,7 +304,7 @@ RadosLocation LeaseStore(const std::string& name) {
 }
 
 TEST(RadosLease, OneWriterAtATimeKeptByRenewalsAndTheRefusedOneIsToldWho) {
-  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  TBFS_NEED_CEPH();
   const RadosLocation where = LeaseStore("lease-");
   ASSERT_TRUE(OpenRadosBackend(where, {.create_if_missing = true}).ok());
   auto a = RadosLease::Acquire(where, "the tbfs mount on host-a:/mnt/logs (pid 1)", 3);
@@ -326,7 +326,7 @@ TEST(RadosLease, OneWriterAtATimeKeptByRenewalsAndTheRefusedOneIsToldWho) {
 // A holder that dies without giving the lease back (kill -9, a host gone)
 // holds up the next writer for at most the lease.
 TEST(RadosLease, AHolderThatDiedLosesItWhenTheLeaseRunsOut) {
-  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  TBFS_NEED_CEPH();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const bool child =
       std::getenv("TBFS_LEASE_PREFIX") != nullptr && std::getenv("TBFS_LEASE_CHILD") != nullptr;
@@ -364,7 +364,7 @@ TEST(RadosLease, AHolderThatDiedLosesItWhenTheLeaseRunsOut) {
 // holder was paused, here broken by hand) its commit is refused whole by
 // the cluster, whatever the old holder believes.
 TEST(RadosFence, OnlyTheLeaseHolderCommitsAndALostLeaseWritesNothing) {
-  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  TBFS_NEED_CEPH();
   const RadosLocation where = LeaseStore("fence-");
   auto fence = std::make_shared<RadosFence>();
   auto backend = OpenRadosBackend(where, {.create_if_missing = true}, fence);
@@ -422,7 +422,7 @@ OpenOptions Writer(const std::string& holder, bool create) {
 // the writer; the second is refused naming it, or opens as a reader whose
 // commits write nothing, and becomes the writer once the first lets go.
 TEST(SharedColdStore, OneWriterAndReadersThatTakeOverWhenItIsGone) {
-  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  TBFS_NEED_CEPH();
   const std::string url = SharedUrl("shared-");
   auto a = ColdStore::Open(url, Writer("host-a", true));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
@@ -456,7 +456,7 @@ TEST(SharedColdStore, OneWriterAndReadersThatTakeOverWhenItIsGone) {
 // Another host's reader may have seen a file id (and cached its chunks)
 // whose batch was undone since: the next writer never hands it out again.
 TEST(SharedColdStore, AFileIdOnceCommittedIsNeverHandedOutAgain) {
-  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  TBFS_NEED_CEPH();
   const std::string url = SharedUrl("ids-");
   testing::TempDir logdir;
   testing::WriteBytes(logdir / "t.pt.trace.json", std::string(100000, 'x'));
@@ -488,7 +488,7 @@ TEST(SharedColdStore, AFileIdOnceCommittedIsNeverHandedOutAgain) {
 // to lose its lease (chunk writes are not fenced): no later writer hands it
 // out, also once recovery has dropped the journal record.
 TEST(SharedColdStore, AJournaledFileIdIsNeverHandedOutAgain) {
-  if (!CephCluster::Get().why_not().empty()) GTEST_SKIP() << CephCluster::Get().why_not();
+  TBFS_NEED_CEPH();
   const std::string url = SharedUrl("journal-ids-");
   uint64_t used = 0;
   {
@@ -510,8 +510,7 @@ TEST(SharedColdStore, AJournaledFileIdIsNeverHandedOutAgain) {
 class GarbageTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GarbageTest, ChunksNoRecordNamesAreFoundAndRemovedAndNothingElse) {
-  if (GetParam() == "rados" && !CephCluster::Get().why_not().empty())
-    GTEST_SKIP() << CephCluster::Get().why_not();
+  if (GetParam() == "rados") TBFS_NEED_CEPH();
   testing::TempDir dir;
   auto opened = ColdStore::Open(GetParam() == "rados" ? SharedUrl("garbage-") : dir / "store",
                                 Writer("gc", true));
