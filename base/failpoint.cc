@@ -40,6 +40,11 @@ Armed& ArmedPoints() {
 struct CheckEnvironment {
   CheckEnvironment() {
     const std::string pause = Env("TBFS_PAUSE");
+    if (!pause.empty() &&
+        (pause.find(':') == std::string::npos || pause.front() == ':' || pause.back() == ':')) {
+      std::fprintf(stderr, "TBFS_PAUSE=%s is not POINT:FILE\n", pause.c_str());
+      std::abort();
+    }
     for (const auto& [variable, name] :
          {std::pair{"TBFS_FAILPOINT", Env("TBFS_FAILPOINT")},
           std::pair{"TBFS_FAIL", Env("TBFS_FAIL")},

@@ -602,24 +602,57 @@ Status ColdStore::Retire(WriteBatch* batch, const storepb::Manifest& m) {
 Status ColdStore::DropRetired(WriteBatch* batch, uint64_t file_id) {
   std::string mark;
   TBFS_RETURN_IF_ERROR(backend_->Get(Space::kMeta, RetiredKey(file_id), &mark));
+  batch->Delete(Space::kMeta, RetiredKey(file_id));
+  // A mark that names a file the store still holds is not that file's: its
+  // chunks stay.
+  std::string manifest;
+  Status live = backend_->Get(Space::kManifests, EncodeId(file_id), &manifest);
+  if (!live.IsNotFound()) {
+    spdlog::warn(
+        "store {}: file {} is marked retired but still in the store: its mark goes, its "
+        "chunks stay{}",
+        dir_, file_id, live.ok() ? "" : " (" + live.message() + ")");
+    return Status::OK();
+  }
   std::vector<ChunkRun> runs;
-  uint64_t first = 0, end = 0;
-  if (!mark.empty() && mark.size() % 16 == 0) {
-    for (size_t at = 0; at < mark.size(); at += 16) {
-      if (DecodeId(std::string_view(mark).substr(at, 8), &first) &&
-          DecodeId(std::string_view(mark).substr(at + 8, 8), &end)) {
-        runs.push_back({first, end});
-      }
+  if (!RunsOfMark(file_id, mark, &runs)) {
+    // A mark from before the runs were kept is empty; such marks are gone
+    // after the first mount or recovery of this version. A damaged one is
+    // read as if it were one.
+    if (!mark.empty()) {
+      spdlog::warn(
+          "store {}: the retired mark of file {} is damaged: its chunks are found by "
+          "their keys",
+          dir_, file_id);
     }
-  } else {
-    // A mark from before the runs were kept is empty: the file's chunks are
-    // found by their keys. Such marks are gone after the first mount or
-    // recovery of this version.
     runs = ScanRuns(file_id);
   }
   RemoveChunks(batch, file_id, runs);
-  batch->Delete(Space::kMeta, RetiredKey(file_id));
   return Status::OK();
+}
+
+bool ColdStore::RunsOfMark(uint64_t file_id, std::string_view mark, std::vector<ChunkRun>* runs) {
+  if (mark.empty() || mark.size() % 16 != 0) return false;
+  uint64_t after = 0;  // where the previous run ended
+  for (size_t at = 0; at < mark.size(); at += 16) {
+    ChunkRun r;
+    if (!DecodeId(mark.substr(at, 8), &r.first) || !DecodeId(mark.substr(at + 8, 8), &r.end) ||
+        r.first >= r.end || r.first < after || r.end == kManifestCopyIndex) {
+      return false;
+    }
+    // Each run's first and last chunk are in the store (a damaged value
+    // still has its key): a mark whose bounds name no chunk is not trusted
+    // with a delete per index in between.
+    for (uint64_t index : {r.first, r.end - 1}) {
+      std::string value;
+      if (backend_->Get(Space::kChunks, ChunkKey(file_id, index), &value).IsNotFound()) {
+        return false;
+      }
+    }
+    after = r.end;
+    runs->push_back(r);
+  }
+  return true;
 }
 
 Status ColdStore::ListRetired(std::vector<uint64_t>* ids) {

@@ -181,6 +181,10 @@ class ColdStore {
   // reads their values too; a damaged one ends it, with a warning: what it
   // did not reach stays, as garbage).
   std::vector<ChunkRun> ScanRuns(uint64_t file_id);
+  // The runs a retired mark holds, when it is well formed and each run's
+  // first and last chunk are in the store; false otherwise (empty: a mark
+  // of before the runs were kept).
+  bool RunsOfMark(uint64_t file_id, std::string_view mark, std::vector<ChunkRun>* runs);
   // Deletes a retired file's chunks and its mark (reads the mark: the runs
   // of chunks with values).
   Status DropRetired(WriteBatch* batch, uint64_t file_id);

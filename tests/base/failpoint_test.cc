@@ -40,6 +40,12 @@ TEST(Failpoint, AnEnvironmentNamingNoPointStopsAProcessAsItStarts) {
     EXPECT_NE(r.exit_code, 0) << variable;
     EXPECT_NE(r.out.find("migrate.unlinkd names no failpoint"), std::string::npos) << r.out;
   }
+  // A pause without its marker file, or without its point, cannot fire.
+  for (const std::string pause : {"migrate.batch", ":/x", "migrate.batch:"}) {
+    auto r = RunCommand("TBFS_PAUSE=" + pause + " " + list);
+    EXPECT_NE(r.exit_code, 0) << pause;
+    EXPECT_NE(r.out.find("is not POINT:FILE"), std::string::npos) << r.out;
+  }
 }
 
 }  // namespace

@@ -233,6 +233,36 @@ TEST_F(StoreTest, ASparseFileGoesWithADeletePerStoredChunkNotPerHole) {
   EXPECT_EQ(left, 0u);
 }
 
+TEST_F(StoreTest, ADamagedOrStrayRetiredMarkDeletesOnlyWhatItShould) {
+  storepb::Manifest a = Ingest("run/a.pt.trace.json", Content(3 * kChunk, 1));
+  storepb::Manifest b = Ingest("run/b.pt.trace.json", Content(2 * kChunk, 2));
+  WriteBatch retire;
+  ASSERT_TRUE(store_->Retire(&retire, a).ok());
+  ASSERT_TRUE(store_->Commit(retire, true).ok());
+  // a's mark damaged into a run of 2^63 chunks, and a mark for b, which the
+  // store still holds.
+  WriteBatch damage;
+  damage.Put(Space::kMeta, RetiredKey(a.file_id()), EncodeId(0) + EncodeId(uint64_t{1} << 63));
+  damage.Put(Space::kMeta, RetiredKey(b.file_id()), "");
+  ASSERT_TRUE(StoreInternals::Of(*store_).Commit(damage, true).ok());
+  for (const storepb::Manifest* m : {&a, &b}) {
+    WriteBatch drop;
+    ASSERT_TRUE(store_->DropRetired(&drop, m->file_id()).ok());
+    EXPECT_LT(drop.ops().size(), 8u) << m->path();
+    ASSERT_TRUE(store_->Commit(drop, true).ok());
+  }
+  std::vector<uint64_t> retired;
+  ASSERT_TRUE(store_->ListRetired(&retired).ok());
+  EXPECT_TRUE(retired.empty());
+  EXPECT_TRUE(VerifyStoredFile(*store_, b, &pool_).ok());  // b whole
+  ASSERT_TRUE(store_
+                  ->ForEachChunkKey([&](uint64_t id, uint64_t) {
+                    EXPECT_NE(id, a.file_id());  // a gone
+                    return true;
+                  })
+                  .ok());
+}
+
 TEST_F(StoreTest, CorruptChunkIsAnErrorAndFsckNamesTheFile) {
   std::string bytes = Content(4 * kChunk, 8);
   storepb::Manifest m = Ingest("run/bad.pt.trace.json", bytes);
