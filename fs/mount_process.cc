@@ -1,0 +1,131 @@
+// The mount daemon as a process: forking with a verdict for the parent,
+// its limits and allocator, its log, the kernel's readahead for its mount
+// (fs/mount_internal.h).
+#include <fcntl.h>
+#include <malloc.h>
+#include <sys/resource.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/fs_util.h"
+#include "base/log.h"
+#include "fmt/format.h"
+#include "fs/mount_internal.h"
+#include "spdlog/spdlog.h"
+#include "store/cold_store.h"
+
+namespace tbfs::fs {
+
+namespace {
+
+// The daemon's log: 16 MiB per file, the 4 before it kept (80 MiB at most).
+constexpr uint64_t kMountLogBytes = 16ull << 20;
+constexpr size_t kMountLogFiles = 4;
+
+// Every inode the kernel holds is an O_PATH fd here (as in libfuse's
+// passthrough_hp), so a walk of a large tree needs many: raise the limit as
+// far as this process may.
+void RaiseFdLimit() {
+  struct rlimit lim;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  rlim_t want = 1 << 20;
+  std::string nr_open;
+  if (ReadFileToString("/proc/sys/fs/nr_open", &nr_open).ok()) {
+    want = std::min<rlim_t>(want, std::strtoull(nr_open.c_str(), nullptr, 10));
+  }
+  struct rlimit raised = {want, want};
+  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  spdlog::info("open file limit: {}", static_cast<uint64_t>(lim.rlim_cur));
+}
+
+}  // namespace
+
+void Verdict::Fork(bool foreground) {
+  if (foreground) return;
+  int fds[2];
+  // Close-on-exec: a helper libfuse runs (fusermount3 for auto_unmount)
+  // must not hold the pipe open, or the command waits until it exits.
+  if (::pipe2(fds, O_CLOEXEC) != 0) return;
+  pid_t pid = ::fork();
+  if (pid > 0) {
+    ::close(fds[1]);
+    std::string msg;
+    char buf[512];
+    ssize_t n;
+    while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) msg.append(buf, static_cast<size_t>(n));
+    if (msg == "ok") ::_exit(0);
+    fmt::print(stderr, "tbfs mount: {}\n", msg.empty() ? "the daemon died while starting" : msg);
+    ::_exit(2);
+  }
+  ::close(fds[0]);
+  fd_ = fds[1];
+  ::setsid();
+}
+
+void Verdict::Send(const std::string& msg) {
+  if (fd_ < 0) return;
+  (void)!::write(fd_, msg.data(), msg.size());
+  ::close(fd_);
+  fd_ = -1;
+}
+
+int Fail(Verdict& verdict, const std::string& msg) {
+  if (verdict.daemon()) {
+    verdict.Send(msg);
+  } else {
+    fmt::print(stderr, "tbfs mount: {}\n", msg);
+  }
+  return 2;
+}
+
+void TuneProcess() {
+  RaiseFdLimit();
+  // Blocks of up to 4 MiB (chunk values, migration buffers) come and go
+  // all the time: keep them in the heap rather than mmap'ing (and
+  // page-faulting) each one afresh, in few arenas so that freed blocks are
+  // reused instead of piling up per thread. (Decompressed chunks have an
+  // allocator of their own, fs/chunk_buffers.h.)
+  ::mallopt(M_ARENA_MAX, 2);
+  ::mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 16 << 20);
+}
+
+void StartMountLog(bool foreground, const std::string& state_dir) {
+  if (!foreground) {
+    // Capped: what users' files make the daemon say cannot fill the disk.
+    auto logger = RotatingFileLogger("tbfs-mount", JoinPath(state_dir, "tbfs-mount.log"),
+                                     kMountLogBytes, kMountLogFiles);
+    spdlog::set_default_logger(logger);
+    spdlog::set_level(spdlog::level::info);
+    spdlog::flush_every(std::chrono::seconds(2));
+    spdlog::flush_on(spdlog::level::warn);  // a warning or an error is on disk at once
+  } else if (StderrIsJournal() && spdlog::get_level() > spdlog::level::info) {
+    // Run by systemd: the journal is this mount's log, and what it does
+    // (migrations, rehydrations, retention) is logged at info.
+    spdlog::set_level(spdlog::level::info);
+  }
+}
+
+// Cold files are read sequentially in big runs; the kernel's default
+// readahead for a FUSE mount is 128 KiB.
+void RaiseReadahead(dev_t dev) {
+  const std::string device = fmt::format("{}:{}", major(dev), minor(dev));
+  int fd =
+      ::open(fmt::format("/sys/class/bdi/{}/read_ahead_kb", device).c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return;  // not root, or no sysfs: keep the default
+  std::string kb = std::to_string(store::kDefaultChunkBytes / 1024);
+  if (::write(fd, kb.data(), kb.size()) < 0)
+    spdlog::info("read_ahead_kb: {}", std::strerror(errno));
+  ::close(fd);
+}
+
+}  // namespace tbfs::fs
