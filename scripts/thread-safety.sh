@@ -17,7 +17,7 @@ for f in base/*.cc store/*.cc fs/*.cc; do
   # librados's C++ headers do not parse with clang 14 in C++20 (an
   # ambiguous operator== in buffer.h); RadosFence is analysed through its
   # header in cold_store.cc.
-  [[ $f == store/rados_backend.cc ]] && continue
+  [[ $f == store/rados_backend.cc || $f == store/rados_lease.cc ]] && continue
   "$clangxx" "${flags[@]}" "$f" || status=1
 done
 exit $status

@@ -20,31 +20,21 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cctype>
 #include <chrono>
-#include <climits>
-#include <condition_variable>
 #include <cstring>
 #include <list>
 #include <map>
-#include <mutex>
 #include <rados/librados.hpp>
 #include <set>
-#include <thread>
 
 #include "base/failpoint.h"
-#include "base/units.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/backend.h"
 #include "store/format.h"
+#include "store/rados_internal.h"
 
 namespace tbfs::store {
-
-struct RadosLeaseAccess {
-  static int Operate(RadosLease& lease, const std::string& oid, librados::ObjectWriteOperation* op);
-};
 
 namespace {
 
@@ -79,43 +69,12 @@ std::string OmapKey(Space space, std::string_view key) {
   return Hex(std::string_view(&s, 1)) + Hex(key);
 }
 
-Status FromRados(int r, const std::string& op, const std::string& object) {
-  if (r >= 0) return Status::OK();
-  return Status::FromErrno(-r, "rados " + op, object);
-}
-
-constexpr char kLeaseName[] = "tbfs.writer";
-
 // A chunk value holds at most its header and a 64 MiB chunk stored raw
 // (tbfs migrate --chunk-size is 64M at most).
 constexpr size_t kMaxChunkValueBytes = 65u << 20;
 
 // Whole-file deletes remove chunks this many at a time, in parallel.
 constexpr uint64_t kRemoveWave = 64;
-
-// The input of cls_lock's assert_locked (Ceph's encoding of
-// cls_lock_assert_op, version 1): the lock's name, its type (1: exclusive),
-// the holder's cookie and tag (librados's lock_exclusive takes tag "").
-librados::bufferlist AssertLockedInput(std::string_view cookie) {
-  auto u32 = [](std::string* out, uint32_t v) {
-    for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-  };
-  auto str = [&](std::string* out, std::string_view v) {
-    u32(out, static_cast<uint32_t>(v.size()));
-    out->append(v);
-  };
-  std::string body;
-  str(&body, kLeaseName);
-  body.push_back(1);
-  str(&body, cookie);
-  str(&body, "");
-  std::string framed = {1, 1};  // struct version, oldest compatible version
-  u32(&framed, static_cast<uint32_t>(body.size()));
-  framed += body;
-  librados::bufferlist bl;
-  bl.append(framed.data(), framed.size());
-  return bl;
-}
 
 class RadosBackend final : public Backend {
  public:
@@ -363,14 +322,7 @@ class RadosBackend final : public Backend {
   const std::shared_ptr<const RadosFence> fence_;
 };
 
-struct Connection {
-  std::unique_ptr<librados::Rados> cluster;
-  librados::IoCtx io;
-  ~Connection() {
-    io.close();
-    if (cluster) cluster->shutdown();
-  }
-};
+}  // namespace
 
 std::string Describe(const RadosLocation& where) {
   return fmt::format("rados://{}/{}", where.pool, where.prefix);
@@ -405,191 +357,6 @@ Status Connect(const RadosLocation& where, Connection* c) {
     return r == -ENOENT ? Status::NotFound(what + ": no pool " + where.pool)
                         : FromRados(r, "open pool", what);
   return Status::OK();
-}
-
-}  // namespace
-
-void RadosFence::Set(std::shared_ptr<RadosLease> lease) {
-  MutexLock lock(mu_);
-  lease_ = std::move(lease);
-}
-
-std::shared_ptr<RadosLease> RadosFence::lease() const {
-  MutexLock lock(mu_);
-  return lease_;
-}
-
-struct RadosLease::State {
-  Connection c;
-  std::string head, cookie, what;
-  int lease_s = 30;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stopping = false;  // guarded by mu
-  std::atomic<bool> held{true};
-  std::thread renewer;
-
-  int Lock(uint8_t flags) {
-    struct timeval duration = {lease_s, 0};
-    return c.io.lock_exclusive(head, kLeaseName, cookie, "tbfs store writer", &duration, flags);
-  }
-  void Renew() {
-    std::unique_lock<std::mutex> lock(mu);
-    while (!cv.wait_for(lock, std::chrono::milliseconds(lease_s * 1000 / 3),
-                        [&] { return stopping; })) {
-      const int r = Lock(LIBRADOS_LOCK_FLAG_MUST_RENEW);
-      if (r < 0) {
-        held = false;
-        spdlog::error("{}: the writer's lease could not be renewed ({}); writing stops", what,
-                      std::strerror(-r));
-        return;
-      }
-    }
-  }
-};
-
-RadosLease::RadosLease(std::unique_ptr<State> state) : state_(std::move(state)) {}
-
-RadosLease::~RadosLease() {
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    state_->stopping = true;
-  }
-  state_->cv.notify_all();
-  if (state_->renewer.joinable()) state_->renewer.join();
-  if (state_->held) (void)state_->c.io.unlock(state_->head, kLeaseName, state_->cookie);
-}
-
-int RadosLeaseAccess::Operate(RadosLease& lease, const std::string& oid,
-                              librados::ObjectWriteOperation* op) {
-  return lease.state_->c.io.operate(oid, op);
-}
-
-bool RadosLease::held() const { return state_->held; }
-const std::string& RadosLease::cookie() const { return state_->cookie; }
-
-Result<std::unique_ptr<RadosLease>> RadosLease::Acquire(const RadosLocation& where,
-                                                        const std::string& holder, int lease_s) {
-  auto state = std::make_unique<State>();
-  TBFS_RETURN_IF_ERROR(Connect(where, &state->c));
-  state->head = where.prefix + "head";
-  state->what = Describe(where);
-  state->lease_s = std::max(lease_s, 3);
-  // The cookie names the holder to whoever is refused: unique per taker.
-  state->cookie = fmt::format("{} [{}]", holder, reinterpret_cast<uintptr_t>(state.get()));
-  const int r = state->Lock(0);
-  if (r == -EBUSY || r == -EEXIST) {
-    int exclusive = 0;
-    std::string tag;
-    std::list<librados::locker_t> lockers;
-    std::string who = "another tbfs process";
-    if (state->c.io.list_lockers(state->head, kLeaseName, &exclusive, &tag, &lockers) >= 0 &&
-        !lockers.empty()) {
-      who = lockers.front().cookie + " on " + lockers.front().address;
-    }
-    return Status::Busy(
-        fmt::format("{} is in use by {} (its lease lasts {} s after its last renewal)", state->what,
-                    who, state->lease_s));
-  }
-  TBFS_RETURN_IF_ERROR(FromRados(r, "lock", state->what));
-  State* s = state.get();
-  state->renewer = std::thread([s] { s->Renew(); });
-  return std::unique_ptr<RadosLease>(new RadosLease(std::move(state)));
-}
-
-bool IsRadosUrl(const std::string& store) { return store.starts_with("rados://"); }
-
-bool LooksLikeAddress(const std::string& store) {
-  if (store.empty()) return false;
-  // Blanks around it (a YAML or fstab value), or rados: without //.
-  if (std::isspace(static_cast<unsigned char>(store.front())) ||
-      std::isspace(static_cast<unsigned char>(store.back()))) {
-    return true;
-  }
-  std::string head = store.substr(0, 6);
-  std::transform(head.begin(), head.end(), head.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  if (head == "rados:") return true;
-  const size_t colon = store.find(":/");
-  if (colon == std::string::npos || colon == 0 ||
-      !std::isalpha(static_cast<unsigned char>(store[0])))
-    return false;
-  return std::all_of(store.begin(), store.begin() + static_cast<std::ptrdiff_t>(colon), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
-  });
-}
-
-Result<RadosLocation> ParseRadosUrl(const std::string& url) {
-  auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument(
-        url + ": " + why +
-        " (use rados://POOL[/PREFIX][?conf=FILE&id=NAME&timeout=DUR&lease=DUR])");
-  };
-  auto decode = [](std::string_view in, std::string* out) {
-    out->clear();
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (in[i] != '%') {
-        out->push_back(in[i]);
-        continue;
-      }
-      std::string byte;
-      if (i + 2 >= in.size()) return false;
-      if (!Unhex(std::string(1, static_cast<char>(std::tolower(in[i + 1]))) +
-                     std::string(1, static_cast<char>(std::tolower(in[i + 2]))),
-                 &byte)) {
-        return false;
-      }
-      out->append(byte);
-      i += 2;
-    }
-    return true;
-  };
-  if (!IsRadosUrl(url)) return bad("not a rados:// address");
-  if (std::isspace(static_cast<unsigned char>(url.back()))) return bad("blanks at its end");
-  std::string_view rest = std::string_view(url).substr(8);
-  const size_t q = rest.find('?');
-  std::string_view path = rest.substr(0, q),
-                   query = q == std::string_view::npos ? "" : rest.substr(q + 1);
-  RadosLocation where;
-  const size_t slash = path.find('/');
-  if (!decode(path.substr(0, slash), &where.pool) || where.pool.empty()) return bad("no pool");
-  if (slash != std::string_view::npos) {
-    if (!decode(path.substr(slash + 1), &where.prefix)) return bad("a bad %-escape in the prefix");
-    if (!where.prefix.empty() && where.prefix.back() != '/') where.prefix += '/';
-  }
-  for (size_t start = 0; start < query.size();) {
-    size_t end = query.find('&', start);
-    if (end == std::string_view::npos) end = query.size();
-    std::string_view item = query.substr(start, end - start);
-    start = end + 1;
-    const size_t eq = item.find('=');
-    std::string key(item.substr(0, eq)), value;
-    if (eq == std::string_view::npos || !decode(item.substr(eq + 1), &value) || value.empty()) {
-      return bad("'" + key + "' needs a value");
-    }
-    if (key == "conf") {
-      where.conf = value;
-      if (where.conf[0] != '/') {
-        char cwd[PATH_MAX];
-        if (::getcwd(cwd, sizeof(cwd)) == nullptr)
-          return bad("conf: the current folder is unknown");
-        where.conf = std::string(cwd) + "/" + where.conf;
-      }
-    } else if (key == "id") {
-      where.user = value;
-    } else if (key == "timeout") {
-      auto s = ParseDurationSeconds(value);
-      if (!s.ok() || *s < 1 || *s > 3600) return bad("timeout: between 1s and 1h");
-      where.timeout_s = static_cast<int>(*s);
-    } else if (key == "lease") {
-      auto s = ParseDurationSeconds(value);
-      if (!s.ok() || *s < 3 || *s > 3600) return bad("lease: between 3s and 1h");
-      where.lease_s = static_cast<int>(*s);
-    } else {
-      return bad("unknown parameter '" + key + "'");
-    }
-  }
-  return where;
 }
 
 Result<std::unique_ptr<Backend>> OpenRadosBackend(const RadosLocation& where,
