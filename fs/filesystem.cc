@@ -17,7 +17,6 @@
 #include "base/work_pool.h"
 #include "events/logdir_digest.h"
 #include "fmt/format.h"
-#include "fs/filesystem_internal.h"
 #include "fs/setattr_bits.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
@@ -97,7 +96,7 @@ int Filesystem::RelPath(uint64_t ino, std::string* rel) {
   char buf[PATH_MAX + 1];
   ssize_t n = ::readlink(ProcPath(v.fd->get()).c_str(), buf, PATH_MAX);
   if (n < 0 && errno == ENAMETOOLONG) return RelPathByWalk(v.fd->get(), rel);
-  if (n < 0) return Errno();
+  if (n < 0) return -errno;
   std::string_view abs(buf, static_cast<size_t>(n));
   struct stat st;
   if (abs.ends_with(" (deleted)") && (::fstat(v.fd->get(), &st) != 0 || st.st_nlink == 0)) {
@@ -120,22 +119,22 @@ int Filesystem::RelPathByWalk(int fd, std::string* rel) {
   // The kernel names no path longer than PATH_MAX: climb through ".." to
   // the logdir, finding each folder's name in its parent by its inode.
   struct stat root;
-  if (::stat(options_.logdir.c_str(), &root) != 0) return Errno();
+  if (::stat(options_.logdir.c_str(), &root) != 0) return -errno;
   std::vector<std::string> names;
   UniqueFd cur(::dup(fd));
-  if (!cur.valid()) return Errno();
+  if (!cur.valid()) return -errno;
   for (;;) {
     struct stat st;
-    if (::fstat(cur.get(), &st) != 0) return Errno();
+    if (::fstat(cur.get(), &st) != 0) return -errno;
     if (st.st_dev == root.st_dev && st.st_ino == root.st_ino) break;
     if (st.st_nlink == 0) return -ENOENT;
     UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!parent.valid()) return Errno();
+    if (!parent.valid()) return -errno;
     struct stat pst;
-    if (::fstat(parent.get(), &pst) != 0) return Errno();
+    if (::fstat(parent.get(), &pst) != 0) return -errno;
     if (pst.st_dev == st.st_dev && pst.st_ino == st.st_ino) return -ENOENT;  // "/": left the logdir
     std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(::dup(parent.get())), ::closedir);
-    if (!d) return Errno();
+    if (!d) return -errno;
     std::string found;
     while (struct dirent* e = ::readdir(d.get())) {
       std::string_view name = e->d_name;

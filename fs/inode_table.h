@@ -94,6 +94,9 @@ struct InlineHandle {
   uint8_t bytes[kMaxBytes] = {};
   bool empty() const { return size == 0; }
   bool operator==(const InlineHandle&) const = default;
+  // The raw struct file_handle bytes `raw` as an InlineHandle; empty when
+  // there are none or they do not fit.
+  static InlineHandle Of(const std::string& raw);
 };
 
 // A cold file's attributes, as its manifest has them: what getattr shows.
@@ -115,7 +118,7 @@ struct InodeExtra {
   // a kColdFile moving out without a handle, and a file rehydrated while
   // open (beside its handle: see RehydrateTarget).
   std::shared_ptr<UniqueFd> fd;
-  std::string cold_path;  // kColdDir
+  std::string cold_path;   // kColdDir
   ino_t assigned_ino = 0;  // a number the mount handed out (other filesystems, cold-only folders)
   InlineHandle backing;    // kColdFile: the backing file it still has (moving out, rehydrating)
 };

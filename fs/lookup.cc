@@ -8,7 +8,6 @@
 #include "base/time_util.h"
 #include "fmt/format.h"
 #include "fs/filesystem.h"
-#include "fs/filesystem_internal.h"
 #include "fs/setattr_bits.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
@@ -49,7 +48,7 @@ int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
   // One stat finds an inode the table already holds (a walk of a known tree);
   // only a new one is opened.
   struct stat st;
-  if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+  if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -errno;
   // Folders (whose listings TensorBoard polls) and tfevents files (which grow
   // in place) must look fresh; the rest may be cached longer.
   const bool fresh = S_ISDIR(st.st_mode) || events::IsEventsFileName(name);
@@ -67,9 +66,9 @@ int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
   }
   if (ref.id == 0) {
     int fd = ::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return Errno();
+    if (fd < 0) return -errno;
     UniqueFd owned(fd);
-    if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+    if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return -errno;
     ref = inodes_.AddHot(std::move(owned), st, fresh);
   }
   out->id = ref.id;
@@ -142,7 +141,7 @@ int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
   // A handle's own fd: the only way to a file deleted while open.
   int hfd = fh != nullptr && inodes_.KindOf(ino) == Kind::kHot ? IoFd(fh) : -1;
   if (hfd >= 0) {
-    if (::fstat(hfd, st) != 0) return Errno();
+    if (::fstat(hfd, st) != 0) return -errno;
     st->st_ino = inodes_.ShownIno(ino);
     return 0;
   }
@@ -158,7 +157,7 @@ int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
       // A file handle whose file is gone: ESTALE has the kernel look the
       // name up again (another host may have moved the file to the store).
       if (!v.fd->valid()) return -ESTALE;
-      if (::fstatat(v.fd->get(), "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+      if (::fstatat(v.fd->get(), "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return -errno;
       st->st_ino = v.shown_ino;
       return 0;
   }
@@ -211,17 +210,17 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
   if (to_set & kSetMode) {
     int r =
         have_fh ? ::fchmod(hfd, attr.st_mode & 07777) : ::chmod(proc.c_str(), attr.st_mode & 07777);
-    if (r != 0) return Errno();
+    if (r != 0) return -errno;
   }
   if (to_set & (kSetUid | kSetGid)) {
     uid_t uid = (to_set & kSetUid) ? attr.st_uid : static_cast<uid_t>(-1);
     gid_t gid = (to_set & kSetGid) ? attr.st_gid : static_cast<gid_t>(-1);
-    if (::fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return Errno();
+    if (::fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return -errno;
   }
   if (to_set & kSetSize) {
     int r = have_fh && fh->writable ? ::ftruncate(hfd, attr.st_size)
                                     : ::truncate(proc.c_str(), attr.st_size);
-    if (r != 0) return Errno();
+    if (r != 0) return -errno;
   }
   if (to_set & (kSetAtime | kSetMtime | kSetAtimeNow | kSetMtimeNow)) {
     struct timespec tv[2] = {{0, UTIME_OMIT}, {0, UTIME_OMIT}};
@@ -234,7 +233,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     else if (to_set & kSetMtime)
       tv[1] = attr.st_mtim;
     int r = have_fh ? ::futimens(hfd, tv) : ::utimensat(AT_FDCWD, proc.c_str(), tv, 0);
-    if (r != 0) return Errno();
+    if (r != 0) return -errno;
   }
   return GetAttr(ino, out);
 }
@@ -244,14 +243,14 @@ int Filesystem::ReadLink(uint64_t ino, std::string* target) {
   if (v.kind != Kind::kHot) return -EINVAL;
   char buf[PATH_MAX + 1];
   ssize_t n = ::readlinkat(v.fd->get(), "", buf, sizeof(buf));
-  if (n < 0) return Errno();
+  if (n < 0) return -errno;
   target->assign(buf, static_cast<size_t>(n));
   return 0;
 }
 
 int Filesystem::StatFs(struct statvfs* st) {
   if (::fstatvfs(inodes_.RootFd(), st) != 0) {
-    if (::statvfs(ProcPath(inodes_.RootFd()).c_str(), st) != 0) return Errno();
+    if (::statvfs(ProcPath(inodes_.RootFd()).c_str(), st) != 0) return -errno;
   }
   return 0;
 }

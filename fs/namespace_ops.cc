@@ -9,7 +9,6 @@
 
 #include "base/time_util.h"
 #include "fs/filesystem.h"
-#include "fs/filesystem_internal.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
 #include "store/file_io.h"
@@ -47,7 +46,7 @@ int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
   }
   UniqueFd owned = std::move(opened).value();
   struct stat st;
-  if (::fstat(owned.get(), &st) != 0) return Errno();
+  if (::fstat(owned.get(), &st) != 0) return -errno;
   inodes_.ColdDirToHot(ino, std::move(owned), st);
   Invalidate(ino);  // a backing folder's number now
   *fd = inodes_.View(ino).fd;
@@ -105,7 +104,7 @@ int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
-  if (::mknodat(pfd->get(), name, mode, rdev) != 0) return Errno();
+  if (::mknodat(pfd->get(), name, mode, rdev) != 0) return -errno;
   FixOwner(pfd->get(), name, -1, c, mode);
   return HotLookupAt(pfd->get(), name, out);
 }
@@ -116,7 +115,7 @@ int Filesystem::Mkdir(uint64_t parent, const char* name, mode_t mode, const Call
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
-  if (::mkdirat(pfd->get(), name, mode) != 0) return Errno();
+  if (::mkdirat(pfd->get(), name, mode) != 0) return -errno;
   FixOwner(pfd->get(), name, -1, c, S_IFDIR | mode);
   return HotLookupAt(pfd->get(), name, out);
 }
@@ -127,7 +126,7 @@ int Filesystem::Symlink(const char* target, uint64_t parent, const char* name, c
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
-  if (::symlinkat(target, pfd->get(), name) != 0) return Errno();
+  if (::symlinkat(target, pfd->get(), name) != 0) return -errno;
   FixOwner(pfd->get(), name, -1, c, S_IFLNK | 0777);
   return HotLookupAt(pfd->get(), name, out);
 }
@@ -143,7 +142,7 @@ int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* 
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   if (::linkat(AT_FDCWD, ProcPath(v.fd->get()).c_str(), pfd->get(), name, AT_SYMLINK_FOLLOW) != 0) {
-    return Errno();
+    return -errno;
   }
   return HotLookupAt(pfd->get(), name, out);
 }
@@ -216,7 +215,7 @@ int Filesystem::Unlink(uint64_t parent, const char* name) {
     if (v.kind != Kind::kHot) return -ENOENT;
     struct stat hot;
     const bool known = ::fstatat(v.fd->get(), name, &hot, AT_SYMLINK_NOFOLLOW) == 0;
-    if (::unlinkat(v.fd->get(), name, 0) != 0) return Errno();
+    if (::unlinkat(v.fd->get(), name, 0) != 0) return -errno;
     std::string prel;
     if (RelPath(parent, &prel) == 0)
       DropShadowed(JoinPath(prel, name), v.fd->get(), known ? &hot : nullptr);
@@ -281,7 +280,7 @@ int Filesystem::Rmdir(uint64_t parent, const char* name) {
     struct stat st;
     if (::fstatat(v.fd->get(), name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (*has_cold) return -ENOTEMPTY;
-      if (::unlinkat(v.fd->get(), name, AT_REMOVEDIR) != 0) return Errno();
+      if (::unlinkat(v.fd->get(), name, AT_REMOVEDIR) != 0) return -errno;
       hot_gone = true;
     }
   }
@@ -346,7 +345,7 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
       if (int r = dst_cold_children(); r != 0) return r;
     }
     pv = inodes_.View(parent);
-    if (::renameat2(pv.fd->get(), name, npfd->get(), newname, flags) != 0) return Errno();
+    if (::renameat2(pv.fd->get(), name, npfd->get(), newname, flags) != 0) return -errno;
     if (!(flags & RENAME_EXCHANGE) && dst_cold && !dst_hot) {
       // The hot file replaced the cold one: the cold one goes. Should that
       // fail, the hot file still wins at this path; the log says so.
@@ -388,7 +387,7 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
       if (flags & RENAME_NOREPLACE) return -EEXIST;
       if (S_ISDIR(dst_st.st_mode) != src_dir) return src_dir ? -ENOTDIR : -EISDIR;
       // An (empty) folder goes first: should it not, nothing has changed.
-      if (src_dir && ::unlinkat(npv.fd->get(), newname, AT_REMOVEDIR) != 0) return Errno();
+      if (src_dir && ::unlinkat(npv.fd->get(), newname, AT_REMOVEDIR) != 0) return -errno;
       dst_hot_file = !src_dir;
     }
   }

@@ -9,7 +9,6 @@
 
 #include "base/time_util.h"
 #include "fs/filesystem.h"
-#include "fs/filesystem_internal.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
 
@@ -41,7 +40,7 @@ int Filesystem::OpenDir(uint64_t ino, std::unique_ptr<DirHandle>* out) {
   bool settled = !store_->shared();  // a shared store changes behind our back
   if (v.kind == Kind::kHot) {
     struct stat st;
-    if (::fstat(v.fd->get(), &st) != 0) return Errno();
+    if (::fstat(v.fd->get(), &st) != 0) return -errno;
     if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
     StampBacking(st, &stamp);
     settled = settled && Settled(stamp, NowNs());
@@ -182,7 +181,7 @@ int Filesystem::FillDirOnce(uint64_t ino, DirHandle* dh) {
   dh->entries.push_back({"..", S_IFDIR, 1, 2});  // d_ino 0 would hide it from readdir(3)
   if (v.kind == Kind::kHot) {
     int fd = ::openat(v.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return Errno();
+    if (fd < 0) return -errno;
     struct stat dir_st;
     if (::fstat(fd, &dir_st) != 0) {
       int err = errno;
@@ -192,7 +191,7 @@ int Filesystem::FillDirOnce(uint64_t ino, DirHandle* dh) {
     DIR* dir = ::fdopendir(fd);
     if (dir == nullptr) {
       ::close(fd);
-      return Errno();
+      return -errno;
     }
     while (struct dirent* de = ::readdir(dir)) {
       std::string_view n = de->d_name;

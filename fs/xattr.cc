@@ -8,7 +8,6 @@
 
 #include "base/time_util.h"
 #include "fs/filesystem.h"
-#include "fs/filesystem_internal.h"
 #include "store/xattrs.h"
 
 namespace tbfs::fs {
@@ -54,7 +53,7 @@ int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
       value->resize(static_cast<size_t>(n));
       return 0;
     }
-    if (errno != ERANGE || cap > (1 << 20)) return Errno();
+    if (errno != ERANGE || cap > (1 << 20)) return -errno;
   }
 }
 
@@ -109,7 +108,7 @@ int Filesystem::SetXattr(uint64_t ino, const char* name, const char* value, size
     return SetColdXattr(v, name, &bytes, flags);
   }
   if (v.kind != Kind::kHot) return -ENOTSUP;
-  if (::setxattr(ProcPath(v.fd->get()).c_str(), name, value, size, flags) != 0) return Errno();
+  if (::setxattr(ProcPath(v.fd->get()).c_str(), name, value, size, flags) != 0) return -errno;
   return 0;
 }
 
@@ -118,7 +117,7 @@ int Filesystem::RemoveXattr(uint64_t ino, const char* name) {
   InodeView v = inodes_.View(ino);
   if (v.kind == Kind::kColdFile) return SetColdXattr(v, name, nullptr, 0);
   if (v.kind != Kind::kHot) return -ENODATA;
-  if (::removexattr(ProcPath(v.fd->get()).c_str(), name) != 0) return Errno();
+  if (::removexattr(ProcPath(v.fd->get()).c_str(), name) != 0) return -errno;
   return 0;
 }
 

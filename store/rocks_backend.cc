@@ -1,12 +1,10 @@
 // The RocksDB engine behind store/backend.h: one column family per Space.
 // Chunk values (already zstd) live in integrated BlobDB blob files with
 // RocksDB's own compression off; the small records use RocksDB's defaults.
-#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
-#include <rocksdb/table.h>
 #include <rocksdb/table_properties.h>
 #include <rocksdb/utilities/options_util.h>
 #include <sys/stat.h>
@@ -14,15 +12,13 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <cstdarg>
-#include <cstdio>
 #include <mutex>
 
 #include "base/time_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/backend.h"
+#include "store/rocks_env.h"
 #include "store/store_dir.h"
 
 namespace tbfs::store {
@@ -229,144 +225,6 @@ class RocksBackend final : public Backend {
   std::string log_damage_;  // set once, before the backend is shared
 };
 
-// RocksDB's files, made 0600 as they are created, whatever the process's
-// umask (the mount runs with umask 0 so that what users create has exactly
-// the mode they asked for).
-class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
- public:
-  explicit PrivateFileSystem(const std::shared_ptr<rocksdb::FileSystem>& target)
-      : rocksdb::FileSystemWrapper(target) {}
-  static const char* kClassName() { return "TbfsPrivateFileSystem"; }
-  const char* Name() const override { return kClassName(); }
-
-  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
-                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                    rocksdb::IODebugContext* dbg) override {
-    return Private(f, target()->NewWritableFile(f, o, r, dbg));
-  }
-  rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& o,
-                                       std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                       rocksdb::IODebugContext* dbg) override {
-    return Private(f, target()->ReopenWritableFile(f, o, r, dbg));
-  }
-  rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
-                                      const rocksdb::FileOptions& o,
-                                      std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                      rocksdb::IODebugContext* dbg) override {
-    return Private(f, target()->ReuseWritableFile(f, old, o, r, dbg));
-  }
-  rocksdb::IOStatus NewRandomRWFile(const std::string& f, const rocksdb::FileOptions& o,
-                                    std::unique_ptr<rocksdb::FSRandomRWFile>* r,
-                                    rocksdb::IODebugContext* dbg) override {
-    return Private(f, target()->NewRandomRWFile(f, o, r, dbg));
-  }
-  // While a writer opens the store, the engine deletes the table and blob
-  // files its MANIFEST does not list. After a crash those are leftovers;
-  // after damage to the MANIFEST they are the store's data. Either way they
-  // are set aside (kLostFoundName), never deleted, during an open.
-  rocksdb::IOStatus DeleteFile(const std::string& f, const rocksdb::IOOptions& o,
-                               rocksdb::IODebugContext* dbg) override {
-    std::string_view name(f);
-    struct stat st;
-    // (The engine also deletes files already gone: no folder for those.)
-    if (opening_writers.load() > 0 && (name.ends_with(".sst") || name.ends_with(".blob")) &&
-        ::lstat(f.c_str(), &st) == 0) {
-      const size_t slash = f.find_last_of('/');
-      const std::string folder =
-          (slash == std::string::npos ? std::string(".") : f.substr(0, slash)) + "/" +
-          kLostFoundName;
-      // Numbers repeat after such damage (the engine counts on from what its
-      // MANIFEST says): a unique name, the suffix kept.
-      const std::string to = fmt::format("{}/{}-{}", folder, NowNs(), f.substr(slash + 1));
-      if ((::mkdir(folder.c_str(), 0700) == 0 || errno == EEXIST) &&
-          ::rename(f.c_str(), to.c_str()) == 0) {
-        spdlog::warn(
-            "store: {} is not in the engine's MANIFEST; set aside in {} (a leftover of a "
-            "crash, or data a damaged MANIFEST lost: tbfs salvage reads it)",
-            f, folder);
-        return rocksdb::IOStatus::OK();
-      }
-    }
-    return target()->DeleteFile(f, o, dbg);
-  }
-  static inline std::atomic<int> opening_writers{0};
-
-  rocksdb::IOStatus LockFile(const std::string& f, const rocksdb::IOOptions& o,
-                             rocksdb::FileLock** l, rocksdb::IODebugContext* dbg) override {
-    return Private(f, target()->LockFile(f, o, l, dbg));
-  }
-  rocksdb::IOStatus NewLogger(const std::string& f, const rocksdb::IOOptions& o,
-                              std::shared_ptr<rocksdb::Logger>* r,
-                              rocksdb::IODebugContext* dbg) override {
-    return Private(f, target()->NewLogger(f, o, r, dbg));
-  }
-
- private:
-  static rocksdb::IOStatus Private(const std::string& f, rocksdb::IOStatus s) {
-    if (s.ok()) ::chmod(f.c_str(), 0600);
-    return s;
-  }
-};
-
-// RocksDB's own log, into tbfs's (warnings and errors only). RocksDB's LOG
-// file is not used: on a full disk a write to it aborts the process.
-// A reader (fsck, salvage, ls) reports damage itself, one line per problem:
-// the engine's own account of it goes to the debug level there.
-class EngineLog final : public rocksdb::Logger {
- public:
-  explicit EngineLog(spdlog::level::level_enum level)
-      : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL), level_(level) {}
-  using rocksdb::Logger::Logv;
-  void Logv(const char* format, va_list ap) override {
-    char line[1024];
-    std::vsnprintf(line, sizeof(line), format, ap);
-    spdlog::log(level_, "store engine: {}", line);
-  }
-
- private:
-  spdlog::level::level_enum level_;
-};
-
-rocksdb::Env* PrivateEnv() {
-  static const std::unique_ptr<rocksdb::Env> env =
-      rocksdb::NewCompositeEnv(std::make_shared<PrivateFileSystem>(rocksdb::FileSystem::Default()));
-  return env.get();
-}
-
-// One block cache for every space of every store the process opens. Left
-// alone, each space makes an 8 MiB cache of its own: 56 MiB for seven.
-// The records it holds are small, and the chunk values live in blob files
-// it does not cache.
-std::shared_ptr<rocksdb::Cache> SharedBlockCache() {
-  static const std::shared_ptr<rocksdb::Cache> cache = rocksdb::NewLRUCache(8 << 20);
-  return cache;
-}
-
-rocksdb::ColumnFamilyOptions SpaceOptions(Space space) {
-  rocksdb::ColumnFamilyOptions o;
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = SharedBlockCache();
-  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  // The small records need little memtable; the mount's RSS counts it.
-  o.write_buffer_size = 4 << 20;
-  if (space == Space::kChunks) {
-    // Chunk values are zstd frames already: keep them out of the LSM
-    // (blob files) and do not compress them again.
-    o.enable_blob_files = true;
-    o.min_blob_size = 0;
-    o.blob_file_size = 256 << 20;
-    o.blob_compression_type = rocksdb::kNoCompression;
-    o.compression = rocksdb::kNoCompression;
-    o.enable_blob_garbage_collection = false;  // see Compact()
-    // Chunk values go to blob files at flush, and every migration batch
-    // flushes before it commits (I2): a batch bigger than this is only
-    // flushed in more steps, and the memtables (two at most) stay a small
-    // part of the daemon's memory.
-    o.write_buffer_size = 8 << 20;
-  }
-  return o;
-}
-
 }  // namespace
 
 bool LooksLikeLogDamage(std::string_view error) {
@@ -377,36 +235,6 @@ bool LooksLikeLogDamage(std::string_view error) {
 }
 
 namespace {
-
-rocksdb::DBOptions EngineOptions(const BackendOptions& options) {
-  rocksdb::DBOptions db_options;
-  // The store's files are 0600, its folder 0700 (MakeStorePrivate).
-  db_options.env = PrivateEnv();
-  db_options.create_if_missing = options.create_if_missing;
-  db_options.create_missing_column_families = options.create_if_missing;
-  db_options.max_background_jobs = 2;
-  // No fallocate ahead of writes: the log's (1.1 times the largest memtable,
-  // 35 MiB) made a small store filesystem look full before anything was
-  // written, and the free space CheckRoom sees is the truth without it.
-  db_options.allow_fallocate = false;
-  db_options.keep_log_file_num = 4;
-  // Every flush (Flush(), or a full memtable) takes every space at once, so
-  // that all of them always describe the same point of the log: damage to
-  // the log after a crash then loses only what came after the last flush,
-  // and never leaves one space ahead of the others (which no writer can
-  // open: "SST file is ahead of WALs").
-  // (RocksDB's best-efforts recovery, salvage's, refuses atomic flush: a
-  // scratch copy only reads what the flushes left.)
-  db_options.atomic_flush = !options.best_efforts;
-  db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  db_options.info_log = std::make_shared<EngineLog>(
-      options.read_only || options.best_efforts ? spdlog::level::debug : spdlog::level::warn);
-  // A writer checks every table file as it opens; a reader lets a damaged
-  // one fail only the reads that need it.
-  db_options.paranoid_checks = !options.read_only;
-  db_options.best_efforts_recovery = options.best_efforts;
-  return db_options;
-}
 
 std::vector<rocksdb::ColumnFamilyDescriptor> SpaceDescriptors() {
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
@@ -427,10 +255,8 @@ Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
   auto open = [&] {
     if (options.read_only)
       return rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw);
-    PrivateFileSystem::opening_writers++;
-    rocksdb::Status opened = rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
-    PrivateFileSystem::opening_writers--;
-    return opened;
+    OpeningWriter opening;
+    return rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
   };
   s = open();
   std::string log_damage;
@@ -522,14 +348,16 @@ bool RebuildDerivedSpace(const std::string& dir, const BackendOptions& options, 
   // refuse it) and compacts nothing while the space is replaced.
   rocksdb::DBOptions db_options = EngineOptions(options);
   db_options.paranoid_checks = false;
-  db_options.info_log = std::make_shared<EngineLog>(spdlog::level::debug);
+  db_options.info_log = NewEngineLog(spdlog::level::debug);
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = SpaceDescriptors();
   for (auto& cf : cfs) cf.options.disable_auto_compactions = true;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  PrivateFileSystem::opening_writers++;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
-  PrivateFileSystem::opening_writers--;
+  rocksdb::Status s;
+  {
+    OpeningWriter opening;
+    s = rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
+  }
   if (!s.ok()) return false;
   std::unique_ptr<rocksdb::DB> db(raw);
   std::vector<rocksdb::LiveFileMetaData> live;

@@ -14,6 +14,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "fmt/format.h"
 #include "tests/mount/mount_fixture.h"
@@ -235,8 +236,25 @@ TEST_F(Listing, ListingsWhileFilesMigrateAndRenameHoldEachNameOnce) {
 }
 
 // Readdirplus requests the daemon answered so far (its latency histogram's count).
+// The READDIRs the daemon has answered. It counts one once its reply is
+// sent, a moment after the lister may have gone on: the count is read until
+// two reads 100 ms apart agree.
 double ListingsServed(int port, const std::string& mnt) {
-  return Sample(Scrape(port), "tbfs_fuse_operation_duration_seconds_count", mnt, ",op=\"readdir\"");
+  auto read = [&] {
+    return Sample(Scrape(port), "tbfs_fuse_operation_duration_seconds_count", mnt,
+                  ",op=\"readdir\"");
+  };
+  double now = read();
+  bool first = true;  // WaitUntil asks at once: the first comparison waits 100 ms
+  WaitUntil(
+      [&] {
+        if (std::exchange(first, false)) return false;
+        const double before = now;
+        now = read();
+        return now == before;
+      },
+      std::chrono::milliseconds(3000), std::chrono::milliseconds(100));
+  return now;
 }
 
 // Waits until the backing folder's mtime and ctime are kSettledS old (the

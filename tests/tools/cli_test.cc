@@ -87,8 +87,18 @@ TEST_F(CliTest, HelpExitsZero) {
 }
 
 TEST_F(CliTest, GenIntoNonEmptyFolderChangesNothing) {
-  CommandResult r = RunCommand(Tbfs("gen " + logdir_ + " 2>/dev/null"));
-  EXPECT_EQ(r.exit_code, 2);
+  // Every entry's path, type, size, mode and bytes, before and after.
+  const std::string listing = "cd " + logdir_ +
+                              " && find . -printf '%p %y %s %m %T@\\n' | sort && "
+                              "find . -type f -print0 | sort -z | xargs -0 sha256sum";
+  CommandResult before = RunCommand(listing);
+  ASSERT_EQ(before.exit_code, 0) << before.out;
+  ASSERT_NE(before.out.find(".tfevents."), std::string::npos) << before.out;
+  CommandResult r = RunCommand(Tbfs("gen " + logdir_ + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_NE(r.out.find(logdir_ + " is not empty"), std::string::npos) << r.out;
+  EXPECT_EQ(RunCommand(listing).out, before.out);
 }
 
 // stdout on a full disk (/dev/full): every report that cannot be written is
