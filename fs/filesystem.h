@@ -67,6 +67,11 @@ struct FsOptions {
   uint64_t cache_bytes = 256ull << 20;  // cold chunk cache
   bool as_root_owner_fixup = false;     // chown what callers create to them
   std::string control_socket;           // shown by kControlXattr; "" for none
+  // The daemon's reads of backing files (noatime) and folders (nodiratime)
+  // leave their access times as they were (O_NOATIME): the mount's
+  // -o noatime and nodiratime (MountOptions).
+  bool noatime = false;
+  bool nodiratime = false;
 };
 
 struct Caller {
@@ -364,6 +369,11 @@ class Filesystem : public store::MoveObserver {
   const FsOptions& options() const { return options_; }
 
  private:
+  // Opens (as openat) what `dir_fd` and `name` name for the daemon's own
+  // reads and writes: with O_NOATIME where the mount says reads leave
+  // access times alone (FsOptions), and without it where the kernel
+  // refuses it to this process (not the file's owner, no CAP_FOWNER).
+  int OpenBacking(int dir_fd, const char* name, int flags, mode_t mode = 0);
   // Sets (value) or removes (nullptr) attribute `name` of the cold file v.
   int SetColdXattr(const InodeView& v, const char* name, const std::string* value, int flags);
   // The path of an inode relative to the logdir ("" for the root), or

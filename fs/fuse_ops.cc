@@ -158,7 +158,11 @@ void SetOpenFlags(const FileHandle& h, int flags, struct fuse_file_info* fi) {
   // Cold content cannot change while cold; hot files are re-validated by
   // mtime (auto_inval_data) whenever their attributes are refreshed.
   fi->keep_cache = h.cold || (flags & O_ACCMODE) == O_RDONLY;
-  fi->direct_io = (flags & O_DIRECT) != 0;
+  // No direct_io, not even for O_DIRECT (docs/format.md, "The kernel's page
+  // cache"): the kernel then does O_DIRECT itself, writing back and
+  // invalidating the cached range around each direct read and write, so
+  // buffered readers of other handles never see stale bytes, and a shared
+  // mmap of an O_DIRECT handle works.
 }
 
 // The handles the kernel holds, by kind (see FuseContext::files).

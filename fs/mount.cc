@@ -122,6 +122,8 @@ FsOptions FilesystemOptions(const MountPlan& plan) {
   if (plan.store_dir.starts_with(mc.logdir + "/"))
     fc.store_skip = plan.store_dir.substr(mc.logdir.size() + 1);
   fc.control_socket = JoinPath(mc.state_dir, kControlSocketName);
+  fc.noatime = mc.noatime;
+  fc.nodiratime = mc.nodiratime;
   return fc;
 }
 

@@ -35,7 +35,17 @@ struct MountOptions {
   bool nonempty = false;                  // allow a mount point that is not empty
   std::string config_file;                // YAML policy (store/config.h)
   std::vector<std::string> fuse_options;  // passed to libfuse as -o
-  std::string metrics_address;            // "ADDR:PORT" for /metrics; "" : none
+  // Reads leave access times as they were: -o noatime (every file and
+  // folder), -o nodiratime (folders); the last of noatime/atime/relatime/
+  // strictatime and of nodiratime/diratime wins, as mount(8) reads them.
+  // Otherwise reads change them as the backing filesystem's own mount says
+  // (relatime on most).
+  bool noatime = false;
+  bool nodiratime = false;
+  // -o remount (mount -o remount,ro MOUNTPOINT through mount.fuse3): change
+  // the running mount at `mountpoint` (RunRemount) instead of mounting.
+  bool remount = false;
+  std::string metrics_address;  // "ADDR:PORT" for /metrics; "" : none
 };
 
 // The smallest cold chunk cache a mount takes (cache=, --cache).
@@ -52,6 +62,13 @@ std::string ParseMountOption(const std::string& key, const std::string& value,
 
 // Runs the mount; returns the process exit status (0 clean unmount, 2 error).
 int RunMount(const MountOptions& config);
+
+// Remounts the tbfs mount at config.mountpoint read-only or read-write, as
+// the last of -o ro and rw says; its other flags (nosuid, nodev, atime)
+// stay as they are. An option that would change one of them is refused:
+// it needs a new mount. Returns the exit status (0, or 2 with a one-line
+// error on stderr); as root only (mount(2)).
+int RunRemount(const MountOptions& config);
 
 // Where a mount of a RADOS store keeps its own files by default.
 inline constexpr char kDefaultStateRoot[] = "/var/lib/tbfs/mounts";

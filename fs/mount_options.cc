@@ -24,6 +24,7 @@ enum OptKey {
   kOptConfig,
   kOptForeground,
   kOptNonempty,
+  kOptRemount,
 };
 
 const struct fuse_opt kMountOpts[] = {
@@ -37,6 +38,7 @@ const struct fuse_opt kMountOpts[] = {
     FUSE_OPT_KEY("config=", kOptConfig),
     FUSE_OPT_KEY("foreground", kOptForeground),
     FUSE_OPT_KEY("nonempty", kOptNonempty),  // libfuse 3 mounts over anything; we ask first
+    FUSE_OPT_KEY("remount", kOptRemount),
     // fstab's own words, not for libfuse.
     FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
@@ -86,6 +88,9 @@ int ProcessMountOpt(void* data, const char* arg, int key, struct fuse_args*) {
     case kOptNonempty:
       config->nonempty = true;
       return 0;
+    case kOptRemount:
+      config->remount = true;
+      return 0;
     case kOptColdAfter: {
       auto s = ParseDurationSeconds(value);
       if (!s.ok()) return fail("cold_after: " + s.status().message());
@@ -110,7 +115,11 @@ int ProcessMountOpt(void* data, const char* arg, int key, struct fuse_args*) {
       if (!err.empty()) return fail(err);
       return 0;
     }
-    default:  // FUSE_OPT_KEY_OPT: not ours
+    default:  // FUSE_OPT_KEY_OPT: not ours (atime's words go on to the kernel too)
+      if (opt == "noatime") config->noatime = true;
+      if (opt == "atime" || opt == "relatime" || opt == "strictatime") config->noatime = false;
+      if (opt == "nodiratime") config->nodiratime = true;
+      if (opt == "diratime") config->nodiratime = false;
       if (!opt.empty()) config->fuse_options.push_back(opt);
       return 0;
   }

@@ -20,6 +20,8 @@ std::optional<MountEntry> FindMount(const std::string& mountpoint) {
   entry.fstype = type != nullptr ? type : "";
   const char* source = mnt_fs_get_source(fs);
   entry.source = source != nullptr ? source : "";
+  const char* vfs = mnt_fs_get_vfs_options(fs);
+  entry.vfs_options = vfs != nullptr ? vfs : "";
   return entry;
 }
 

@@ -13,6 +13,9 @@ struct MountEntry {
   dev_t dev = 0;       // the mount's device number (st_dev of what it serves)
   std::string fstype;  // "fuse.tbfs", "ext4", ...
   std::string source;  // "tbfs:LOGDIR", "/dev/sda1", ...
+  // The mount point's own flags, as the kernel lists them:
+  // "rw,nosuid,nodev,relatime".
+  std::string vfs_options;
 };
 
 // The topmost mount at `mountpoint` (an absolute, normal path, compared as

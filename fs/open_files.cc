@@ -174,7 +174,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
       case InodeTable::Open::kOk:
         break;
     }
-    int fd = ::open(ProcPath(v.fd->get()).c_str(), BackingFlags(flags));
+    int fd = OpenBacking(AT_FDCWD, ProcPath(v.fd->get()).c_str(), BackingFlags(flags));
     if (fd < 0) {
       // A file handle of a file gone: ESTALE has the kernel look the name
       // up again (another host may have moved the file to the store).
@@ -245,7 +245,8 @@ int Filesystem::IoFd(FileHandle* fh) {
   // moved to the store. A hot one may be another file than the handle's.
   if (v.kind == Kind::kHot && ::fstat(v.fd->get(), &st) == 0 &&
       (current < 0 || st.st_dev != fh->dev || st.st_ino != fh->ino)) {
-    int fd = ::open(ProcPath(v.fd->get()).c_str(), (fh->writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    int fd = OpenBacking(AT_FDCWD, ProcPath(v.fd->get()).c_str(),
+                         (fh->writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (fd >= 0) {
       if (current >= 0) fh->earlier_fds.push_back(current);
       fh->fd.store(fd, std::memory_order_release);
@@ -317,6 +318,15 @@ int Filesystem::Fallocate(FileHandle* fh, int mode, off_t offset, off_t length) 
   if (fd < 0) return -EBADF;
   if (::fallocate(fd, mode, offset, length) != 0) return -errno;
   return 0;
+}
+
+int Filesystem::OpenBacking(int dir_fd, const char* name, int flags, mode_t mode) {
+  const bool dir = (flags & O_DIRECTORY) != 0;
+  if (dir ? options_.noatime || options_.nodiratime : options_.noatime) {
+    const int fd = ::openat(dir_fd, name, flags | O_NOATIME, mode);
+    if (fd >= 0 || errno != EPERM) return fd;
+  }
+  return ::openat(dir_fd, name, flags, mode);
 }
 
 int Filesystem::FsyncDir(uint64_t ino, bool datasync) {

@@ -180,7 +180,7 @@ int Filesystem::FillDirOnce(uint64_t ino, DirHandle* dh) {
   dh->entries.push_back({".", S_IFDIR, v.shown_ino, 1});
   dh->entries.push_back({"..", S_IFDIR, 1, 2});  // d_ino 0 would hide it from readdir(3)
   if (v.kind == Kind::kHot) {
-    int fd = ::openat(v.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = OpenBacking(v.fd->get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -errno;
     struct stat dir_st;
     if (::fstat(fd, &dir_st) != 0) {

@@ -73,11 +73,8 @@ int Filesystem::ListXattr(uint64_t ino, bool trusted, std::string* names) {
     return 0;
   }
   if (v.kind != Kind::kHot) return 0;
-  struct stat st;
-  if (::fstatat(v.fd->get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0 ||
-      S_ISLNK(st.st_mode)) {
-    return 0;
-  }
+  // Through the fd's /proc link, a symlink's own names (the link names the
+  // symlink, never its target), as GetXattr reads them.
   const std::string proc = ProcPath(v.fd->get());
   ssize_t n = ::listxattr(proc.c_str(), nullptr, 0);
   if (n > 0) {

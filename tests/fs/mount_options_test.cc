@@ -20,6 +20,30 @@ TEST(ParseMountOptions, OursAreTakenTheRestGoToLibfuse) {
   EXPECT_EQ(c.fuse_options, (std::vector<std::string>{"allow_other", "fsname=x"}));
 }
 
+// The atime words go on to the kernel, and the last of each pair wins, as
+// mount(8) reads them.
+TEST(ParseMountOptions, AtimeWordsAreReadInOrderAndPassedOn) {
+  MountOptions c;
+  ASSERT_EQ(ParseMountOptions("noatime", &c), "");
+  EXPECT_TRUE(c.noatime);
+  EXPECT_FALSE(c.nodiratime);
+  EXPECT_EQ(c.fuse_options, (std::vector<std::string>{"noatime"}));
+  for (const char* undo : {"noatime,atime", "noatime,relatime", "noatime,strictatime"}) {
+    MountOptions u;
+    ASSERT_EQ(ParseMountOptions(undo, &u), "") << undo;
+    EXPECT_FALSE(u.noatime) << undo;
+  }
+  MountOptions d;
+  ASSERT_EQ(ParseMountOptions("nodiratime,relatime", &d), "");
+  EXPECT_FALSE(d.noatime);
+  EXPECT_TRUE(d.nodiratime);
+  ASSERT_EQ(ParseMountOptions("diratime", &d), "");
+  EXPECT_FALSE(d.nodiratime);
+  MountOptions none;
+  ASSERT_EQ(ParseMountOptions("ro,allow_other", &none), "");
+  EXPECT_FALSE(none.noatime || none.nodiratime);
+}
+
 // Read as libfuse reads -o: a comma inside a value is escaped with '\'.
 TEST(ParseMountOptions, EscapedCommasStayInTheirValue) {
   MountOptions c;

@@ -491,6 +491,66 @@ TEST_F(Mounted, StoreFolderIsInvisibleAndStateXattrIsEverywhere) {
   EXPECT_EQ(std::string(names, n).find("user.tbfs."), std::string::npos);
 }
 
+// A symlink's own attributes are listed, as the backing filesystem lists
+// them, and never its target's (xfstests generic/062).
+TEST_F(Mounted, ASymlinksOwnAttributesAreListedNeverItsTargets) {
+  Mount("--no-migrate");
+  WriteBytes(L("target.txt"), "x");
+  ASSERT_EQ(::setxattr(L("target.txt").c_str(), "user.target", "t", 1, 0), 0)
+      << std::strerror(errno);
+  ASSERT_EQ(::symlink("target.txt", M("link").c_str()), 0);
+  ASSERT_EQ(::lsetxattr(M("link").c_str(), "trusted.a", "\xba\xbe", 2, 0), 0)
+      << std::strerror(errno);
+  auto names = [](const std::string& path) {
+    char buf[4096];
+    const ssize_t n = ::llistxattr(path.c_str(), buf, sizeof(buf));
+    return n < 0 ? std::string("llistxattr: ") + std::strerror(errno)
+                 : std::string(buf, static_cast<size_t>(n));
+  };
+  EXPECT_NE(names(M("link")).find("trusted.a"), std::string::npos) << names(M("link"));
+  EXPECT_EQ(names(M("link")), names(L("link")));
+  EXPECT_EQ(names(M("link")).find("user.target"), std::string::npos);
+  char value[8];
+  EXPECT_EQ(::lgetxattr(M("link").c_str(), "trusted.a", value, sizeof(value)), 2);
+  EXPECT_EQ(::lgetxattr(M("link").c_str(), "user.target", value, sizeof(value)), -1);
+  // The target's, through the mount, as they are.
+  EXPECT_NE(names(M("target.txt")).find("user.target"), std::string::npos);
+}
+
+// Reads through a -o noatime mount leave the access times of files and
+// folders as they were, in the logdir and through the mount; without it
+// they change as the backing filesystem's relatime says (here: an access
+// time older than a day moves), which is how this test could fail
+// (xfstests generic/120).
+TEST_F(Mounted, NoatimeReadsLeaveAccessTimesAsTheyWere) {
+  const struct timespec day_ago = {::time(nullptr) - 2 * 86400, 0};
+  const struct timespec days_ago = {::time(nullptr) - 3 * 86400, 0};
+  auto age = [&](const std::string& path) {
+    const struct timespec times[2] = {day_ago, days_ago};  // atime, mtime
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+  };
+  auto atime = [](const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 ? st.st_atim.tv_sec : -1;
+  };
+  for (const char* name : {"relatime.txt", "noatime.txt"}) WriteBytes(L(name), "some bytes");
+  ASSERT_EQ(::mkdir(L("dir").c_str(), 0755), 0);
+  WriteBytes(L("dir/f.txt"), "x");
+  age(L("relatime.txt"));
+  Mount("--no-migrate");
+  EXPECT_EQ(ReadBytes(M("relatime.txt")), "some bytes");
+  ASSERT_GT(atime(L("relatime.txt")), day_ago.tv_sec) << "the backing filesystem keeps atimes";
+  Unmount();
+  age(L("noatime.txt"));
+  age(L("dir"));
+  Mount("--no-migrate -o noatime");
+  EXPECT_EQ(ReadBytes(M("noatime.txt")), "some bytes");
+  EXPECT_EQ(List(M("dir")).size(), 1u);
+  EXPECT_EQ(atime(L("noatime.txt")), day_ago.tv_sec);
+  EXPECT_EQ(atime(L("dir")), day_ago.tv_sec);
+  EXPECT_EQ(atime(M("noatime.txt")), day_ago.tv_sec);
+}
+
 TEST_F(Mounted, ColdFilesKeepSizeModeOwnerAndTimes) {
   std::map<std::string, struct stat> before;
   for (const auto& f : traces_) ::stat(L(f).c_str(), &before[f]);
@@ -802,6 +862,28 @@ TEST_F(Mounted, FstabFormMountsThroughMountFuse3) {
   pid_ = Status()["pid"].get<int>();
   EXPECT_EQ(Status()["store"].get<std::string>(), store);
   EXPECT_EQ(ReadBytes(M(events_[0])), ReadBytes(L(events_[0])));
+  // mount -o remount,ro and rw (mount(8), mount.fuse3, tbfs) change the
+  // running mount and keep its other flags; one that would change them is
+  // refused and changes nothing.
+  auto flags = [&] { return RunCommand("findmnt -n -o VFS-OPTIONS -M " + mnt_).out; };
+  const std::string was = flags();
+  ASSERT_EQ(was.rfind("rw,", 0), 0u) << was;
+  auto ro = RunCommand("mount -o remount,ro " + mnt_ + " 2>&1");
+  ASSERT_EQ(ro.exit_code, 0) << ro.out;
+  EXPECT_EQ(flags(), "ro," + was.substr(3));
+  EXPECT_EQ(::open(M("new.txt").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644), -1);
+  EXPECT_EQ(errno, EROFS);
+  EXPECT_EQ(ReadBytes(M(events_[0])), ReadBytes(L(events_[0])));
+  auto rw = RunCommand("mount -o remount,rw " + mnt_ + " 2>&1");
+  ASSERT_EQ(rw.exit_code, 0) << rw.out;
+  EXPECT_EQ(flags(), was);
+  WriteBytes(M("new.txt"), "x");
+  EXPECT_EQ(ReadBytes(L("new.txt")), "x");
+  EXPECT_EQ(Status()["pid"].get<int>(), pid_) << "the same daemon serves it";
+  auto noatime = RunCommand("mount -o remount,noatime " + mnt_ + " 2>&1");
+  EXPECT_NE(noatime.exit_code, 0) << noatime.out;
+  EXPECT_NE(noatime.out.find("needs a new mount"), std::string::npos) << noatime.out;
+  EXPECT_EQ(flags(), was);
 }
 
 TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {

@@ -3,6 +3,7 @@
 // visible and readable), open handles across hot/cold, writers outside the
 // mount, the control channel, and the POSIX details external suites check.
 #include <grp.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -366,6 +367,38 @@ TEST_F(Transitions, ODirectWritesWork) {
                        " bs=4096 count=4 oflag=direct status=none 2>&1");
   EXPECT_EQ(dd.exit_code, 0) << dd.out;
   EXPECT_EQ(std::filesystem::file_size(L("dd.bin")), 16384u);
+}
+
+// What an O_DIRECT handle writes is what every other handle reads next,
+// buffered (its pages cached by an earlier read) or mapped, and the O_DIRECT
+// handle itself can be mapped shared (xfstests generic/091, 263, 451).
+TEST_F(Transitions, ODirectWritesAreSeenByCachedReadersAndTheHandleCanBeMapped) {
+  traces_ = WriteTraces(logdir_, 1, 4096);
+  WriteBytes(L("f.bin"), std::string(8192, 'o'));
+  Mount("--no-migrate");
+  UniqueFd reader(::open(M("f.bin").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(reader.valid()) << std::strerror(errno);
+  std::string got(8192, '\0');
+  ASSERT_EQ(::pread(reader.get(), got.data(), got.size(), 0), 8192);  // now in the page cache
+  ASSERT_EQ(got, std::string(8192, 'o'));
+  void* raw = nullptr;
+  ASSERT_EQ(::posix_memalign(&raw, 4096, 4096), 0);
+  std::unique_ptr<char, decltype(&std::free)> block(static_cast<char*>(raw), &std::free);
+  std::memset(block.get(), 'n', 4096);
+  UniqueFd direct(::open(M("f.bin").c_str(), O_RDWR | O_DIRECT | O_CLOEXEC));
+  ASSERT_TRUE(direct.valid()) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(direct.get(), block.get(), 4096, 0), 4096) << std::strerror(errno);
+  const std::string want = std::string(4096, 'n') + std::string(4096, 'o');
+  ASSERT_EQ(::pread(reader.get(), got.data(), got.size(), 0), 8192);
+  EXPECT_TRUE(got == want) << "a cached reader read stale bytes after an O_DIRECT write";
+  EXPECT_TRUE(ReadBytes(M("f.bin")) == want);
+  void* map = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, direct.get(), 0);
+  ASSERT_NE(map, MAP_FAILED) << "a shared mmap of an O_DIRECT handle: " << std::strerror(errno);
+  EXPECT_EQ(std::string(static_cast<const char*>(map), 8192), want);
+  static_cast<char*>(map)[8191] = 'm';
+  ASSERT_EQ(::msync(map, 8192, MS_SYNC), 0) << std::strerror(errno);
+  ::munmap(map, 8192);
+  EXPECT_EQ(ReadBytes(L("f.bin")).back(), 'm');
 }
 
 TEST_F(Transitions, ModesAreExactlyWhatTheCallerAsked) {

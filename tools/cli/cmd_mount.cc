@@ -80,13 +80,19 @@ int RunMountCmd(const MountArgs& args) {
   }
   if (!args.logdir.empty()) config.logdir = args.logdir;
   if (!args.mountpoint.empty()) config.mountpoint = args.mountpoint;
+  for (const std::string& o : args.options) {
+    if (!apply(o, "")) return kExitError;
+  }
+  if (config.remount) {
+    // mount(8) through mount.fuse3 gives the mount's source and its mount
+    // point; by hand, the mount point alone does.
+    if (config.mountpoint.empty()) config.mountpoint = config.logdir;
+    return fs::RunRemount(config);
+  }
   if (config.logdir.empty() || config.mountpoint.empty()) {
     PrintError("mount",
                "give LOGDIR and MOUNTPOINT, or logdir: and mount: mountpoint: in --config");
     return kExitError;
-  }
-  for (const std::string& o : args.options) {
-    if (!apply(o, "")) return kExitError;
   }
   if (!args.store.empty()) config.store_dir = args.store;
   if (args.no_migrate) config.migrate = false;
@@ -185,8 +191,7 @@ int RunStatus(const std::string& mountpoint, bool json) {
                Printable(j["unwalked"]["examples"][0].get<std::string>()));
   }
   if (j.contains("big_xattrs") && j["big_xattrs"].value("files", uint64_t{0}) > 0) {
-    fmt::print("left hot, extended attributes over 64 KiB: {}, e.g. {}\n",
-               u("big_xattrs", "files"),
+    fmt::print("left hot, extended attributes over 64 KiB: {}, e.g. {}\n", u("big_xattrs", "files"),
                Printable(j["big_xattrs"]["examples"][0].get<std::string>()));
   }
   const std::string last_error = j["migrations"]["last_error"].get<std::string>();
@@ -228,8 +233,7 @@ int RunStatus(const std::string& mountpoint, bool json) {
     fmt::print("growth over {} ({} samples): logdir {}, filesystem {}; full in {}\n",
                HumanDuration(g["span_seconds"].get<double>()), g["samples"].get<uint64_t>(),
                rate(g["logdir_bytes_per_hour"]), rate(g["filesystem_bytes_per_hour"]),
-               !g["full_in_seconds"].is_null()
-                   ? HumanDuration(g["full_in_seconds"].get<double>())
+               !g["full_in_seconds"].is_null() ? HumanDuration(g["full_in_seconds"].get<double>())
                : !g["filesystem_bytes_per_hour"].is_null() &&
                        g["filesystem_bytes_per_hour"].get<double>() > 0
                    ? std::string("not filling now (nothing grew since the last sample)")
@@ -304,7 +308,8 @@ void RegisterMount(CLI::App& app, int* exit_code) {
   cmd->add_option(
       "-o", args->options,
       "options: store=DIR, cold_after=DUR, cache=SIZE, no_migrate, config=FILE, "
-      "migrate_interval=DUR, metrics=[ADDR:]PORT, and FUSE options (allow_other, ro, ...)");
+      "migrate_interval=DUR, metrics=[ADDR:]PORT, remount (with ro or rw: change a running "
+      "mount), and FUSE options (allow_other, ro, noatime, ...)");
   cmd->callback([args, exit_code] { *exit_code = RunMountCmd(*args); });
 
   auto mountpoint = std::make_shared<std::string>();
