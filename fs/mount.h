@@ -35,11 +35,12 @@ struct MountOptions {
   bool nonempty = false;                  // allow a mount point that is not empty
   std::string config_file;                // YAML policy (store/config.h)
   std::vector<std::string> fuse_options;  // passed to libfuse as -o
-  // Reads leave access times as they were: -o noatime (every file and
-  // folder), -o nodiratime (folders); the last of noatime/atime/relatime/
-  // strictatime and of nodiratime/diratime wins, as mount(8) reads them.
+  // Reads through the mount leave access times as they were: -o noatime
+  // (every file and folder), -o nodiratime (folders); the last of noatime/
+  // atime/relatime and of nodiratime/diratime wins, as mount(8) reads them.
   // Otherwise reads change them as the backing filesystem's own mount says
-  // (relatime on most).
+  // (relatime on most); strictatime is refused. Only noatime and atime
+  // reach the kernel's mount flags (libfuse 3.14 passes no other).
   bool noatime = false;
   bool nodiratime = false;
   // -o remount (mount -o remount,ro MOUNTPOINT through mount.fuse3): change

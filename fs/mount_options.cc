@@ -25,6 +25,10 @@ enum OptKey {
   kOptForeground,
   kOptNonempty,
   kOptRemount,
+  kOptNoDirAtime,
+  kOptDirAtime,
+  kOptRelAtime,
+  kOptStrictAtime,
 };
 
 const struct fuse_opt kMountOpts[] = {
@@ -39,6 +43,14 @@ const struct fuse_opt kMountOpts[] = {
     FUSE_OPT_KEY("foreground", kOptForeground),
     FUSE_OPT_KEY("nonempty", kOptNonempty),  // libfuse 3 mounts over anything; we ask first
     FUSE_OPT_KEY("remount", kOptRemount),
+    // Access times: libfuse 3.14 passes noatime and atime to the kernel and
+    // refuses these, which the daemon honours itself (MountOptions).
+    FUSE_OPT_KEY("nodiratime", kOptNoDirAtime),
+    FUSE_OPT_KEY("diratime", kOptDirAtime),
+    FUSE_OPT_KEY("relatime", kOptRelAtime),
+    FUSE_OPT_KEY("nostrictatime", kOptRelAtime),
+    FUSE_OPT_KEY("strictatime", kOptStrictAtime),
+    FUSE_OPT_KEY("norelatime", kOptStrictAtime),
     // fstab's own words, not for libfuse.
     FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
@@ -115,11 +127,22 @@ int ProcessMountOpt(void* data, const char* arg, int key, struct fuse_args*) {
       if (!err.empty()) return fail(err);
       return 0;
     }
-    default:  // FUSE_OPT_KEY_OPT: not ours (atime's words go on to the kernel too)
+    case kOptNoDirAtime:
+      config->nodiratime = true;
+      return 0;
+    case kOptDirAtime:
+      config->nodiratime = false;
+      return 0;
+    case kOptRelAtime:  // the default: access times as the backing filesystem keeps them
+      config->noatime = false;
+      return 0;
+    case kOptStrictAtime:
+      return fail(opt +
+                  ": not supported; reads change access times as the backing filesystem's "
+                  "own mount says (relatime on most), or never with noatime");
+    default:  // FUSE_OPT_KEY_OPT: not ours (noatime and atime go on to the kernel too)
       if (opt == "noatime") config->noatime = true;
-      if (opt == "atime" || opt == "relatime" || opt == "strictatime") config->noatime = false;
-      if (opt == "nodiratime") config->nodiratime = true;
-      if (opt == "diratime") config->nodiratime = false;
+      if (opt == "atime") config->noatime = false;
       if (!opt.empty()) config->fuse_options.push_back(opt);
       return 0;
   }

@@ -22,6 +22,8 @@ std::optional<MountEntry> FindMount(const std::string& mountpoint) {
   entry.source = source != nullptr ? source : "";
   const char* vfs = mnt_fs_get_vfs_options(fs);
   entry.vfs_options = vfs != nullptr ? vfs : "";
+  const char* super = mnt_fs_get_fs_options(fs);
+  entry.fs_options = super != nullptr ? super : "";
   return entry;
 }
 

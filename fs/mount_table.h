@@ -16,6 +16,8 @@ struct MountEntry {
   // The mount point's own flags, as the kernel lists them:
   // "rw,nosuid,nodev,relatime".
   std::string vfs_options;
+  // Its filesystem's: "rw,sync,user_id=0,group_id=0,allow_other".
+  std::string fs_options;
 };
 
 // The topmost mount at `mountpoint` (an absolute, normal path, compared as

@@ -76,11 +76,19 @@ int Filesystem::ListXattr(uint64_t ino, bool trusted, std::string* names) {
   // Through the fd's /proc link, a symlink's own names (the link names the
   // symlink, never its target), as GetXattr reads them.
   const std::string proc = ProcPath(v.fd->get());
-  ssize_t n = ::listxattr(proc.c_str(), nullptr, 0);
-  if (n > 0) {
-    names->resize(static_cast<size_t>(n));
-    n = ::listxattr(proc.c_str(), names->data(), names->size());
-    names->resize(n > 0 ? static_cast<size_t>(n) : 0);
+  // The list may grow between asking its size and reading it (another
+  // process setting a name): ask again, never answer with a short list.
+  for (int attempt = 0;; ++attempt) {
+    const ssize_t size = ::listxattr(proc.c_str(), nullptr, 0);
+    if (size < 0) return -errno;
+    names->resize(static_cast<size_t>(size));
+    if (size == 0) break;
+    const ssize_t n = ::listxattr(proc.c_str(), names->data(), names->size());
+    if (n >= 0) {
+      names->resize(static_cast<size_t>(n));
+      break;
+    }
+    if (errno != ERANGE || attempt == 16) return -errno;
   }
   if (!trusted) {
     std::string kept;

@@ -549,6 +549,14 @@ TEST_F(Mounted, NoatimeReadsLeaveAccessTimesAsTheyWere) {
   EXPECT_EQ(atime(L("noatime.txt")), day_ago.tv_sec);
   EXPECT_EQ(atime(L("dir")), day_ago.tv_sec);
   EXPECT_EQ(atime(M("noatime.txt")), day_ago.tv_sec);
+  // nodiratime: folders as they were, files as the backing filesystem says.
+  Unmount();
+  age(L("noatime.txt"));
+  Mount("--no-migrate -o nodiratime");
+  EXPECT_EQ(ReadBytes(M("noatime.txt")), "some bytes");
+  EXPECT_EQ(List(M("dir")).size(), 1u);
+  EXPECT_GT(atime(L("noatime.txt")), day_ago.tv_sec);
+  EXPECT_EQ(atime(L("dir")), day_ago.tv_sec);
 }
 
 TEST_F(Mounted, ColdFilesKeepSizeModeOwnerAndTimes) {
@@ -874,6 +882,11 @@ TEST_F(Mounted, FstabFormMountsThroughMountFuse3) {
   EXPECT_EQ(::open(M("new.txt").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644), -1);
   EXPECT_EQ(errno, EROFS);
   EXPECT_EQ(ReadBytes(M(events_[0])), ReadBytes(L(events_[0])));
+  // By hand too, -o first.
+  auto by_hand = RunCommand(Tbfs("mount -o remount,rw " + mnt_ + " 2>&1"));
+  ASSERT_EQ(by_hand.exit_code, 0) << by_hand.out;
+  EXPECT_EQ(flags(), was);
+  ASSERT_EQ(RunCommand("mount -o remount,ro " + mnt_).exit_code, 0);
   auto rw = RunCommand("mount -o remount,rw " + mnt_ + " 2>&1");
   ASSERT_EQ(rw.exit_code, 0) << rw.out;
   EXPECT_EQ(flags(), was);
@@ -884,6 +897,12 @@ TEST_F(Mounted, FstabFormMountsThroughMountFuse3) {
   EXPECT_NE(noatime.exit_code, 0) << noatime.out;
   EXPECT_NE(noatime.out.find("needs a new mount"), std::string::npos) << noatime.out;
   EXPECT_EQ(flags(), was);
+  // An option the mount does not have, kernel's or FUSE's: refused, nothing changed.
+  for (const char* other : {"ro,bogus_option", "ro,allow_other", "ro,sync"}) {
+    auto refused = RunCommand(Tbfs("mount " + mnt_ + " -o remount," + other + " 2>&1"));
+    EXPECT_EQ(refused.exit_code, 2) << other << ": " << refused.out;
+    EXPECT_EQ(flags(), was) << other;
+  }
 }
 
 TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {

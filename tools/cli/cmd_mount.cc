@@ -309,7 +309,8 @@ void RegisterMount(CLI::App& app, int* exit_code) {
       "-o", args->options,
       "options: store=DIR, cold_after=DUR, cache=SIZE, no_migrate, config=FILE, "
       "migrate_interval=DUR, metrics=[ADDR:]PORT, remount (with ro or rw: change a running "
-      "mount), and FUSE options (allow_other, ro, noatime, ...)");
+      "mount), and FUSE options (allow_other, ro, noatime, ...)")
+      ->allow_extra_args(false);  // -o takes one list: `-o ro LOGDIR MOUNTPOINT` works
   cmd->callback([args, exit_code] { *exit_code = RunMountCmd(*args); });
 
   auto mountpoint = std::make_shared<std::string>();
