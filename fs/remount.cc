@@ -1,4 +1,5 @@
 // mount -o remount of a running tbfs mount (fs/mount.h, RunRemount).
+#include <libmount/libmount.h>
 #include <sys/mount.h>
 #include <sys/statvfs.h>
 
@@ -17,44 +18,13 @@ namespace tbfs::fs {
 
 namespace {
 
-// The flags of the mount point that are not the filesystem's: mount(2)
-// with MS_REMOUNT sets them all, so each is given as the mount has it.
-constexpr struct {
-  std::string_view word;
-  unsigned long flag;
-} kMountFlags[] = {
-    {"nosuid", MS_NOSUID},           {"nodev", MS_NODEV},           {"noexec", MS_NOEXEC},
-    {"noatime", MS_NOATIME},         {"nodiratime", MS_NODIRATIME}, {"relatime", MS_RELATIME},
-    {"nosymfollow", MS_NOSYMFOLLOW},
-};
-
-// The filesystem's flags that mount(2) with MS_REMOUNT sets as well.
-constexpr struct {
-  std::string_view word;
-  unsigned long flag;
-} kSuperFlags[] = {
-    {"sync", MS_SYNCHRONOUS},
-    {"dirsync", MS_DIRSYNC},
-    {"lazytime", MS_LAZYTIME},
-    {"mand", MS_MANDLOCK},
-};
-
-// What each word of -o says of those flags: `flag` (as the kernel lists
-// it) on or off. A word that says otherwise than the mount has it would
-// change the mount point, which needs a new mount.
-constexpr struct {
-  std::string_view word;
-  std::string_view flag;
-  bool on;
-} kFlagWords[] = {
-    {"nosuid", "nosuid", true},         {"suid", "nosuid", false},
-    {"nodev", "nodev", true},           {"dev", "nodev", false},
-    {"noexec", "noexec", true},         {"exec", "noexec", false},
-    {"noatime", "noatime", true},       {"atime", "noatime", false},
-    {"nodiratime", "nodiratime", true}, {"diratime", "nodiratime", false},
-    {"relatime", "relatime", true},     {"norelatime", "relatime", false},
-    {"strictatime", "relatime", false}, {"strictatime", "noatime", false},
-};
+// The MS_* flags the options in `optstr` say (libmount's table of
+// mount(8)'s words), each applied to `flags` in turn: "nosuid" sets
+// MS_NOSUID, "suid" clears it; a word that is no flag changes nothing.
+unsigned long Flags(const std::string& optstr, unsigned long flags = 0) {
+  mnt_optstr_get_flags(optstr.c_str(), &flags, mnt_get_builtin_optmap(MNT_LINUX_MAP));
+  return flags;
+}
 
 std::set<std::string, std::less<>> Words(const std::string& list) {
   std::set<std::string, std::less<>> words;
@@ -71,10 +41,6 @@ int Refuse(const std::string& msg) {
   fmt::print(stderr, "tbfs mount: remount: {}\n", msg);
   return 2;
 }
-
-}  // namespace
-
-namespace {
 
 // tbfs's own options in `config` that a remount cannot change (they come
 // along from fstab, which mount(8) reads for a remount too).
@@ -110,38 +76,31 @@ int RunRemount(const MountOptions& config) {
     return Refuse(fmt::format("the daemon of {} is gone; fusermount3 -u -z {}, then mount it again",
                               mnt, mnt));
   }
-  const auto mount_flags = Words(entry->vfs_options);
-  const auto fs_flags = Words(entry->fs_options);
+  const auto mount_words = Words(entry->vfs_options);
+  const auto fs_words = Words(entry->fs_options);
+  // The flags mount(2) with MS_REMOUNT sets, every one: the mount point's
+  // and its filesystem's as they are, ro aside.
+  const unsigned long now = Flags(entry->vfs_options + "," + entry->fs_options) & ~MS_RDONLY;
   auto needs_new_mount = [&](const std::string& o) {
     return Refuse(
         fmt::format("only ro and rw change on a running mount; {} needs a new mount "
                     "(fusermount3 -u {}, then mount it again)",
                     o, mnt));
   };
-  bool read_only = mount_flags.count("ro") > 0;
+  bool read_only = mount_words.count("ro") > 0;
   for (const std::string& o : config.fuse_options) {
     if (o == "ro" || o == "rw") {
       read_only = o == "ro";
       continue;
     }
-    bool flag_word = false;
-    for (const auto& [word, flag, on] : kFlagWords) {
-      if (o != word) continue;
-      flag_word = true;
-      if ((mount_flags.count(flag) > 0) != on) return needs_new_mount(o);
-    }
+    if (Flags(o, now) != now) return needs_new_mount(o);
     // Anything else only as the mount has it already (mount(8) repeats the
     // mount's own: user_id=, allow_other, ...).
-    if (!flag_word && !fs_flags.count(o) && !mount_flags.count(o)) return needs_new_mount(o);
+    const bool flag_word = Flags(o, 0) != 0 || Flags(o, ~0ul) != ~0ul;
+    if (!flag_word && !fs_words.count(o) && !mount_words.count(o)) return needs_new_mount(o);
   }
-  unsigned long flags = MS_REMOUNT | (read_only ? MS_RDONLY : 0);
-  for (const auto& [word, flag] : kMountFlags) {
-    if (mount_flags.count(word)) flags |= flag;
-  }
-  if (!mount_flags.count("relatime") && !mount_flags.count("noatime")) flags |= MS_STRICTATIME;
-  for (const auto& [word, flag] : kSuperFlags) {
-    if (fs_flags.count(word)) flags |= flag;
-  }
+  unsigned long flags = MS_REMOUNT | now | (read_only ? MS_RDONLY : 0);
+  if (!(now & (MS_RELATIME | MS_NOATIME))) flags |= MS_STRICTATIME;
   if (::mount(entry->source.c_str(), mnt.c_str(), entry->fstype.c_str(), flags, nullptr) != 0) {
     return Refuse(
         fmt::format("mount {} ({}): {}", mnt, read_only ? "ro" : "rw", std::strerror(errno)));
