@@ -427,6 +427,23 @@ class Filesystem : public store::MoveObserver {
   // Logs "[EIO:site] what", counts it, returns -EIO.
   int Eio(EioSite site, std::string_view what);
   int UnlinkCold(const std::string& rel);
+  // Rename's two cases, under the namespace lock held exclusively: the
+  // source is hot (sst: its stat), or only the store has it.
+  struct RenameArgs {
+    uint64_t parent;
+    const char* name;
+    uint64_t newparent;
+    const char* newname;
+    unsigned flags;
+    std::string src, dst;              // the paths beneath the logdir
+    Result<storepb::Entry> dst_entry;  // the store's entry at dst, if any
+    bool dst_cold;                     // dst_entry.ok()
+  };
+  int RenameHot(const RenameArgs& a, const struct stat& sst) TBFS_REQUIRES(ns_mu_);
+  int RenameCold(const RenameArgs& a) TBFS_REQUIRES(ns_mu_);
+  // -ENOTEMPTY when the store's folder at dst has entries, 0 when it has
+  // none or dst_entry is no folder.
+  int ColdChildren(const std::string& dst, const Result<storepb::Entry>& dst_entry);
   // After the hot file at `rel` left the path (unlinked, renamed away): the
   // cold file its presence hid there leaves too. The hot change stands
   // whatever happens; a failure is logged.

@@ -2,8 +2,8 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -135,13 +135,10 @@ void ProcessMetrics(Families& f) {
   }
 }
 
-}  // namespace
-
-std::vector<MetricFamily> MountMetrics::Collect() const {
-  Families f(mountpoint_);
-  f.Gauge("tbfs_build_info", "Always 1: the version of the tbfs serving the mount", 1,
-          {{"version", TBFS_VERSION}});
-  const bool shared = store_.shared(), writer = store_.writer();
+// The store: the mount's role, its cold files and what they take, and the
+// files a recovery found nowhere.
+void StoreMetrics(Families& f, store::ColdStore& store, const MigratorStats& m) {
+  const bool shared = store.shared(), writer = store.writer();
   for (const char* role : {"writer", "reader"}) {
     f.Gauge("tbfs_store_role",
             std::string(role) == "writer"
@@ -151,9 +148,7 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
             (std::string(role) == "writer") == writer ? 1 : 0,
             {{"role", role}, {"shared", shared ? "true" : "false"}});
   }
-  const MigratorStats m = migrator_.stats();
-  const Filesystem::Stats k = fs_.stats();
-  auto totals = store_.GetTotals();
+  auto totals = store.GetTotals();
   const double cold_files = totals.ok() ? static_cast<double>(totals->files) : 0;
   const double cold_bytes = totals.ok() ? static_cast<double>(totals->logical_bytes) : 0;
   const double stored = totals.ok() ? static_cast<double>(totals->stored_bytes) : 0;
@@ -167,6 +162,17 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   f.Gauge("tbfs_cold_stored_bytes", "Bytes the cold files take in the store (compressed)", stored);
   f.Gauge("tbfs_saved_bytes", "Logical bytes of the cold files minus what they take in the store",
           std::max(0.0, cold_bytes - stored));
+  std::vector<store::ColdStore::LostFile> lost;
+  const bool listed = store.ListLost(&lost).ok();
+  f.Gauge("tbfs_lost_files",
+          "Files a recovery found neither in the logdir nor in the store (until tbfs fsck "
+          "--clear-lost); -1 when the records cannot be read",
+          listed ? static_cast<double>(lost.size()) : -1);
+}
+
+// The migrator's passes, batches, verifier and what it left hot, and the
+// retention policy's deletions.
+void MigratorMetrics(Families& f, const MigratorStats& m) {
   f.Counter("tbfs_migration_passes_total", "Migrator passes", static_cast<double>(m.passes));
   f.Counter("tbfs_migration_logdir_walks_total",
             "Walks of the whole logdir by the migrator (one per pass that moves nothing)",
@@ -211,14 +217,19 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
           "Hot files the last pass left in place: another owner's cold file is at their name "
           "in a sticky folder (both kept)",
           static_cast<double>(m.conflicts));
-  std::vector<store::ColdStore::LostFile> lost;
-  const bool listed = store_.ListLost(&lost).ok();
-  f.Gauge("tbfs_lost_files",
-          "Files a recovery found neither in the logdir nor in the store (until tbfs fsck "
-          "--clear-lost); -1 when the records cannot be read",
-          listed ? static_cast<double>(lost.size()) : -1);
   f.Gauge("tbfs_last_pass_timestamp_seconds", "When the migrator last finished a pass",
           static_cast<double>(m.last_pass_unix));
+  f.Counter("tbfs_retention_deleted_files_total", "Cold files deleted by the retention policy",
+            static_cast<double>(m.retention_files));
+  f.Counter("tbfs_retention_deleted_bytes_total",
+            "Logical bytes of the cold files deleted by the "
+            "retention policy",
+            static_cast<double>(m.retention_bytes));
+}
+
+// The read path: rehydrations, cold reads, the chunk cache, EIO answers and
+// the inodes the kernel holds.
+void ReadPathMetrics(Families& f, const Filesystem::Stats& k, uint64_t cache_capacity) {
   f.Counter("tbfs_rehydrations_total", "Cold files brought back to the logdir (opened for writing)",
             static_cast<double>(k.rehydrations));
   f.Counter("tbfs_cold_reads_total", "Reads served from the cold store",
@@ -230,7 +241,7 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   f.Gauge("tbfs_chunk_cache_bytes", "Bytes held by the cold chunk cache",
           static_cast<double>(k.cache.bytes));
   f.Gauge("tbfs_chunk_cache_capacity_bytes", "Capacity of the cold chunk cache",
-          static_cast<double>(fs_.options().cache_bytes));
+          static_cast<double>(cache_capacity));
   f.Gauge("tbfs_chunk_buffers_mapped_bytes",
           "Memory mapped for decompressed chunks: the cache's, readers' in flight and up to 8 MiB "
           "kept free",
@@ -254,8 +265,12 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
   }
   f.Gauge("tbfs_inodes", "Inodes the kernel holds through the mount",
           static_cast<double>(k.inodes));
+}
+
+// The logdir's filesystem (as node_exporter reports it).
+void SpaceMetrics(Families& f, const std::string& logdir) {
   struct statvfs vfs;
-  if (::statvfs(fs_.options().logdir.c_str(), &vfs) == 0) {
+  if (::statvfs(logdir.c_str(), &vfs) == 0) {
     f.Gauge("tbfs_fs_avail_bytes",
             "Bytes of the logdir's filesystem available to users (statvfs f_bavail, as "
             "node_exporter's node_filesystem_avail_bytes)",
@@ -267,7 +282,11 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
     f.Gauge("tbfs_fs_size_bytes", "Size of the logdir's filesystem",
             static_cast<double>(vfs.f_blocks) * static_cast<double>(vfs.f_frsize));
   }
-  if (auto g = store::SummarizeGrowth(migrator_.growth(), 24 * 3600, 0)) {
+}
+
+// The logdir's size by class and its growth, from the migrator's samples.
+void GrowthMetrics(Families& f, const std::vector<store::GrowthSample>& samples) {
+  if (auto g = store::SummarizeGrowth(samples, 24 * 3600, 0)) {
     const char* help =
         "Bytes of the logdir at the last migrator pass, by class (cold: the cold "
         "files' logical bytes)";
@@ -287,27 +306,37 @@ std::vector<MetricFamily> MountMetrics::Collect() const {
             "now: 0 one interval after writers stop)",
             g->recent_logdir_rate.value_or(0));
   }
-  f.Counter("tbfs_retention_deleted_files_total", "Cold files deleted by the retention policy",
-            static_cast<double>(m.retention_files));
-  f.Counter("tbfs_retention_deleted_bytes_total",
-            "Logical bytes of the cold files deleted by the "
-            "retention policy",
-            static_cast<double>(m.retention_bytes));
+}
+
+void LatencyMetrics(Families& f, const OpLatency& latency) {
   for (FuseOp op :
        {FuseOp::kLookup, FuseOp::kGetAttr, FuseOp::kRead, FuseOp::kWrite, FuseOp::kReadDir}) {
     f.Histogram("tbfs_fuse_operation_duration_seconds",
                 op == FuseOp::kLookup
                     ? "Time from a FUSE request reaching the daemon to its reply, by operation"
                     : "",
-                latency_.Read(op), {{"op", FuseOpName(op)}});
+                latency.Read(op), {{"op", FuseOpName(op)}});
   }
+}
+
+}  // namespace
+
+std::vector<MetricFamily> MountMetrics::Collect() const {
+  Families f(mountpoint_);
+  f.Gauge("tbfs_build_info", "Always 1: the version of the tbfs serving the mount", 1,
+          {{"version", TBFS_VERSION}});
+  const MigratorStats m = migrator_.stats();
+  StoreMetrics(f, store_, m);
+  MigratorMetrics(f, m);
+  ReadPathMetrics(f, fs_.stats(), fs_.options().cache_bytes);
+  SpaceMetrics(f, fs_.options().logdir);
+  GrowthMetrics(f, migrator_.growth());
+  LatencyMetrics(f, latency_);
   ProcessMetrics(f);
   return f.Take();
 }
 
-std::string MountMetrics::Text() const {
-  return prometheus::TextSerializer().Serialize(Collect());
-}
+std::string MountMetrics::Text() const { return prometheus::TextSerializer().Serialize(Collect()); }
 
 std::string MergeExpositions(const std::vector<std::string>& texts) {
   struct Family {

@@ -119,10 +119,9 @@ Status Migrator::CollectGarbage(bool apply, store::Garbage* out) {
   // its admin wants to know. (On a shared store's reader, a writer's batch
   // in flight elsewhere may count too: a dry run says "at most".)
   if (apply && !store_.writer()) {
-    return Status::Busy(
-        store_.shared() ? "this mount reads the shared store " + store_.dir() +
-                              "; run it on the writer's mount: " + store_.refusal()
-                        : "the store " + store_.dir() + " is " + store_.refusal());
+    return Status::Busy(store_.shared() ? "this mount reads the shared store " + store_.dir() +
+                                              "; run it on the writer's mount: " + store_.refusal()
+                                        : "the store " + store_.dir() + " is " + store_.refusal());
   }
   // Shared: a rename (exclusive) moves manifests to other keys, and a scan
   // of the manifests that a rename crosses could miss one whose chunks
@@ -294,21 +293,14 @@ Status Migrator::ApplyRetention() {
   return st;
 }
 
-Status Migrator::MovePass(store::GrowthSample* walked, bool* walked_is_current) {
-  *walked_is_current = false;
-  store::CandidateOptions copt;
-  copt.policy = config_.policy;
-  copt.older_than_s = config_.cold_after_s;
-  copt.walk = config_.walk;
-  copt.walk.stop = &stop_flag_;
-  copt.on_entry = [&](const WalkEntry& e) { store::CountHotEntry(e, config_.policy, walked); };
+Status Migrator::FindMovable(const store::CandidateOptions& copt,
+                             std::vector<store::Candidate>* candidates) {
   {
     MutexLock lock(mu_);
     stats_.logdir_walks++;
   }
-  std::vector<store::Candidate> candidates;
   std::vector<store::Skipped> skipped;
-  Status st = store::FindCandidates(logdir_, copt, &candidates, &skipped);
+  Status st = store::FindCandidates(logdir_, copt, candidates, &skipped);
   // Folders the walk could not enter come back as skipped entries without
   // a path: one line for them all (RepeatedWarning).
   std::vector<std::string> unwalked, big_xattrs;
@@ -319,22 +311,98 @@ Status Migrator::MovePass(store::GrowthSample* walked, bool* walked_is_current) 
       big_xattrs.push_back(std::move(s.path));
     }
   }
-  skipped.clear();
   unwalked_log_.Log(unwalked);
   big_xattrs_log_.Log(big_xattrs);
-  {
-    MutexLock lock(mu_);
-    stats_.passes++;
-    stats_.last_pass_unix = NowNs() / 1'000'000'000;
-    stats_.last_error = st.ok() ? "" : st.message();
-    stats_.unwalked = unwalked.size();
-    unwalked.resize(std::min(unwalked.size(), kWarningExamples));
-    stats_.unwalked_examples = std::move(unwalked);
-    stats_.big_xattrs = big_xattrs.size();
-    big_xattrs.resize(std::min(big_xattrs.size(), kWarningExamples));
-    stats_.big_xattrs_examples = std::move(big_xattrs);
+  MutexLock lock(mu_);
+  stats_.passes++;
+  stats_.last_pass_unix = NowNs() / 1'000'000'000;
+  stats_.last_error = st.ok() ? "" : st.message();
+  stats_.unwalked = unwalked.size();
+  unwalked.resize(std::min(unwalked.size(), kWarningExamples));
+  stats_.unwalked_examples = std::move(unwalked);
+  stats_.big_xattrs = big_xattrs.size();
+  big_xattrs.resize(std::min(big_xattrs.size(), kWarningExamples));
+  stats_.big_xattrs_examples = std::move(big_xattrs);
+  return st;
+}
+
+void Migrator::CurrentHolds(int64_t now, std::map<std::string, std::string>* runs,
+                            std::set<uint32_t>* owners) {
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->second.until_ns <= now) {
+      it = held_.erase(it);
+    } else {
+      (*runs)[it->first] = it->second.why;
+      ++it;
+    }
   }
-  if (!st.ok()) return st;
+  for (auto it = held_owners_.begin(); it != held_owners_.end();) {
+    if (it->second <= now) {
+      it = held_owners_.erase(it);
+    } else {
+      owners->insert(it->first);
+      ++it;
+    }
+  }
+}
+
+void Migrator::HoldFailed(const store::MigrateResult& result, int64_t now,
+                          std::set<uint32_t>* owners) {
+  for (const auto& [folder, why] : result.failed_runs) {
+    spdlog::warn(
+        "migrator: run {} failed the check after its batch moved; its batch rolled back "
+        "and ran again without it; its traces stay hot for {} s: {}",
+        folder.empty() ? "." : folder, kHoldAfterFailureNs / 1'000'000'000, why);
+    held_[folder] = {now + kHoldAfterFailureNs,
+                     "failed the check after its batch moved (held for a while): " + why};
+  }
+  for (uint32_t uid : result.failed_owners) {
+    spdlog::warn(
+        "migrator: every trace of uid {} stays hot for {} s: a tfevents file of theirs "
+        "failed the check after its batch moved",
+        uid, kHoldAfterFailureNs / 1'000'000'000);
+    held_owners_[uid] = now + kHoldAfterFailureNs;
+    owners->insert(uid);
+  }
+}
+
+Status Migrator::NoteMoved(const store::MigrateResult& result, bool over_budget,
+                           const std::set<uint32_t>& held_owners) {
+  MutexLock lock(mu_);
+  if (over_budget) stats_.over_budget++;
+  stats_.held_owners.assign(held_owners.begin(), held_owners.end());
+  stats_.files_moved += result.files_moved;
+  stats_.bytes_moved += result.bytes_moved;
+  stats_.stored_bytes += result.stored_bytes;
+  if (result.files_moved > 0) {
+    spdlog::info("migrator: moved {} files, {} bytes -> {} stored", result.files_moved,
+                 result.bytes_moved, result.stored_bytes);
+  }
+  if (result.store_full) {
+    // The pass stopped: said (status, migrate --now, the log), not a success.
+    stats_.stopped_store_full++;
+    stats_.last_error = "the store is full: " + result.store_full_reason;
+    return Status::FromErrno(ENOSPC, "migrate",
+                             "the pass stopped, the store is full: " + result.store_full_reason +
+                                 "; hot files stay hot until there is room");
+  }
+  if (result.unsynced_batches > 0) {
+    return Status::FromErrno(EIO, "migrate",
+                             stats_.last_error + " (the next start's recovery undoes the batch)");
+  }
+  return Status::OK();
+}
+
+Status Migrator::MovePass(store::GrowthSample* walked, bool* walked_is_current) {
+  *walked_is_current = false;
+  store::CandidateOptions copt;
+  copt.policy = config_.policy;
+  copt.older_than_s = config_.cold_after_s;
+  copt.walk = config_.walk;
+  copt.walk.stop = &stop_flag_;
+  copt.on_entry = [&](const WalkEntry& e) { store::CountHotEntry(e, config_.policy, walked); };
+  std::vector<store::Candidate> candidates;
+  if (Status st = FindMovable(copt, &candidates); !st.ok()) return st;
   if (candidates.empty()) {
     NoteBlockedRuns({});
     *walked_is_current = true;  // nothing moves: the walk's figures stand
@@ -353,25 +421,10 @@ Status Migrator::MovePass(store::GrowthSample* walked, bool* walked_is_current) 
   mopt.after_batch = [this](const store::BatchResult& b) { AfterBatch(b); };
   mopt.batch_lock = &ns_mu_;
   std::map<std::string, std::string> held;
-  const int64_t now = NowNs();
-  for (auto it = held_.begin(); it != held_.end();) {
-    if (it->second.until_ns <= now) {
-      it = held_.erase(it);
-    } else {
-      held[it->first] = it->second.why;
-      ++it;
-    }
-  }
-  mopt.held_runs = &held;
   std::set<uint32_t> held_owners;
-  for (auto it = held_owners_.begin(); it != held_owners_.end();) {
-    if (it->second <= now) {
-      it = held_owners_.erase(it);
-    } else {
-      held_owners.insert(it->first);
-      ++it;
-    }
-  }
+  const int64_t now = NowNs();
+  CurrentHolds(now, &held, &held_owners);
+  mopt.held_runs = &held;
   mopt.held_owners = &held_owners;
   {
     MutexLock lock(mu_);
@@ -388,51 +441,14 @@ Status Migrator::MovePass(store::GrowthSample* walked, bool* walked_is_current) 
   }
   conflict_log_.Log(conflicts);
   if (!result.ok()) return result.status();
-  for (const auto& [folder, why] : result->failed_runs) {
-    spdlog::warn(
-        "migrator: run {} failed the check after its batch moved; its batch rolled back "
-        "and ran again without it; its traces stay hot for {} s: {}",
-        folder.empty() ? "." : folder, kHoldAfterFailureNs / 1'000'000'000, why);
-    held_[folder] = {now + kHoldAfterFailureNs,
-                     "failed the check after its batch moved (held for a while): " + why};
-  }
-  for (uint32_t uid : result->failed_owners) {
-    spdlog::warn(
-        "migrator: every trace of uid {} stays hot for {} s: a tfevents file of theirs "
-        "failed the check after its batch moved",
-        uid, kHoldAfterFailureNs / 1'000'000'000);
-    held_owners_[uid] = now + kHoldAfterFailureNs;
-    held_owners.insert(uid);
-  }
+  HoldFailed(*result, now, &held_owners);
   NoteBlockedRuns(result->blocked_runs);
   const bool over_budget = !stop_flag_ && std::chrono::steady_clock::now() >= mopt.deadline;
   if (over_budget) {
     spdlog::info("migrator: the pass used its {} min; what is left moves at the next pass",
                  std::chrono::duration_cast<std::chrono::minutes>(kPassBudget).count());
   }
-  MutexLock lock(mu_);
-  if (over_budget) stats_.over_budget++;
-  stats_.held_owners.assign(held_owners.begin(), held_owners.end());
-  stats_.files_moved += result->files_moved;
-  stats_.bytes_moved += result->bytes_moved;
-  stats_.stored_bytes += result->stored_bytes;
-  if (result->files_moved > 0) {
-    spdlog::info("migrator: moved {} files, {} bytes -> {} stored", result->files_moved,
-                 result->bytes_moved, result->stored_bytes);
-  }
-  if (result->store_full) {
-    // The pass stopped: said (status, migrate --now, the log), not a success.
-    stats_.stopped_store_full++;
-    stats_.last_error = "the store is full: " + result->store_full_reason;
-    return Status::FromErrno(ENOSPC, "migrate",
-                             "the pass stopped, the store is full: " + result->store_full_reason +
-                                 "; hot files stay hot until there is room");
-  }
-  if (result->unsynced_batches > 0) {
-    return Status::FromErrno(EIO, "migrate",
-                             stats_.last_error + " (the next start's recovery undoes the batch)");
-  }
-  return Status::OK();
+  return NoteMoved(*result, over_budget, held_owners);
 }
 
 void Migrator::NoteBlockedRuns(std::vector<store::BlockedRun> runs) {

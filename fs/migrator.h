@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -138,6 +139,17 @@ class Migrator {
   // Moves what the walk finds; counts every file it walks into *walked,
   // and says whether those figures still hold after the pass.
   Status MovePass(store::GrowthSample* walked, bool* walked_is_current) TBFS_REQUIRES(pass_mu_);
+  // MovePass's steps: the walk for candidates (counting what it could not
+  // walk), the runs and owners held hot now (dropping expired holds), the
+  // holds a batch's failed check adds, and the moved figures in the stats.
+  Status FindMovable(const store::CandidateOptions& copt, std::vector<store::Candidate>* candidates)
+      TBFS_REQUIRES(pass_mu_);
+  void CurrentHolds(int64_t now, std::map<std::string, std::string>* runs,
+                    std::set<uint32_t>* owners) TBFS_REQUIRES(pass_mu_);
+  void HoldFailed(const store::MigrateResult& result, int64_t now, std::set<uint32_t>* owners)
+      TBFS_REQUIRES(pass_mu_);
+  Status NoteMoved(const store::MigrateResult& result, bool over_budget,
+                   const std::set<uint32_t>& held_owners) TBFS_REQUIRES(pass_mu_);
   Status ApplyRetention() TBFS_REQUIRES(pass_mu_);
   void KeepGrowthSample(const store::GrowthSample& sample) TBFS_REQUIRES(pass_mu_);
   void AfterBatch(const store::BatchResult& batch);

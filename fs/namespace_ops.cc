@@ -294,6 +294,13 @@ int Filesystem::Rmdir(uint64_t parent, const char* name) {
   return st.ok() ? 0 : StoreError(st, EioSite::kRmdir);
 }
 
+int Filesystem::ColdChildren(const std::string& dst, const Result<storepb::Entry>& dst_entry) {
+  if (!dst_entry.ok() || dst_entry->kind() != storepb::Entry::DIR) return 0;
+  auto kids = store_->HasChildren(dst);
+  if (!kids.ok()) return StoreError(kids.status(), EioSite::kRename);
+  return *kids ? -ENOTEMPTY : 0;
+}
+
 int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, const char* newname,
                        unsigned flags) {
   if (IsHidden(parent, name) || IsHidden(newparent, newname)) return -EPERM;
@@ -317,107 +324,108 @@ int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, co
     const bool src_in_store = !src_hot || (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok());
     if (src_in_store || dst_cold) return -EROFS;
   }
-  auto dst_cold_children = [&]() -> int {
-    if (!dst_cold || dst_entry->kind() != storepb::Entry::DIR) return 0;
-    auto kids = store_->HasChildren(dst);
-    if (!kids.ok()) return StoreError(kids.status(), EioSite::kRename);
-    return *kids ? -ENOTEMPTY : 0;
-  };
 
-  if (src_hot) {
-    std::shared_ptr<UniqueFd> npfd;
-    if (int r = EnsureBackingDir(newparent, &npfd); r != 0) return r;
-    struct stat dst_st;
-    bool dst_hot = ::fstatat(npfd->get(), newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0;
-    if (flags & RENAME_EXCHANGE) {
-      if (!dst_hot) return dst_cold ? -EINVAL : -ENOENT;
-      // Folders trade places; the store's entries below them would have to
-      // trade too, in one commit: not done, so refused as an exchange with
-      // a cold entry is.
-      auto holds_cold = [&](const std::string& rel) {
-        auto e = store_->GetEntry(rel);
-        return !e.status().IsNotFound() && (!e.ok() || e->kind() == storepb::Entry::DIR);
-      };
-      if ((S_ISDIR(sst.st_mode) && holds_cold(src)) || (S_ISDIR(dst_st.st_mode) && holds_cold(dst)))
-        return -EINVAL;
-    } else if (dst_cold && !dst_hot) {
-      if (flags & RENAME_NOREPLACE) return -EEXIST;
-      if (int r = dst_cold_children(); r != 0) return r;
-    }
-    pv = inodes_.View(parent);
-    if (::renameat2(pv.fd->get(), name, npfd->get(), newname, flags) != 0) return -errno;
-    if (!(flags & RENAME_EXCHANGE) && dst_cold && !dst_hot) {
-      // The hot file replaced the cold one: the cold one goes. Should that
-      // fail, the hot file still wins at this path; the log says so.
-      int r = 0;
-      if (dst_entry->kind() == storepb::Entry::FILE) {
-        r = UnlinkCold(dst);
-      } else {
-        store::WriteBatch b;
-        Status st = store_->RemoveEntry(&b, dst);
-        if (st.ok()) st = store_->Commit(b, true);
-        if (!st.ok()) r = StoreError(st, EioSite::kRenameReplace);
-      }
-      if (r != 0)
-        spdlog::error("rename over cold {}: its store entry stays: {}", dst, std::strerror(-r));
-    }
-    if (!S_ISDIR(sst.st_mode) && !(flags & RENAME_EXCHANGE)) DropShadowed(src, pv.fd->get(), &sst);
-    if (S_ISDIR(sst.st_mode) && store_->GetEntry(src).ok()) {
-      // The folder's cold contents move with it.
-      store::WriteBatch b;
-      Status st = store_->Rename(&b, src, dst, store::LogdirFolders(options_.logdir));
-      if (st.ok()) st = store_->Commit(b, true);
-      if (!st.ok()) return StoreError(st, EioSite::kRenameColdChildren);
-      inodes_.RenameColdDirs(src, dst);
-    }
-    return 0;
+  RenameArgs a{parent, name, newparent, newname, flags, src, dst, std::move(dst_entry), dst_cold};
+  return src_hot ? RenameHot(a, sst) : RenameCold(a);
+}
+
+int Filesystem::RenameHot(const RenameArgs& a, const struct stat& sst) {
+  std::shared_ptr<UniqueFd> npfd;
+  if (int r = EnsureBackingDir(a.newparent, &npfd); r != 0) return r;
+  struct stat dst_st;
+  bool dst_hot = ::fstatat(npfd->get(), a.newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0;
+  if (a.flags & RENAME_EXCHANGE) {
+    if (!dst_hot) return a.dst_cold ? -EINVAL : -ENOENT;
+    // Folders trade places; the store's entries below them would have to
+    // trade too, in one commit: not done, so refused as an exchange with
+    // a cold entry is.
+    auto holds_cold = [&](const std::string& rel) {
+      auto e = store_->GetEntry(rel);
+      return !e.status().IsNotFound() && (!e.ok() || e->kind() == storepb::Entry::DIR);
+    };
+    if ((S_ISDIR(sst.st_mode) && holds_cold(a.src)) ||
+        (S_ISDIR(dst_st.st_mode) && holds_cold(a.dst)))
+      return -EINVAL;
+  } else if (a.dst_cold && !dst_hot) {
+    if (a.flags & RENAME_NOREPLACE) return -EEXIST;
+    if (int r = ColdChildren(a.dst, a.dst_entry); r != 0) return r;
   }
+  InodeView pv = inodes_.View(a.parent);
+  if (::renameat2(pv.fd->get(), a.name, npfd->get(), a.newname, a.flags) != 0) return -errno;
+  if (!(a.flags & RENAME_EXCHANGE) && a.dst_cold && !dst_hot) {
+    // The hot file replaced the cold one: the cold one goes. Should that
+    // fail, the hot file still wins at this path; the log says so.
+    int r = 0;
+    if (a.dst_entry->kind() == storepb::Entry::FILE) {
+      r = UnlinkCold(a.dst);
+    } else {
+      store::WriteBatch b;
+      Status st = store_->RemoveEntry(&b, a.dst);
+      if (st.ok()) st = store_->Commit(b, true);
+      if (!st.ok()) r = StoreError(st, EioSite::kRenameReplace);
+    }
+    if (r != 0)
+      spdlog::error("rename over cold {}: its store entry stays: {}", a.dst, std::strerror(-r));
+  }
+  if (!S_ISDIR(sst.st_mode) && !(a.flags & RENAME_EXCHANGE))
+    DropShadowed(a.src, pv.fd->get(), &sst);
+  if (S_ISDIR(sst.st_mode) && store_->GetEntry(a.src).ok()) {
+    // The folder's cold contents move with it.
+    store::WriteBatch b;
+    Status st = store_->Rename(&b, a.src, a.dst, store::LogdirFolders(options_.logdir));
+    if (st.ok()) st = store_->Commit(b, true);
+    if (!st.ok()) return StoreError(st, EioSite::kRenameColdChildren);
+    inodes_.RenameColdDirs(a.src, a.dst);
+  }
+  return 0;
+}
 
-  // The source is cold (a file, or a folder only the store has).
-  if (flags & RENAME_EXCHANGE) return -EINVAL;
-  auto src_entry = store_->GetEntry(src);
+int Filesystem::RenameCold(const RenameArgs& a) {
+  if (a.flags & RENAME_EXCHANGE) return -EINVAL;
+  auto src_entry = store_->GetEntry(a.src);
   if (!src_entry.ok()) return StoreError(src_entry.status(), EioSite::kRename);
   const bool src_dir = src_entry->kind() == storepb::Entry::DIR;
-  InodeView npv = inodes_.View(newparent);
+  InodeView npv = inodes_.View(a.newparent);
   if (npv.kind == Kind::kColdFile) return -ENOTDIR;
   bool dst_hot_file = false;  // replaced once the store has the file at dst
   if (npv.kind == Kind::kHot) {
     struct stat dst_st;
-    if (::fstatat(npv.fd->get(), newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0) {
-      if (flags & RENAME_NOREPLACE) return -EEXIST;
+    if (::fstatat(npv.fd->get(), a.newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (a.flags & RENAME_NOREPLACE) return -EEXIST;
       if (S_ISDIR(dst_st.st_mode) != src_dir) return src_dir ? -ENOTDIR : -EISDIR;
       // An (empty) folder goes first: should it not, nothing has changed.
-      if (src_dir && ::unlinkat(npv.fd->get(), newname, AT_REMOVEDIR) != 0) return -errno;
+      if (src_dir && ::unlinkat(npv.fd->get(), a.newname, AT_REMOVEDIR) != 0) return -errno;
       dst_hot_file = !src_dir;
     }
   }
-  if (dst_cold) {
-    if (flags & RENAME_NOREPLACE) return -EEXIST;
-    if ((dst_entry->kind() == storepb::Entry::DIR) != src_dir) return src_dir ? -ENOTDIR : -EISDIR;
-    if (int r = dst_cold_children(); r != 0) return r;
+  if (a.dst_cold) {
+    if (a.flags & RENAME_NOREPLACE) return -EEXIST;
+    if ((a.dst_entry->kind() == storepb::Entry::DIR) != src_dir)
+      return src_dir ? -ENOTDIR : -EISDIR;
+    if (int r = ColdChildren(a.dst, a.dst_entry); r != 0) return r;
     if (src_dir) {
       store::WriteBatch b;
-      Status st = store_->RemoveEntry(&b, dst);
+      Status st = store_->RemoveEntry(&b, a.dst);
       if (st.ok()) st = store_->Commit(b, true);
       if (!st.ok()) return StoreError(st, EioSite::kRename);
-    } else if (int r = UnlinkCold(dst); r != 0) {
+    } else if (int r = UnlinkCold(a.dst); r != 0) {
       return r;
     }
   }
   store::WriteBatch batch;
-  Status st = store_->Rename(&batch, src, dst, store::LogdirFolders(options_.logdir));
+  Status st = store_->Rename(&batch, a.src, a.dst, store::LogdirFolders(options_.logdir));
   if (st.ok()) st = store_->Commit(batch, true);
   if (!st.ok()) return StoreError(st, EioSite::kRename);
   // The hot file it replaces goes only now: a store that failed the
   // rename has left it in place.
-  if (dst_hot_file && ::unlinkat(npv.fd->get(), newname, 0) != 0 && errno != ENOENT) {
+  if (dst_hot_file && ::unlinkat(npv.fd->get(), a.newname, 0) != 0 && errno != ENOENT) {
     const int err = errno;
-    spdlog::error("rename {} -> {}: the hot file it replaces stays (and hides it): {}", src, dst,
-                  std::strerror(err));
+    spdlog::error("rename {} -> {}: the hot file it replaces stays (and hides it): {}", a.src,
+                  a.dst, std::strerror(err));
     return -err;
   }
   if (src_dir) {
-    inodes_.RenameColdDirs(src, dst);
+    inodes_.RenameColdDirs(a.src, a.dst);
   } else {
     auto m = store_->GetManifest(src_entry->file_id());
     if (m.ok()) inodes_.UpdateManifest(*m);

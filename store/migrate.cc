@@ -87,9 +87,192 @@ Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
       options);
 }
 
+namespace {
+
 // How many times a batch runs again after runs failed the check after it
 // (each time without them and their owners' traces).
 constexpr int kRetriesAfterAFailedRun = 4;
+
+// One MigrateFrom: candidates in, batches out, with the runs and owners
+// held hot along the way.
+class Migration {
+ public:
+  Migration(ColdStore& store, const MigrateOptions& options, int root_fd,
+            std::vector<std::string> event_files, events::LogdirDigest full, WorkPool& pool,
+            const std::string& logdir)
+      : store_(store),
+        options_(options),
+        root_fd_(root_fd),
+        event_files_(std::move(event_files)),
+        full_(std::move(full)),
+        runner_(store, logdir, root_fd, options, pool) {
+    // A run whose tfevents file cannot be digested keeps its traces (I3
+    // could not be proven for it); the other runs' traces move.
+    if (options.held_runs != nullptr) {
+      for (const auto& [folder, why] : *options.held_runs) blocked_[folder] = {folder, "", why, 0};
+    }
+    for (const events::FileError& e : full_.errors) {
+      std::string folder = ParentPath(e.path);
+      if (blocked_.count(folder) > 0) continue;
+      blocked_[folder] = BlockedRun{folder, e.path, e.status.message(), 0};
+    }
+  }
+
+  // A candidate found by the source: refused (not one), counted against a
+  // blocked run, left (a held owner's), or added to the batch, which runs
+  // once full.
+  void Take(Candidate&& c);
+  // The last batch, then the result.
+  Result<MigrateResult> Finish(const Status& found);
+
+ private:
+  bool stopping() const { return options_.stop != nullptr && options_.stop->load(); }
+  // The blocked run a trace lies beneath (its folder or any folder above).
+  BlockedRun* BlockedFor(const std::string& path);
+  // An owner held by the caller, or by a failed check earlier on.
+  bool HeldOwner(const Candidate& c) const {
+    return result_.failed_owners.count(c.uid) > 0 ||
+           (options_.held_owners != nullptr && options_.held_owners->count(c.uid) > 0);
+  }
+  void RunBatch();
+  // A rolled-back batch's failed runs and their owners, now held; true when
+  // one was not held before (the rest of the batch may run again).
+  bool HoldFailed(const BatchResult& b);
+  void Account(BatchResult&& b);
+
+  ColdStore& store_;
+  const MigrateOptions& options_;
+  const int root_fd_;
+  const std::vector<std::string> event_files_;
+  events::LogdirDigest full_;
+  BatchRunner runner_;
+  std::map<std::string, BlockedRun> blocked_;  // by folder
+  MigrateResult result_;
+  std::vector<Candidate> batch_;
+  uint64_t batch_bytes_ = 0;
+  Status refused_;
+};
+
+BlockedRun* Migration::BlockedFor(const std::string& path) {
+  if (blocked_.empty()) return nullptr;
+  std::string dir = ParentPath(path);
+  for (;;) {
+    auto it = blocked_.find(dir);
+    if (it != blocked_.end()) return &it->second;
+    if (dir.empty()) return nullptr;
+    dir = ParentPath(dir);
+  }
+}
+
+void Migration::Take(Candidate&& c) {
+  if (!refused_.ok() || stopping() || result_.store_full) return;
+  bool in_skipped_dir =
+      std::find(options_.walk.skip_dirs.begin(), options_.walk.skip_dirs.end(),
+                c.path.substr(0, c.path.find('/'))) != options_.walk.skip_dirs.end();
+  if (!IsSafeRelativePath(c.path) || !IsTraceClass(c.cls) || in_skipped_dir) {
+    refused_ = Status::InvalidArgument("not a migration candidate: " + c.path);
+    return;
+  }
+  if (events::IsEventsFileName(c.path)) {
+    refused_ = Status::InvalidArgument("refusing to migrate a tfevents file: " + c.path);  // I1
+    return;
+  }
+  if (BlockedRun* b = BlockedFor(c.path); b != nullptr) {
+    b->traces++;
+    return;
+  }
+  if (HeldOwner(c)) return;
+  batch_bytes_ += c.size;
+  batch_.push_back(std::move(c));
+  if (batch_bytes_ >= options_.batch_bytes || batch_.size() >= options_.batch_files) RunBatch();
+}
+
+void Migration::Account(BatchResult&& b) {
+  if (b.store_full) {
+    result_.store_full = true;
+    result_.store_full_reason = runner_.store_full_;
+  }
+  for (const FileResult& f : b.files) {
+    if (f.outcome == Outcome::kMoved) {
+      result_.files_moved++;
+      result_.bytes_moved += f.bytes;
+      result_.stored_bytes += f.stored_bytes;
+    }
+  }
+  result_.rolled_back_batches += b.rolled_back ? 1 : 0;
+  result_.unsynced_batches += b.unsynced.empty() ? 0 : 1;
+  result_.flushes += b.flushes;
+  result_.flush_seconds += b.flush_seconds;
+  if (options_.keep_batches) result_.batches.push_back(std::move(b));
+}
+
+bool Migration::HoldFailed(const BatchResult& b) {
+  bool held = false;
+  if (!b.rolled_back) return false;
+  for (const events::Failure& f : b.failures) {
+    if (f.file.empty()) continue;  // not one run's (a must-have tag)
+    const std::string folder = ParentPath(f.file);
+    struct stat st;
+    if (::fstatat(root_fd_, f.file.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      held |= result_.failed_owners.insert(st.st_uid).second;
+    }
+    if (blocked_.count(folder) > 0) continue;
+    blocked_[folder] = {folder, f.file, "failed the check after its batch moved: " + f.reason, 0};
+    result_.failed_runs.emplace_back(folder, f.ToString());
+    held = true;
+  }
+  return held;
+}
+
+// A run whose tfevents file failed the check after the move (changed or
+// damaged meanwhile, perhaps on purpose) held the whole batch back: that
+// run, and every trace of the file's owner, are held for the rest of the
+// migration, and the others run again. Each retry that fails so holds one
+// more owner; a few are allowed, then the rest waits.
+void Migration::RunBatch() {
+  if (batch_.empty() || result_.store_full || stopping()) return;
+  // Not even the margin free: no batch starts.
+  if (Status room = store_.CheckRoom(0); !room.ok()) {
+    result_.store_full = true;
+    result_.store_full_reason = room.message();
+  }
+  for (int attempt = 0;
+       !result_.store_full && attempt <= kRetriesAfterAFailedRun && !batch_.empty(); ++attempt) {
+    BatchResult b = runner_.Run(batch_, event_files_, &full_);
+    const bool held = HoldFailed(b);
+    const bool retry = held && !b.store_full && b.unsynced.empty() && !stopping();
+    Account(std::move(b));
+    if (!retry) break;
+    std::vector<Candidate> rest;
+    for (Candidate& c : batch_) {
+      if (BlockedRun* r = BlockedFor(c.path); r != nullptr) {
+        r->traces++;
+      } else if (!HeldOwner(c)) {
+        rest.push_back(std::move(c));
+      }
+    }
+    batch_ = std::move(rest);
+  }
+  batch_.clear();
+  batch_bytes_ = 0;
+}
+
+Result<MigrateResult> Migration::Finish(const Status& found) {
+  if (!refused_.ok()) return refused_;
+  if (found.ok()) RunBatch();
+  for (auto& [folder, b] : blocked_) {
+    if (b.traces > 0) result_.blocked_runs.push_back(std::move(b));
+  }
+  if (result_.files_moved > 0) {
+    Status st = store_.Flush();  // the WAL would hold a second copy
+    if (!st.ok()) spdlog::warn("migrate: {}", st.message());
+  }
+  // A walk stopped on purpose (MigrateOptions::stop) is not an error.
+  if (!found.ok() && !(found.code() == Code::kAborted && stopping())) return found;
+  return std::move(result_);
+}
+
+}  // namespace
 
 Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
                                   const CandidateSource& source, const MigrateOptions& options) {
@@ -104,144 +287,13 @@ Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
   events::DigestOptions digest_options;
   digest_options.threads = options.threads;
   events::LogdirDigest full = events::DigestFiles(logdir, event_files, digest_options);
-  // A run whose tfevents file cannot be digested keeps its traces (I3 could
-  // not be proven for it); the other runs' traces move. Keyed by folder.
-  std::map<std::string, BlockedRun> blocked;
-  if (options.held_runs != nullptr) {
-    for (const auto& [folder, why] : *options.held_runs) blocked[folder] = {folder, "", why, 0};
-  }
-  for (const events::FileError& e : full.errors) {
-    std::string folder = ParentPath(e.path);
-    if (blocked.count(folder) > 0) continue;
-    blocked[folder] = BlockedRun{folder, e.path, e.status.message(), 0};
-  }
-  // The blocked run a trace lies beneath (its folder or any folder above).
-  auto blocked_for = [&](const std::string& path) -> BlockedRun* {
-    if (blocked.empty()) return nullptr;
-    std::string dir = ParentPath(path);
-    for (;;) {
-      auto it = blocked.find(dir);
-      if (it != blocked.end()) return &it->second;
-      if (dir.empty()) return nullptr;
-      dir = ParentPath(dir);
-    }
-  };
-
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return root.status();
   WorkPool pool(options.threads);
-  BatchRunner runner(store, logdir, root->get(), options, pool);
-  MigrateResult result;
-  std::vector<Candidate> batch;
-  uint64_t batch_bytes = 0;
-  auto stopping = [&] { return options.stop != nullptr && options.stop->load(); };
-  // An owner held by the caller, or by a failed check earlier on.
-  auto held_owner = [&](const Candidate& c) {
-    return result.failed_owners.count(c.uid) > 0 ||
-           (options.held_owners != nullptr && options.held_owners->count(c.uid) > 0);
-  };
-  auto flush = [&] {
-    if (batch.empty() || result.store_full || stopping()) return;
-    // Not even the margin free: no batch starts.
-    if (Status room = store.CheckRoom(0); !room.ok()) {
-      result.store_full = true;
-      result.store_full_reason = room.message();
-      batch.clear();
-      batch_bytes = 0;
-      return;
-    }
-    auto account = [&](BatchResult&& b) {
-      if (b.store_full) {
-        result.store_full = true;
-        result.store_full_reason = runner.store_full_;
-      }
-      for (const FileResult& f : b.files) {
-        if (f.outcome == Outcome::kMoved) {
-          result.files_moved++;
-          result.bytes_moved += f.bytes;
-          result.stored_bytes += f.stored_bytes;
-        }
-      }
-      result.rolled_back_batches += b.rolled_back ? 1 : 0;
-      result.unsynced_batches += b.unsynced.empty() ? 0 : 1;
-      result.flushes += b.flushes;
-      result.flush_seconds += b.flush_seconds;
-      if (options.keep_batches) result.batches.push_back(std::move(b));
-    };
-    // A run whose tfevents file failed the check after the move (changed
-    // or damaged meanwhile, perhaps on purpose) held the whole batch back:
-    // that run, and every trace of the file's owner, are held for the rest
-    // of the migration, and the others run again. Each retry that fails
-    // so holds one more owner; a few are allowed, then the rest waits.
-    for (int attempt = 0; attempt <= kRetriesAfterAFailedRun && !batch.empty(); ++attempt) {
-      BatchResult b = runner.Run(batch, event_files, &full);
-      bool held = false;
-      if (b.rolled_back) {
-        for (const events::Failure& f : b.failures) {
-          if (f.file.empty()) continue;  // not one run's (a must-have tag)
-          const std::string folder = ParentPath(f.file);
-          struct stat st;
-          if (::fstatat(root->get(), f.file.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-            held |= result.failed_owners.insert(st.st_uid).second;
-          }
-          if (blocked.count(folder) > 0) continue;
-          blocked[folder] = {folder, f.file, "failed the check after its batch moved: " + f.reason,
-                             0};
-          result.failed_runs.emplace_back(folder, f.ToString());
-          held = true;
-        }
-      }
-      const bool retry = held && !b.store_full && b.unsynced.empty() && !stopping();
-      account(std::move(b));
-      if (!retry) break;
-      std::vector<Candidate> rest;
-      for (Candidate& c : batch) {
-        if (BlockedRun* r = blocked_for(c.path); r != nullptr) {
-          r->traces++;
-        } else if (!held_owner(c)) {
-          rest.push_back(std::move(c));
-        }
-      }
-      batch = std::move(rest);
-    }
-    batch.clear();
-    batch_bytes = 0;
-  };
-  Status refused;
-  Status found = source([&](Candidate&& c) {
-    if (!refused.ok() || stopping() || result.store_full) return;
-    bool in_skipped_dir =
-        std::find(options.walk.skip_dirs.begin(), options.walk.skip_dirs.end(),
-                  c.path.substr(0, c.path.find('/'))) != options.walk.skip_dirs.end();
-    if (!IsSafeRelativePath(c.path) || !IsTraceClass(c.cls) || in_skipped_dir) {
-      refused = Status::InvalidArgument("not a migration candidate: " + c.path);
-      return;
-    }
-    if (events::IsEventsFileName(c.path)) {
-      refused = Status::InvalidArgument("refusing to migrate a tfevents file: " + c.path);  // I1
-      return;
-    }
-    if (BlockedRun* b = blocked_for(c.path); b != nullptr) {
-      b->traces++;
-      return;
-    }
-    if (held_owner(c)) return;
-    batch_bytes += c.size;
-    batch.push_back(std::move(c));
-    if (batch_bytes >= options.batch_bytes || batch.size() >= options.batch_files) flush();
-  });
-  if (!refused.ok()) return refused;
-  if (found.ok()) flush();
-  for (auto& [folder, b] : blocked) {
-    if (b.traces > 0) result.blocked_runs.push_back(std::move(b));
-  }
-  if (result.files_moved > 0) {
-    Status st = store.Flush();  // the WAL would hold a second copy
-    if (!st.ok()) spdlog::warn("migrate: {}", st.message());
-  }
-  // A walk stopped on purpose (MigrateOptions::stop) is not an error.
-  if (!found.ok() && !(found.code() == Code::kAborted && stopping())) return found;
-  return result;
+  Migration migration(store, options, root->get(), std::move(event_files), std::move(full), pool,
+                      logdir);
+  Status found = source([&](Candidate&& c) { migration.Take(std::move(c)); });
+  return migration.Finish(found);
 }
 
 }  // namespace tbfs::store
