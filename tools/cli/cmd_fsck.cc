@@ -239,8 +239,9 @@ int RunFsck(const FsckArgs& args) {
   return r->clean() ? kExitOk : kExitFinding;
 }
 
-int RunGc(const FsckArgs& args) {
-  store::Retention policy;
+// --older-than, --migrated-before, --keep-last, --max-store into *policy;
+// false (said) when one is not valid.
+bool ParseRetention(const FsckArgs& args, store::Retention* policy) {
   auto duration = [&](const std::string& flag, const std::string& text,
                       std::optional<int64_t>* out) {
     if (text.empty()) return true;
@@ -252,20 +253,95 @@ int RunGc(const FsckArgs& args) {
     *out = *s;
     return true;
   };
-  if (!duration("--older-than", args.older_than, &policy.older_than_s) ||
-      !duration("--migrated-before", args.migrated_before, &policy.migrated_before_s)) {
-    return kExitError;
+  if (!duration("--older-than", args.older_than, &policy->older_than_s) ||
+      !duration("--migrated-before", args.migrated_before, &policy->migrated_before_s)) {
+    return false;
   }
-  if (args.keep_last >= 0) policy.keep_last = static_cast<uint64_t>(args.keep_last);
+  if (args.keep_last >= 0) policy->keep_last = static_cast<uint64_t>(args.keep_last);
   if (!args.max_store.empty()) {
     auto b = ParseSizeBytes(args.max_store);
     if (!b.ok()) {
       PrintError("gc", "--max-store: " + b.status().message());
-      return kExitError;
+      return false;
     }
-    policy.max_store_bytes = *b;
+    policy->max_store_bytes = *b;
   }
-  policy.across_owners = args.across_owners;
+  policy->across_owners = args.across_owners;
+  return true;
+}
+
+// `tbfs gc MOUNTPOINT --garbage`: the mount's daemon, the store's writer,
+// collects between passes, so no mount has to stop.
+int GcThroughMount(const FsckArgs& args, const store::Retention& policy) {
+  if (policy.any()) {
+    PrintError("gc", args.logdir +
+                         " is a tbfs mount: its retention: policy deletes cold files after "
+                         "each pass; on a mount point gc takes --garbage only");
+    return kExitError;
+  }
+  std::string reply;
+  if (std::string e = AskMount(args.logdir, args.apply ? "gc-garbage-apply" : "gc-garbage", &reply);
+      !e.empty()) {
+    PrintError("gc", "garbage: " + e);
+    return kExitError;
+  }
+  const json r = json::parse(reply);
+  if (args.json) {
+    PrintJson({{"dry_run", !args.apply},
+               {"files", 0},
+               {"bytes", 0},
+               {"stored_bytes", 0},
+               {"deleted", json::array()},
+               {"garbage", {{"chunks", r["chunks"]}, {"file_ids", r["file_ids"]}}}});
+  } else {
+    fmt::print("{} {} unreachable chunk(s) of {} file id(s) no record names{}\n",
+               args.apply ? "removed" : "would remove", r["chunks"].get<uint64_t>(),
+               r["file_ids"].get<uint64_t>(),
+               args.apply ? "" : "\ndry run: nothing changed. Run again with --apply to remove.");
+  }
+  return kExitOk;
+}
+
+void PrintGc(const FsckArgs& args, const std::vector<storepb::Manifest>& old,
+             const std::vector<std::string>& why, const store::Garbage& garbage) {
+  uint64_t bytes = 0, stored = 0;
+  for (const auto& m : old) {
+    bytes += m.size();
+    stored += m.stored_bytes();
+  }
+  if (args.json) {
+    json j = {{"dry_run", !args.apply},
+              {"files", old.size()},
+              {"bytes", bytes},
+              {"stored_bytes", stored},
+              {"deleted", json::array()}};
+    if (args.garbage)
+      j["garbage"] = {{"chunks", garbage.chunks.size()}, {"file_ids", garbage.files}};
+    for (size_t i = 0; i < old.size(); ++i) {
+      j["deleted"].push_back(
+          {{"path", old[i].path()}, {"bytes", old[i].size()}, {"reason", why[i]}});
+      j["paths"].push_back(old[i].path());
+    }
+    PrintJson(j);
+  } else {
+    for (size_t i = 0; i < old.size(); ++i) {
+      fmt::print("  {:>10}  {}  ({})\n", HumanBytes(old[i].size()), Printable(old[i].path()),
+                 why[i]);
+    }
+    if (args.garbage) {
+      fmt::print("{} {} unreachable chunk(s) of {} file id(s) no record names\n",
+                 args.apply ? "removed" : "would remove", garbage.chunks.size(), garbage.files);
+    }
+    fmt::print("{} {} cold files ({} logical, {} stored){}\n",
+               args.apply ? "deleted" : "would delete", old.size(), HumanBytes(bytes),
+               HumanBytes(stored),
+               args.apply ? "" : "\ndry run: nothing changed. Run again with --apply to delete.");
+  }
+}
+
+int RunGc(const FsckArgs& args) {
+  store::Retention policy;
+  if (!ParseRetention(args, &policy)) return kExitError;
   if (!policy.any() && !args.garbage) {
     PrintError("gc",
                "give a policy: --older-than DUR, --migrated-before DUR, --keep-last N or "
@@ -273,38 +349,7 @@ int RunGc(const FsckArgs& args) {
                "or --garbage");
     return kExitError;
   }
-  if (!args.logdir.empty() && IsTbfsMount(args.logdir)) {
-    // Through the mount: its daemon, the store's writer, collects between
-    // passes, so no mount has to stop.
-    if (policy.any()) {
-      PrintError("gc", args.logdir +
-                           " is a tbfs mount: its retention: policy deletes cold files after "
-                           "each pass; on a mount point gc takes --garbage only");
-      return kExitError;
-    }
-    std::string reply;
-    if (std::string e = AskMount(args.logdir, args.apply ? "gc-garbage-apply" : "gc-garbage",
-                                 &reply);
-        !e.empty()) {
-      PrintError("gc", "garbage: " + e);
-      return kExitError;
-    }
-    const json r = json::parse(reply);
-    if (args.json) {
-      PrintJson({{"dry_run", !args.apply},
-                 {"files", 0},
-                 {"bytes", 0},
-                 {"stored_bytes", 0},
-                 {"deleted", json::array()},
-                 {"garbage", {{"chunks", r["chunks"]}, {"file_ids", r["file_ids"]}}}});
-    } else {
-      fmt::print("{} {} unreachable chunk(s) of {} file id(s) no record names{}\n",
-                 args.apply ? "removed" : "would remove", r["chunks"].get<uint64_t>(),
-                 r["file_ids"].get<uint64_t>(),
-                 args.apply ? "" : "\ndry run: nothing changed. Run again with --apply to remove.");
-    }
-    return kExitOk;
-  }
+  if (!args.logdir.empty() && IsTbfsMount(args.logdir)) return GcThroughMount(args, policy);
   if (args.apply && args.logdir.empty()) {
     // A writer's open finishes what a crash left, writing files back into the logdir.
     PrintError("gc", "--apply needs LOGDIR (recovery may write files back into it)");
@@ -343,11 +388,6 @@ int RunGc(const FsckArgs& args) {
                    garbage.files);
     }
   }
-  uint64_t bytes = 0, stored = 0;
-  for (const auto& m : old) {
-    bytes += m.size();
-    stored += m.stored_bytes();
-  }
   if (args.apply && !old.empty()) {
     Status st = store::DeleteCold(**store, old);
     if (!st.ok()) {
@@ -357,34 +397,7 @@ int RunGc(const FsckArgs& args) {
     for (size_t i = 0; i < old.size(); ++i)
       spdlog::info("gc: deleted {} ({})", old[i].path(), why[i]);
   }
-  if (args.json) {
-    json j = {{"dry_run", !args.apply},
-              {"files", old.size()},
-              {"bytes", bytes},
-              {"stored_bytes", stored},
-              {"deleted", json::array()}};
-    if (args.garbage)
-      j["garbage"] = {{"chunks", garbage.chunks.size()}, {"file_ids", garbage.files}};
-    for (size_t i = 0; i < old.size(); ++i) {
-      j["deleted"].push_back(
-          {{"path", old[i].path()}, {"bytes", old[i].size()}, {"reason", why[i]}});
-      j["paths"].push_back(old[i].path());
-    }
-    PrintJson(j);
-  } else {
-    for (size_t i = 0; i < old.size(); ++i) {
-      fmt::print("  {:>10}  {}  ({})\n", HumanBytes(old[i].size()), Printable(old[i].path()),
-                 why[i]);
-    }
-    if (args.garbage) {
-      fmt::print("{} {} unreachable chunk(s) of {} file id(s) no record names\n",
-                 args.apply ? "removed" : "would remove", garbage.chunks.size(), garbage.files);
-    }
-    fmt::print("{} {} cold files ({} logical, {} stored){}\n",
-               args.apply ? "deleted" : "would delete", old.size(), HumanBytes(bytes),
-               HumanBytes(stored),
-               args.apply ? "" : "\ndry run: nothing changed. Run again with --apply to delete.");
-  }
+  PrintGc(args, old, why, garbage);
   return kExitOk;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "base/text.h"
@@ -167,33 +168,13 @@ void PrintPlan(const std::vector<store::Candidate>& candidates,
   fmt::print("dry run: nothing changed. Run again with --apply to migrate.\n");
 }
 
-int RunMigrate(MigrateArgs args) {
-  if (args.now) return MigrateThroughMount(args);
-  {
-    if (!args.logdir.empty() && IsTbfsMount(args.logdir)) {
-      PrintError("migrate", args.logdir +
-                                " is a tbfs mount point: use --now to have the mount "
-                                "migrate, or give the backing logdir");
-      return kExitError;
-    }
-  }
-  store::CandidateOptions copt;
-  bool apply = false;
-  std::string err = Prepare(&args, &copt, &apply);
-  if (!err.empty()) {
-    PrintError("migrate", err);
-    return kExitError;
-  }
-  auto loc = LocateStore(args.logdir, args.store);
-  if (!loc.ok()) {
-    PrintError("migrate", loc.status().message());
-    return kExitError;
-  }
-  copt.walk = loc->walk;
-
-  // The scalars must be intact (and the must-haves there) before anything moves.
+// The scalars must be intact (and the must-haves there) before anything
+// moves. A run whose tfevents file cannot be read holds only its own traces
+// (HELD in the report); any other failure (a must-have tag missing) refuses
+// the whole migration. Returns the exit code when the migration stops here.
+std::optional<int> CheckBefore(const MigrateArgs& args, const StoreLocation& loc) {
   events::VerifyOptions vopt;
-  vopt.walk = loc->walk;
+  vopt.walk = loc.walk;
   std::vector<std::string> unwalked;  // also among the candidates' skipped
   vopt.walk.warnings = &unwalked;
   vopt.must_have = args.must_have;
@@ -207,9 +188,6 @@ int RunMigrate(MigrateArgs args) {
                               " (wrong path?); use --allow-no-events to migrate anyway");
     return kExitError;
   }
-  // A run whose tfevents file cannot be read holds only its own traces
-  // (HELD in the report); any other failure (a must-have tag missing)
-  // refuses the whole migration.
   std::set<std::string> unreadable;
   for (const auto& e : before->digest.errors) unreadable.insert(e.path);
   bool refuse = false;
@@ -219,110 +197,55 @@ int RunMigrate(MigrateArgs args) {
     refuse = true;
   }
   if (refuse) return kExitFinding;
+  return std::nullopt;
+}
 
-  uint32_t chunk_bytes = store::kDefaultChunkBytes;
-  if (!args.chunk_size.empty()) {
-    auto n = ParseSizeBytes(args.chunk_size);
-    if (!n.ok() || *n < 4096 || *n > (64u << 20)) {
-      PrintError("migrate", "--chunk-size must be between 4K and 64M");
-      return kExitError;
-    }
-    chunk_bytes = static_cast<uint32_t>(*n);
-  }
-  // --apply without --backup keeps no list of the files: a first walk
-  // counts them (the progress line's total), the migration takes them as a
-  // second walk finds them, a batch at a time, and the report goes out
-  // batch by batch. A dry run, a backup, or nothing to move need the list.
-  uint64_t count = 0, total = 0;
-  if (apply && args.backup.empty()) {
-    Status st = store::ForEachCandidate(
-        args.logdir, copt,
-        [&](store::Candidate&& c) {
-          count++;
-          total += c.size;
-        },
-        [](store::Skipped&&) {});
-    if (!st.ok()) {
-      PrintError("migrate", st.message());
-      return kExitError;
-    }
-  }
+// What a walk finds to move. --apply without --backup keeps no list of the
+// files: a first walk counts them (the progress line's total), the
+// migration takes them as a second walk finds them, a batch at a time, and
+// the report goes out batch by batch. A dry run, a backup, or nothing to
+// move need the list (*candidates).
+struct Found {
   std::vector<store::Candidate> candidates;
   std::vector<store::Skipped> skipped;
-  if (!apply || !args.backup.empty() || count == 0) {
-    Status st = store::FindCandidates(args.logdir, copt, &candidates, &skipped);
-    if (!st.ok()) {
-      PrintError("migrate", st.message());
-      return kExitError;
-    }
-    count = candidates.size();
-    total = 0;
-    for (const auto& c : candidates) total += c.size;
+  uint64_t count = 0, total = 0;
+};
+Status FindWhatMoves(const MigrateArgs& args, const store::CandidateOptions& copt, bool apply,
+                     Found* found) {
+  if (apply && args.backup.empty()) {
+    TBFS_RETURN_IF_ERROR(store::ForEachCandidate(
+        args.logdir, copt,
+        [&](store::Candidate&& c) {
+          found->count++;
+          found->total += c.size;
+        },
+        [](store::Skipped&&) {}));
   }
-  if (count == 0) {
-    if (args.json) {
-      PrintJson(json{{"logdir", args.logdir}, {"files", 0}, {"dry_run", !apply}});
-    } else {
-      for (const auto& s : skipped)
-        fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
-      fmt::print("nothing to migrate in {}\n", args.logdir);
-    }
-    return kExitOk;
+  if (!apply || !args.backup.empty() || found->count == 0) {
+    TBFS_RETURN_IF_ERROR(
+        store::FindCandidates(args.logdir, copt, &found->candidates, &found->skipped));
+    found->count = found->candidates.size();
+    found->total = 0;
+    for (const auto& c : found->candidates) found->total += c.size;
   }
-  if (!apply) {
-    uint64_t sample = 0;
-    auto ratio = store::EstimateRatio(args.logdir, candidates, chunk_bytes, args.level, &sample);
-    if (!ratio.ok()) {
-      PrintError("migrate", ratio.status().message());
-      return kExitError;
-    }
-    PrintPlan(candidates, skipped, *ratio, sample, args.json, args.logdir);
-    return kExitOk;
-  }
+  return Status::OK();
+}
 
-  // The store first (and the logdir's lock): a wrong --store, or another
-  // tbfs at work, is refused before anything is written.
-  auto store = OpenStoreForWrite(*loc, true, "migrate");
-  if (!store.ok()) {
-    PrintError("migrate", store.status().message());
-    return kExitError;
-  }
-  std::string archive;
-  if (!args.backup.empty()) {
-    if (store::SameFilesystem(args.backup, args.logdir) ||
-        store::SameFilesystem(ParentPath(args.backup).empty() ? "." : ParentPath(args.backup),
-                              args.logdir)) {
-      PrintError("migrate", "warning: the backup folder " + args.backup +
-                                " is on the same filesystem as the logdir");
-    }
-    std::vector<std::string> paths;
-    for (const auto& c : candidates) paths.push_back(c.path);
-    Progress progress("backup", total);
-    Status st = store::WriteBackup(args.logdir, paths, args.backup, &archive, progress.counter());
-    if (!st.ok()) {
-      PrintError("migrate", "backup failed, nothing moved: " + st.message());
-      return kExitError;
-    }
-  }
-  store::MigrateOptions mopt;
-  mopt.must_have = args.must_have;
-  mopt.chunk_bytes = chunk_bytes;
-  mopt.level = args.level;
-  mopt.dictionaries = !args.no_dictionaries;
-  mopt.threads = args.threads;
-  mopt.walk = loc->walk;
-  mopt.keep_batches = false;
-  // The report, a batch at a time: JSON as one document whose "batches"
-  // are written as they end, text as the lines of what did not move.
-  bool first_batch = true;
-  if (args.json) {
-    std::string head = json{{"logdir", args.logdir}, {"store", loc->dir}, {"dry_run", false}}.dump(
+// The report, a batch at a time: JSON as one document whose "batches" are
+// written as they end (Open, Batch..., Close), text as the lines of what
+// did not move.
+class BatchReport {
+ public:
+  explicit BatchReport(bool as_json) : json_(as_json) {}
+  void Open(const MigrateArgs& args, const StoreLocation& loc) {
+    if (!json_) return;
+    std::string head = json{{"logdir", args.logdir}, {"store", loc.dir}, {"dry_run", false}}.dump(
         -1, ' ', false, json::error_handler_t::replace);
     head.pop_back();  // the closing brace: the batches and the summary follow
     fmt::print("{},\n\"batches\": [", head);
   }
-  mopt.after_batch = [&](const store::BatchResult& b) {
-    if (args.json) {
+  void Batch(const store::BatchResult& b) {
+    if (json_) {
       json jb = {{"batch", b.batch_id},
                  {"rolled_back", b.rolled_back},
                  {"runs_verified", b.runs_verified}};
@@ -335,7 +258,7 @@ int RunMigrate(MigrateArgs args) {
                                {"bytes", f.bytes},
                                {"stored_bytes", f.stored_bytes}});
       }
-      fmt::print("{}\n{}", first_batch ? "" : ",",
+      fmt::print("{}\n{}", first_ ? "" : ",",
                  jb.dump(-1, ' ', false, json::error_handler_t::replace));
     } else {
       for (const auto& f : b.files) {
@@ -356,22 +279,19 @@ int RunMigrate(MigrateArgs args) {
                    b.failures.empty() ? "intact" : "CHECK FAILED, rolled back");
       }
     }
-    first_batch = false;
-  };
-  double start = NowSeconds();
-  Result<store::MigrateResult> result = [&] {
-    Progress progress("migrate", total);
-    mopt.progress = progress.counter();
-    if (!candidates.empty()) return store::Migrate(**store, args.logdir, candidates, mopt);
-    return store::MigrateFrom(
-        **store, args.logdir,
-        [&](const std::function<void(store::Candidate &&)>& sink) {
-          return store::ForEachCandidate(args.logdir, copt, sink, [](store::Skipped&&) {});
-        },
-        mopt);
-  }();
-  double secs = NowSeconds() - start;
-  if (args.json) {
+    first_ = false;
+  }
+  // The summary (in JSON, the document's end) and the exit code.
+  int Close(const Result<store::MigrateResult>& result, double secs, const std::string& archive);
+
+ private:
+  const bool json_;
+  bool first_ = true;
+};
+
+int BatchReport::Close(const Result<store::MigrateResult>& result, double secs,
+                       const std::string& archive) {
+  if (json_) {
     json tail = result.ok() ? json{{"files_moved", result->files_moved},
                                    {"bytes_moved", result->bytes_moved},
                                    {"stored_bytes", result->stored_bytes},
@@ -399,7 +319,7 @@ int RunMigrate(MigrateArgs args) {
     PrintError("migrate", result.status().message());
     return kExitError;
   }
-  if (!args.json) {
+  if (!json_) {
     if (!archive.empty()) fmt::print("backup: {}\n", archive);
     fmt::print("moved {} files: {} -> {} in the store ({:.1f}x) in {:.1f}s ({:.0f} MB/s)\n",
                result->files_moved, HumanBytes(result->bytes_moved),
@@ -410,8 +330,6 @@ int RunMigrate(MigrateArgs args) {
                  result->flushes, result->flush_seconds,
                  100 * result->flush_seconds / std::max(secs, 1e-9));
     }
-  }
-  if (!args.json) {
     for (const store::BlockedRun& b : result->blocked_runs) {
       fmt::print("HELD: run {}: {} trace(s) stay hot: {}\n", Printable(b.run.empty() ? "." : b.run),
                  b.traces, Printable(b.reason));
@@ -426,6 +344,125 @@ int RunMigrate(MigrateArgs args) {
   }
   // A run held hot (its tfevents file cannot be read) is a finding too.
   return result->ok() && result->blocked_runs.empty() ? kExitOk : kExitFinding;
+}
+
+// --backup: a .tar.zst of the files before anything moves (its path into
+// *archive).
+Status Backup(const MigrateArgs& args, const Found& found, std::string* archive) {
+  if (store::SameFilesystem(args.backup, args.logdir) ||
+      store::SameFilesystem(ParentPath(args.backup).empty() ? "." : ParentPath(args.backup),
+                            args.logdir)) {
+    PrintError("migrate", "warning: the backup folder " + args.backup +
+                              " is on the same filesystem as the logdir");
+  }
+  std::vector<std::string> paths;
+  for (const auto& c : found.candidates) paths.push_back(c.path);
+  Progress progress("backup", found.total);
+  return store::WriteBackup(args.logdir, paths, args.backup, archive, progress.counter());
+}
+
+// Moves what was found (or, without a list, what a second walk finds).
+int Apply(const MigrateArgs& args, const StoreLocation& loc, const store::CandidateOptions& copt,
+          uint32_t chunk_bytes, const Found& found) {
+  // The store first (and the logdir's lock): a wrong --store, or another
+  // tbfs at work, is refused before anything is written.
+  auto store = OpenStoreForWrite(loc, true, "migrate");
+  if (!store.ok()) {
+    PrintError("migrate", store.status().message());
+    return kExitError;
+  }
+  std::string archive;
+  if (!args.backup.empty()) {
+    if (Status st = Backup(args, found, &archive); !st.ok()) {
+      PrintError("migrate", "backup failed, nothing moved: " + st.message());
+      return kExitError;
+    }
+  }
+  store::MigrateOptions mopt;
+  mopt.must_have = args.must_have;
+  mopt.chunk_bytes = chunk_bytes;
+  mopt.level = args.level;
+  mopt.dictionaries = !args.no_dictionaries;
+  mopt.threads = args.threads;
+  mopt.walk = loc.walk;
+  mopt.keep_batches = false;
+  BatchReport report(args.json);
+  report.Open(args, loc);
+  mopt.after_batch = [&](const store::BatchResult& b) { report.Batch(b); };
+  double start = NowSeconds();
+  Result<store::MigrateResult> result = [&] {
+    Progress progress("migrate", found.total);
+    mopt.progress = progress.counter();
+    if (!found.candidates.empty()) {
+      return store::Migrate(**store, args.logdir, found.candidates, mopt);
+    }
+    return store::MigrateFrom(
+        **store, args.logdir,
+        [&](const std::function<void(store::Candidate &&)>& sink) {
+          return store::ForEachCandidate(args.logdir, copt, sink, [](store::Skipped&&) {});
+        },
+        mopt);
+  }();
+  return report.Close(result, NowSeconds() - start, archive);
+}
+
+int RunMigrate(MigrateArgs args) {
+  if (args.now) return MigrateThroughMount(args);
+  if (!args.logdir.empty() && IsTbfsMount(args.logdir)) {
+    PrintError("migrate", args.logdir +
+                              " is a tbfs mount point: use --now to have the mount "
+                              "migrate, or give the backing logdir");
+    return kExitError;
+  }
+  store::CandidateOptions copt;
+  bool apply = false;
+  std::string err = Prepare(&args, &copt, &apply);
+  if (!err.empty()) {
+    PrintError("migrate", err);
+    return kExitError;
+  }
+  auto loc = LocateStore(args.logdir, args.store);
+  if (!loc.ok()) {
+    PrintError("migrate", loc.status().message());
+    return kExitError;
+  }
+  copt.walk = loc->walk;
+  if (auto stop = CheckBefore(args, *loc)) return *stop;
+
+  uint32_t chunk_bytes = store::kDefaultChunkBytes;
+  if (!args.chunk_size.empty()) {
+    auto n = ParseSizeBytes(args.chunk_size);
+    if (!n.ok() || *n < 4096 || *n > (64u << 20)) {
+      PrintError("migrate", "--chunk-size must be between 4K and 64M");
+      return kExitError;
+    }
+    chunk_bytes = static_cast<uint32_t>(*n);
+  }
+  Found found;
+  if (Status st = FindWhatMoves(args, copt, apply, &found); !st.ok()) {
+    PrintError("migrate", st.message());
+    return kExitError;
+  }
+  if (found.count == 0) {
+    if (args.json) {
+      PrintJson(json{{"logdir", args.logdir}, {"files", 0}, {"dry_run", !apply}});
+    } else {
+      for (const auto& s : found.skipped)
+        fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
+      fmt::print("nothing to migrate in {}\n", args.logdir);
+    }
+    return kExitOk;
+  }
+  if (apply) return Apply(args, *loc, copt, chunk_bytes, found);
+  uint64_t sample = 0;
+  auto ratio =
+      store::EstimateRatio(args.logdir, found.candidates, chunk_bytes, args.level, &sample);
+  if (!ratio.ok()) {
+    PrintError("migrate", ratio.status().message());
+    return kExitError;
+  }
+  PrintPlan(found.candidates, found.skipped, *ratio, sample, args.json, args.logdir);
+  return kExitOk;
 }
 
 }  // namespace

@@ -116,44 +116,10 @@ int RunMountCmd(const MountArgs& args) {
   return fs::RunMount(config);
 }
 
-int RunStatus(const std::string& mountpoint, bool json) {
-  std::string value;
-  auto status = AskMount(mountpoint, "status", &value);
-  if (!status.empty()) {
-    if (json) PrintJsonError(status);
-    PrintError("status", status);
-    return kExitError;
-  }
-  auto j = nlohmann::json::parse(value, nullptr, false);
-  if (j.is_discarded()) {
-    PrintError("status", "the mount answered something that is not JSON");
-    return kExitError;
-  }
-  // Lost files are a finding, in either form.
-  const uint64_t lost = j.contains("lost") ? j["lost"].value("files", uint64_t{0}) : 0;
-  if (json) {
-    fmt::print("{}\n", value);
-    return lost > 0 ? kExitFinding : kExitOk;
-  }
+// What the last pass left hot, and why: runs, owners, conflicts, folders
+// it could not walk, files with too many extended attributes.
+void PrintHeldHot(const nlohmann::json& j) {
   auto u = [&](const char* a, const char* b) { return j[a][b].get<uint64_t>(); };
-  fmt::print("{} on {} (pid {}), store {}\n", j["logdir"].get<std::string>(),
-             j["mountpoint"].get<std::string>(), j["pid"].get<int>(),
-             j["store"].get<std::string>());
-  if (const std::string role = j.value("store_role", ""); role != "writer") {
-    // Always for a shared store (a reader's line names the writer's host).
-    fmt::print("role:  {}\n", Printable(role));
-  }
-  fmt::print("hot:   {} files, {} (at the last pass)\n", u("hot", "files"),
-             HumanBytes(u("hot", "bytes")));
-  fmt::print("cold:  {} files, {} stored as {}; {} saved\n", u("cold", "files"),
-             HumanBytes(u("cold", "bytes")), HumanBytes(u("cold", "stored_bytes")),
-             HumanBytes(j["bytes_saved"].get<uint64_t>()));
-  fmt::print("migrations: {} passes, {} batches ({} rolled back), {} files moved\n",
-             u("migrations", "passes"), u("migrations", "batches"), u("migrations", "rolled_back"),
-             u("migrations", "files_moved"));
-  fmt::print("last verifier: {}\n", j["last_verifier"].get<std::string>().empty()
-                                        ? "no batch yet"
-                                        : j["last_verifier"].get<std::string>());
   if (j.contains("blocked") && j["blocked"].value("runs", uint64_t{0}) > 0) {
     const auto& b = j["blocked"];
     fmt::print(
@@ -194,6 +160,75 @@ int RunStatus(const std::string& mountpoint, bool json) {
     fmt::print("left hot, extended attributes over 64 KiB: {}, e.g. {}\n", u("big_xattrs", "files"),
                Printable(j["big_xattrs"]["examples"][0].get<std::string>()));
   }
+}
+
+void PrintGrowth(const nlohmann::json& g) {
+  auto rate = [](const nlohmann::json& v) {
+    return v.is_null() ? std::string("unknown") : HumanRate(v.get<double>() / 3600);
+  };
+  fmt::print("filesystem: {:.1f}% used, {} free of {}\n",
+             g["filesystem"]["used_percent"].get<double>(),
+             HumanBytes(g["filesystem"]["free"].get<uint64_t>()),
+             HumanBytes(g["filesystem"]["size"].get<uint64_t>()));
+  fmt::print("growth over {} ({} samples): logdir {}, filesystem {}; full in {}\n",
+             HumanDuration(g["span_seconds"].get<double>()), g["samples"].get<uint64_t>(),
+             rate(g["logdir_bytes_per_hour"]), rate(g["filesystem_bytes_per_hour"]),
+             !g["full_in_seconds"].is_null() ? HumanDuration(g["full_in_seconds"].get<double>())
+             : !g["filesystem_bytes_per_hour"].is_null() &&
+                     g["filesystem_bytes_per_hour"].get<double>() > 0
+                 ? std::string("not filling now (nothing grew since the last sample)")
+                 : std::string("never at this rate"));
+  for (const auto& r : g["top_runs"]) {
+    fmt::print("  {:>12}  {}\n", HumanRate(r["bytes_per_hour"].get<double>() / 3600),
+               Printable(r["run"].get<std::string>()));
+  }
+  if (g.contains("recent") && !g["recent"]["logdir_bytes_per_hour"].is_null()) {
+    fmt::print("growth over the last {}: logdir {}, filesystem {}\n",
+               HumanDuration(g["recent"]["span_seconds"].get<double>()),
+               rate(g["recent"]["logdir_bytes_per_hour"]),
+               rate(g["recent"]["filesystem_bytes_per_hour"]));
+  }
+}
+
+int RunStatus(const std::string& mountpoint, bool json) {
+  std::string value;
+  auto status = AskMount(mountpoint, "status", &value);
+  if (!status.empty()) {
+    if (json) PrintJsonError(status);
+    PrintError("status", status);
+    return kExitError;
+  }
+  auto j = nlohmann::json::parse(value, nullptr, false);
+  if (j.is_discarded()) {
+    PrintError("status", "the mount answered something that is not JSON");
+    return kExitError;
+  }
+  // Lost files are a finding, in either form.
+  const uint64_t lost = j.contains("lost") ? j["lost"].value("files", uint64_t{0}) : 0;
+  if (json) {
+    fmt::print("{}\n", value);
+    return lost > 0 ? kExitFinding : kExitOk;
+  }
+  auto u = [&](const char* a, const char* b) { return j[a][b].get<uint64_t>(); };
+  fmt::print("{} on {} (pid {}), store {}\n", j["logdir"].get<std::string>(),
+             j["mountpoint"].get<std::string>(), j["pid"].get<int>(),
+             j["store"].get<std::string>());
+  if (const std::string role = j.value("store_role", ""); role != "writer") {
+    // Always for a shared store (a reader's line names the writer's host).
+    fmt::print("role:  {}\n", Printable(role));
+  }
+  fmt::print("hot:   {} files, {} (at the last pass)\n", u("hot", "files"),
+             HumanBytes(u("hot", "bytes")));
+  fmt::print("cold:  {} files, {} stored as {}; {} saved\n", u("cold", "files"),
+             HumanBytes(u("cold", "bytes")), HumanBytes(u("cold", "stored_bytes")),
+             HumanBytes(j["bytes_saved"].get<uint64_t>()));
+  fmt::print("migrations: {} passes, {} batches ({} rolled back), {} files moved\n",
+             u("migrations", "passes"), u("migrations", "batches"), u("migrations", "rolled_back"),
+             u("migrations", "files_moved"));
+  fmt::print("last verifier: {}\n", j["last_verifier"].get<std::string>().empty()
+                                        ? "no batch yet"
+                                        : j["last_verifier"].get<std::string>());
+  PrintHeldHot(j);
   const std::string last_error = j["migrations"]["last_error"].get<std::string>();
   if (!last_error.empty()) fmt::print("last pass: {}\n", Printable(last_error));
   if (u("migrations", "stopped_store_full") > 0) {
@@ -221,34 +256,7 @@ int RunStatus(const std::string& mountpoint, bool json) {
     fmt::print("retention: {} cold files deleted ({})\n", u("retention", "deleted_files"),
                HumanBytes(u("retention", "deleted_bytes")));
   }
-  if (j.contains("growth")) {
-    const auto& g = j["growth"];
-    auto rate = [](const nlohmann::json& v) {
-      return v.is_null() ? std::string("unknown") : HumanRate(v.get<double>() / 3600);
-    };
-    fmt::print("filesystem: {:.1f}% used, {} free of {}\n",
-               g["filesystem"]["used_percent"].get<double>(),
-               HumanBytes(g["filesystem"]["free"].get<uint64_t>()),
-               HumanBytes(g["filesystem"]["size"].get<uint64_t>()));
-    fmt::print("growth over {} ({} samples): logdir {}, filesystem {}; full in {}\n",
-               HumanDuration(g["span_seconds"].get<double>()), g["samples"].get<uint64_t>(),
-               rate(g["logdir_bytes_per_hour"]), rate(g["filesystem_bytes_per_hour"]),
-               !g["full_in_seconds"].is_null() ? HumanDuration(g["full_in_seconds"].get<double>())
-               : !g["filesystem_bytes_per_hour"].is_null() &&
-                       g["filesystem_bytes_per_hour"].get<double>() > 0
-                   ? std::string("not filling now (nothing grew since the last sample)")
-                   : std::string("never at this rate"));
-    for (const auto& r : g["top_runs"]) {
-      fmt::print("  {:>12}  {}\n", HumanRate(r["bytes_per_hour"].get<double>() / 3600),
-                 Printable(r["run"].get<std::string>()));
-    }
-    if (g.contains("recent") && !g["recent"]["logdir_bytes_per_hour"].is_null()) {
-      fmt::print("growth over the last {}: logdir {}, filesystem {}\n",
-                 HumanDuration(g["recent"]["span_seconds"].get<double>()),
-                 rate(g["recent"]["logdir_bytes_per_hour"]),
-                 rate(g["recent"]["filesystem_bytes_per_hour"]));
-    }
-  }
+  if (j.contains("growth")) PrintGrowth(j["growth"]);
   return lost > 0 ? kExitFinding : kExitOk;
 }
 
@@ -306,10 +314,10 @@ void RegisterMount(CLI::App& app, int* exit_code) {
                   "YAML file: policy (markers, must-haves) and the mount: section's settings");
   cmd->add_flag("-f,--foreground", args->foreground, "stay in the foreground, log to stderr");
   cmd->add_option(
-      "-o", args->options,
-      "options: store=DIR, cold_after=DUR, cache=SIZE, no_migrate, config=FILE, "
-      "migrate_interval=DUR, metrics=[ADDR:]PORT, remount (with ro or rw: change a running "
-      "mount), and FUSE options (allow_other, ro, noatime, ...)")
+         "-o", args->options,
+         "options: store=DIR, cold_after=DUR, cache=SIZE, no_migrate, config=FILE, "
+         "migrate_interval=DUR, metrics=[ADDR:]PORT, remount (with ro or rw: change a running "
+         "mount), and FUSE options (allow_other, ro, noatime, ...)")
       ->allow_extra_args(false);  // -o takes one list: `-o ro LOGDIR MOUNTPOINT` works
   cmd->callback([args, exit_code] { *exit_code = RunMountCmd(*args); });
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "base/fs_util.h"
@@ -54,6 +55,140 @@ std::string WhyNotKept(const std::string& dir) {
   return "";
 }
 
+// The samples a rate is measured from: the kept series (when this user may
+// keep it) and one taken now; and a second, --interval later, when none is
+// at least that old.
+struct Watched {
+  std::vector<store::GrowthSample> series;
+  std::string not_kept;  // why the series is not kept, "" when it is
+  std::string cold_why;  // why the cold bytes are not counted, "" when they are
+  bool keep() const { return not_kept.empty(); }
+};
+bool TakeSamples(const WatchArgs& args, const StoreLocation& loc, int64_t interval, Watched* w) {
+  store::Policy policy;
+  w->not_kept = WhyNotKept(loc.own_dir);
+  if (w->keep()) w->series = store::LoadGrowthSeries(loc.own_dir);
+  // A store this user cannot open (root's, 0700; damaged) leaves the cold
+  // bytes out of both samples: the hot ones still show the growth, and
+  // watching is what this command is for. Opened once for both samples.
+  std::unique_ptr<store::ColdStore> cold;
+  if (auto opened = OpenStoreForRead(loc); opened.ok()) {
+    cold = std::move(opened).value();
+  } else {
+    w->cold_why = opened.status().message();
+  }
+  auto sample = [&]() -> bool {
+    auto s = store::TakeGrowthSample(loc.logdir, cold.get(), policy, loc.walk);
+    if (!s.ok()) {
+      PrintError("watch", s.status().message());
+      return false;
+    }
+    if (!w->keep()) {
+      w->series.push_back(*s);
+      return true;
+    }
+    Status saved = store::SaveGrowthSample(loc.own_dir, *s, &w->series);
+    if (!saved.ok()) {
+      PrintError("watch", "keeping the sample: " + saved.message());
+      return false;
+    }
+    return true;
+  };
+  if (!sample()) return false;
+  const auto& now = w->series.back();
+  const bool earlier = std::any_of(w->series.begin(), w->series.end(), [&](const auto& s) {
+    return now.unix_s - s.unix_s >= static_cast<double>(interval);
+  });
+  if (earlier || interval <= 0) return true;
+  if (::isatty(STDERR_FILENO) && !args.quiet) {
+    fmt::print(stderr, "first sample {}; the next in {} for a rate...\n",
+               w->keep() ? "kept" : "taken", HumanDuration(interval));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(interval));
+  return sample();
+}
+
+json WatchJson(const StoreLocation& loc, const Watched& w, const store::GrowthSummary& g,
+               bool warn) {
+  const store::GrowthSample& last = g.last;
+  auto per_hour = [](const std::optional<double>& rate) {
+    return rate ? json(*rate * 3600) : json(nullptr);
+  };
+  json j = {{"logdir", loc.logdir},
+            {"bytes",
+             {{"total", last.logdir_bytes()},
+              {"tfevents", last.tfevents_bytes},
+              {"traces_hot", last.trace_bytes},
+              {"other", last.other_bytes},
+              {"cold", last.cold_bytes},
+              {"cold_stored", last.cold_stored_bytes}}},
+            {"filesystem",
+             {{"size", last.fs_size},
+              {"free", last.fs_free},
+              {"used_percent", 100 * last.fs_used_fraction()}}},
+            {"samples", g.samples},
+            {"span_seconds", g.span_s},
+            {"growth_bytes_per_hour", per_hour(g.logdir_rate)},
+            {"filesystem_growth_bytes_per_hour", per_hour(g.filesystem_rate)},
+            {"recent",
+             {{"span_seconds", g.recent_span_s},
+              {"growth_bytes_per_hour", per_hour(g.recent_logdir_rate)},
+              {"filesystem_growth_bytes_per_hour", per_hour(g.recent_filesystem_rate)}}},
+            {"full_in_seconds", g.full_in_s ? json(*g.full_in_s) : json(nullptr)},
+            {"series_kept", w.keep()},
+            {"cold_bytes_known", w.cold_why.empty()},
+            {"warn", warn},
+            {"top_runs", json::array()}};
+  for (const auto& [run, r] : g.top_runs) {
+    j["top_runs"].push_back({{"run", run}, {"bytes_per_hour", r * 3600}});
+  }
+  return j;
+}
+
+void PrintWatchText(const WatchArgs& args, const StoreLocation& loc, const Watched& w,
+                    const store::GrowthSummary& g, bool over, bool soon) {
+  const store::GrowthSample& last = g.last;
+  const double used_pct = 100 * last.fs_used_fraction();
+  const auto& logdir_rate = g.logdir_rate;
+  const auto& disk_rate = g.filesystem_rate;
+  const std::string full_in_text =
+      g.full_in_s ? HumanDuration(*g.full_in_s) + " at this rate"
+      : disk_rate && *disk_rate > 0
+          ? "not filling now (nothing grew over the last " + HumanDuration(g.recent_span_s) + ")"
+          : std::string("never at this rate");
+  fmt::print("logdir {}: {} (tfevents {}, traces {} hot and {} cold, stored as {}; other {})\n",
+             loc.logdir, HumanBytes(last.logdir_bytes()), HumanBytes(last.tfevents_bytes),
+             HumanBytes(last.trace_bytes), HumanBytes(last.cold_bytes),
+             HumanBytes(last.cold_stored_bytes), HumanBytes(last.other_bytes));
+  fmt::print("filesystem: {:.1f}% used, {} free of {}\n", used_pct, HumanBytes(last.fs_free),
+             HumanBytes(last.fs_size));
+  fmt::print("growth over {} ({} samples): logdir {}, filesystem {}\n", HumanDuration(g.span_s),
+             g.samples, logdir_rate ? HumanRate(*logdir_rate) : "unknown",
+             disk_rate ? HumanRate(*disk_rate) : "unknown");
+  for (const auto& [run, r] : g.top_runs)
+    fmt::print("  {:>12}  {}\n", HumanRate(r), Printable(run));
+  if (g.recent_logdir_rate) {
+    fmt::print("growth over the last {}: logdir {}, filesystem {}\n",
+               HumanDuration(g.recent_span_s), HumanRate(*g.recent_logdir_rate),
+               HumanRate(*g.recent_filesystem_rate));
+  }
+  fmt::print("full in: {}\n", full_in_text);
+  if (!w.cold_why.empty()) {
+    fmt::print("cold files: not counted (the store cannot be read: {})\n", Printable(w.cold_why));
+  }
+  if (!w.keep()) {
+    fmt::print("series: not kept ({} {}); the rates are from this run's samples\n", loc.own_dir,
+               w.not_kept);
+  }
+  if (over) {
+    fmt::print("WARNING: the filesystem is {:.1f}% used (--warn-at {})\n", used_pct, args.warn_at);
+  }
+  if (soon) {
+    fmt::print("WARNING: full in {} (--warn-within {})\n", HumanDuration(*g.full_in_s),
+               args.warn_within);
+  }
+}
+
 int RunWatch(const WatchArgs& args) {
   auto interval = ParseDurationSeconds(args.interval);
   auto window = ParseDurationSeconds(args.window);
@@ -85,73 +220,17 @@ int RunWatch(const WatchArgs& args) {
     PrintError("watch", loc.status().message());
     return kExitError;
   }
-  store::Policy policy;
-  const std::string not_kept = WhyNotKept(loc->own_dir);
-  const bool keep = not_kept.empty();
-  std::vector<store::GrowthSample> series;
-  if (keep) series = store::LoadGrowthSeries(loc->own_dir);
-  // A store this user cannot open (root's, 0700; damaged) leaves the cold
-  // bytes out of both samples: the hot ones still show the growth, and
-  // watching is what this command is for. Opened once for both samples.
-  std::unique_ptr<store::ColdStore> cold;
-  std::string cold_why;
-  if (auto opened = OpenStoreForRead(*loc); opened.ok()) {
-    cold = std::move(opened).value();
-  } else {
-    cold_why = opened.status().message();
-  }
-  const bool cold_unreadable = !cold_why.empty();
-  auto sample = [&]() -> bool {
-    auto s = store::TakeGrowthSample(loc->logdir, cold.get(), policy, loc->walk);
-    if (!s.ok()) {
-      PrintError("watch", s.status().message());
-      return false;
-    }
-    if (!keep) {
-      series.push_back(*s);
-      return true;
-    }
-    Status saved = store::SaveGrowthSample(loc->own_dir, *s, &series);
-    if (!saved.ok()) {
-      PrintError("watch", "keeping the sample: " + saved.message());
-      return false;
-    }
-    return true;
-  };
-  if (!sample()) return kExitError;
-  // A rate needs an earlier sample: without one at least --interval old,
-  // take a second one --interval after the first.
-  const auto& now = series.back();
-  const bool earlier = std::any_of(series.begin(), series.end(), [&](const auto& s) {
-    return now.unix_s - s.unix_s >= static_cast<double>(*interval);
-  });
-  if (!earlier && *interval > 0) {
-    if (::isatty(STDERR_FILENO) && !args.quiet) {
-      fmt::print(stderr, "first sample {}; the next in {} for a rate...\n",
-               keep ? "kept" : "taken", HumanDuration(*interval));
-    }
-    std::this_thread::sleep_for(std::chrono::seconds(*interval));
-    if (!sample()) return kExitError;
-  }
+  Watched w;
+  if (!TakeSamples(args, *loc, *interval, &w)) return kExitError;
   const store::GrowthSummary g =
-      *store::SummarizeGrowth(series, static_cast<double>(*window), args.top);
+      *store::SummarizeGrowth(w.series, static_cast<double>(*window), args.top);
   const store::GrowthSample& last = g.last;
   const double used_pct = 100 * last.fs_used_fraction();
   const bool over = used_pct >= args.warn_at;
   const bool soon = g.full_in_s && *g.full_in_s < static_cast<double>(*within);
-  const auto& logdir_rate = g.logdir_rate;
-  const auto& disk_rate = g.filesystem_rate;
-  const auto& full_in = g.full_in_s;
-  const auto& runs = g.top_runs;
-  const std::string full_in_text =
-      full_in ? HumanDuration(*full_in) + " at this rate"
-      : disk_rate && *disk_rate > 0
-          ? "not filling now (nothing grew over the last " + HumanDuration(g.recent_span_s) + ")"
-          : std::string("never at this rate");
-
   if (!args.plot.empty()) {
     std::vector<store::GrowthSample> shown;
-    for (const auto& s : series) {
+    for (const auto& s : w.series) {
       if (s.unix_s >= last.unix_s - static_cast<double>(*window)) shown.push_back(s);
     }
     Status st = WriteFileAtomic(args.plot, GrowthSvg(shown, loc->logdir, args.warn_at), 0644);
@@ -161,35 +240,7 @@ int RunWatch(const WatchArgs& args) {
     }
   }
   if (args.json) {
-    json j = {
-        {"logdir", loc->logdir},
-        {"bytes",
-         {{"total", last.logdir_bytes()},
-          {"tfevents", last.tfevents_bytes},
-          {"traces_hot", last.trace_bytes},
-          {"other", last.other_bytes},
-          {"cold", last.cold_bytes},
-          {"cold_stored", last.cold_stored_bytes}}},
-        {"filesystem",
-         {{"size", last.fs_size}, {"free", last.fs_free}, {"used_percent", used_pct}}},
-        {"samples", g.samples},
-        {"span_seconds", g.span_s},
-        {"growth_bytes_per_hour", logdir_rate ? json(*logdir_rate * 3600) : json(nullptr)},
-        {"filesystem_growth_bytes_per_hour", disk_rate ? json(*disk_rate * 3600) : json(nullptr)},
-        {"recent",
-         {{"span_seconds", g.recent_span_s},
-          {"growth_bytes_per_hour",
-           g.recent_logdir_rate ? json(*g.recent_logdir_rate * 3600) : json(nullptr)},
-          {"filesystem_growth_bytes_per_hour",
-           g.recent_filesystem_rate ? json(*g.recent_filesystem_rate * 3600) : json(nullptr)}}},
-        {"full_in_seconds", full_in ? json(*full_in) : json(nullptr)},
-        {"series_kept", keep},
-        {"cold_bytes_known", !cold_unreadable},
-        {"warn", over || soon},
-        {"top_runs", json::array()}};
-    for (const auto& [run, r] : runs)
-      j["top_runs"].push_back({{"run", run}, {"bytes_per_hour", r * 3600}});
-    PrintJson(j);
+    PrintJson(WatchJson(*loc, w, g, over || soon));
   } else if (args.quiet) {
     // For cron: nothing when all is well; each warning one line naming the logdir.
     if (over) {
@@ -198,38 +249,10 @@ int RunWatch(const WatchArgs& args) {
     }
     if (soon) {
       fmt::print("tbfs watch {}: full in {} (--warn-within {})\n", Printable(loc->logdir),
-                 HumanDuration(*full_in), args.warn_within);
+                 HumanDuration(*g.full_in_s), args.warn_within);
     }
   } else {
-    fmt::print("logdir {}: {} (tfevents {}, traces {} hot and {} cold, stored as {}; other {})\n",
-               loc->logdir, HumanBytes(last.logdir_bytes()), HumanBytes(last.tfevents_bytes),
-               HumanBytes(last.trace_bytes), HumanBytes(last.cold_bytes),
-               HumanBytes(last.cold_stored_bytes), HumanBytes(last.other_bytes));
-    fmt::print("filesystem: {:.1f}% used, {} free of {}\n", used_pct, HumanBytes(last.fs_free),
-               HumanBytes(last.fs_size));
-    fmt::print("growth over {} ({} samples): logdir {}, filesystem {}\n", HumanDuration(g.span_s),
-               g.samples, logdir_rate ? HumanRate(*logdir_rate) : "unknown",
-               disk_rate ? HumanRate(*disk_rate) : "unknown");
-    for (const auto& [run, r] : runs) fmt::print("  {:>12}  {}\n", HumanRate(r), Printable(run));
-    if (g.recent_logdir_rate) {
-      fmt::print("growth over the last {}: logdir {}, filesystem {}\n",
-                 HumanDuration(g.recent_span_s), HumanRate(*g.recent_logdir_rate),
-                 HumanRate(*g.recent_filesystem_rate));
-    }
-    fmt::print("full in: {}\n", full_in_text);
-    if (cold_unreadable) {
-      fmt::print("cold files: not counted (the store cannot be read: {})\n", Printable(cold_why));
-    }
-    if (!keep) {
-      fmt::print("series: not kept ({} {}); the rates are from this run's samples\n",
-                 loc->own_dir, not_kept);
-    }
-    if (over)
-      fmt::print("WARNING: the filesystem is {:.1f}% used (--warn-at {})\n", used_pct,
-                 args.warn_at);
-    if (soon)
-      fmt::print("WARNING: full in {} (--warn-within {})\n", HumanDuration(*full_in),
-                 args.warn_within);
+    PrintWatchText(args, *loc, w, g, over, soon);
   }
   return over || soon ? kExitFinding : kExitOk;
 }
