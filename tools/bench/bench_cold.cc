@@ -90,9 +90,9 @@ double Pread4k(const std::string& path, off_t off) {
 }
 
 bool Mount(const Args& a, const std::string& logdir, const std::string& mnt) {
-  return std::system(fmt::format("{} mount {} {} --no-migrate --cache {}", a.tbfs, logdir, mnt,
-                                 a.cache)
-                         .c_str()) == 0;
+  return std::system(
+             fmt::format("{} mount {} {} --no-migrate --cache {}", a.tbfs, logdir, mnt, a.cache)
+                 .c_str()) == 0;
 }
 
 void Unmount(const std::string& mnt, int pid) {
@@ -112,90 +112,99 @@ double BestOf(int n, const std::string& cmd) {
   return best;
 }
 
-int Run(const Args& a) {
-  const std::string logdir = a.dir + "/logdir", mnt = a.dir + "/mnt", native = a.dir + "/native",
-                    zdir = a.dir + "/zstd9";
-  std::system(("fusermount3 -u " + mnt + " 2>/dev/null").c_str());
-  fs::remove_all(a.dir);
-  for (const auto& d : {mnt, native, zdir}) fs::create_directories(d);
+// The bench's folders, and what the generated logdir holds.
+struct Bench {
+  std::string logdir, mnt, native, zdir;
+  std::vector<std::string> events, traces;  // relative paths, traces sorted
+  uint64_t trace_bytes = 0;
+};
 
+// Generates the logdir: traces, copies of the real Kineto trace, a tree of
+// small files.
+int Generate(const Args& a, Bench& b) {
   fmt::print("generating {} MiB of traces, {} copies of the real Kineto trace, {} small files\n",
              a.trace_mb, a.kineto_copies, a.tree_files);
   if (std::system(fmt::format("{} gen {} --runs 8 --steps 60000 --trace-mb {} --no-gzip >/dev/null",
-                              a.tbfs, logdir, a.trace_mb)
+                              a.tbfs, b.logdir, a.trace_mb)
                       .c_str()) != 0) {
     return 2;
   }
   const std::string real = "../shared/data/kineto-resnet50/worker0.1623143089861.pt.trace.json.gz";
   if (a.kineto_copies > 0 && fs::exists(real)) {
-    fs::create_directories(logdir + "/kineto/plugins/profile");
+    fs::create_directories(b.logdir + "/kineto/plugins/profile");
     for (int i = 0; i < a.kineto_copies; ++i) {
-      std::system(fmt::format("zcat {} > {}/kineto/worker{}.pt.trace.json", real, logdir, i).c_str());
+      std::system(
+          fmt::format("zcat {} > {}/kineto/worker{}.pt.trace.json", real, b.logdir, i).c_str());
     }
   }
   for (int i = 0; i < a.tree_files; ++i) {
-    std::string d = fmt::format("{}/tree/d{:03}", logdir, i / 100);
+    std::string d = fmt::format("{}/tree/d{:03}", b.logdir, i / 100);
     if (i % 100 == 0) fs::create_directories(d);
     std::ofstream(fmt::format("{}/f{:03}.txt", d, i % 100)) << i;
   }
-  std::vector<std::string> events, traces;
-  uint64_t trace_bytes = 0;
-  for (auto& e : fs::recursive_directory_iterator(logdir)) {
+  for (auto& e : fs::recursive_directory_iterator(b.logdir)) {
     if (!e.is_regular_file()) continue;
-    std::string rel = fs::relative(e.path(), logdir);
-    if (rel.find("tfevents") != std::string::npos) events.push_back(rel);
+    std::string rel = fs::relative(e.path(), b.logdir);
+    if (rel.find("tfevents") != std::string::npos) b.events.push_back(rel);
     if (rel.ends_with(".pt.trace.json") || rel.ends_with(".xplane.pb") ||
         rel.ends_with(".trace.json")) {
-      traces.push_back(rel);
-      trace_bytes += e.file_size();
+      b.traces.push_back(rel);
+      b.trace_bytes += e.file_size();
     }
   }
-  std::sort(traces.begin(), traces.end());
+  std::sort(b.traces.begin(), b.traces.end());
+  return 0;
+}
+
+// tbfs migrate against zstd -9 -T2, one file after another.
+void MeasureMigration(const Args& a, const Bench& b) {
   // A native copy of every trace (the reference for reads), and the zstd
   // -9 reference for migration, compressed one file after another.
   std::string copy, z9;
-  for (size_t i = 0; i < traces.size(); ++i) {
-    copy += fmt::format("cp '{}/{}' {}/{}; ", logdir, traces[i], native, i);
-    z9 += fmt::format("zstd -q -9 -T2 -c '{}/{}' > {}/{}.zst; ", logdir, traces[i], zdir, i);
+  for (size_t i = 0; i < b.traces.size(); ++i) {
+    copy += fmt::format("cp '{}/{}' {}/{}; ", b.logdir, b.traces[i], b.native, i);
+    z9 += fmt::format("zstd -q -9 -T2 -c '{}/{}' > {}/{}.zst; ", b.logdir, b.traces[i], b.zdir, i);
   }
   std::system(copy.c_str());
   DropCaches();
   double zstd9_s = Seconds(z9);
   std::system("sync");
-  uint64_t zstd9_bytes = TreeBytes(zdir);
+  uint64_t zstd9_bytes = TreeBytes(b.zdir);
 
   DropCaches();
   double migrate_s = Seconds(fmt::format(
-      "{} migrate {} --apply --older-than 0s --json > {}/migrate.json", a.tbfs, logdir, a.dir));
-  uint64_t store_bytes = TreeBytes(logdir + "/.tbfs");
-  double tmb = static_cast<double>(trace_bytes) / 1e6;
-  fmt::print("\ntraces: {} files, {:.0f} MB\n", traces.size(), tmb);
+      "{} migrate {} --apply --older-than 0s --json > {}/migrate.json", a.tbfs, b.logdir, a.dir));
+  uint64_t store_bytes = TreeBytes(b.logdir + "/.tbfs");
+  double tmb = static_cast<double>(b.trace_bytes) / 1e6;
+  fmt::print("\ntraces: {} files, {:.0f} MB\n", b.traces.size(), tmb);
   fmt::print(
       "migration: tbfs migrate --apply {:.1f} s, {:.1f} MB stored; zstd -9 -T2 {:.1f} s, {:.1f} "
       "MB: {:.2f}x its time, {:.2f}x its size\n",
       migrate_s, static_cast<double>(store_bytes) / 1e6, zstd9_s,
       static_cast<double>(zstd9_bytes) / 1e6, migrate_s / zstd9_s,
       static_cast<double>(store_bytes) / static_cast<double>(zstd9_bytes));
+}
 
+int MeasureLatency(const Args& a, const Bench& b) {
   // First byte and random preads: a fresh daemon for every round, page
   // cache dropped before every sample.
   std::vector<double> fb_mount, fb_native, pr_mount, pr_native;
   std::mt19937_64 rng(7);
   for (int round = 0; round < a.rounds; ++round) {
-    if (!Mount(a, logdir, mnt)) return 2;
-    for (size_t i = 0; i < traces.size(); ++i) {
+    if (!Mount(a, b.logdir, b.mnt)) return 2;
+    for (size_t i = 0; i < b.traces.size(); ++i) {
       DropCaches();
-      fb_native.push_back(FirstByte(fmt::format("{}/{}", native, i)));
+      fb_native.push_back(FirstByte(fmt::format("{}/{}", b.native, i)));
       DropCaches();
-      fb_mount.push_back(FirstByte(mnt + "/" + traces[i]));
-      uint64_t size = fs::file_size(fmt::format("{}/{}", native, i));
+      fb_mount.push_back(FirstByte(b.mnt + "/" + b.traces[i]));
+      uint64_t size = fs::file_size(fmt::format("{}/{}", b.native, i));
       off_t off = static_cast<off_t>(rng() % (size - 4096)) & ~off_t{4095};
       DropCaches();
-      pr_native.push_back(Pread4k(fmt::format("{}/{}", native, i), off));
+      pr_native.push_back(Pread4k(fmt::format("{}/{}", b.native, i), off));
       DropCaches();
-      pr_mount.push_back(Pread4k(mnt + "/" + traces[i], off));
+      pr_mount.push_back(Pread4k(b.mnt + "/" + b.traces[i], off));
     }
-    Unmount(mnt, DaemonPid(a, mnt));
+    Unmount(b.mnt, DaemonPid(a, b.mnt));
   }
   fmt::print(
       "first byte of a cold file (open + read, page cache dropped, {} samples): mount median "
@@ -208,20 +217,26 @@ int Run(const Args& a) {
       pr_mount.size(), 1e3 * Median(pr_mount), 1e3 * Max(pr_mount), 1e3 * Median(pr_native),
       1e3 * Max(pr_native));
 
+  return 0;
+}
+
+// Every cold file once, by a fresh daemon, page cache dropped; then
+// metadata and hot reads, warm.
+int MeasureReads(const Args& a, const Bench& b) {
   // Every cold file once, by a fresh daemon, page cache dropped.
-  if (!Mount(a, logdir, mnt)) return 2;
-  int pid = DaemonPid(a, mnt);
+  if (!Mount(a, b.logdir, b.mnt)) return 2;
+  int pid = DaemonPid(a, b.mnt);
   std::vector<std::string> cold_paths, native_paths;
-  for (size_t i = 0; i < traces.size(); ++i) {
-    cold_paths.push_back(mnt + "/" + traces[i]);
-    native_paths.push_back(fmt::format("{}/{}", native, i));
+  for (size_t i = 0; i < b.traces.size(); ++i) {
+    cold_paths.push_back(b.mnt + "/" + b.traces[i]);
+    native_paths.push_back(fmt::format("{}/{}", b.native, i));
   }
   uint64_t bytes = 0;
   DropCaches();
   double mount_read = ReadFiles(cold_paths, &bytes);
   DropCaches();
-  double zstd_d = Seconds(fmt::format("for f in {}/*.zst; do zstd -q -d -c \"$f\" > /dev/null; done",
-                                      zdir));
+  double zstd_d =
+      Seconds(fmt::format("for f in {}/*.zst; do zstd -q -d -c \"$f\" > /dev/null; done", b.zdir));
   DropCaches();
   uint64_t native_bytes = 0;
   double native_read = ReadFiles(native_paths, &native_bytes);
@@ -231,8 +246,8 @@ int Run(const Args& a) {
       "zstd -d of the -9 files, one after another, {:.2f} s: mount {:.2f}x faster; the "
       "uncompressed files on disk {:.2f} s\n",
       mb, mount_read, mb / mount_read, zstd_d, zstd_d / mount_read, native_read);
-  if (bytes != trace_bytes) {
-    fmt::print(stderr, "read {} bytes through the mount, expected {}\n", bytes, trace_bytes);
+  if (bytes != b.trace_bytes) {
+    fmt::print(stderr, "read {} bytes through the mount, expected {}\n", bytes, b.trace_bytes);
   }
   fmt::print("daemon VmHWM after reading everything: {:.1f} MB (--cache {})\n",
              static_cast<double>(PeakRssKb(pid)) / 1024, a.cache);
@@ -241,15 +256,16 @@ int Run(const Args& a) {
   auto find = [&](const std::string& root) {
     return BestOf(3, fmt::format("find {}/tree -printf '%s %m %u\\n' > /dev/null", root));
   };
-  find(logdir);
-  find(mnt);
-  double find_native = find(logdir), find_mount = find(mnt);
-  fmt::print("find -printf '%s %m %u' over {} files, warm: native {:.3f} s, mount {:.3f} s: {:.2f}x\n",
-             a.tree_files, find_native, find_mount, find_mount / find_native);
+  find(b.logdir);
+  find(b.mnt);
+  double find_native = find(b.logdir), find_mount = find(b.mnt);
+  fmt::print(
+      "find -printf '%s %m %u' over {} files, warm: native {:.3f} s, mount {:.3f} s: {:.2f}x\n",
+      a.tree_files, find_native, find_mount, find_mount / find_native);
   std::vector<std::string> ev_native, ev_mount;
-  for (const auto& e : events) {
-    ev_native.push_back(logdir + "/" + e);
-    ev_mount.push_back(mnt + "/" + e);
+  for (const auto& e : b.events) {
+    ev_native.push_back(b.logdir + "/" + e);
+    ev_mount.push_back(b.mnt + "/" + e);
   }
   double ev_n = 1e9, ev_m = 1e9;
   for (int pass = 0; pass < 5; ++pass) {
@@ -258,8 +274,23 @@ int Run(const Args& a) {
   }
   fmt::print("tfevents read, warm ({:.0f} MB, best of 5): mount {:.2f}x native throughput\n",
              static_cast<double>(bytes) / 1e6, ev_n / ev_m);
-  Unmount(mnt, pid);
+  Unmount(b.mnt, pid);
   return 0;
+}
+
+int Run(const Args& a) {
+  Bench b;
+  b.logdir = a.dir + "/logdir";
+  b.mnt = a.dir + "/mnt";
+  b.native = a.dir + "/native";
+  b.zdir = a.dir + "/zstd9";
+  std::system(("fusermount3 -u " + b.mnt + " 2>/dev/null").c_str());
+  fs::remove_all(a.dir);
+  for (const auto& d : {b.mnt, b.native, b.zdir}) fs::create_directories(d);
+  if (int r = Generate(a, b); r != 0) return r;
+  MeasureMigration(a, b);
+  if (int r = MeasureLatency(a, b); r != 0) return r;
+  return MeasureReads(a, b);
 }
 
 }  // namespace

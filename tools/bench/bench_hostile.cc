@@ -104,8 +104,19 @@ uint64_t LogBytes(const std::string& store) {
   return total;
 }
 
-int Run(const Args& a) {
-  const std::string logdir = a.dir + "/logdir", mnt = a.dir + "/mnt";
+// The bench's folders and the files its users act on.
+struct Paths {
+  std::string logdir, mnt;
+  std::string events1, events2;  // the hostile user's two runs' tfevents files
+  std::string good_run;          // the good user's run folder
+};
+
+// Generates the logdir (a good user's run, two of the hostile user's) and
+// mounts it; 0, or the exit code.
+int Prepare(const Args& a, Paths* p) {
+  p->logdir = a.dir + "/logdir";
+  p->mnt = a.dir + "/mnt";
+  const std::string &logdir = p->logdir, &mnt = p->mnt;
   std::system(("fusermount3 -u -z " + mnt + " 2>/dev/null; rm -rf " + a.dir).c_str());
   stdfs::create_directories(mnt);
   ::chmod(a.dir.c_str(), 0755);
@@ -118,10 +129,10 @@ int Run(const Args& a) {
     }
   }
   std::system(fmt::format("chown -R {} {}/u", kUser, logdir).c_str());
-  const std::string events1 = EventsUnder(logdir + "/u/r1"),
-                    events2 = EventsUnder(logdir + "/u/r2");
-  const std::string good_run = stdfs::path(EventsUnder(logdir + "/good")).parent_path().string();
-  if (events1.empty() || events2.empty() || good_run.empty()) {
+  p->events1 = EventsUnder(logdir + "/u/r1");
+  p->events2 = EventsUnder(logdir + "/u/r2");
+  p->good_run = stdfs::path(EventsUnder(logdir + "/good")).parent_path().string();
+  if (p->events1.empty() || p->events2.empty() || p->good_run.empty()) {
     fmt::print(stderr, "hostile: the generated runs have no tfevents file\n");
     return 2;
   }
@@ -131,11 +142,13 @@ int Run(const Args& a) {
     fmt::print(stderr, "hostile: cannot mount {} on {}\n", logdir, mnt);
     return 2;
   }
-  const auto start = Clock::now();
-  const auto until = start + std::chrono::seconds(a.seconds);
-  auto running = [&] { return Clock::now() < until; };
+  return 0;
+}
 
-  // The hostile user's processes, forked before any thread of ours.
+// The hostile user's processes, forked before any thread of ours, acting
+// while running() holds.
+std::vector<pid_t> Attack(const Paths& p, const std::function<bool()>& running) {
+  const std::string &logdir = p.logdir, &events1 = p.events1, &events2 = p.events2;
   std::vector<pid_t> users;
   users.push_back(AsUser([&] {  // a FIFO and a tfevents file, exchanged
     const std::string fifo = stdfs::path(events1).parent_path().string() + "/fifo";
@@ -201,6 +214,73 @@ int Run(const Args& a) {
     Write(events2, good);
   }));
 
+  return users;
+}
+
+// What the harness measured.
+struct Figures {
+  double seconds = 0;
+  std::vector<double> status_s;  // each status call's time
+  uint64_t status_failures = 0;
+  uint64_t total_passes = 0;
+  double longest_gap = 0;  // the longest stretch without a new finished pass
+  uint64_t log_bytes = 0;
+  uint64_t good = 0, cold = 0, wrong = 0;  // the good user's traces
+  nlohmann::json end_status;
+};
+
+int Report(const Args& a, Figures& f) {
+  std::sort(f.status_s.begin(), f.status_s.end());
+  auto pct = [&](double p) {
+    return f.status_s.empty() ? 0.0
+                              : f.status_s[std::min(f.status_s.size() - 1,
+                                                    static_cast<size_t>(p * f.status_s.size()))];
+  };
+  nlohmann::json j = {{"seconds", f.seconds},
+                      {"passes", f.total_passes},
+                      {"passes_per_minute", f.total_passes * 60 / f.seconds},
+                      {"longest_seconds_without_a_pass", f.longest_gap},
+                      {"f.log_bytes", f.log_bytes},
+                      {"log_bytes_per_minute", static_cast<double>(f.log_bytes) * 60 / f.seconds},
+                      {"status_p50_seconds", pct(0.5)},
+                      {"status_max_seconds", f.status_s.empty() ? 0.0 : f.status_s.back()},
+                      {"f.status_failures", f.status_failures},
+                      {"good_traces", f.good},
+                      {"good_traces_cold", f.cold},
+                      {"good_traces_wrong", f.wrong}};
+  if (!f.end_status.is_discarded()) {
+    j["blocked_runs"] = f.end_status["blocked"]["runs"];
+    j["unwalked"] = f.end_status["unwalked"]["entries"];
+  }
+  const bool ok =
+      f.longest_gap < 60 && f.total_passes > 0 && f.wrong == 0 && f.status_failures == 0;
+  if (a.json) {
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    fmt::print(
+        "hostile: {:.0f} s, one user attacking (FIFO exchange, FIFOs and sockets, 10 TB "
+        "sparse files, folders too deep, a damaged run, odd names)\n",
+        f.seconds);
+    fmt::print("passes: {} ({:.1f} per minute); longest time without a pass: {:.1f} s\n",
+               f.total_passes, f.total_passes * 60 / f.seconds, f.longest_gap);
+    fmt::print("log: {} bytes ({:.0f} per minute)\n", f.log_bytes,
+               static_cast<double>(f.log_bytes) * 60 / f.seconds);
+    fmt::print("status: p50 {:.3f} s, max {:.3f} s, {} failed\n", pct(0.5),
+               f.status_s.empty() ? 0.0 : f.status_s.back(), f.status_failures);
+    fmt::print("good user's traces: {} written, {} f.cold, {} f.wrong\n", f.good, f.cold, f.wrong);
+  }
+  return ok ? 0 : 1;
+}
+
+int Run(const Args& a) {
+  Paths p;
+  if (int r = Prepare(a, &p); r != 0) return r;
+  const std::string &logdir = p.logdir, &mnt = p.mnt, &good_run = p.good_run;
+  const auto start = Clock::now();
+  const auto until = start + std::chrono::seconds(a.seconds);
+  auto running = [&] { return Clock::now() < until; };
+  const std::vector<pid_t> users = Attack(p, running);
+
   // The good user: a new trace every half second.
   std::vector<std::pair<std::string, std::string>> good;
   std::thread writer([&] {
@@ -215,85 +295,43 @@ int Run(const Args& a) {
   });
 
   // The harness: status timed, passes and log bytes, every second.
-  std::vector<double> status_s;
+  Figures f;
   std::vector<std::pair<double, uint64_t>> passes;  // (time, passes finished)
-  uint64_t status_failures = 0;
   while (running()) {
     const auto t = Clock::now();
     auto s = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
-    status_s.push_back(Since(t));
+    f.status_s.push_back(Since(t));
     if (s.is_discarded() || !s.contains("migrations")) {
-      status_failures++;
+      f.status_failures++;
     } else {
       passes.emplace_back(Since(start), s["migrations"]["passes"].get<uint64_t>());
     }
     std::this_thread::sleep_for(std::chrono::seconds(1) - (Clock::now() - t));
   }
   writer.join();
-  for (pid_t p : users) ::waitpid(p, nullptr, 0);
-  const double seconds = Since(start);
-  const uint64_t log_bytes = LogBytes(logdir + "/.tbfs");
-
-  // The longest stretch without a new finished pass.
-  double longest_gap = 0, last_change = 0;
+  for (pid_t u : users) ::waitpid(u, nullptr, 0);
+  f.seconds = Since(start);
+  f.log_bytes = LogBytes(logdir + "/.tbfs");
+  double last_change = 0;
   for (size_t i = 1; i < passes.size(); ++i) {
     if (passes[i].second != passes[i - 1].second) last_change = passes[i].first;
-    longest_gap = std::max(longest_gap, passes[i].first - last_change);
+    f.longest_gap = std::max(f.longest_gap, passes[i].first - last_change);
   }
-  const uint64_t total_passes = passes.empty() ? 0 : passes.back().second;
+  f.total_passes = passes.empty() ? 0 : passes.back().second;
 
   // Every good trace, through the mount, with its bytes.
   std::system(fmt::format("{} migrate --now {} >/dev/null 2>&1", a.tbfs, mnt).c_str());
-  uint64_t wrong = 0, cold = 0;
+  f.good = good.size();
   for (const auto& [rel, bytes] : good) {
-    wrong += Read(mnt + "/" + rel) != bytes;
+    f.wrong += Read(mnt + "/" + rel) != bytes;
     char state[8] = {};
-    cold += ::getxattr((mnt + "/" + rel).c_str(), "user.tbfs.state", state, sizeof(state)) == 4 &&
-            std::string_view(state, 4) == "cold";
+    f.cold += ::getxattr((mnt + "/" + rel).c_str(), "user.tbfs.state", state, sizeof(state)) == 4 &&
+              std::string_view(state, 4) == "cold";
   }
-  auto end_status = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
+  f.end_status = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
   std::system(("fusermount3 -u " + mnt + " 2>/dev/null || fusermount3 -u -z " + mnt).c_str());
   std::system(("rm -rf " + a.dir).c_str());  // rm copes with paths deeper than PATH_MAX
-
-  std::sort(status_s.begin(), status_s.end());
-  auto pct = [&](double p) {
-    return status_s.empty()
-               ? 0.0
-               : status_s[std::min(status_s.size() - 1, static_cast<size_t>(p * status_s.size()))];
-  };
-  nlohmann::json j = {{"seconds", seconds},
-                      {"passes", total_passes},
-                      {"passes_per_minute", total_passes * 60 / seconds},
-                      {"longest_seconds_without_a_pass", longest_gap},
-                      {"log_bytes", log_bytes},
-                      {"log_bytes_per_minute", static_cast<double>(log_bytes) * 60 / seconds},
-                      {"status_p50_seconds", pct(0.5)},
-                      {"status_max_seconds", status_s.empty() ? 0.0 : status_s.back()},
-                      {"status_failures", status_failures},
-                      {"good_traces", good.size()},
-                      {"good_traces_cold", cold},
-                      {"good_traces_wrong", wrong}};
-  if (!end_status.is_discarded()) {
-    j["blocked_runs"] = end_status["blocked"]["runs"];
-    j["unwalked"] = end_status["unwalked"]["entries"];
-  }
-  const bool ok = longest_gap < 60 && total_passes > 0 && wrong == 0 && status_failures == 0;
-  if (a.json) {
-    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  } else {
-    fmt::print(
-        "hostile: {:.0f} s, one user attacking (FIFO exchange, FIFOs and sockets, 10 TB "
-        "sparse files, folders too deep, a damaged run, odd names)\n",
-        seconds);
-    fmt::print("passes: {} ({:.1f} per minute); longest time without a pass: {:.1f} s\n",
-               total_passes, total_passes * 60 / seconds, longest_gap);
-    fmt::print("log: {} bytes ({:.0f} per minute)\n", log_bytes,
-               static_cast<double>(log_bytes) * 60 / seconds);
-    fmt::print("status: p50 {:.3f} s, max {:.3f} s, {} failed\n", pct(0.5),
-               status_s.empty() ? 0.0 : status_s.back(), status_failures);
-    fmt::print("good user's traces: {} written, {} cold, {} wrong\n", good.size(), cold, wrong);
-  }
-  return ok ? 0 : 1;
+  return Report(a, f);
 }
 
 }  // namespace
