@@ -41,35 +41,25 @@
 #include <random>
 
 #include "base/fs_util.h"
+#include "base/time_util.h"
 #include "base/work_pool.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
-#include "base/time_util.h"
 #include "store/classify.h"
 #include "store/cold_store.h"
 #include "store/migrate.h"
 #include "store/salvage.h"
 #include "store/store_dir.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/faults.h"
 #include "tools/cli/progress.h"
 #include "tools/gen/gen.h"
 
 namespace tbfs::bench {
 
-namespace {
+namespace faults {
 
 namespace stdfs = std::filesystem;
-
-struct Args {
-  std::string dir = "/tmp/tbfs-bench-faults";
-  std::string tbfs = "tbfs";
-  int trials = 200;
-  int crash_trials = 20;
-  int small_traces = 600;
-  double trace_mb = 8;
-  uint64_t seed = 1;
-  bool json = false;
-};
 
 struct Row {
   uint64_t trials = 0;
@@ -190,157 +180,31 @@ void SalvageAll(const std::string& store_dir, const std::string& to,
   }
 }
 
-// --- a crash, then damage to the engine's log ------------------------------
-
-struct CrashTotals {
-  uint64_t trials = 0;
-  uint64_t finished = 0;    // the run ended before the kill
-  uint64_t not_opened = 0;  // no writer could open the store after the damage
-  std::string open_error;   // the first such open's error
-  uint64_t recorded_lost = 0;
-  // By kind of file (its class): files, lost, wrong bytes.
-  std::map<std::string, std::array<uint64_t, 3>> by_class;
-};
-
-struct Original {
-  std::string bytes;
-  std::string cls;
-};
-
-// Runs `tbfs migrate LOGDIR --apply`; with kill_after_s >= 0, SIGKILLs it
-// that long after it started. True when it ran to its end.
-bool RunMigrate(const std::string& tbfs, const std::string& logdir, double kill_after_s) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::freopen("/dev/null", "w", stdout);
-    ::freopen("/dev/null", "w", stderr);
-    ::execlp(tbfs.c_str(), tbfs.c_str(), "migrate", logdir.c_str(), "--apply", "--older-than",
-             "0s", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  if (kill_after_s >= 0) {
-    const double deadline = cli::NowSeconds() + kill_after_s;
-    while (cli::NowSeconds() < deadline) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) return true;
-      ::usleep(2000);
-    }
-    ::kill(pid, SIGKILL);
-  }
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status);
-}
-
-// Zeroes one 4 KiB block at a random offset of the largest *.log of the
-// store. False when there is no log with bytes in it.
-bool DamageLargestLog(const std::string& store_dir, std::mt19937_64& rng) {
-  std::string largest;
-  uint64_t size = 0;
+// The flipped-bit trials: each copies the pristine store, flips one bit
+// of one of its files, serves and salvages every cold file.
+Status FlipTrials(const Args& a, const std::string& pristine, const std::vector<std::string>& files,
+                  const std::map<std::string, std::string>& originals,
+                  std::map<std::string, Row>* table) {
   std::error_code ec;
-  for (const auto& e : stdfs::directory_iterator(store_dir, ec)) {
-    if (e.path().extension() == ".log" && e.file_size() > size) {
-      size = e.file_size();
-      largest = e.path();
-    }
-  }
-  if (size == 0) return false;
-  const uint64_t at = (rng() % size) & ~uint64_t{4095};
-  const std::string zeros(std::min<uint64_t>(4096, size - at), '\0');
-  UniqueFd fd(::open(largest.c_str(), O_WRONLY | O_CLOEXEC));
-  return fd.valid() && ::pwrite(fd.get(), zeros.data(), zeros.size(), static_cast<off_t>(at)) ==
-                           static_cast<ssize_t>(zeros.size());
-}
-
-// Where each original is after recovery: in place, cold, lost or wrong.
-void CountAfterRecovery(const std::string& logdir, const std::map<std::string, Original>& originals,
-                        CrashTotals* t) {
-  store::OpenOptions o;
-  auto store = store::ColdStore::Open(logdir + "/" + store::kStoreDirName, o);
-  if (store.ok()) {
-    auto recovered = store::Recover(**store, logdir);
-    if (recovered.ok()) t->recorded_lost += recovered->lost.size();
-  } else {
-    t->not_opened++;
-    if (t->open_error.empty()) t->open_error = store.status().message();
-  }
-  store::ChunkCodec codec;
-  for (const auto& [path, orig] : originals) {
-    auto& row = t->by_class[orig.cls];
-    row[0]++;
-    std::string got;
-    if (ReadFileToString(logdir + "/" + path, &got).ok()) {
-      if (got != orig.bytes) row[2]++;
-      continue;
-    }
-    auto m = store.ok() ? (*store)->Lookup(path) : Result<storepb::Manifest>(Status::NotFound(""));
-    if (!m.ok()) {
-      row[1]++;
-      continue;
-    }
-    got.assign(m->size(), '\0');
-    size_t n = 0;
-    Status st = (*store)->ReadRange(*m, 0, got.size(), got.data(), &n, &codec);
-    if (!st.ok()) {
-      row[1]++;
-    } else if (n != orig.bytes.size() || got.compare(0, n, orig.bytes) != 0) {
-      row[2]++;
-    }
-  }
-}
-
-Status CrashTrials(const Args& a, CrashTotals* t) {
-  std::error_code ec;
-  const std::string pristine = a.dir + "/crash-pristine", logdir = a.dir + "/crash-logdir";
-  TBFS_RETURN_IF_ERROR(GenerateLogdir(a, pristine));
   std::mt19937_64 rng(a.seed);
-  for (int i = 0; i < a.small_traces; ++i) {
-    const std::string dir = fmt::format("{}/small{:02}", pristine, i % 10);
-    stdfs::create_directories(dir, ec);
-    std::string trace = "{\"traceEvents\":[";
-    const int events = 50 + static_cast<int>(rng() % 3000);
-    for (int e = 0; e < events; ++e) {
-      trace += fmt::format("{}{{\"ph\":\"X\",\"name\":\"op{}\",\"ts\":{},\"dur\":{}}}",
-                           e ? "," : "", e % 97, e * 3, e % 7);
-    }
-    trace += "]}";
-    TBFS_RETURN_IF_ERROR(
-        WriteFileAtomic(fmt::format("{}/w{}.pt.trace.json", dir, i), trace, 0644));
-  }
-  store::CandidateOptions c;
-  c.older_than_s = 0;
-  std::vector<store::Candidate> candidates;
-  std::vector<store::Skipped> skipped;
-  TBFS_RETURN_IF_ERROR(store::FindCandidates(pristine, c, &candidates, &skipped));
-  std::map<std::string, Original> originals;
-  for (const auto& cand : candidates) {
-    originals[cand.path] = {Slurp(pristine + "/" + cand.path),
-                            std::string(store::ClassName(cand.cls))};
-  }
-  // How long a whole run takes: the kills fall anywhere in it.
-  stdfs::copy(pristine, logdir, stdfs::copy_options::recursive, ec);
-  const double t0 = cli::NowSeconds();
-  if (!RunMigrate(a.tbfs, logdir, -1)) {
-    return Status::Aborted("tbfs migrate did not run (--tbfs " + a.tbfs + ")");
-  }
-  const double whole = cli::NowSeconds() - t0;
-  // The engine's account of each damaged log (records dropped) is not the
-  // report: errors only.
-  const auto level = spdlog::get_level();
-  spdlog::set_level(spdlog::level::err);
-  cli::Progress progress("crashes", static_cast<uint64_t>(a.crash_trials));
-  for (int i = 0; i < a.crash_trials; ++i) {
-    stdfs::remove_all(logdir, ec);
-    stdfs::copy(pristine, logdir, stdfs::copy_options::recursive, ec);
-    const double kill_at = whole * (0.05 + 0.9 * static_cast<double>(rng() % 1000) / 1000);
-    t->trials++;
-    if (RunMigrate(a.tbfs, logdir, kill_at)) t->finished++;
-    (void)DamageLargestLog(logdir + "/" + store::kStoreDirName, rng);
-    CountAfterRecovery(logdir, originals, t);
+  WorkPool pool(0);
+  const std::string work = a.dir + "/work", out = a.dir + "/out";
+  cli::Progress progress("faults", static_cast<uint64_t>(a.trials));
+  for (int t = 0; t < a.trials; ++t) {
+    const std::string name = files[rng() % files.size()];
+    stdfs::remove_all(work, ec);
+    stdfs::remove_all(out, ec);
+    stdfs::copy(pristine, work, ec);
+    std::string bytes = Slurp(work + "/" + name);
+    const size_t offset = rng() % bytes.size();
+    bytes[offset] = static_cast<char>(bytes[offset] ^ (1 << (rng() % 8)));
+    TBFS_RETURN_IF_ERROR(WriteFileAtomic(work + "/" + name, bytes, 0600));
+    Row& row = (*table)[KindOf(name)];
+    row.trials++;
+    ServeAll(work, originals, &row);
+    SalvageAll(work, out, originals, &pool, &row);
     progress.counter()->fetch_add(1);
   }
-  spdlog::set_level(level);
-  stdfs::remove_all(logdir, ec);
-  stdfs::remove_all(pristine, ec);
   return Status::OK();
 }
 
@@ -361,30 +225,10 @@ int Run(const Args& a) {
       files.push_back(name);
   }
   std::sort(files.begin(), files.end());
-  std::mt19937_64 rng(a.seed);
   std::map<std::string, Row> table;
-  WorkPool pool(0);
-  const std::string work = a.dir + "/work", out = a.dir + "/out";
-  {
-    cli::Progress progress("faults", static_cast<uint64_t>(a.trials));
-    for (int t = 0; t < a.trials; ++t) {
-      const std::string name = files[rng() % files.size()];
-      stdfs::remove_all(work, ec);
-      stdfs::remove_all(out, ec);
-      stdfs::copy(pristine, work, ec);
-      std::string bytes = Slurp(work + "/" + name);
-      const size_t offset = rng() % bytes.size();
-      bytes[offset] = static_cast<char>(bytes[offset] ^ (1 << (rng() % 8)));
-      if (Status st = WriteFileAtomic(work + "/" + name, bytes, 0600); !st.ok()) {
-        fmt::print(stderr, "tbfs-bench faults: {}\n", st.message());
-        return 2;
-      }
-      Row& row = table[KindOf(name)];
-      row.trials++;
-      ServeAll(work, originals, &row);
-      SalvageAll(work, out, originals, &pool, &row);
-      progress.counter()->fetch_add(1);
-    }
+  if (Status st = FlipTrials(a, pristine, files, originals, &table); !st.ok()) {
+    fmt::print(stderr, "tbfs-bench faults: {}\n", st.message());
+    return 2;
   }
   Row total;
   for (const auto& [kind, r] : table) {
@@ -409,8 +253,8 @@ int Run(const Args& a) {
     crash_lost += r[1];
     crash_wrong += r[2];
   }
-  const bool ok = total.served_wrong == 0 && total.salvage_wrong == 0 && crash_lost == 0 &&
-                  crash_wrong == 0;
+  const bool ok =
+      total.served_wrong == 0 && total.salvage_wrong == 0 && crash_lost == 0 && crash_wrong == 0;
   auto row_json = [](const Row& r) {
     return nlohmann::json{{"trials", r.trials},
                           {"not_opened", r.not_opened},
@@ -471,10 +315,10 @@ int Run(const Args& a) {
   return ok ? 0 : 1;
 }
 
-}  // namespace
+}  // namespace faults
 
 void RegisterFaultsBench(CLI::App& app, int* exit_code) {
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<faults::Args>();
   CLI::App* cmd = app.add_subcommand(
       "faults",
       "flip one random bit in one random store file per trial; count files served "
@@ -493,7 +337,7 @@ void RegisterFaultsBench(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--tbfs", a->tbfs, "the tbfs command (crash trials)")->capture_default_str();
   cmd->add_flag("--json", a->json, "print the report as JSON");
-  cmd->callback([a, exit_code] { *exit_code = Run(*a); });
+  cmd->callback([a, exit_code] { *exit_code = faults::Run(*a); });
 }
 
 }  // namespace tbfs::bench

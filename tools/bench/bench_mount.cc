@@ -48,6 +48,35 @@ double Walk(const std::string& root) {
   return cli::NowSeconds() - t0;
 }
 
+std::vector<std::string> Paths(const std::string& root, const std::vector<std::string>& rels) {
+  std::vector<std::string> out;
+  for (const auto& r : rels) out.push_back(root + "/" + r);
+  return out;
+}
+
+// tfevents files read through the mount and natively, cold then warm
+// page cache.
+void MeasureEvents(const std::string& logdir, const std::string& mnt,
+                   const std::vector<std::string>& events) {
+  uint64_t bytes = 0;
+  DropCaches();
+  double native_cold = ReadFiles(Paths(logdir, events), &bytes);
+  DropCaches();
+  double mount_cold = ReadFiles(Paths(mnt, events), &bytes);
+  // Warm: the best of five passes each, alternating (the passes are short).
+  double native_warm = 1e9, mount_warm = 1e9;
+  for (int pass = 0; pass < 5; ++pass) {
+    native_warm = std::min(native_warm, ReadFiles(Paths(logdir, events), &bytes));
+    mount_warm = std::min(mount_warm, ReadFiles(Paths(mnt, events), &bytes));
+  }
+  double mb = static_cast<double>(bytes) / 1e6;
+  fmt::print("\ntfevents sequential read, {} files, {:.0f} MB\n", events.size(), mb);
+  fmt::print("  cold cache: native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n",
+             mb / native_cold, mb / mount_cold, native_cold / mount_cold);
+  fmt::print("  warm cache (best of 5): native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n",
+             mb / native_warm, mb / mount_warm, native_warm / mount_warm);
+}
+
 int Run(const Args& a) {
   std::string logdir = a.dir + "/logdir", mnt = a.dir + "/mnt";
   std::system(("fusermount3 -u " + mnt + " 2>/dev/null").c_str());
@@ -87,30 +116,9 @@ int Run(const Args& a) {
     return 2;
   }
   int pid = nlohmann::json::parse(MountStatus(a.tbfs, mnt))["pid"].get<int>();
-  auto paths = [](const std::string& root, const std::vector<std::string>& rels) {
-    std::vector<std::string> out;
-    for (const auto& r : rels) out.push_back(root + "/" + r);
-    return out;
-  };
 
   // 1. tfevents, cold then warm page cache.
-  uint64_t bytes = 0;
-  DropCaches();
-  double native_cold = ReadFiles(paths(logdir, events), &bytes);
-  DropCaches();
-  double mount_cold = ReadFiles(paths(mnt, events), &bytes);
-  // Warm: the best of five passes each, alternating (the passes are short).
-  double native_warm = 1e9, mount_warm = 1e9;
-  for (int pass = 0; pass < 5; ++pass) {
-    native_warm = std::min(native_warm, ReadFiles(paths(logdir, events), &bytes));
-    mount_warm = std::min(mount_warm, ReadFiles(paths(mnt, events), &bytes));
-  }
-  double mb = static_cast<double>(bytes) / 1e6;
-  fmt::print("\ntfevents sequential read, {} files, {:.0f} MB\n", events.size(), mb);
-  fmt::print("  cold cache: native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n",
-             mb / native_cold, mb / mount_cold, native_cold / mount_cold);
-  fmt::print("  warm cache (best of 5): native {:7.0f} MB/s, mount {:7.0f} MB/s: {:.2f}x native\n",
-             mb / native_warm, mb / mount_warm, native_warm / mount_warm);
+  MeasureEvents(logdir, mnt, events);
 
   // 2. find + stat.
   Walk(logdir);
@@ -141,7 +149,7 @@ int Run(const Args& a) {
   std::sort(first_byte.begin(), first_byte.end());
   DropCaches();
   uint64_t cold_bytes = 0;
-  double cold_read = ReadFiles(paths(mnt, traces), &cold_bytes);
+  double cold_read = ReadFiles(Paths(mnt, traces), &cold_bytes);
   double zstd_s;
   {
     DropCaches();

@@ -25,9 +25,9 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
-#include <thread>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "fmt/format.h"
 #include "tools/bench/bench.h"
@@ -106,6 +106,37 @@ void WaitGone(int pid, double limit_s) {
   while (::kill(pid, 0) == 0 && cli::NowSeconds() - t0 < limit_s) ::usleep(5000);
 }
 
+// A rename of every cold file's folder (runs/), with a lookup loop beside
+// it: how long it takes and the longest lookup it holds up.
+void MeasureRename(const std::string& mnt, uint64_t cold) {
+  std::atomic<bool> stop{false};
+  double longest = 0;
+  uint64_t lookups = 0;
+  std::thread looker([&] {
+    struct stat sb;
+    while (!stop.load()) {
+      // A fresh name each time: the kernel has no entry for it cached.
+      std::string p = fmt::format("{}/hot/absent-{}", mnt, lookups++);
+      double s0 = cli::NowSeconds();
+      ::lstat(p.c_str(), &sb);
+      longest = std::max(longest, cli::NowSeconds() - s0);
+    }
+  });
+  ::usleep(200000);
+  double r0 = cli::NowSeconds();
+  const bool renamed = ::rename((mnt + "/runs").c_str(), (mnt + "/runs-renamed").c_str()) == 0;
+  const double rename_s = cli::NowSeconds() - r0;
+  ::usleep(200000);
+  stop = true;
+  looker.join();
+  uint64_t moved = 0;
+  Walk(mnt + "/runs-renamed", &moved);
+  fmt::print(
+      "rename of the folder of {} cold files: {:.2f} s{}; {} entries beneath it after; "
+      "longest lookup beside it {:.0f} ms (of {})\n",
+      cold, rename_s, renamed ? "" : " (FAILED)", moved, 1e3 * longest, lookups);
+}
+
 int Run(const Args& a) {
   const std::string logdir = a.dir + "/logdir", mnt = a.dir + "/mnt";
   Sh("fusermount3 -u " + mnt + " 2>/dev/null");
@@ -122,8 +153,8 @@ int Run(const Args& a) {
   // The reference: the same tree, every file in place, on the same disk.
   const std::string native_copy = a.dir + "/native";
   if (!Sh(fmt::format("cp -a {} {}", logdir, native_copy))) return 2;
-  Ran mig = RunMeasured(
-      fmt::format("{} migrate {} --apply --older-than 0s >/dev/null", a.tbfs, logdir));
+  Ran mig =
+      RunMeasured(fmt::format("{} migrate {} --apply --older-than 0s >/dev/null", a.tbfs, logdir));
   if (mig.code != 0) return 2;
   fmt::print("offline migrate --apply of {} files: {:.1f} s, peak RSS {:.0f} MB ({:.0f} B/file)\n",
              cold, mig.seconds, static_cast<double>(mig.max_rss_kb) / 1024,
@@ -147,18 +178,19 @@ int Run(const Args& a) {
   auto st = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
   const uint64_t inodes = st.is_discarded() ? 0 : st["inodes"].get<uint64_t>();
   const uint64_t rss_after = ProcStatusKb(pid, "VmRSS");
-  fmt::print("walk of {} entries (mount: {}), kernel caches dropped: native {:.2f} s, mount {:.2f} s "
-             "({:.2f}x native); again with the caches warm {:.2f} s; dropped again {:.2f} s "
-             "({:.2f}x)\n",
-             native_entries, mount_entries, native, first, first / native, second, third,
-             third / native);
-  fmt::print("daemon RSS: {:.0f} MB before the walks, {:.0f} MB after (--cache {}); {} inodes "
-             "held: {:.0f} B each\n",
-             static_cast<double>(rss_before) / 1024, static_cast<double>(rss_after) / 1024,
-             a.cache, inodes,
-             inodes == 0 ? 0.0
-                         : 1024.0 * static_cast<double>(rss_after - std::min(rss_after, rss_before)) /
-                               static_cast<double>(inodes));
+  fmt::print(
+      "walk of {} entries (mount: {}), kernel caches dropped: native {:.2f} s, mount {:.2f} s "
+      "({:.2f}x native); again with the caches warm {:.2f} s; dropped again {:.2f} s "
+      "({:.2f}x)\n",
+      native_entries, mount_entries, native, first, first / native, second, third, third / native);
+  fmt::print(
+      "daemon RSS: {:.0f} MB before the walks, {:.0f} MB after (--cache {}); {} inodes "
+      "held: {:.0f} B each\n",
+      static_cast<double>(rss_before) / 1024, static_cast<double>(rss_after) / 1024, a.cache,
+      inodes,
+      inodes == 0 ? 0.0
+                  : 1024.0 * static_cast<double>(rss_after - std::min(rss_after, rss_before)) /
+                        static_cast<double>(inodes));
 
   std::vector<double> status_s;
   for (int i = 0; i < 5; ++i) {
@@ -180,38 +212,12 @@ int Run(const Args& a) {
   t1 = cli::NowSeconds();
   const bool idle_ok = Sh(idle);
   const double idle_s = cli::NowSeconds() - t1;
-  fmt::print("idle pass (nothing to move): {:.2f} s{}; find of the native copy {:.2f} s "
-             "({:.2f}x find)\n",
-             idle_s, idle_ok ? "" : " (FAILED)", find_s, idle_s / find_s);
+  fmt::print(
+      "idle pass (nothing to move): {:.2f} s{}; find of the native copy {:.2f} s "
+      "({:.2f}x find)\n",
+      idle_s, idle_ok ? "" : " (FAILED)", find_s, idle_s / find_s);
 
-  // A rename of every cold file's folder, with a lookup loop beside it.
-  {
-    std::atomic<bool> stop{false};
-    double longest = 0;
-    uint64_t lookups = 0;
-    std::thread looker([&] {
-      struct stat sb;
-      while (!stop.load()) {
-        // A fresh name each time: the kernel has no entry for it cached.
-        std::string p = fmt::format("{}/hot/absent-{}", mnt, lookups++);
-        double s0 = cli::NowSeconds();
-        ::lstat(p.c_str(), &sb);
-        longest = std::max(longest, cli::NowSeconds() - s0);
-      }
-    });
-    ::usleep(200000);
-    double r0 = cli::NowSeconds();
-    const bool renamed = ::rename((mnt + "/runs").c_str(), (mnt + "/runs-renamed").c_str()) == 0;
-    const double rename_s = cli::NowSeconds() - r0;
-    ::usleep(200000);
-    stop = true;
-    looker.join();
-    uint64_t moved = 0;
-    Walk(mnt + "/runs-renamed", &moved);
-    fmt::print("rename of the folder of {} cold files: {:.2f} s{}; {} entries beneath it after; "
-               "longest lookup beside it {:.0f} ms (of {})\n",
-               cold, rename_s, renamed ? "" : " (FAILED)", moved, 1e3 * longest, lookups);
-  }
+  MeasureRename(mnt, cold);
 
   // Shutdown during a pass: the hot half's folders get traces to migrate.
   MakeFiles(logdir + "/late", std::min<uint64_t>(hot, 20000), a.per_folder,

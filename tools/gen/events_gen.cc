@@ -157,6 +157,83 @@ void SetTensorScalar(pb::Summary::Value* v, pb::DataType dtype, const std::strin
   t->set_tensor_content(content);
 }
 
+// A kernel's histogram as Keras writes it: a [k, 3] double tensor (left,
+// right, count) whose spread grows with training (t in [0, 1]).
+void SetKernelHistogram(pb::Summary::Value* v, Rng& rng, double t) {
+  const int k = 30;
+  std::string content;
+  double lo = -0.2 - 0.05 * t, width = (0.4 + 0.1 * t) / k;
+  for (int b = 0; b < k; ++b) {
+    double left = lo + b * width;
+    double center = (b - k / 2.0) / (k / 6.0);
+    double count = std::round(1000.0 * std::exp(-0.5 * center * center) + rng.Below(8));
+    content += Fixed64LE(left) + Fixed64LE(left + width) + Fixed64LE(count);
+  }
+  pb::TensorProto* tensor = v->mutable_tensor();
+  tensor->set_dtype(pb::DT_DOUBLE);
+  tensor->mutable_tensor_shape()->add_dim()->set_size(k);
+  tensor->mutable_tensor_shape()->add_dim()->set_size(3);
+  tensor->set_tensor_content(content);
+}
+
+}  // namespace
+
+namespace {
+
+// add_hparams writes a sub-run named by the time.
+Status WriteHparamsRun(Ctx& ctx, const std::string& run, double wall, int pid, double floor) {
+  EventFile hp(ctx);
+  TBFS_RETURN_IF_ERROR(hp.Open(fmt::format("{}/{:.7f}/events.out.tfevents.{}.{}.{}.1", run, wall,
+                                           static_cast<int64_t>(wall), ctx.host, pid),
+                               wall));
+  // HParamsPluginData with its experiment (2), session_start_info (3) and
+  // session_end_info (4, status SUCCESS) fields, as the hparams plugin reads.
+  const std::pair<const char*, std::string> hparams[] = {
+      {"_hparams_/experiment", std::string("\x12\x00", 2)},
+      {"_hparams_/session_start_info", std::string("\x1a\x00", 2)},
+      {"_hparams_/session_end_info", std::string("\x22\x02\x08\x01", 4)},
+  };
+  for (const auto& [tag, content] : hparams) {
+    pb::Event e = NewEvent(wall, 0);
+    auto* v = e.mutable_summary()->add_value();
+    v->set_tag(tag);
+    *v->mutable_metadata() = PluginMetadata("hparams", content, 0);
+    hp.Write(e);
+  }
+  pb::Event final_loss = NewEvent(wall, 0);
+  auto* fl = final_loss.mutable_summary()->add_value();
+  fl->set_tag("hparam/final_loss");
+  fl->set_simple_value(static_cast<float>(floor));
+  hp.Write(final_loss);
+  TBFS_RETURN_IF_ERROR(hp.Close());
+
+  return Status::OK();
+}
+
+// The profiler ran for a few steps early in training.
+Status WritePytorchTraces(Ctx& ctx, const std::string& run, Rng& rng, uint64_t trace_bytes,
+                          double start, int pid) {
+  if (trace_bytes == 0) return Status::OK();
+  int64_t ns = static_cast<int64_t>(start * 1e9) + rng.Range(0, 999'999'999);
+  std::string worker = fmt::format("{}_{}", ctx.host, pid);
+  bool gz = ctx.options.gzip_pytorch;
+  uint64_t json_share = gz ? trace_bytes * 85 / 100 : trace_bytes;
+  const int files = 2;
+  for (int i = 0; i < files; ++i) {
+    std::string path =
+        fmt::format("{}/{}/{}.{}.pt.trace.json", ctx.logdir, run, worker, ns + i * 1'500'000'000LL);
+    TBFS_RETURN_IF_ERROR(
+        WriteKinetoTrace(ctx, path, rng, json_share / files, start + 10 + 2 * i, false));
+  }
+  if (gz) {
+    std::string path = fmt::format("{}/{}/{}.{}.pt.trace.json.gz", ctx.logdir, run, worker,
+                                   ns + files * 1'500'000'000LL);
+    TBFS_RETURN_IF_ERROR(
+        WriteKinetoTrace(ctx, path, rng, trace_bytes - json_share, start + 20, true));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status WritePytorchRun(Ctx& ctx, const std::string& run, Rng& rng, uint64_t trace_bytes,
@@ -232,53 +309,8 @@ Status WritePytorchRun(Ctx& ctx, const std::string& run, Rng& rng, uint64_t trac
   }
   TBFS_RETURN_IF_ERROR(file.Close());
 
-  // add_hparams writes a sub-run named by the time.
-  EventFile hp(ctx);
-  TBFS_RETURN_IF_ERROR(hp.Open(fmt::format("{}/{:.7f}/events.out.tfevents.{}.{}.{}.1", run, wall,
-                                           static_cast<int64_t>(wall), ctx.host, pid),
-                               wall));
-  // HParamsPluginData with its experiment (2), session_start_info (3) and
-  // session_end_info (4, status SUCCESS) fields, as the hparams plugin reads.
-  const std::pair<const char*, std::string> hparams[] = {
-      {"_hparams_/experiment", std::string("\x12\x00", 2)},
-      {"_hparams_/session_start_info", std::string("\x1a\x00", 2)},
-      {"_hparams_/session_end_info", std::string("\x22\x02\x08\x01", 4)},
-  };
-  for (const auto& [tag, content] : hparams) {
-    pb::Event e = NewEvent(wall, 0);
-    auto* v = e.mutable_summary()->add_value();
-    v->set_tag(tag);
-    *v->mutable_metadata() = PluginMetadata("hparams", content, 0);
-    hp.Write(e);
-  }
-  pb::Event final_loss = NewEvent(wall, 0);
-  auto* fl = final_loss.mutable_summary()->add_value();
-  fl->set_tag("hparam/final_loss");
-  fl->set_simple_value(static_cast<float>(floor));
-  hp.Write(final_loss);
-  TBFS_RETURN_IF_ERROR(hp.Close());
-
-  // The profiler ran for a few steps early in training.
-  if (trace_bytes > 0) {
-    int64_t ns = static_cast<int64_t>(start * 1e9) + rng.Range(0, 999'999'999);
-    std::string worker = fmt::format("{}_{}", ctx.host, pid);
-    bool gz = ctx.options.gzip_pytorch;
-    uint64_t json_share = gz ? trace_bytes * 85 / 100 : trace_bytes;
-    const int files = 2;
-    for (int i = 0; i < files; ++i) {
-      std::string path = fmt::format("{}/{}/{}.{}.pt.trace.json", ctx.logdir, run, worker,
-                                     ns + i * 1'500'000'000LL);
-      TBFS_RETURN_IF_ERROR(
-          WriteKinetoTrace(ctx, path, rng, json_share / files, start + 10 + 2 * i, false));
-    }
-    if (gz) {
-      std::string path = fmt::format("{}/{}/{}.{}.pt.trace.json.gz", ctx.logdir, run, worker,
-                                     ns + files * 1'500'000'000LL);
-      TBFS_RETURN_IF_ERROR(
-          WriteKinetoTrace(ctx, path, rng, trace_bytes - json_share, start + 20, true));
-    }
-  }
-  return Status::OK();
+  TBFS_RETURN_IF_ERROR(WriteHparamsRun(ctx, run, wall, pid, floor));
+  return WritePytorchTraces(ctx, run, rng, trace_bytes, start, pid);
 }
 
 Status WriteKerasRun(Ctx& ctx, const std::string& run, Rng& rng, uint64_t trace_bytes) {
@@ -354,20 +386,7 @@ Status WriteKerasRun(Ctx& ctx, const std::string& run, Rng& rng, uint64_t trace_
         if (first_time(std::string("h/") + tag)) {
           *v->mutable_metadata() = PluginMetadata("histograms", std::string(), 2);
         }
-        const int k = 30;
-        std::string content;
-        double lo = -0.2 - 0.05 * t, width = (0.4 + 0.1 * t) / k;
-        for (int b = 0; b < k; ++b) {
-          double left = lo + b * width;
-          double center = (b - k / 2.0) / (k / 6.0);
-          double count = std::round(1000.0 * std::exp(-0.5 * center * center) + rng.Below(8));
-          content += Fixed64LE(left) + Fixed64LE(left + width) + Fixed64LE(count);
-        }
-        pb::TensorProto* tensor = v->mutable_tensor();
-        tensor->set_dtype(pb::DT_DOUBLE);
-        tensor->mutable_tensor_shape()->add_dim()->set_size(k);
-        tensor->mutable_tensor_shape()->add_dim()->set_size(3);
-        tensor->set_tensor_content(content);
+        SetKernelHistogram(v, rng, t);
         train.Write(e);
       }
       if (epoch == 0) {
