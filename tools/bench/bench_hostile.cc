@@ -240,11 +240,11 @@ int Report(const Args& a, Figures& f) {
                       {"passes", f.total_passes},
                       {"passes_per_minute", f.total_passes * 60 / f.seconds},
                       {"longest_seconds_without_a_pass", f.longest_gap},
-                      {"f.log_bytes", f.log_bytes},
+                      {"log_bytes", f.log_bytes},
                       {"log_bytes_per_minute", static_cast<double>(f.log_bytes) * 60 / f.seconds},
                       {"status_p50_seconds", pct(0.5)},
                       {"status_max_seconds", f.status_s.empty() ? 0.0 : f.status_s.back()},
-                      {"f.status_failures", f.status_failures},
+                      {"status_failures", f.status_failures},
                       {"good_traces", f.good},
                       {"good_traces_cold", f.cold},
                       {"good_traces_wrong", f.wrong}};
@@ -267,7 +267,7 @@ int Report(const Args& a, Figures& f) {
                static_cast<double>(f.log_bytes) * 60 / f.seconds);
     fmt::print("status: p50 {:.3f} s, max {:.3f} s, {} failed\n", pct(0.5),
                f.status_s.empty() ? 0.0 : f.status_s.back(), f.status_failures);
-    fmt::print("good user's traces: {} written, {} f.cold, {} f.wrong\n", f.good, f.cold, f.wrong);
+    fmt::print("good user's traces: {} written, {} cold, {} wrong\n", f.good, f.cold, f.wrong);
   }
   return ok ? 0 : 1;
 }
