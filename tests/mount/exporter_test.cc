@@ -92,10 +92,12 @@ TEST_F(Exporter, OneEndpointServesEveryMountLabelledByItsMountPoint) {
     ::_exit(127);
   }
   std::string scrape;
-  for (int i = 0; i < 500 && scrape.find("200 OK") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    scrape = Scrape(port);
-  }
+  WaitUntil(
+      [&] {
+        scrape = Scrape(port);
+        return scrape.find("200 OK") != std::string::npos;
+      },
+      std::chrono::milliseconds(5000));
   ASSERT_NE(scrape.find("200 OK"), std::string::npos) << scrape;
   EXPECT_GT(Sample(scrape, "tbfs_files", mnt_, ",state=\"cold\""), 0) << scrape;
   EXPECT_EQ(scrape.find("exposer_"), std::string::npos);

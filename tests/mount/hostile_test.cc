@@ -166,24 +166,26 @@ TEST_F(HostileUser, ADamagedTfeventsFileHoldsOnlyItsOwnRunAndIsShown) {
   ASSERT_GT(port, 0);
   Mount("--cold-after 0 -o migrate_interval=1s,metrics=" + std::to_string(port));
   const std::vector<std::string> v = Traces("v"), u = Traces("u");
-  bool moved = false;
-  for (int i = 0; i < 600 && !moved; ++i) {
-    moved = std::all_of(v.begin(), v.end(),
-                        [&](const std::string& t) { return State(M(t)) == "cold"; });
-    if (!moved) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_TRUE(moved) << "v's traces did not move";
+  auto all_cold = [&](const std::vector<std::string>& traces) {
+    return std::all_of(traces.begin(), traces.end(),
+                       [&](const std::string& t) { return State(M(t)) == "cold"; });
+  };
+  ASSERT_TRUE(WaitUntil([&] { return all_cold(v); }, std::chrono::milliseconds(60000),
+                        std::chrono::milliseconds(100)))
+      << "v's traces did not move";
   for (const std::string& t : u) EXPECT_EQ(State(M(t)), "hot") << t;
 
   const std::string run = ParentPath(events_.substr(logdir_.size() + 1));
   const std::string file = events_.substr(logdir_.size() + 1);
   // The held runs are published when the pass ends, after v's batch
   // committed (a moment later on a loaded machine).
-  nlohmann::json s = Status();
-  for (int i = 0; i < 100 && s["blocked"]["runs"].get<uint64_t>() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    s = Status();
-  }
+  nlohmann::json s;
+  WaitUntil(
+      [&] {
+        s = Status();
+        return s["blocked"]["runs"].get<uint64_t>() > 0;
+      },
+      std::chrono::milliseconds(10000), std::chrono::milliseconds(100));
   ASSERT_EQ(s["blocked"]["runs"].get<uint64_t>(), 1u) << s.dump();
   EXPECT_EQ(s["blocked"]["list"][0]["run"].get<std::string>(), run);
   EXPECT_EQ(s["blocked"]["list"][0]["file"].get<std::string>(), file);
@@ -213,13 +215,9 @@ TEST_F(HostileUser, ADamagedTfeventsFileHoldsOnlyItsOwnRunAndIsShown) {
       fresh = e.path().string();
   }
   WriteBytes(events_, ReadBytes(fresh));
-  bool mended = false;
-  for (int i = 0; i < 600 && !mended; ++i) {
-    mended = std::all_of(u.begin(), u.end(),
-                         [&](const std::string& t) { return State(M(t)) == "cold"; });
-    if (!mended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_TRUE(mended) << Status().dump();
+  EXPECT_TRUE(WaitUntil([&] { return all_cold(u); }, std::chrono::milliseconds(60000),
+                        std::chrono::milliseconds(100)))
+      << Status().dump();
   // The held runs are published when the pass ends, a moment after the
   // batch that moved the traces commits.
   uint64_t held = 1;

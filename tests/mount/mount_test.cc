@@ -125,17 +125,15 @@ TEST_F(Mounted, AppendInTheLogdirIsSeenThroughTheMountWithinOneSecond) {
   events::AppendFramedRecord("appended by a writer outside the mount", &extra);
   WriteBytes(L(rel), before + extra);
 
-  auto start = std::chrono::steady_clock::now();
-  bool visible = false;
-  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1000)) {
-    size_t n = 0;
-    ASSERT_TRUE(PreadFull(fd->get(), seen.data(), seen.size(), before.size(), &n, rel).ok());
-    if (n == extra.size() && seen.compare(0, n, extra) == 0) {
-      visible = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  ::tbfs::Status read;
+  const bool visible = WaitUntil(
+      [&] {
+        size_t n = 0;
+        read = PreadFull(fd->get(), seen.data(), seen.size(), before.size(), &n, rel);
+        return read.ok() && n == extra.size() && seen.compare(0, n, extra) == 0;
+      },
+      std::chrono::milliseconds(1000), std::chrono::milliseconds(50));
+  ASSERT_TRUE(read.ok()) << read.message();
   EXPECT_TRUE(visible) << "the append was not visible through the mount within 1 s";
 }
 
@@ -150,15 +148,9 @@ TEST_F(Mounted, NewFilesInTheLogdirAppearInListingsWithinOneSecond) {
   std::string run = ParentPath(events_[0]);
   EXPECT_FALSE(List(M(run)).count("events.out.tfevents.2.host.9.0"));
   WriteBytes(L(run + "/events.out.tfevents.2.host.9.0"), "");
-  auto start = std::chrono::steady_clock::now();
-  bool listed = false;
-  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1000)) {
-    if (List(M(run)).count("events.out.tfevents.2.host.9.0")) {
-      listed = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const bool listed =
+      WaitUntil([&] { return List(M(run)).count("events.out.tfevents.2.host.9.0") > 0; },
+                std::chrono::milliseconds(1000), std::chrono::milliseconds(50));
   EXPECT_TRUE(listed) << "a file created in the logdir was not listed through the mount within 1 s";
   // Changes made through the mount show at once, cold ones included.
   MigrateNow();
@@ -429,15 +421,14 @@ TEST_F(Mounted, AFolderOnlyTheColdStoreHasIsListedAndCanBeEntered) {
 TEST_F(Mounted, BackgroundMigratorMovesQuietTracesAndNeverTfevents) {
   Mount("--cold-after 0 -o migrate_interval=1s");
   nlohmann::json st;
-  for (int i = 0; i < 100; ++i) {
-    st = Status();
-    // The verifier's verdict is recorded just after the batch commits.
-    if (st["cold"]["files"].get<size_t>() == traces_.size() &&
-        !st["last_verifier"].get<std::string>().empty()) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  // The verifier's verdict is recorded just after the batch commits.
+  WaitUntil(
+      [&] {
+        st = Status();
+        return st["cold"]["files"].get<size_t>() == traces_.size() &&
+               !st["last_verifier"].get<std::string>().empty();
+      },
+      std::chrono::milliseconds(10000), std::chrono::milliseconds(100));
   EXPECT_EQ(st["cold"]["files"].get<size_t>(), traces_.size());
   EXPECT_EQ(st["last_verifier"].get<std::string>(), "intact");
   for (const auto& f : events_) {
@@ -1063,12 +1054,9 @@ TEST_F(Mounted, AConfigFileAloneMountsWithItsSettings) {
                              "default_permissions,allow_other"),
             std::string::npos);
   EXPECT_EQ(Status()["cache"]["capacity_bytes"].get<uint64_t>(), 32u << 20);
-  bool cold = false;  // migrated within a few passes of 1 s
-  for (int i = 0; i < 100 && !cold; ++i) {
-    cold = State(M(traces_[0])) == "cold";
-    if (!cold) ::usleep(100'000);
-  }
-  EXPECT_TRUE(cold);
+  // Migrated within a few passes of 1 s.
+  EXPECT_TRUE(WaitUntil([&] { return State(M(traces_[0])) == "cold"; },
+                        std::chrono::milliseconds(10000), std::chrono::milliseconds(100)));
   Unmount();
   // The command line wins over the file.
   r = RunCommand(Tbfs("mount --config " + config + " --no-migrate --cache 64M 2>&1"));

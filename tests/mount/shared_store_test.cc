@@ -401,12 +401,9 @@ TEST_F(UnreachableStore, ColdReadsFailWithEioAfterTheTimeoutHotFilesKeepWorkingA
   auto resumed =
       RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh resume " + ceph_ + " tbfs 2>&1");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
-  bool back = false;
-  for (int i = 0; i < 60 && !back; ++i) {
-    back = ReadBytes(M(cold[0])) == originals_[cold[0]];
-    if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  EXPECT_TRUE(back) << "cold reads did not come back after the cluster did";
+  EXPECT_TRUE(WaitUntil([&] { return ReadBytes(M(cold[0])) == originals_[cold[0]]; },
+                        std::chrono::milliseconds(30000), std::chrono::milliseconds(500)))
+      << "cold reads did not come back after the cluster did";
   for (const std::string& rel : cold) EXPECT_TRUE(ReadBytes(M(rel)) == originals_[rel]) << rel;
   // The writer's lease lapsed while the cluster was away; the mount takes it back.
   EXPECT_TRUE(WaitFor(mnt_, 30, IsWriter)) << Status().dump();

@@ -22,15 +22,12 @@ class Shutdown : public MountTest, public ::testing::WithParamInterface<bool> {
   // daemon to be gone.
   void StopAndWait(bool sigterm, int limit_s) {
     const int pid = pid_;
-    const auto asked = std::chrono::steady_clock::now();
     if (sigterm) {
       ASSERT_EQ(::kill(pid, SIGTERM), 0);
     } else {
       ASSERT_EQ(RunCommand("fusermount3 -u " + Quote(mnt_) + " 2>&1").exit_code, 0);
     }
-    while (Alive(pid) && std::chrono::steady_clock::now() - asked < std::chrono::seconds(limit_s)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    WaitUntil([&] { return !Alive(pid); }, std::chrono::seconds(limit_s));
     EXPECT_FALSE(Alive(pid)) << "the daemon still runs " << limit_s
                              << " s after it was asked to stop";
   }
@@ -52,12 +49,9 @@ TEST_P(Shutdown, DuringAPassStopsItAtTheNextFile) {
   auto pass = std::async(std::launch::async, [&] {
     return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
   });
-  bool moving = false;
-  for (int i = 0; i < 400 && !moving; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    moving = Status()["cold"]["files"].get<uint64_t>() >= 3;
-  }
-  ASSERT_TRUE(moving) << "the pass did not start";
+  ASSERT_TRUE(WaitUntil([&] { return Status()["cold"]["files"].get<uint64_t>() >= 3; },
+                        std::chrono::milliseconds(20000), std::chrono::milliseconds(50)))
+      << "the pass did not start";
   // Bounded, not timed: the pass had ~28 s to go.
   StopAndWait(sigterm, 15);
   auto r = pass.get();
@@ -174,13 +168,17 @@ TEST_F(ShutdownDuringARead, AReadOfManyChunksStopsAtTheNextChunk) {
     std::string buf(1u << 20, '\0');
     return static_cast<int>(::pread(fd->get(), buf.data(), buf.size(), 0));
   });
-  // The reader is inside its request once the first chunk's load began.
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // The reader is inside its request once the first chunk's load began
+  // (the cache counts a miss as the load starts).
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        nlohmann::json s = Status();
+        return s.is_object() && s["cache"]["misses"].get<uint64_t>() > 0;
+      },
+      std::chrono::milliseconds(10000), std::chrono::milliseconds(50)))
+      << "no chunk load began";
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
-  const auto asked = std::chrono::steady_clock::now();
-  while (Alive(pid) && std::chrono::steady_clock::now() - asked < std::chrono::seconds(8)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  WaitUntil([&] { return !Alive(pid); }, std::chrono::milliseconds(8000));
   EXPECT_FALSE(Alive(pid)) << "the daemon still runs 8 s after SIGTERM: the read went on";
   reader.wait();
   pid_ = -1;

@@ -350,12 +350,13 @@ TEST(RadosLease, AHolderThatDiedLosesItWhenTheLeaseRunsOut) {
   auto refused = RadosLease::Acquire(where, "the next writer", 3);
   ASSERT_FALSE(refused.ok()) << "the dead holder's lease still runs";
   EXPECT_NE(refused.status().message().find("a holder about to die"), std::string::npos);
-  const auto start = std::chrono::steady_clock::now();
   Result<std::unique_ptr<RadosLease>> taken = Status::Busy("");
-  while (!taken.ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(15)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    taken = RadosLease::Acquire(where, "the next writer", 3);
-  }
+  testing::WaitUntil(
+      [&] {
+        taken = RadosLease::Acquire(where, "the next writer", 3);
+        return taken.ok();
+      },
+      std::chrono::milliseconds(15000), std::chrono::milliseconds(200));
   EXPECT_TRUE(taken.ok()) << taken.status().ToString();
 }
 
