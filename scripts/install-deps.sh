@@ -4,7 +4,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(
-  build-essential cmake ninja-build ccache pkg-config git attr clang
+  build-essential cmake ninja-build ccache pkg-config git attr clang-16
   dpkg-dev man-db systemd lintian acl libcap2-bin
   libfuse3-dev fuse3
   librocksdb-dev

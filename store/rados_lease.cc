@@ -6,9 +6,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <list>
-#include <mutex>
 #include <thread>
 
+#include "base/thread_annotations.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/rados_internal.h"
@@ -50,9 +50,9 @@ struct RadosLease::State {
   Connection c;
   std::string head, cookie, what;
   int lease_s = 30;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stopping = false;  // guarded by mu
+  Mutex mu;
+  std::condition_variable_any cv;
+  bool stopping TBFS_GUARDED_BY(mu) = false;
   std::atomic<bool> held{true};
   std::thread renewer;
 
@@ -61,9 +61,10 @@ struct RadosLease::State {
     return c.io.lock_exclusive(head, kLeaseName, cookie, "tbfs store writer", &duration, flags);
   }
   void Renew() {
-    std::unique_lock<std::mutex> lock(mu);
+    MutexLock lock(mu);
+    // The wait releases and retakes mu; the analysis cannot see into it.
     while (!cv.wait_for(lock, std::chrono::milliseconds(lease_s * 1000 / 3),
-                        [&] { return stopping; })) {
+                        [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stopping; })) {
       const int r = Lock(LIBRADOS_LOCK_FLAG_MUST_RENEW);
       if (r < 0) {
         held = false;
@@ -79,7 +80,7 @@ RadosLease::RadosLease(std::unique_ptr<State> state) : state_(std::move(state)) 
 
 RadosLease::~RadosLease() {
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     state_->stopping = true;
   }
   state_->cv.notify_all();
