@@ -441,9 +441,8 @@ class Filesystem : public store::MoveObserver {
   };
   int RenameHot(const RenameArgs& a, const struct stat& sst) TBFS_REQUIRES(ns_mu_);
   int RenameCold(const RenameArgs& a) TBFS_REQUIRES(ns_mu_);
-  // -ENOTEMPTY when the store's folder at dst has entries, 0 when it has
-  // none or dst_entry is no folder.
-  int ColdChildren(const std::string& dst, const Result<storepb::Entry>& dst_entry);
+  // -ENOTEMPTY when the store holds entries beneath dst, 0 when it holds none.
+  int ColdChildren(const std::string& dst);
   // After the hot file at `rel` left the path (unlinked, renamed away): the
   // cold file its presence hid there leaves too. The hot change stands
   // whatever happens; a failure is logged.

@@ -294,8 +294,7 @@ int Filesystem::Rmdir(uint64_t parent, const char* name) {
   return st.ok() ? 0 : StoreError(st, EioSite::kRmdir);
 }
 
-int Filesystem::ColdChildren(const std::string& dst, const Result<storepb::Entry>& dst_entry) {
-  if (!dst_entry.ok() || dst_entry->kind() != storepb::Entry::DIR) return 0;
+int Filesystem::ColdChildren(const std::string& dst) {
   auto kids = store_->HasChildren(dst);
   if (!kids.ok()) return StoreError(kids.status(), EioSite::kRename);
   return *kids ? -ENOTEMPTY : 0;
@@ -346,9 +345,17 @@ int Filesystem::RenameHot(const RenameArgs& a, const struct stat& sst) {
     if ((S_ISDIR(sst.st_mode) && holds_cold(a.src)) ||
         (S_ISDIR(dst_st.st_mode) && holds_cold(a.dst)))
       return -EINVAL;
-  } else if (a.dst_cold && !dst_hot) {
-    if (a.flags & RENAME_NOREPLACE) return -EEXIST;
-    if (int r = ColdChildren(a.dst, a.dst_entry); r != 0) return r;
+  } else {
+    if (a.dst_cold && !dst_hot && (a.flags & RENAME_NOREPLACE)) return -EEXIST;
+    // A folder replaced must be empty, its cold files counted, as rmdir
+    // says: a folder whose files are all cold has an empty backing folder,
+    // and the kernel would replace it, leaving them in the new folder.
+    const bool replaces_folder =
+        dst_hot ? S_ISDIR(dst_st.st_mode) && S_ISDIR(sst.st_mode) && !(a.flags & RENAME_NOREPLACE)
+                : a.dst_cold && a.dst_entry->kind() == storepb::Entry::DIR;
+    if (replaces_folder) {
+      if (int r = ColdChildren(a.dst); r != 0) return r;
+    }
   }
   InodeView pv = inodes_.View(a.parent);
   if (::renameat2(pv.fd->get(), a.name, npfd->get(), a.newname, a.flags) != 0) return -errno;
@@ -388,13 +395,13 @@ int Filesystem::RenameCold(const RenameArgs& a) {
   InodeView npv = inodes_.View(a.newparent);
   if (npv.kind == Kind::kColdFile) return -ENOTDIR;
   bool dst_hot_file = false;  // replaced once the store has the file at dst
+  bool dst_hot_folder = false;
   if (npv.kind == Kind::kHot) {
     struct stat dst_st;
     if (::fstatat(npv.fd->get(), a.newname, &dst_st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (a.flags & RENAME_NOREPLACE) return -EEXIST;
       if (S_ISDIR(dst_st.st_mode) != src_dir) return src_dir ? -ENOTDIR : -EISDIR;
-      // An (empty) folder goes first: should it not, nothing has changed.
-      if (src_dir && ::unlinkat(npv.fd->get(), a.newname, AT_REMOVEDIR) != 0) return -errno;
+      dst_hot_folder = src_dir;
       dst_hot_file = !src_dir;
     }
   }
@@ -402,7 +409,15 @@ int Filesystem::RenameCold(const RenameArgs& a) {
     if (a.flags & RENAME_NOREPLACE) return -EEXIST;
     if ((a.dst_entry->kind() == storepb::Entry::DIR) != src_dir)
       return src_dir ? -ENOTDIR : -EISDIR;
-    if (int r = ColdChildren(a.dst, a.dst_entry); r != 0) return r;
+  }
+  // A folder replaced must be empty, its cold files counted (as rmdir),
+  // before anything changes.
+  if (src_dir && (dst_hot_folder || a.dst_cold)) {
+    if (int r = ColdChildren(a.dst); r != 0) return r;
+  }
+  // An (empty) folder goes first: should it not, nothing has changed.
+  if (dst_hot_folder && ::unlinkat(npv.fd->get(), a.newname, AT_REMOVEDIR) != 0) return -errno;
+  if (a.dst_cold) {
     if (src_dir) {
       store::WriteBatch b;
       Status st = store_->RemoveEntry(&b, a.dst);

@@ -393,6 +393,49 @@ TEST_F(Mounted, RenameUnlinkRmdirAcrossHotAndCold) {
   EXPECT_EQ(RunCommand(Tbfs("fsck " + logdir_ + " >/dev/null")).exit_code, 0);
 }
 
+// A folder whose files are all cold has an empty backing folder: renaming
+// another folder over it must fail as rmdir does (ENOTEMPTY), or the cold
+// files would end up inside the folder that replaced it, another user's
+// (red team: nobody's empty folder renamed over root's, then root's cold
+// file deleted by nobody). Whether the source is hot or only in the store.
+TEST_F(Mounted, ARenameOverAFolderWhoseFilesAreColdIsRefusedAsNotEmpty) {
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);  // the other user reaches the mount
+  Mount("--no-migrate --cold-after 0 -o allow_other");
+  ASSERT_EQ(::mkdir(M("shared").c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(M("shared").c_str(), 0777), 0);
+  ASSERT_EQ(::mkdir(M("shared/kept").c_str(), 0755), 0);
+  WriteBytes(M("shared/kept/secret.pt.trace.json"), "{\"traceEvents\": []}");
+  MigrateNow();
+  ASSERT_EQ(State(M("shared/kept/secret.pt.trace.json")), "cold");
+  ASSERT_TRUE(std::filesystem::is_empty(L("shared/kept"))) << "the backing folder is empty";
+  // Another user's empty folder, renamed over it.
+  auto mv = RunCommand("setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'mkdir " +
+                       Quote(M("shared/mine")) + " && mv -T " + Quote(M("shared/mine")) + " " +
+                       Quote(M("shared/kept")) + "' 2>&1");
+  EXPECT_NE(mv.exit_code, 0) << mv.out;
+  EXPECT_NE(mv.out.find("Directory not empty"), std::string::npos) << mv.out;
+  // Root's too: the same answer.
+  ASSERT_EQ(::mkdir(M("shared/other").c_str(), 0755), 0);
+  EXPECT_EQ(::rename(M("shared/other").c_str(), M("shared/kept").c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY);
+  struct stat st;
+  ASSERT_EQ(::stat(M("shared/kept").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "the folder is still root's";
+  EXPECT_EQ(ReadBytes(M("shared/kept/secret.pt.trace.json")), "{\"traceEvents\": []}");
+  // A folder only the store has (its backing folder removed in the logdir),
+  // renamed over the same: refused, and the backing folder there stays.
+  ASSERT_EQ(::mkdir(M("shared/gone").c_str(), 0755), 0);
+  WriteBytes(M("shared/gone/t.pt.trace.json"), "{\"traceEvents\": [1]}");
+  MigrateNow();
+  ASSERT_EQ(::rmdir(L("shared/gone").c_str()), 0);
+  EXPECT_EQ(::rename(M("shared/gone").c_str(), M("shared/kept").c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY);
+  EXPECT_TRUE(std::filesystem::is_directory(L("shared/kept"))) << "the backing folder was removed";
+  EXPECT_EQ(ReadBytes(M("shared/kept/secret.pt.trace.json")), "{\"traceEvents\": []}");
+  EXPECT_EQ(ReadBytes(M("shared/gone/t.pt.trace.json")), "{\"traceEvents\": [1]}");
+  EXPECT_EQ(RunCommand(Tbfs("fsck " + logdir_ + " >/dev/null")).exit_code, 0);
+}
+
 TEST_F(Mounted, AFolderOnlyTheColdStoreHasIsListedAndCanBeEntered) {
   Mount("--no-migrate --cold-after 0");
   MigrateNow();
@@ -894,6 +937,33 @@ TEST_F(Mounted, FstabFormMountsThroughMountFuse3) {
     EXPECT_EQ(refused.exit_code, 2) << other << ": " << refused.out;
     EXPECT_EQ(flags(), was) << other;
   }
+}
+
+// The source a mount shows (/proc/mounts, findmnt -S) is tbfs:LOGDIR; that
+// name mounts the logdir again, as mount(8) users and xfstests (which finds
+// its devices by source) expect. Only an absolute path follows tbfs:.
+TEST_F(Mounted, TheSourceAMountShowsMountsItsLogdir) {
+  const std::string source = "tbfs:" + logdir_;
+  auto r = RunCommand("mount -t fuse.tbfs " + Quote(source) + " " + Quote(mnt_) +
+                      " -o no_migrate 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_TRUE(IsMounted(mnt_));
+  pid_ = Status()["pid"].get<int>();
+  EXPECT_EQ(Status()["logdir"].get<std::string>(), logdir_);
+  auto found = RunCommand("findmnt -rn -S " + Quote(source) + " -o TARGET");
+  EXPECT_EQ(found.out, mnt_ + "\n");
+  EXPECT_EQ(ReadBytes(M(events_[0])), ReadBytes(L(events_[0])));
+  Unmount();
+  r = RunCommand(Tbfs("mount " + Quote(source) + " " + Quote(mnt_) + " --no-migrate 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  pid_ = Status()["pid"].get<int>();
+  EXPECT_EQ(Status()["logdir"].get<std::string>(), logdir_);
+  Unmount();
+  // tbfs: and a relative path is a relative path, whatever is beside it.
+  r = RunCommand("cd " + Quote(logdir_) + "/.. && " + Tbfs("mount tbfs:logdir " + Quote(mnt_) + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("LOGDIR tbfs:logdir is not a directory"), std::string::npos) << r.out;
+  EXPECT_FALSE(IsMounted(mnt_));
 }
 
 TEST_F(Mounted, KillNineDuringAMigrationLosesNothing) {

@@ -83,6 +83,10 @@ int RunMountCmd(const MountArgs& args) {
   for (const std::string& o : args.options) {
     if (!apply(o, "")) return kExitError;
   }
+  // The source a mount shows (/proc/mounts, findmnt -S) is tbfs:LOGDIR: it
+  // names the logdir too, as mount(8) users and xfstests expect. Only an
+  // absolute path follows it (tbfs:run is the relative folder of that name).
+  if (config.logdir.starts_with("tbfs:/")) config.logdir.erase(0, 5);
   if (config.remount) {
     // mount(8) through mount.fuse3 gives the mount's source and its mount
     // point; by hand, the mount point alone does.
