@@ -69,6 +69,33 @@ TEST_F(CliTest, UsageAndInputErrorsExitTwoWithOneLine) {
   EXPECT_EQ(RunCommand(Tbfs("verify " + (dir_ / "empty") + " 2>/dev/null")).exit_code, 2);
 }
 
+// A script that asked for --json reads one JSON document on stdout even
+// when the command fails before its report (a wrong path, bad arguments,
+// a refusal): {"ok": false, "error": the line stderr says}, exit 2.
+TEST_F(CliTest, AFailedJsonRunStillPrintsOneJsonDocument) {
+  const std::string missing = dir_ / "missing";
+  for (const std::string& args :
+       {"scan --json " + missing, "verify --json " + missing, "migrate --json " + missing,
+        "restore --json " + missing + " --all", "ls --json " + missing, "du --json " + missing,
+        "fsck --json " + missing, "salvage --json --store " + missing,
+        "recompress --json " + missing, "watch --json " + missing, "status --json " + missing,
+        "gc --json " + missing + " --keep-last 1", "export --json " + missing,
+        "gen --json " + logdir_, "watch --json --quiet " + logdir_,
+        "migrate --json " + logdir_ + " --older-than never"}) {
+    SCOPED_TRACE(args);
+    CommandResult r = RunCommand(Tbfs(args + " 2>/dev/null"));
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    EXPECT_EQ(j["ok"], false) << r.out;
+    const std::string error = j.value("error", "");
+    EXPECT_FALSE(error.empty()) << r.out;
+    // The same error on stderr.
+    r = RunCommand(Tbfs(args + " 2>&1 >/dev/null"));
+    EXPECT_NE(r.out.find(error), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(CliTest, ScanJsonAccountsForEveryByte) {
   CommandResult r = RunCommand(Tbfs("scan --json " + logdir_));
   ASSERT_EQ(r.exit_code, 0);

@@ -487,6 +487,30 @@ TEST_F(MigrateCli, WatchByAnotherUserReadsAndWritesNothingOfTheStore) {
   EXPECT_EQ(ReadBytes(logdir_ + "/.tbfs/growth.jsonl"), before);
 }
 
+// A folder the watching user cannot read (another user's private run) is
+// left out with a warning, as scan and verify leave it; the rest is still
+// counted and the exit status is the thresholds'.
+TEST_F(MigrateCli, WatchLeavesOutAFolderItCannotReadAndSaysSo) {
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((logdir_ + "/private_run").c_str(), 0700), 0);
+  WriteBytes(logdir_ + "/private_run/blob.bin", std::string(1 << 20, 'x'));
+  const std::string as_nobody = "setpriv --reuid 65534 --regid 65534 --clear-groups ";
+  auto r = RunCommand(as_nobody +
+                      Tbfs("watch " + logdir_ + " --interval 0 --warn-at 100 --json 2>/dev/null"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["not_counted"].size(), 1u) << r.out;
+  EXPECT_NE(j["not_counted"][0].get<std::string>().find("private_run"), std::string::npos);
+  EXPECT_GT(j["bytes"]["tfevents"].get<uint64_t>(), 0u);
+  r = RunCommand(as_nobody + Tbfs("watch " + logdir_ + " --interval 0 --warn-at 100 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("watch: warning: not counted: "), std::string::npos) << r.out;
+  // As root the folder is read, and counted.
+  r = RunCommand(Tbfs("watch " + logdir_ + " --interval 0 --warn-at 100 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["not_counted"].size(), 0u);
+}
+
 // A store folder another user owns (their own run folder watched as a
 // logdir, say) is not root's to keep a series in (a store refuses another
 // owner's folder): root's watch still reports, reading it, keeping nothing.

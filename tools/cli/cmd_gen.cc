@@ -74,13 +74,33 @@ void RegisterGen(CLI::App& app, int* exit_code) {
   cmd->callback([args, exit_code] { *exit_code = RunGen(*args); });
 }
 
+namespace {
+// One command runs per process: what FinishJsonRun needs to know of it.
+std::string first_error;
+bool json_printed = false;
+}  // namespace
+
 void PrintError(const std::string& command, const std::string& message) {
+  if (first_error.empty()) first_error = message;
   fmt::print(stderr, "tbfs {}: {}\n", command, message);
 }
 
 void PrintJsonError(const std::string& message) {
   nlohmann::json j{{"ok", false}, {"error", message}};
-  fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  PrintJsonText(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void PrintJsonText(const std::string& text) {
+  json_printed = true;
+  fmt::print("{}\n", text);
+}
+
+void NoteJsonPrinted() { json_printed = true; }
+
+void FinishJsonRun(bool json_asked, int exit_code, const std::string& error) {
+  if (!json_asked || exit_code != kExitError || json_printed) return;
+  const std::string& e = !first_error.empty() ? first_error : error;
+  PrintJsonError(e.empty() ? std::string("failed (no message)") : e);
 }
 
 }  // namespace tbfs::cli

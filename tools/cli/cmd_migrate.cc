@@ -65,7 +65,7 @@ int MigrateThroughMount(const MigrateArgs& args) {
   }
   auto j = json::parse(after, nullptr, false);
   if (args.json || j.is_discarded()) {
-    fmt::print("{}\n", after);
+    PrintJsonText(after);
   } else {
     fmt::print("{}: {} cold files, {} stored as {}; last verifier: {}\n", args.logdir,
                j["cold"]["files"].get<uint64_t>(), HumanBytes(j["cold"]["bytes"].get<uint64_t>()),

@@ -210,7 +210,7 @@ int RunStatus(const std::string& mountpoint, bool json) {
   // Lost files are a finding, in either form.
   const uint64_t lost = j.contains("lost") ? j["lost"].value("files", uint64_t{0}) : 0;
   if (json) {
-    fmt::print("{}\n", value);
+    PrintJsonText(value);
     return lost > 0 ? kExitFinding : kExitOk;
   }
   auto u = [&](const char* a, const char* b) { return j[a][b].get<uint64_t>(); };

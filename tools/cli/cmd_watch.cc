@@ -62,6 +62,9 @@ struct Watched {
   std::vector<store::GrowthSample> series;
   std::string not_kept;  // why the series is not kept, "" when it is
   std::string cold_why;  // why the cold bytes are not counted, "" when they are
+  // Folders and entries the last sample could not read (another user's
+  // private run): left out of it, as scan and verify leave them.
+  std::vector<std::string> not_counted;
   bool keep() const { return not_kept.empty(); }
 };
 bool TakeSamples(const WatchArgs& args, const StoreLocation& loc, int64_t interval, Watched* w) {
@@ -77,8 +80,11 @@ bool TakeSamples(const WatchArgs& args, const StoreLocation& loc, int64_t interv
   } else {
     w->cold_why = opened.status().message();
   }
+  WalkOptions walk = loc.walk;
+  walk.warnings = &w->not_counted;
   auto sample = [&]() -> bool {
-    auto s = store::TakeGrowthSample(loc.logdir, cold.get(), policy, loc.walk);
+    w->not_counted.clear();
+    auto s = store::TakeGrowthSample(loc.logdir, cold.get(), policy, walk);
     if (!s.ok()) {
       PrintError("watch", s.status().message());
       return false;
@@ -138,6 +144,7 @@ json WatchJson(const StoreLocation& loc, const Watched& w, const store::GrowthSu
             {"series_kept", w.keep()},
             {"cold_bytes_known", w.cold_why.empty()},
             {"warn", warn},
+            {"not_counted", w.not_counted},
             {"top_runs", json::array()}};
   for (const auto& [run, r] : g.top_runs) {
     j["top_runs"].push_back({{"run", run}, {"bytes_per_hour", r * 3600}});
@@ -222,6 +229,9 @@ int RunWatch(const WatchArgs& args) {
   }
   Watched w;
   if (!TakeSamples(args, *loc, *interval, &w)) return kExitError;
+  if (!args.quiet) {
+    for (const std::string& n : w.not_counted) PrintError("watch", "warning: not counted: " + n);
+  }
   const store::GrowthSummary g =
       *store::SummarizeGrowth(w.series, static_cast<double>(*window), args.top);
   const store::GrowthSample& last = g.last;

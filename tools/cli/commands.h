@@ -34,10 +34,20 @@ std::string AskMount(const std::string& mountpoint, const std::string& request, 
 // True when `path` is the mount point of a running tbfs mount.
 bool IsTbfsMount(const std::string& path);
 
-// Prints "tbfs <command>: <message>" on stderr.
+// Prints "tbfs <command>: <message>" on stderr. The first message of a
+// run is kept for FinishJsonRun.
 void PrintError(const std::string& command, const std::string& message);
 // {"ok": false, "error": message} on stdout: what a --json run prints
 // where its report would be, beside PrintError's line on stderr.
 void PrintJsonError(const std::string& message);
+// A JSON document (already serialized) on stdout, and noted as printed.
+void PrintJsonText(const std::string& text);
+// Notes that this run's JSON report has begun on stdout (one printed in
+// pieces; PrintJson, PrintJsonText and PrintJsonError note it themselves).
+void NoteJsonPrinted();
+// For a --json run that failed (exit 2) before its report began: prints
+// PrintJsonError of its first error (or of `error`, when none was printed
+// through PrintError), so a script always reads a document.
+void FinishJsonRun(bool json_asked, int exit_code, const std::string& error = "");
 
 }  // namespace tbfs::cli

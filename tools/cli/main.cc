@@ -71,11 +71,17 @@ int main(int argc, char** argv) {
                  std::strerror(err));
     return tbfs::cli::kExitError;
   };
+  // A --json run that fails before its report (bad arguments, a refusal)
+  // still prints a JSON document: {"ok": false, "error": ...}.
+  const bool json_asked = std::find(args.begin(), args.end(), "--json") != args.end();
   try {
     app.parse(args);
+    tbfs::cli::FinishJsonRun(json_asked, exit_code);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
-    return code == 0 ? 0 : tbfs::cli::kExitError;
+    if (code == 0) return 0;
+    tbfs::cli::FinishJsonRun(json_asked, tbfs::cli::kExitError, e.what());
+    return tbfs::cli::kExitError;
   } catch (const std::system_error& e) {
     return output_error(e.code().value());
   }

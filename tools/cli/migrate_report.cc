@@ -75,6 +75,7 @@ void BatchReport::Open(const std::string& logdir, const std::string& store_dir) 
   std::string head = json{{"logdir", logdir}, {"store", store_dir}, {"dry_run", false}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
   head.pop_back();  // the closing brace: the batches and the summary follow
+  NoteJsonPrinted();
   fmt::print("{},\n\"batches\": [", head);
 }
 

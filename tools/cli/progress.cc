@@ -7,11 +7,12 @@
 #include <cstdio>
 
 #include "fmt/format.h"
+#include "tools/cli/commands.h"
 
 namespace tbfs::cli {
 
 void PrintJson(const nlohmann::json& j) {
-  fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+  PrintJsonText(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 double NowSeconds() {
