@@ -3,7 +3,7 @@
 # passthrough_hp as the anchor, and compares the failures with the list
 # tbfs expects (tests/xfstests/expected-failures).
 #
-#   XFSTESTS_SRC=DIR bash scripts/xfstests.sh [--anchor PASSTHROUGH_HP] [TEST...]
+#   XFSTESTS_SRC=DIR bash scripts/xfstests.sh [--anchor FUSE3_SRC] [TEST...]
 #
 # Nothing is fetched at run time. XFSTESTS_SRC is a checkout of xfstests at
 # the commit this script was last run with:
@@ -25,8 +25,18 @@
 #     tests/xfstests/exclude (each with its reason).
 # Then it prints the failures, those expected (tests/xfstests/expected-failures,
 # each with its reason) and those that are not, and exits 1 when one is not.
-# --anchor PATH runs the same tests through libfuse's passthrough_hp at PATH
-# (a build of libfuse's example/passthrough_hp) instead, for comparison.
+# --anchor FUSE3_SRC runs the same tests through libfuse 3.14.0's
+# example/passthrough_hp instead, for comparison. FUSE3_SRC is Debian's
+# source of the libfuse3-dev installed here (no download at run time):
+#
+#   curl -O http://deb.debian.org/debian/pool/main/f/fuse3/fuse3_3.14.0.orig.tar.xz
+#   tar xf fuse3_3.14.0.orig.tar.xz      # FUSE3_SRC=$PWD/fuse-3.14.0
+#
+# The script builds it against libfuse3-dev with one change: its fixed
+# mount options ("default_permissions,fsname=hpps") come from the mount
+# helper instead, as default_permissions,allow_other,fsname=SOURCE, so that
+# other users reach it (as tbfs's allow_other) and xfstests tells the test
+# and scratch mounts apart by their source.
 # xfstests needs the users fsgqa and 123456-fsgqa and the group fsgqa: the
 # script adds them when they are missing.
 set -euo pipefail
@@ -35,13 +45,23 @@ src=${XFSTESTS_SRC:?set XFSTESTS_SRC to an xfstests checkout (see the top of thi
 work=${WORK:-/var/tmp/tbfs-xfstests}
 anchor=""
 if [[ ${1:-} == --anchor ]]; then
-  anchor=${2:?--anchor needs the path of passthrough_hp}
+  anchor_src=${2:?--anchor needs the libfuse 3.14.0 source folder}
+  anchor=$work/passthrough_hp
   shift 2
 fi
 fail() { echo "xfstests.sh: $*" >&2; exit 2; }
 [[ $(id -u) == 0 ]] || fail "run as root (xfstests mounts and unmounts)"
 [[ -f $src/check ]] || fail "$src is not an xfstests checkout (no ./check)"
-[[ -z $anchor ]] || [[ -x $anchor ]] || fail "$anchor is not an executable passthrough_hp"
+if [[ -n $anchor ]]; then
+  hp=$anchor_src/example/passthrough_hp.cc
+  [[ -f $hp ]] || fail "$anchor_src is no libfuse source (no example/passthrough_hp.cc)"
+  grep -q '"default_permissions,fsname=hpps"' "$hp" || fail "$hp: not libfuse 3.14's passthrough_hp"
+  mkdir -p "$work"
+  sed 's/"default_permissions,fsname=hpps"/getenv("PASSTHROUGH_HP_OPTIONS")/' "$hp" \
+    > "$work/passthrough_hp.cc"
+  g++ -O2 -std=c++17 -I"$anchor_src/example" -o "$anchor" "$work/passthrough_hp.cc" \
+    $(pkg-config fuse3 --cflags --libs) -lpthread
+fi
 [[ -n $anchor ]] || command -v tbfs >/dev/null || fail "no tbfs in PATH: bash scripts/build.sh --install"
 
 export DEBIAN_FRONTEND=noninteractive
@@ -81,9 +101,9 @@ if [[ -n $anchor ]]; then
   # mount -t fuse.passthrough_hp SOURCE MNT -o OPTS runs this helper.
   cat > /sbin/mount.fuse.passthrough_hp <<EOF
 #!/bin/sh
-src=\$1 mnt=\$2
-shift 2
-exec $anchor "\$@" -o fsname=\$src "\$src" "\$mnt"
+# It takes no -o: the options xfstests gives are those set here.
+export PASSTHROUGH_HP_OPTIONS="default_permissions,allow_other,fsname=\$1"
+exec $anchor "\$1" "\$2"
 EOF
   chmod 755 /sbin/mount.fuse.passthrough_hp
   subtype=.passthrough_hp prefix=""
