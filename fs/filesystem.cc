@@ -27,6 +27,14 @@ namespace tbfs::fs {
 
 std::string ProcPath(int fd) { return fmt::format("/proc/self/fd/{}", fd); }
 
+mode_t Caller::ModeIn(int dir_fd, mode_t mode) const {
+  // (ENODATA: none; EOPNOTSUPP: a backing filesystem without ACLs.)
+  if (::getxattr(ProcPath(dir_fd).c_str(), "system.posix_acl_default", nullptr, 0) > 0) {
+    return mode;
+  }
+  return mode & ~umask;
+}
+
 bool IsTransientName(std::string_view name) {
   return name.starts_with('.') && (name.find(".tbfs-mig-") != std::string_view::npos ||
                                    name.find(".tbfs-tmp-") != std::string_view::npos);

@@ -68,8 +68,7 @@ struct FsOptions {
   bool as_root_owner_fixup = false;     // chown what callers create to them
   std::string control_socket;           // shown by kControlXattr; "" for none
   // The daemon's reads of backing files (noatime) and folders (nodiratime)
-  // leave their access times as they were (O_NOATIME): the mount's
-  // -o noatime and nodiratime (MountOptions).
+  // leave access times as they were (O_NOATIME): -o noatime, nodiratime.
   bool noatime = false;
   bool nodiratime = false;
 };
@@ -77,6 +76,10 @@ struct FsOptions {
 struct Caller {
   uid_t uid = 0;
   gid_t gid = 0;
+  mode_t umask = 0;
+  // `mode` less the umask, unless the folder dir_fd has a default ACL: the
+  // backing filesystem applies that instead, as a kernel filesystem does.
+  mode_t ModeIn(int dir_fd, mode_t mode) const;
 };
 
 struct EntryOut {

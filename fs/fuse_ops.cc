@@ -25,7 +25,7 @@ OpLatency& Latency(fuse_req_t req) { return *Context(req).latency; }
 
 Caller CallerOf(fuse_req_t req) {
   const struct fuse_ctx* ctx = fuse_req_ctx(req);
-  return {ctx->uid, ctx->gid};
+  return {ctx->uid, ctx->gid, ctx->umask};
 }
 
 FileHandle* Fh(struct fuse_file_info* fi) {
@@ -58,6 +58,9 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   // the backing file's, or a cold file's from its manifest) and leaves
   // applying a folder's default ACL to the backing filesystem.
   if (conn->capable & FUSE_CAP_POSIX_ACL) conn->want |= FUSE_CAP_POSIX_ACL;
+  // The umask too: the kernel would apply it before a folder's default
+  // ACL could say otherwise (Caller::ModeIn).
+  if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;  // writes reach the backing file at once
   // Every READDIR is readdirplus. In the auto mode the kernel asks plain
   // READDIR after the first page unless lookups came in between, and a

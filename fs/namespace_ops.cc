@@ -104,6 +104,7 @@ int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
+  mode = c.ModeIn(pfd->get(), mode);
   if (::mknodat(pfd->get(), name, mode, rdev) != 0) return -errno;
   FixOwner(pfd->get(), name, -1, c, mode);
   return HotLookupAt(pfd->get(), name, out);
@@ -115,6 +116,7 @@ int Filesystem::Mkdir(uint64_t parent, const char* name, mode_t mode, const Call
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
+  mode = c.ModeIn(pfd->get(), mode);
   if (::mkdirat(pfd->get(), name, mode) != 0) return -errno;
   FixOwner(pfd->get(), name, -1, c, S_IFDIR | mode);
   return HotLookupAt(pfd->get(), name, out);

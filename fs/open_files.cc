@@ -209,6 +209,7 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
     if (r != 0) inodes_.Forget(entry->id, 1);
     return r;
   }
+  mode = c.ModeIn(pfd->get(), mode);
   int fd = ::openat(pfd->get(), name, BackingFlags(flags) | O_CREAT | O_NOFOLLOW | (flags & O_EXCL),
                     mode);
   if (fd < 0) return -errno;

@@ -70,8 +70,12 @@ apt-get install -y -q --no-install-recommends xfslibs-dev uuid-dev uuid-runtime 
   libcap-dev liburing-dev bc psmisc fio quota sqlite3 libssl-dev acl attr fuse3 >/dev/null
 [[ -x $src/ltp/fsx ]] || make -C "$src" -j"$(nproc)" >/dev/null
 getent group fsgqa >/dev/null || groupadd fsgqa
-id fsgqa >/dev/null 2>&1 || useradd -g fsgqa fsgqa
-id 123456-fsgqa >/dev/null 2>&1 || useradd -g fsgqa 123456-fsgqa
+for u in fsgqa 123456-fsgqa; do
+  id "$u" >/dev/null 2>&1 || useradd -m -g fsgqa "$u"
+  # su warns on stderr without a home, and a test's output then differs.
+  home=$(getent passwd "$u" | cut -d: -f6)
+  [[ -d $home ]] || { mkdir -p "$home" && chown "$u:fsgqa" "$home"; }
+done
 
 # The loop filesystem, made afresh each run.
 mkdir -p "$work"
@@ -94,19 +98,21 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$backing/test" "$backing/scratch"
 
-# xfstests finds its mounts by their source (findmnt -S TEST_DEV), so a
-# device must be the source the mount shows: tbfs shows tbfs:LOGDIR and
-# mounts it; passthrough_hp is given fsname=SOURCE by its helper.
+# xfstests finds its mounts by their source (findmnt -S TEST_DEV) and
+# unmounts them by it (umount TEST_DEV), so a device must be the source the
+# mount shows, and no folder's path (umount takes a folder for a mount
+# point): tbfs shows tbfs:LOGDIR and mounts it; passthrough_hp is given
+# hp:FOLDER, which its helper mounts with that as its fsname.
 if [[ -n $anchor ]]; then
   # mount -t fuse.passthrough_hp SOURCE MNT -o OPTS runs this helper.
   cat > /sbin/mount.fuse.passthrough_hp <<EOF
 #!/bin/sh
 # It takes no -o: the options xfstests gives are those set here.
 export PASSTHROUGH_HP_OPTIONS="default_permissions,allow_other,fsname=\$1"
-exec $anchor "\$1" "\$2"
+exec $anchor "\${1#hp:}" "\$2"
 EOF
   chmod 755 /sbin/mount.fuse.passthrough_hp
-  subtype=.passthrough_hp prefix=""
+  subtype=.passthrough_hp prefix="hp:"
 else
   subtype=.tbfs prefix="tbfs:"
 fi
@@ -141,6 +147,7 @@ start=$(date +%s)
 cd "$src"
 ./check "${args[@]}" "${tests[@]}" 2>&1 | tee "$work/check.out" || true
 echo "xfstests.sh: $(( $(date +%s) - start )) s"
+grep -q '^Ran: ' "$work/check.out" || fail "xfstests ran no test (see above)"
 
 # Failures: the check's "Failures:" lines; expected ones name the test
 # first on their line in tests/xfstests/expected-failures.

@@ -340,6 +340,40 @@ TEST_F(HostileUser, FoldersTooDeepToWalkDoNotFloodTheLog) {
   RunCommand("rm -rf " + Quote(top));  // too deep for the fixture's remove_all
 }
 
+// A folder's default ACL, not the creator's umask, says what a new file,
+// folder or FIFO in it may do, as on a disk filesystem; elsewhere the umask
+// applies (xfstests generic/099). The kernel applied the umask before the
+// default ACL could say otherwise.
+TEST_F(HostileUser, AFolderWithADefaultAclSetsNewModesNotTheUmask) {
+  ASSERT_EQ(::mkdir(L("acldir").c_str(), 0777), 0);
+  ASSERT_EQ(::mkdir(L("plain").c_str(), 0777), 0);
+  const std::string inherit = AccessAcl(0540, {});  // u::r-x,g::r--,o::---
+  ASSERT_EQ(::setxattr(L("acldir").c_str(), "system.posix_acl_default", inherit.data(),
+                       inherit.size(), 0),
+            0)
+      << std::strerror(errno);
+  Mount("--no-migrate");
+  const mode_t umask_was = ::umask(0722);
+  for (const char* folder : {"acldir", "plain"}) {
+    const int fd = ::open(M(std::string(folder) + "/f").c_str(), O_CREAT | O_WRONLY, 0666);
+    EXPECT_GE(fd, 0) << folder << ": " << std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    EXPECT_EQ(::mkdir(M(std::string(folder) + "/d").c_str(), 0777), 0) << std::strerror(errno);
+    EXPECT_EQ(::mkfifo(M(std::string(folder) + "/p").c_str(), 0666), 0) << std::strerror(errno);
+  }
+  ::umask(umask_was);
+  auto mode = [&](const std::string& rel) {
+    struct stat st;
+    return ::stat(M(rel).c_str(), &st) == 0 ? st.st_mode & 07777 : 07777;
+  };
+  EXPECT_EQ(mode("acldir/f"), 0440u);  // 0666 within u::r-x,g::r--,o::---
+  EXPECT_EQ(mode("acldir/d"), 0540u);
+  EXPECT_EQ(mode("acldir/p"), 0440u);
+  EXPECT_EQ(mode("plain/f"), 0044u);  // 0666 less the umask 0722
+  EXPECT_EQ(mode("plain/d"), 0055u);
+  EXPECT_EQ(mode("plain/p"), 0044u);
+}
+
 // POSIX ACLs hold through the mount, hot and cold, and a cold file keeps
 // its ACL and attributes (issue 21, finding 5): v's traces, root's, one
 // with an ACL entry shutting the user out of a 0644 file, one granting the
