@@ -377,8 +377,9 @@ class Filesystem : public store::MoveObserver {
   // access times alone (FsOptions), and without it where the kernel
   // refuses it to this process (not the file's owner, no CAP_FOWNER).
   int OpenBacking(int dir_fd, const char* name, int flags, mode_t mode = 0);
-  // Sets (value) or removes (nullptr) attribute `name` of the cold file v.
-  int SetColdXattr(const InodeView& v, const char* name, const std::string* value, int flags);
+  // Sets (value) or removes (nullptr) attribute `name` of cold file ino, v.
+  int SetColdXattr(uint64_t ino, const InodeView& v, const char* name, const std::string* value,
+                   int flags);
   // The path of an inode relative to the logdir ("" for the root), or
   // -errno (a hot folder removed behind our back).
   int RelPath(uint64_t ino, std::string* rel);
@@ -452,10 +453,9 @@ class Filesystem : public store::MoveObserver {
   // dir_fd and hot: the folder the hot file was in and its stat, for the
   // sticky-folder rule (store::MayReplaceInFolder); unknown: dropped.
   void DropShadowed(const std::string& rel, int dir_fd = -1, const struct stat* hot = nullptr);
-  // Gives what a caller created to the caller, keeping the mode it asked
-  // for (a chown clears set-id bits).
-  // The object is open as fd, or (fd < 0) is opened O_PATH by name and must
-  // be of mode's type.
+  // Gives what a caller created to the caller, keeping its mode as made (a
+  // chown clears set-id bits). It is open as fd, or (fd < 0) is opened
+  // O_PATH by name and must be of mode's type.
   void FixOwner(int dir_fd, const char* name, int fd, const Caller& c, mode_t mode);
 
   // Tells the kernel (when there is one) that node `id` changed.

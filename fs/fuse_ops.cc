@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "fs/filesystem.h"
+#include "fs/fuse_xattr_ops.h"
 #include "fs/setattr_bits.h"
+#include "fs/setgid_drop.h"
 
 namespace tbfs::fs {
 
@@ -62,6 +64,10 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   // ACL could say otherwise (Caller::ModeIn).
   if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;  // writes reach the backing file at once
+  // An asynchronous O_DIRECT write (io_submit) is then one the kernel waits
+  // for: it drops the cached pages it covers when it completes, so a
+  // buffered read racing it cannot leave stale bytes cached (generic/451).
+  conn->want &= ~FUSE_CAP_ASYNC_DIO;
   // Every READDIR is readdirplus. In the auto mode the kernel asks plain
   // READDIR after the first page unless lookups came in between, and a
   // walk that lists a whole folder before it stats (find, ls -l, fts) then
@@ -105,7 +111,12 @@ void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
                struct fuse_file_info* fi) {
   struct stat out;
-  int err = Fs(req).SetAttr(ino, *attr, to_set, fi ? Fh(fi) : nullptr, &out);
+  FileHandle* fh = fi ? Fh(fi) : nullptr;
+  int err = Fs(req).SetAttr(ino, *attr, to_set, fh, &out);
+  if (err == 0 && (to_set & FUSE_SET_ATTR_SIZE)) {
+    DropSetgidOfOutsider(req, Fs(req), ino, fh);
+    err = Fs(req).GetAttr(ino, &out, fh);
+  }
   if (err != 0) {
     fuse_reply_err(req, -err);
     return;
@@ -255,7 +266,7 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file
   fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 }
 
-void OpWriteBuf(fuse_req_t req, fuse_ino_t, struct fuse_bufvec* in, off_t off,
+void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in, off_t off,
                 struct fuse_file_info* fi) {
   OpLatency::Timer timer(Latency(req), FuseOp::kWrite);
   FileHandle* h = Fh(fi);
@@ -273,6 +284,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t, struct fuse_bufvec* in, off_t off,
     fuse_reply_err(req, static_cast<int>(-n));
     return;
   }
+  DropSetgidOfOutsider(req, Fs(req), ino, h);
   fuse_reply_write(req, static_cast<size_t>(n));
 }
 
@@ -395,45 +407,11 @@ void OpStatFs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &st);
 }
 
-void ReplyXattr(fuse_req_t req, int err, const std::string& value, size_t size) {
-  if (err != 0) {
-    fuse_reply_err(req, -err);
-  } else if (size == 0) {
-    fuse_reply_xattr(req, value.size());
-  } else if (size < value.size()) {
-    fuse_reply_err(req, ERANGE);
-  } else {
-    fuse_reply_buf(req, value.data(), value.size());
-  }
-}
-
-void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  std::string value;
-  int err = Fs(req).GetXattr(ino, name, &value);
-  ReplyXattr(req, err, value, size);
-}
-
-void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  std::string names;
-  // trusted.* is for root (CAP_SYS_ADMIN) only, as on ext4: the kernel
-  // refuses others its values but leaves listing to the filesystem.
-  const bool trusted = fuse_req_ctx(req)->uid == 0;
-  int err = Fs(req).ListXattr(ino, trusted, &names);
-  ReplyXattr(req, err, names, size);
-}
-
-void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
-                int flags) {
-  fuse_reply_err(req, -Fs(req).SetXattr(ino, name, value, size, flags));
-}
-
-void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  fuse_reply_err(req, -Fs(req).RemoveXattr(ino, name));
-}
-
-void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,
+void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                  struct fuse_file_info* fi) {
-  fuse_reply_err(req, -Fs(req).Fallocate(Fh(fi), mode, offset, length));
+  const int err = Fs(req).Fallocate(Fh(fi), mode, offset, length);
+  if (err == 0) DropSetgidOfOutsider(req, Fs(req), ino, Fh(fi));
+  fuse_reply_err(req, -err);
 }
 
 const struct fuse_lowlevel_ops kOps = [] {
@@ -467,10 +445,7 @@ const struct fuse_lowlevel_ops kOps = [] {
   ops.releasedir = OpReleaseDir;
   ops.fsyncdir = OpFsyncDir;
   ops.statfs = OpStatFs;
-  ops.getxattr = OpGetXattr;
-  ops.listxattr = OpListXattr;
-  ops.setxattr = OpSetXattr;
-  ops.removexattr = OpRemoveXattr;
+  AddXattrOps(&ops);
   ops.fallocate = OpFallocate;
   return ops;
 }();

@@ -75,17 +75,13 @@ void Filesystem::FixOwner(int dir_fd, const char* name, int fd, const Caller& c,
     spdlog::warn("chown {} to {}:{}: {}", name, c.uid, c.gid, std::strerror(errno));
     return;
   }
-  // chown cleared the set-id bits the caller asked for; give them back, on
-  // the same file (a regular file or a folder, as checked above).
-  if (!(mode & (S_ISUID | S_ISGID)) || !(S_ISREG(mode) || S_ISDIR(mode))) return;
-  UniqueFd real;
-  if (path_fd.valid()) {
-    real.reset(
-        ::open(ProcPath(fd).c_str(),
-               (S_ISDIR(mode) ? O_RDONLY | O_DIRECTORY : O_RDONLY | O_NONBLOCK) | O_CLOEXEC));
-  }
-  if (::fchmod(real.valid() ? real.get() : fd, mode & 07777) != 0) {
-    spdlog::warn("chmod {} to {:o}: {}", name, mode & 07777, std::strerror(errno));
+  // chown cleared the set-id bits the file was made with; give them back,
+  // with the permissions as made (the umask or the folder's default ACL
+  // applied), never the mode asked for. Through the fd's /proc link: the
+  // same file, of any type, without opening it.
+  if (!(st.st_mode & (S_ISUID | S_ISGID)) || S_ISLNK(st.st_mode)) return;
+  if (::chmod(ProcPath(fd).c_str(), st.st_mode & 07777) != 0) {
+    spdlog::warn("chmod {} to {:o}: {}", name, st.st_mode & 07777, std::strerror(errno));
   }
 }
 

@@ -110,7 +110,7 @@ int Filesystem::SetXattr(uint64_t ino, const char* name, const char* value, size
   InodeView v = inodes_.View(ino);
   if (v.kind == Kind::kColdFile) {
     const std::string bytes(value, size);
-    return SetColdXattr(v, name, &bytes, flags);
+    return SetColdXattr(ino, v, name, &bytes, flags);
   }
   if (v.kind != Kind::kHot) return -ENOTSUP;
   if (::setxattr(ProcPath(v.fd->get()).c_str(), name, value, size, flags) != 0) return -errno;
@@ -120,7 +120,7 @@ int Filesystem::SetXattr(uint64_t ino, const char* name, const char* value, size
 int Filesystem::RemoveXattr(uint64_t ino, const char* name) {
   if (std::strcmp(name, kStateXattr) == 0) return -EPERM;
   InodeView v = inodes_.View(ino);
-  if (v.kind == Kind::kColdFile) return SetColdXattr(v, name, nullptr, 0);
+  if (v.kind == Kind::kColdFile) return SetColdXattr(ino, v, name, nullptr, 0);
   if (v.kind != Kind::kHot) return -ENODATA;
   if (::removexattr(ProcPath(v.fd->get()).c_str(), name) != 0) return -errno;
   return 0;
@@ -128,8 +128,8 @@ int Filesystem::RemoveXattr(uint64_t ino, const char* name) {
 
 // A cold file's attributes change in its manifest, as its mode does
 // (SetAttr): the kernel checked the caller's right to change them.
-int Filesystem::SetColdXattr(const InodeView& v, const char* name, const std::string* value,
-                             int flags) {
+int Filesystem::SetColdXattr(uint64_t ino, const InodeView& v, const char* name,
+                             const std::string* value, int flags) {
   ReaderMutexLock ns(ns_mu_);
   auto m = store_->GetManifest(v.file_id);
   if (!m.ok()) return m.status().IsNotFound() ? -ENOENT : StoreError(m.status(), EioSite::kXattr);
@@ -140,7 +140,7 @@ int Filesystem::SetColdXattr(const InodeView& v, const char* name, const std::st
   Status st = store_->Commit(batch, true);
   if (!st.ok()) return StoreError(st, EioSite::kXattr);
   inodes_.UpdateManifest(*m);
-  Invalidate(v.shown_ino);  // an ACL changes the mode
+  Invalidate(ino);  // an ACL changes the mode
   return 0;
 }
 

@@ -352,7 +352,7 @@ TEST_F(HostileUser, AFolderWithADefaultAclSetsNewModesNotTheUmask) {
                        inherit.size(), 0),
             0)
       << std::strerror(errno);
-  Mount("--no-migrate");
+  Mount("--no-migrate -o allow_other");
   const mode_t umask_was = ::umask(0722);
   for (const char* folder : {"acldir", "plain"}) {
     const int fd = ::open(M(std::string(folder) + "/f").c_str(), O_CREAT | O_WRONLY, 0666);
@@ -372,6 +372,74 @@ TEST_F(HostileUser, AFolderWithADefaultAclSetsNewModesNotTheUmask) {
   EXPECT_EQ(mode("plain/f"), 0044u);  // 0666 less the umask 0722
   EXPECT_EQ(mode("plain/d"), 0055u);
   EXPECT_EQ(mode("plain/p"), 0044u);
+  // A user's set-id file in their folder with a default ACL: the ACL's
+  // permissions, the set-id bits kept (the daemon's chown to the user
+  // cleared them); a FIFO's too.
+  ASSERT_EQ(::mkdir(L("u/acl").c_str(), 0777), 0);
+  ASSERT_EQ(::chown(L("u/acl").c_str(), kUser, kUser), 0);
+  const std::string user_inherit = AccessAcl(0640, {});  // u::rw-,g::r--,o::---
+  ASSERT_EQ(::setxattr(L("u/acl").c_str(), "system.posix_acl_default", user_inherit.data(),
+                       user_inherit.size(), 0),
+            0);
+  EXPECT_EQ(AsUser([&] {
+              ::umask(077);
+              const int fd = ::open(M("u/acl/setid").c_str(), O_CREAT | O_WRONLY, 06777);
+              if (fd < 0) return 1;
+              ::close(fd);
+              ::umask(0);
+              return ::mkfifo(M("u/fifo").c_str(), 02777) == 0 ? 0 : 2;
+            }),
+            0);
+  EXPECT_EQ(mode("u/acl/setid"), 06640u) << "the mode asked for replaced the default ACL's";
+  EXPECT_EQ(mode("u/fifo"), 02777u);
+}
+
+// A write, truncation or fallocate by someone outside a file's group
+// clears its set-group-ID bit, as on a disk filesystem, group execute or
+// not; so does their setting an ACL, on a file or a folder (xfstests
+// generic/375, 683-685). Root's changes keep it. The kernel's FUSE side
+// cleared it only for group-executable files, and never for an ACL.
+TEST_F(HostileUser, AChangeBySomeoneOutsideTheGroupClearsSetgid) {
+  WriteBytes(L("shared.bin"), std::string(8192, 'x'));  // root's, group root
+  ASSERT_EQ(::mkdir(L("u/sgid").c_str(), 0777), 0);
+  ASSERT_EQ(::chown(L("u/sgid").c_str(), kUser, 0), 0);  // the user's, group root
+  Mount("--no-migrate -o allow_other");
+  const std::string f = M("shared.bin");
+  auto mode = [](const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 07777;
+  };
+  // Each change, made by the user (then the bit goes) and by root (it stays).
+  const std::vector<std::pair<std::string, std::function<int()>>> changes = {
+      {"write",
+       [&] {
+         const int fd = ::open(f.c_str(), O_WRONLY);
+         const bool ok = fd >= 0 && ::pwrite(fd, "y", 1, 10) == 1;
+         if (fd >= 0) ::close(fd);
+         return ok ? 0 : 1;
+       }},
+      {"truncate", [&] { return ::truncate(f.c_str(), 4096) == 0 ? 0 : 1; }},
+      {"fallocate", [&] {
+         const int fd = ::open(f.c_str(), O_WRONLY);
+         const bool ok = fd >= 0 && ::fallocate(fd, 0, 0, 65536) == 0;
+         if (fd >= 0) ::close(fd);
+         return ok ? 0 : 1;
+       }}};
+  for (const auto& [what, change] : changes) {
+    ASSERT_EQ(::chmod(f.c_str(), 02666), 0);
+    EXPECT_EQ(change(), 0) << what << " by root";
+    EXPECT_EQ(mode(f), 02666u) << what << " by root";
+    EXPECT_EQ(AsUser(change), 0) << what << " by the user";
+    EXPECT_EQ(mode(f), 0666u) << what << " by the user, outside group root";
+  }
+  const std::string acl = AccessAcl(0777, {});
+  ASSERT_EQ(::chmod(M("u/sgid").c_str(), 02755), 0);
+  EXPECT_EQ(AsUser([&] {
+              return ::setxattr(M("u/sgid").c_str(), "system.posix_acl_access", acl.data(),
+                                acl.size(), 0);
+            }),
+            0);
+  EXPECT_EQ(mode(M("u/sgid")), 0777u) << "an ACL set by the owner, outside group root";
 }
 
 // POSIX ACLs hold through the mount, hot and cold, and a cold file keeps

@@ -94,6 +94,13 @@ TEST_F(CliTest, AFailedJsonRunStillPrintsOneJsonDocument) {
     r = RunCommand(Tbfs(args + " 2>&1 >/dev/null"));
     EXPECT_NE(r.out.find(error), std::string::npos) << r.out;
   }
+  // A refusal that is a finding (exit 1) too.
+  CommandResult r = RunCommand(
+      Tbfs("migrate --json " + logdir_ + " --older-than 0s --must-have nosuchtag 2>/dev/null"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["ok"], false) << r.out;
 }
 
 TEST_F(CliTest, ScanJsonAccountsForEveryByte) {

@@ -98,7 +98,7 @@ void PrintJsonText(const std::string& text) {
 void NoteJsonPrinted() { json_printed = true; }
 
 void FinishJsonRun(bool json_asked, int exit_code, const std::string& error) {
-  if (!json_asked || exit_code != kExitError || json_printed) return;
+  if (!json_asked || exit_code == kExitOk || json_printed) return;
   const std::string& e = !first_error.empty() ? first_error : error;
   PrintJsonError(e.empty() ? std::string("failed (no message)") : e);
 }

@@ -45,7 +45,7 @@ void PrintJsonText(const std::string& text);
 // Notes that this run's JSON report has begun on stdout (one printed in
 // pieces; PrintJson, PrintJsonText and PrintJsonError note it themselves).
 void NoteJsonPrinted();
-// For a --json run that failed (exit 2) before its report began: prints
+// For a --json run that failed (exit 1 or 2) before its report began: prints
 // PrintJsonError of its first error (or of `error`, when none was printed
 // through PrintError), so a script always reads a document.
 void FinishJsonRun(bool json_asked, int exit_code, const std::string& error = "");

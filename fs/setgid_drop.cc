@@ -1,0 +1,58 @@
+#include "fs/setgid_drop.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "fs/filesystem.h"
+#include "fs/fuse_ops.h"
+#include "fs/setattr_bits.h"
+#include "spdlog/spdlog.h"
+
+namespace tbfs::fs {
+
+namespace {
+
+// Whether the caller of `req` is in group `gid`: their own, or one of the
+// supplementary groups libfuse reads from /proc for the calling thread.
+bool InGroup(fuse_req_t req, gid_t gid) {
+  if (fuse_req_ctx(req)->gid == gid) return true;
+  std::vector<gid_t> groups(64);
+  for (;;) {
+    const int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+    if (n < 0) return false;  // the caller is gone, or no /proc: as outside
+    if (static_cast<size_t>(n) <= groups.size()) {
+      return std::find(groups.begin(), groups.begin() + n, gid) != groups.begin() + n;
+    }
+    groups.resize(static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+void DropSetgidOfOutsider(fuse_req_t req, Filesystem& fs, uint64_t ino, FileHandle* fh,
+                          bool any_kind) {
+  if (fuse_req_ctx(req)->uid == 0) return;  // CAP_FSETID
+  struct stat st;
+  if (fs.GetAttr(ino, &st, fh) != 0 || !(st.st_mode & S_ISGID)) return;
+  if (!any_kind && !S_ISREG(st.st_mode)) return;
+  if (InGroup(req, st.st_gid)) return;
+  struct stat attr {};
+  attr.st_mode = st.st_mode & ~S_ISGID;
+  struct stat out;
+  if (int r = fs.SetAttr(ino, attr, kSetMode, fh, &out); r != 0) {
+    spdlog::warn("inode {}: clearing set-group-ID after a change by uid {}: {}", ino,
+                 fuse_req_ctx(req)->uid, std::strerror(-r));
+    return;
+  }
+  // The kernel may hold the mode from before (a write that changed no size
+  // leaves it cached): the attributes only, which takes no inode lock the
+  // request in flight may hold.
+  if (struct fuse_session* se = static_cast<FuseContext*>(fuse_req_userdata(req))->session) {
+    fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+  }
+}
+
+}  // namespace tbfs::fs
