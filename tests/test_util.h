@@ -110,8 +110,6 @@ inline CommandResult RunCommand(const std::string& cmd) {
   return r;
 }
 
-// The real files of ../shared/data, read in place. Fails the test (does not
-// skip it) when they are missing.
 // Polls `done` every `every` until it is true (true) or `timeout` has
 // passed (false). The one poll loop of the tests: no fixed sleep where a
 // condition can be waited for.
@@ -126,6 +124,8 @@ bool WaitUntil(Condition done, std::chrono::milliseconds timeout,
   return true;
 }
 
+// The real files of ../shared/data, read in place. Fails the test (does not
+// skip it) when they are missing.
 inline std::string SharedData(const std::string& rel) {
   const char* env = std::getenv("TBFS_SHARED_DATA");
   std::string path = std::string(env && *env ? env : TBFS_SHARED_DATA) + "/" + rel;

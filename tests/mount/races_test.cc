@@ -141,11 +141,26 @@ TEST_F(Races, AnUnlinkDuringARehydrationDeletesTheFile) {
             std::chrono::milliseconds(10000));
   ASSERT_TRUE(std::filesystem::exists(marker + ".reached")) << "the rehydration never started";
   std::atomic<int> unlink_errno{-1};
-  std::thread deleter([&] { unlink_errno = ::unlink(M(rel).c_str()) == 0 ? 0 : errno; });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the delete is under way
+  std::atomic<pid_t> deleter_tid{0};
+  std::thread deleter([&] {
+    deleter_tid = ::gettid();
+    unlink_errno = ::unlink(M(rel).c_str()) == 0 ? 0 : errno;
+  });
+  // The delete is under way: its thread is inside unlink(2) (the kernel
+  // names the system call a task is in), waiting for the mount.
+  auto in_unlink = [&] {
+    if (deleter_tid == 0) return false;
+    const std::string call =
+        ReadBytes(fmt::format("/proc/self/task/{}/syscall", deleter_tid.load()));
+    const std::string number = call.substr(0, call.find(' '));
+    return number == std::to_string(SYS_unlink) || number == std::to_string(SYS_unlinkat);
+  };
+  WaitUntil(in_unlink, std::chrono::milliseconds(10000));
+  const bool delete_waited = in_unlink();
   std::filesystem::remove(marker);
   writer.join();
   deleter.join();
+  EXPECT_TRUE(delete_waited) << "the delete never began, or did not wait for the rehydration";
   // Once the rehydration is done, the open and the waiting delete go on
   // side by side: the open finds the file, or (the delete first) finds it
   // gone, as on any filesystem. Never an error of its own (an EIO).

@@ -76,12 +76,12 @@ class SharedStore : public MountTest {
   // Waits up to `seconds` for the mount's status to satisfy `done`.
   template <typename Pred>
   bool WaitFor(const std::string& mountpoint, int seconds, Pred done) {
-    for (int i = 0; i < seconds * 5; ++i) {
-      nlohmann::json s = StatusOf(mountpoint);
-      if (!s.is_discarded() && done(s)) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    return false;
+    return WaitUntil(
+        [&] {
+          nlohmann::json s = StatusOf(mountpoint);
+          return !s.is_discarded() && done(s);
+        },
+        std::chrono::seconds(seconds), std::chrono::milliseconds(200));
   }
   static bool IsWriter(const nlohmann::json& s) {
     return s.value("store_role", "").starts_with("writer");
