@@ -14,8 +14,8 @@
 # (the GitHub mirror kdave/xfstests has the same commit). The script installs
 # the Debian packages xfstests needs, builds it in place (make), and runs,
 # as root:
-#   - a 4 GiB ext4 filesystem in a loop file under WORK (default
-#     /var/tmp/tbfs-xfstests), never the host's root: the logdirs behind
+#   - a 4 GiB ext4 filesystem (BACKING_FS=xfs: XFS) in a loop file under
+#     WORK (default /var/tmp/tbfs-xfstests), never the host's root: the logdirs behind
 #     the test and scratch mounts live there, so a test that fills its
 #     filesystem fills only that one;
 #   - xfstests with FSTYP=fuse and FUSE_SUBTYP=.tbfs: it mounts with
@@ -43,6 +43,7 @@ set -euo pipefail
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
 src=${XFSTESTS_SRC:?set XFSTESTS_SRC to an xfstests checkout (see the top of this script)}
 work=${WORK:-/var/tmp/tbfs-xfstests}
+backing_fs=${BACKING_FS:-ext4}
 anchor=""
 if [[ ${1:-} == --anchor ]]; then
   anchor_src=${2:?--anchor needs the libfuse 3.14.0 source folder}
@@ -85,7 +86,11 @@ for m in "$test_mnt" "$scratch_mnt" "$backing"; do
 done
 rm -f "$work/loop.img"
 truncate -s 4G "$work/loop.img"
-mkfs.ext4 -q -F "$work/loop.img"
+case $backing_fs in
+  ext4) mkfs.ext4 -q -F "$work/loop.img" ;;
+  xfs) mkfs.xfs -q -f "$work/loop.img" ;;
+  *) fail "BACKING_FS=$backing_fs: ext4 or xfs" ;;
+esac
 mkdir -p "$backing" "$test_mnt" "$scratch_mnt"
 mount -o loop "$work/loop.img" "$backing"
 cleanup() {
