@@ -58,6 +58,12 @@ TEST_F(CliTest, UsageAndInputErrorsExitTwoWithOneLine) {
   EXPECT_EQ(RunCommand(Tbfs("verify /nonexistent/logdir 2>/dev/null")).exit_code, 2);
   EXPECT_EQ(RunCommand(Tbfs("verify 2>/dev/null")).exit_code, 2);
   EXPECT_EQ(RunCommand(Tbfs("nosuchcommand 2>/dev/null")).exit_code, 2);
+  // Counts that cannot be negative.
+  for (const std::string& bad :
+       {"verify " + logdir_ + " --threads -3", "migrate " + logdir_ + " --threads -1",
+        "scan " + logdir_ + " --top -1", "watch " + logdir_ + " --top -1 --interval 0"}) {
+    EXPECT_EQ(RunCommand(Tbfs(bad + " 2>/dev/null")).exit_code, 2) << bad;
+  }
   WriteBytes(dir_ / "garbage.json", "{{{{ not a baseline");
   CommandResult r = RunCommand(
       Tbfs("verify " + logdir_ + " --baseline " + (dir_ / "garbage.json") + " 2>&1 >/dev/null"));

@@ -328,7 +328,8 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
   cmd->add_option("--level", args->level, "zstd level")->capture_default_str();
   cmd->add_flag("--no-dictionaries", args->no_dictionaries,
                 "compress each chunk on its own, without its file family's zstd dictionary");
-  cmd->add_option("--threads", args->threads, "compression threads (default: one per core)");
+  cmd->add_option("--threads", args->threads, "compression threads (default: one per core)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_flag("--now", args->now, "LOGDIR is a tbfs mount point: have the mount migrate now");
   cmd->add_flag("--json", args->json, "print the plan or the report as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunMigrate(*args); });

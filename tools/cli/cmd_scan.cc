@@ -112,7 +112,8 @@ void RegisterScan(CLI::App& app, int* exit_code) {
       "scan", "Show what takes the space in a logdir, by class, and how much could move");
   cmd->add_option("LOGDIR", args->logdir, "the logdir to scan")->required();
   cmd->add_option("--top", args->top, "how many of the largest files to list")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunScan(*args); });
 }

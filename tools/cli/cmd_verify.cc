@@ -162,7 +162,8 @@ void RegisterVerify(CLI::App& app, int* exit_code) {
                   "write the digests to FILE, to check later with --baseline");
   cmd->add_option("--baseline", args->baseline,
                   "a file written by --save-baseline: every record it covers must be intact");
-  cmd->add_option("--threads", args->threads, "reader threads (default: one per core)");
+  cmd->add_option("--threads", args->threads, "reader threads (default: one per core)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([args, exit_code] { *exit_code = RunVerify(*args); });
 }

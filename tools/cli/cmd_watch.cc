@@ -288,7 +288,9 @@ void RegisterWatch(CLI::App& app, int* exit_code) {
   cmd->add_option("--warn-within", args->warn_within,
                   "exit 1 when the filesystem will be full within this long")
       ->capture_default_str();
-  cmd->add_option("--top", args->top, "fastest-growing runs to list")->capture_default_str();
+  cmd->add_option("--top", args->top, "fastest-growing runs to list")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   cmd->add_option("--plot", args->plot,
                   "also draw the series of the window as an SVG picture into FILE");
   cmd->add_flag("--json", args->json, "print the figures as JSON");
