@@ -10,7 +10,7 @@
 #include "fs/filesystem.h"
 #include "fs/fuse_xattr_ops.h"
 #include "fs/setattr_bits.h"
-#include "fs/setgid_drop.h"
+#include "fs/setid_drop.h"
 
 namespace tbfs::fs {
 
@@ -114,7 +114,7 @@ void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
   FileHandle* fh = fi ? Fh(fi) : nullptr;
   int err = Fs(req).SetAttr(ino, *attr, to_set, fh, &out);
   if (err == 0 && (to_set & FUSE_SET_ATTR_SIZE)) {
-    DropSetgidOfOutsider(req, Fs(req), ino, fh);
+    DropSetId(req, Fs(req), ino, fh, SetIdCause::kData);
     err = Fs(req).GetAttr(ino, &out, fh);
   }
   if (err != 0) {
@@ -211,6 +211,8 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     fuse_reply_err(req, -err);
     return;
   }
+  // An O_TRUNC open truncates here (atomic O_TRUNC), not through setattr.
+  if (fi->flags & O_TRUNC) DropSetId(req, Fs(req), ino, fh.get(), SetIdCause::kData);
   SetOpenFlags(*fh, fi->flags, fi);
   FileHandle* h = HandOver(req, std::move(fh));
   if (fuse_reply_open(req, fi) != 0) Fs(req).Release(TakeBack(req, h));  // the opener is gone
@@ -284,7 +286,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in, off_t of
     fuse_reply_err(req, static_cast<int>(-n));
     return;
   }
-  DropSetgidOfOutsider(req, Fs(req), ino, h);
+  DropSetId(req, Fs(req), ino, h, SetIdCause::kData);
   fuse_reply_write(req, static_cast<size_t>(n));
 }
 
@@ -410,7 +412,7 @@ void OpStatFs(fuse_req_t req, fuse_ino_t) {
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                  struct fuse_file_info* fi) {
   const int err = Fs(req).Fallocate(Fh(fi), mode, offset, length);
-  if (err == 0) DropSetgidOfOutsider(req, Fs(req), ino, Fh(fi));
+  if (err == 0) DropSetId(req, Fs(req), ino, Fh(fi), SetIdCause::kData);
   fuse_reply_err(req, -err);
 }
 

@@ -5,7 +5,7 @@
 
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
-#include "fs/setgid_drop.h"
+#include "fs/setid_drop.h"
 
 namespace tbfs::fs {
 
@@ -44,7 +44,7 @@ void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
                 int flags) {
   const int err = Fs(req).SetXattr(ino, name, value, size, flags);
   if (err == 0 && std::strcmp(name, "system.posix_acl_access") == 0) {
-    DropSetgidOfOutsider(req, Fs(req), ino, nullptr, /*any_kind=*/true);
+    DropSetId(req, Fs(req), ino, nullptr, SetIdCause::kAcl);
   }
   fuse_reply_err(req, -err);
 }

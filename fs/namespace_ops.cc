@@ -1,5 +1,6 @@
 // Filesystem: changes of the namespace (create, link, unlink, rmdir, rename), on hot and cold
 // entries and on folders mixing both.
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <set>
 
+#include "base/failpoint.h"
 #include "base/time_util.h"
 #include "fs/filesystem.h"
 #include "spdlog/spdlog.h"
@@ -53,17 +55,35 @@ int Filesystem::EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd) {
   return 0;
 }
 
+namespace {
+
+// Whether the folder open (O_PATH will do) as fd holds nothing.
+bool IsEmptyFolder(int fd) {
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(ProcPath(fd).c_str()), ::closedir);
+  if (!d) return false;
+  while (struct dirent* e = ::readdir(d.get())) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void Filesystem::FixOwner(int dir_fd, const char* name, int fd, const Caller& c, mode_t mode) {
   if (!options_.as_root_owner_fixup || (c.uid == 0 && c.gid == 0)) return;
   // Everything through an fd of the object just made, never by name: the
   // caller may have swapped the name for a symlink meanwhile.
   UniqueFd path_fd;
   if (fd < 0) {
+    MaybePause("fixowner.made");  // tests: made by name, not yet found again
     path_fd.reset(::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
     fd = path_fd.get();
   }
   struct stat st;
-  if (fd < 0 || ::fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != (mode & S_IFMT)) {
+  if (fd < 0 || ::fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != (mode & S_IFMT) ||
+      st.st_uid != ::geteuid() || (S_ISDIR(st.st_mode) && !IsEmptyFolder(fd))) {
+    // Found by name, it is not what was just made: another user (who may
+    // write the folder) put something else there meanwhile.
     spdlog::warn("chown {} to {}:{}: it changed as it was made; left alone", name, c.uid, c.gid);
     return;
   }
@@ -101,6 +121,16 @@ int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
   mode = c.ModeIn(pfd->get(), mode);
+  if (S_ISREG(mode)) {
+    // By an fd of the file made, which FixOwner then acts on: never a name
+    // another user could have swapped in meanwhile.
+    UniqueFd fd(::openat(pfd->get(), name,
+                         O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                         mode & 07777));
+    if (!fd.valid()) return -errno;
+    FixOwner(pfd->get(), name, fd.get(), c, mode);
+    return HotLookupAt(pfd->get(), name, out);
+  }
   if (::mknodat(pfd->get(), name, mode, rdev) != 0) return -errno;
   FixOwner(pfd->get(), name, -1, c, mode);
   return HotLookupAt(pfd->get(), name, out);

@@ -210,10 +210,15 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
     return r;
   }
   mode = c.ModeIn(pfd->get(), mode);
-  int fd = ::openat(pfd->get(), name, BackingFlags(flags) | O_CREAT | O_NOFOLLOW | (flags & O_EXCL),
-                    mode);
+  int fd = ::openat(pfd->get(), name, BackingFlags(flags) | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+  // Only a file made here is given to the caller: one another process made
+  // since the kernel looked (without O_EXCL the open takes it) stays theirs.
+  const bool made = fd >= 0;
+  if (fd < 0 && errno == EEXIST && !(flags & O_EXCL)) {
+    fd = ::openat(pfd->get(), name, BackingFlags(flags) | O_NOFOLLOW);
+  }
   if (fd < 0) return -errno;
-  FixOwner(pfd->get(), name, fd, c, S_IFREG | mode);
+  if (made) FixOwner(pfd->get(), name, fd, c, S_IFREG | mode);
   if (int r = HotLookupAt(pfd->get(), name, entry); r != 0) {
     ::close(fd);
     return r;

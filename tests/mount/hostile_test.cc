@@ -419,6 +419,12 @@ TEST_F(HostileUser, AChangeBySomeoneOutsideTheGroupClearsSetgid) {
          return ok ? 0 : 1;
        }},
       {"truncate", [&] { return ::truncate(f.c_str(), 4096) == 0 ? 0 : 1; }},
+      {"open with O_TRUNC",
+       [&] {
+         const int fd = ::open(f.c_str(), O_WRONLY | O_TRUNC);
+         if (fd >= 0) ::close(fd);
+         return fd >= 0 ? 0 : 1;
+       }},
       {"fallocate", [&] {
          const int fd = ::open(f.c_str(), O_WRONLY);
          const bool ok = fd >= 0 && ::fallocate(fd, 0, 0, 65536) == 0;
@@ -432,6 +438,13 @@ TEST_F(HostileUser, AChangeBySomeoneOutsideTheGroupClearsSetgid) {
     EXPECT_EQ(AsUser(change), 0) << what << " by the user";
     EXPECT_EQ(mode(f), 0666u) << what << " by the user, outside group root";
   }
+  // Set-user-ID goes at any change of the data by anyone but root; the
+  // kernel's FUSE side missed an O_TRUNC open.
+  for (const auto& [what, change] : changes) {
+    ASSERT_EQ(::chmod(f.c_str(), 04666), 0);
+    EXPECT_EQ(AsUser(change), 0) << what << " by the user";
+    EXPECT_EQ(mode(f), 0666u) << what << " by the user left set-user-ID";
+  }
   const std::string acl = AccessAcl(0777, {});
   ASSERT_EQ(::chmod(M("u/sgid").c_str(), 02755), 0);
   EXPECT_EQ(AsUser([&] {
@@ -440,6 +453,33 @@ TEST_F(HostileUser, AChangeBySomeoneOutsideTheGroupClearsSetgid) {
             }),
             0);
   EXPECT_EQ(mode(M("u/sgid")), 0777u) << "an ACL set by the owner, outside group root";
+}
+
+// What another user swaps in under a name the daemon has just made (by
+// name: mkdir, mkfifo), before it gives it to its maker, is left as it is:
+// a folder of root's renamed over the new one in that moment stays root's.
+TEST_F(HostileUser, AFolderSwappedInUnderANewNameIsNeverGivenAway) {
+  ASSERT_EQ(::mkdir(L("u/victim").c_str(), 0700), 0);  // root's, in the user's folder
+  WriteBytes(L("u/victim/secret"), "root's");
+  const std::string marker = dir_ / "pause";
+  WriteBytes(marker, "");
+  ASSERT_EQ(::setenv("TBFS_PAUSE", ("fixowner.made:" + marker).c_str(), 1), 0);
+  Mount("--no-migrate -o allow_other");
+  ::unsetenv("TBFS_PAUSE");
+  const pid_t user = StartAsUser([&] { return ::mkdir(M("u/x").c_str(), 0755) == 0 ? 0 : 1; });
+  const bool paused = WaitUntil([&] { return std::filesystem::exists(marker + ".reached"); },
+                                std::chrono::milliseconds(10000));
+  // The swap (the user may make it: the folder u is theirs).
+  const int swapped = ::rename(L("u/victim").c_str(), L("u/x").c_str());
+  std::filesystem::remove(marker);
+  EXPECT_EQ(WaitForUser(user), 0);
+  ASSERT_TRUE(paused) << "the mkdir never reached the point after it made the folder";
+  ASSERT_EQ(swapped, 0) << std::strerror(errno);
+  struct stat st;
+  ASSERT_EQ(::stat(L("u/x").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "root's folder was given to the user";
+  ASSERT_EQ(::stat(L("u/x/secret").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
 }
 
 // POSIX ACLs hold through the mount, hot and cold, and a cold file keeps

@@ -1,4 +1,4 @@
-#include "fs/setgid_drop.h"
+#include "fs/setid_drop.h"
 
 #include <sys/stat.h>
 
@@ -32,18 +32,23 @@ bool InGroup(fuse_req_t req, gid_t gid) {
 
 }  // namespace
 
-void DropSetgidOfOutsider(fuse_req_t req, Filesystem& fs, uint64_t ino, FileHandle* fh,
-                          bool any_kind) {
+void DropSetId(fuse_req_t req, Filesystem& fs, uint64_t ino, FileHandle* fh, SetIdCause cause) {
   if (fuse_req_ctx(req)->uid == 0) return;  // CAP_FSETID
   struct stat st;
-  if (fs.GetAttr(ino, &st, fh) != 0 || !(st.st_mode & S_ISGID)) return;
-  if (!any_kind && !S_ISREG(st.st_mode)) return;
-  if (InGroup(req, st.st_gid)) return;
+  if (fs.GetAttr(ino, &st, fh) != 0 || !(st.st_mode & (S_ISUID | S_ISGID))) return;
+  if (cause == SetIdCause::kData && !S_ISREG(st.st_mode)) return;
+  mode_t mode = st.st_mode;
+  if (cause == SetIdCause::kData) mode &= ~S_ISUID;
+  if ((mode & S_ISGID) &&
+      ((cause == SetIdCause::kData && (mode & S_IXGRP)) || !InGroup(req, st.st_gid))) {
+    mode &= ~S_ISGID;
+  }
+  if (mode == st.st_mode) return;
   struct stat attr {};
-  attr.st_mode = st.st_mode & ~S_ISGID;
+  attr.st_mode = mode;
   struct stat out;
   if (int r = fs.SetAttr(ino, attr, kSetMode, fh, &out); r != 0) {
-    spdlog::warn("inode {}: clearing set-group-ID after a change by uid {}: {}", ino,
+    spdlog::warn("inode {}: clearing set-ID bits after a change by uid {}: {}", ino,
                  fuse_req_ctx(req)->uid, std::strerror(-r));
     return;
   }
