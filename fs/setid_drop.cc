@@ -2,10 +2,13 @@
 
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
+#include "fmt/format.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
 #include "fs/setattr_bits.h"
@@ -18,16 +21,20 @@ namespace {
 // Whether the caller of `req` is in group `gid`: their own, or one of the
 // supplementary groups libfuse reads from /proc for the calling thread.
 bool InGroup(fuse_req_t req, gid_t gid) {
-  if (fuse_req_ctx(req)->gid == gid) return true;
-  std::vector<gid_t> groups(64);
-  for (;;) {
-    const int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
-    if (n < 0) return false;  // the caller is gone, or no /proc: as outside
-    if (static_cast<size_t>(n) <= groups.size()) {
-      return std::find(groups.begin(), groups.begin() + n, gid) != groups.begin() + n;
+  const struct fuse_ctx* ctx = fuse_req_ctx(req);
+  if (ctx->gid == gid) return true;
+  // The calling thread's supplementary groups, from /proc (libfuse 3.14's
+  // fuse_req_getgroups reads past its buffer when the file fills it).
+  std::ifstream status(fmt::format("/proc/{}/task/{}/status", ctx->pid, ctx->pid));
+  for (std::string line; std::getline(status, line);) {
+    if (!line.starts_with("Groups:")) continue;
+    std::istringstream ids(line.substr(7));
+    for (unsigned long id; ids >> id;) {
+      if (id == gid) return true;
     }
-    groups.resize(static_cast<size_t>(n));
+    return false;
   }
+  return false;  // the caller is gone, or no /proc: as outside
 }
 
 }  // namespace
