@@ -22,11 +22,21 @@ void UniqueFd::reset(int fd) {
   fd_ = fd;
 }
 
-Result<UniqueFd> OpenFile(const std::string& path, int flags, mode_t mode) {
+int OpenAtOwnRead(int dir_fd, const char* name, int flags, mode_t mode) {
   int fd;
   do {
-    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+    fd = ::openat(dir_fd, name, flags | O_CLOEXEC, mode);
+    if (fd < 0 && errno == EPERM && (flags & O_NOATIME)) {
+      flags &= ~O_NOATIME;  // not ours to keep unchanged: open as anyone would
+      fd = -1;
+      errno = EINTR;
+    }
   } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+Result<UniqueFd> OpenFile(const std::string& path, int flags, mode_t mode) {
+  const int fd = OpenAtOwnRead(AT_FDCWD, path.c_str(), flags, mode);
   if (fd < 0) return Status::FromErrno(errno, "open", path);
   return UniqueFd(fd);
 }
@@ -145,6 +155,10 @@ Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t
     int fd;
     do {
       fd = OpenAt2(dir_fd, path.c_str(), flags, mode, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS);
+      if (fd < 0 && errno == EPERM && (flags & O_NOATIME)) {
+        flags &= ~O_NOATIME;  // as OpenAtOwnRead
+        errno = EINTR;
+      }
     } while (fd < 0 && errno == EINTR);
     if (fd >= 0) return UniqueFd(fd);
     if (errno != ENOSYS) return Status::FromErrno(errno, "open", path);
@@ -158,10 +172,7 @@ Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t
     std::string part =
         path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
     if (slash == std::string::npos) {
-      int fd;
-      do {
-        fd = ::openat(dir.get(), part.c_str(), flags, mode);
-      } while (fd < 0 && errno == EINTR);
+      const int fd = OpenAtOwnRead(dir.get(), part.c_str(), flags, mode);
       if (fd < 0) return Status::FromErrno(errno, "open", path);
       return UniqueFd(fd);
     }
@@ -211,7 +222,7 @@ Result<UniqueFd> OpenUnder(const std::string& root, std::string_view rel, int fl
 
 Result<UniqueFd> OpenRegularUnder(const std::string& root, std::string_view rel) {
   FailpointHook("open_regular.before", JoinPath(root, rel));
-  auto fd = OpenUnder(root, rel, O_RDONLY | O_NONBLOCK);
+  auto fd = OpenUnder(root, rel, O_RDONLY | O_NONBLOCK | kOwnRead);
   if (!fd.ok()) return fd;
   TBFS_RETURN_IF_ERROR(CheckRegular(fd->get(), JoinPath(root, rel)));
   return fd;
@@ -419,8 +430,8 @@ Status WalkFrom(UniqueFd root, const WalkOptions& options,
       st = Status::InvalidArgument(
           fmt::format("{}: nested more than {} folders deep", entry.rel, kMaxWalkDepth));
     } else {
-      sub.dir.reset(
-          ::openat(top.dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      sub.dir.reset(OpenAtOwnRead(top.dir.get(), name.c_str(),
+                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | kOwnRead));
       st = sub.dir.valid() ? ListFolder(sub.dir.get(), sub.rel, &sub.names)
                            : Status::FromErrno(errno, "open", entry.rel);
     }
@@ -442,7 +453,7 @@ Status WalkTree(const std::string& root, const WalkOptions& options,
   struct stat st;
   if (::stat(root.c_str(), &st) != 0) return Status::FromErrno(errno, "stat", root);
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("not a directory: " + root);
-  auto dir = OpenFile(root, O_RDONLY | O_DIRECTORY);
+  auto dir = OpenFile(root, O_RDONLY | O_DIRECTORY | kOwnRead);
   if (!dir.ok()) return dir.status();
   return WalkFrom(std::move(dir).value(), options, visit);
 }

@@ -5,6 +5,7 @@
 // Status values that name the operation and the path.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -45,7 +46,15 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// open(2) with O_CLOEXEC added.
+// tbfs's own reads of a logdir (walks, scans, migration, verification)
+// leave access times as they were, as backup tools do: kOwnRead is
+// O_NOATIME, which OpenFile, OpenBeneath and OpenAtOwnRead drop where the
+// kernel refuses it (EPERM: someone else's file, and not root).
+inline constexpr int kOwnRead = O_NOATIME;
+// openat(2) for a read of tbfs's own: O_NOATIME where allowed (above),
+// O_CLOEXEC added; -1 and errno as openat's.
+int OpenAtOwnRead(int dir_fd, const char* name, int flags, mode_t mode = 0);
+// open(2) with O_CLOEXEC added (O_NOATIME as above).
 Result<UniqueFd> OpenFile(const std::string& path, int flags, mode_t mode = 0);
 // Writes all n bytes at the current offset.
 Status WriteAll(int fd, const void* data, size_t n, const std::string& path);
@@ -63,7 +72,7 @@ Status MakeDirs(const std::string& path, mode_t mode = 0755);
 // Opens `rel` (a path that passes IsSafeRelativePath) beneath the folder
 // dir_fd without following any symlink, on the way or at the end (a symlink
 // anywhere is ELOOP; with O_PATH | O_NOFOLLOW a final symlink itself is
-// opened). O_CLOEXEC is added. Paths longer than PATH_MAX are walked one
+// opened). O_CLOEXEC is added (O_NOATIME as above). Paths longer than PATH_MAX are walked one
 // folder at a time. Invariant I8: the caller acts on the fd it gets.
 Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t mode = 0);
 // The folder holding `rel` beneath dir_fd (O_PATH | O_DIRECTORY), and the
@@ -126,7 +135,8 @@ class FolderTimes {
  private:
   struct Folder {
     UniqueFd fd;
-    struct timespec original{}, expected{};
+    struct timespec original {
+    }, expected{};
     bool foreign = false;
   };
   std::map<std::pair<dev_t, ino_t>, Folder> folders_;

@@ -59,7 +59,7 @@ Status RecordWriter::Flush() {
 Result<std::unique_ptr<RecordReader>> RecordReader::Open(const std::string& path,
                                                          uint64_t start_offset,
                                                          uint64_t limit_offset) {
-  auto fd = OpenFile(path, O_RDONLY | O_NONBLOCK);
+  auto fd = OpenFile(path, O_RDONLY | O_NONBLOCK | kOwnRead);
   if (!fd.ok()) return fd.status();
   TBFS_RETURN_IF_ERROR(CheckRegular(fd->get(), path));
   return Open(std::move(fd).value(), path, start_offset, limit_offset);

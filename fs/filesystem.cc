@@ -136,7 +136,7 @@ int Filesystem::RelPathByWalk(int fd, std::string* rel) {
     if (::fstat(cur.get(), &st) != 0) return -errno;
     if (st.st_dev == root.st_dev && st.st_ino == root.st_ino) break;
     if (st.st_nlink == 0) return -ENOENT;
-    UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd parent(OpenAtOwnRead(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | kOwnRead));
     if (!parent.valid()) return -errno;
     struct stat pst;
     if (::fstat(parent.get(), &pst) != 0) return -errno;

@@ -5,9 +5,7 @@
 // filesystem.cc (paths of inodes, store errors), lookup.cc (names and
 // attributes), namespace_ops.cc (create, unlink, rename, ...), open_files.cc
 // (open files, cold reads, rehydration, files changing place), readdir.cc
-// and xattr.cc.
-//
-// Error convention (one, everywhere): methods return 0 or -errno.
+// and xattr.cc. Error convention (one, everywhere): methods return 0 or -errno.
 //
 // Semantics worth knowing:
 //  - a hot entry wins over a cold entry of the same path;
@@ -68,9 +66,10 @@ struct FsOptions {
   bool as_root_owner_fixup = false;     // chown what callers create to them
   std::string control_socket;           // shown by kControlXattr; "" for none
   // The daemon's reads of backing files (noatime) and folders (nodiratime)
-  // leave access times as they were (O_NOATIME): -o noatime, nodiratime.
-  bool noatime = false;
-  bool nodiratime = false;
+  // leave access times as they were (O_NOATIME): -o noatime, nodiratime;
+  // and every one while *read_only (the mount is ro now; fs/mount_watch.h).
+  bool noatime = false, nodiratime = false;
+  const std::atomic<bool>* read_only = nullptr;
 };
 
 struct Caller {

@@ -32,6 +32,7 @@
 #include "fs/metrics_server.h"
 #include "fs/migrator.h"
 #include "fs/mount_internal.h"
+#include "fs/mount_watch.h"
 #include "spdlog/spdlog.h"
 #include "store/migrate.h"
 #include "store/store_dir.h"
@@ -113,7 +114,7 @@ Status RecoverStore(store::ColdStore& store, const MountPlan& plan) {
   return Status::OK();
 }
 
-FsOptions FilesystemOptions(const MountPlan& plan) {
+FsOptions FilesystemOptions(const MountPlan& plan, const std::atomic<bool>* read_only) {
   const MountOptions& mc = plan.options;
   FsOptions fc;
   fc.logdir = mc.logdir;
@@ -124,6 +125,7 @@ FsOptions FilesystemOptions(const MountPlan& plan) {
   fc.control_socket = JoinPath(mc.state_dir, kControlSocketName);
   fc.noatime = mc.noatime;
   fc.nodiratime = mc.nodiratime;
+  fc.read_only = read_only;
   return fc;
 }
 
@@ -191,7 +193,7 @@ class Daemon {
   Daemon(const MountPlan& plan, OpenedStore& opened, UniqueFd root, const struct stat& root_st)
       : plan_(plan),
         store_(*opened.store),
-        fs_options_(FilesystemOptions(plan)),
+        fs_options_(FilesystemOptions(plan, &read_only_)),
         fs_(fs_options_, &store_, std::move(root), root_st, &namespace_lock_),
         migrator_(store_, plan.options.logdir, &namespace_lock_, fs_,
                   MigratorOptionsFor(plan, fs_options_, opened.options)),
@@ -220,6 +222,9 @@ class Daemon {
   // (lock order in fs/filesystem.h).
   SharedMutex namespace_lock_;
   SessionCache kernel_cache_;  // outlives fs_, which holds it
+  // Whether the mount is ro now, as ro_watch_ sees it from the mount on.
+  std::atomic<bool> read_only_{false};
+  std::unique_ptr<ReadOnlyWatch> ro_watch_;
   const FsOptions fs_options_;
   Filesystem fs_;
   Migrator migrator_;
@@ -269,6 +274,9 @@ Status Daemon::Mount() {
   kernel_cache_.Set(session_->get());
   fs_.SetKernelCache(&kernel_cache_);
   if (Status s = session_->Mount(mc.mountpoint); !s.ok()) return s;
+  auto watch = ReadOnlyWatch::Start(mc.mountpoint, &read_only_);
+  if (!watch.ok()) return watch.status();
+  ro_watch_ = std::move(watch).value();
   (void)WriteFileAtomic(JoinPath(mc.state_dir, kMountInfoFile),
                         fmt::format("{} {}\n", mc.mountpoint, ::getpid()), 0600);
   // Root's mounts are scraped through `tbfs exporter` (fs/exporter.h).

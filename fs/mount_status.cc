@@ -66,6 +66,8 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
                      : store.writer() ? "writer (holds the shared store's lease)"
                                       : "reader: " + store.refusal()},
       {"pid", ::getpid()},
+      // ro now (as mounted, or since a remount): reads change no access time.
+      {"read_only", fs.options().read_only != nullptr && fs.options().read_only->load()},
       {"hot", {{"files", m.hot_files}, {"bytes", m.hot_bytes}}},
       {"cold",
        {{"files", totals.ok() ? totals->files : 0},

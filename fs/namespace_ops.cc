@@ -59,8 +59,13 @@ namespace {
 
 // Whether the folder open (O_PATH will do) as fd holds nothing.
 bool IsEmptyFolder(int fd) {
-  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(ProcPath(fd).c_str()), ::closedir);
-  if (!d) return false;
+  const int listing =
+      OpenAtOwnRead(AT_FDCWD, ProcPath(fd).c_str(), O_RDONLY | O_DIRECTORY | kOwnRead);
+  std::unique_ptr<DIR, int (*)(DIR*)> d(listing < 0 ? nullptr : ::fdopendir(listing), ::closedir);
+  if (!d) {
+    if (listing >= 0) ::close(listing);
+    return false;
+  }
   while (struct dirent* e = ::readdir(d.get())) {
     if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) return false;
   }

@@ -328,7 +328,8 @@ int Filesystem::Fallocate(FileHandle* fh, int mode, off_t offset, off_t length) 
 
 int Filesystem::OpenBacking(int dir_fd, const char* name, int flags, mode_t mode) {
   const bool dir = (flags & O_DIRECTORY) != 0;
-  if (dir ? options_.noatime || options_.nodiratime : options_.noatime) {
+  const bool read_only = options_.read_only != nullptr && options_.read_only->load();
+  if (read_only || (dir ? options_.noatime || options_.nodiratime : options_.noatime)) {
     const int fd = ::openat(dir_fd, name, flags | O_NOATIME, mode);
     if (fd >= 0 || errno != EPERM) return fd;
   }

@@ -70,7 +70,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   s.dir = std::move(dir).value();
   // O_NONBLOCK: something swapped in for the file (a FIFO) cannot hang us.
   s.file.reset(
-      ::openat(s.dir.get(), s.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+      OpenAtOwnRead(s.dir.get(), s.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | kOwnRead));
   if (!s.file.valid()) {
     return give_up(Outcome::kChanged, Status::FromErrno(errno, "open", path).message());
   }

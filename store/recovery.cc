@@ -1,7 +1,5 @@
 // Finishing or undoing what a killed migration left: every journaled batch
 // (store/migrate.h: Recover).
-#include "store/migrate.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -14,6 +12,7 @@
 #include "spdlog/spdlog.h"
 #include "store/file_io.h"
 #include "store/format.h"
+#include "store/migrate.h"
 #include "store/migrate_internal.h"
 
 namespace tbfs::store {
@@ -72,7 +71,8 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       }
       // An unfinished migration is undone.
       if (exists && SameIdentity(st, e)) {
-        TBFS_RETURN_IF_ERROR(DropFromStore(store, manifest.ok() ? *manifest : Stub(e), retire && manifest.ok()));
+        TBFS_RETURN_IF_ERROR(
+            DropFromStore(store, manifest.ok() ? *manifest : Stub(e), retire && manifest.ok()));
         result.dropped++;
         result.changed.push_back(e.path());
         continue;
@@ -100,7 +100,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         // Possibly our own put-back, cut short before the store copy was
         // dropped: the copy may go if the content is the same.
         UniqueFd fd(
-            ::openat(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+            OpenAtOwnRead(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | kOwnRead));
         bool same = fd.valid() && SameContent(fd.get(), path, *manifest);
         if (same) {
           TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));

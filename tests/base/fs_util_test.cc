@@ -1,9 +1,11 @@
 #include "base/fs_util.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -110,6 +112,33 @@ TEST(WriteFileAtomic, ReplacesContent) {
   std::string got;
   ASSERT_TRUE(ReadFileToString(dir / "f", &got).ok());
   EXPECT_EQ(got, "two");
+}
+
+// kOwnRead (O_NOATIME) where the kernel refuses it, on a file the reader
+// does not own, is dropped: the open succeeds as anyone else's would.
+TEST(OwnRead, SomeoneElsesFileOpensWithoutNoAtime) {
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  WriteBytes(dir / "f", "root's");
+  ASSERT_EQ(::chmod((dir / "f").c_str(), 0644), 0);
+  ASSERT_EQ(::geteuid(), 0u) << "this test makes a second user: run it as root";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(3);
+    // The kernel itself refuses O_NOATIME here: the case under test.
+    if (::open((dir / "f").c_str(), O_RDONLY | O_NOATIME) >= 0 || errno != EPERM) _exit(4);
+    if (!OpenFile(dir / "f", O_RDONLY | kOwnRead).ok()) _exit(5);
+    auto root = OpenFile(dir.path(), O_PATH | O_DIRECTORY);
+    if (!root.ok() || !OpenBeneath(root->get(), "f", O_RDONLY | kOwnRead).ok()) _exit(6);
+    if (OpenAtOwnRead(root->get(), "f", O_RDONLY | kOwnRead) < 0) _exit(7);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3 setuid, 4 the kernel took O_NOATIME, 5 OpenFile, "
+                                       "6 OpenBeneath, 7 OpenAtOwnRead";
 }
 
 }  // namespace

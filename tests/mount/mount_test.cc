@@ -591,6 +591,35 @@ TEST_F(Mounted, NoatimeReadsLeaveAccessTimesAsTheyWere) {
   EXPECT_EQ(List(M("dir")).size(), 1u);
   EXPECT_GT(atime(L("noatime.txt")), day_ago.tv_sec);
   EXPECT_EQ(atime(L("dir")), day_ago.tv_sec);
+  // Read-only, from the start or by a remount: no access time changes, as
+  // on a disk filesystem mounted ro (xfstests generic/003's last step);
+  // writable again, reads change them as before.
+  Unmount();
+  age(L("noatime.txt"));
+  age(L("dir"));
+  Mount("--no-migrate -o ro");
+  EXPECT_EQ(ReadBytes(M("noatime.txt")), "some bytes");
+  EXPECT_EQ(List(M("dir")).size(), 1u);
+  EXPECT_EQ(atime(L("noatime.txt")), day_ago.tv_sec);
+  EXPECT_EQ(atime(L("dir")), day_ago.tv_sec);
+  EXPECT_TRUE(Status()["read_only"].get<bool>());
+  // The daemon learns of a remount from the kernel's mount table, just
+  // after mount(8) returns; `tbfs status` says when it has. The reads
+  // below reach the daemon: the kernel's cached pages are dropped first.
+  auto remount = [&](const std::string& how) {
+    ASSERT_EQ(RunCommand("mount -o remount," + how + " " + mnt_).exit_code, 0);
+    ASSERT_TRUE(WaitUntil([&] { return Status()["read_only"].get<bool>() == (how == "ro"); },
+                          std::chrono::seconds(10)))
+        << how;
+    ASSERT_EQ(RunCommand("echo 3 > /proc/sys/vm/drop_caches").exit_code, 0);
+  };
+  remount("rw");
+  EXPECT_EQ(ReadBytes(M("noatime.txt")), "some bytes");
+  EXPECT_GT(atime(L("noatime.txt")), day_ago.tv_sec) << "writable: reads change them again";
+  age(L("noatime.txt"));
+  remount("ro");
+  EXPECT_EQ(ReadBytes(M("noatime.txt")), "some bytes");
+  EXPECT_EQ(atime(L("noatime.txt")), day_ago.tv_sec);
 }
 
 TEST_F(Mounted, ColdFilesKeepSizeModeOwnerAndTimes) {
@@ -944,8 +973,8 @@ TEST_F(Mounted, FstabFormMountsThroughMountFuse3) {
 // its devices by source) expect. Only an absolute path follows tbfs:.
 TEST_F(Mounted, TheSourceAMountShowsMountsItsLogdir) {
   const std::string source = "tbfs:" + logdir_;
-  auto r = RunCommand("mount -t fuse.tbfs " + Quote(source) + " " + Quote(mnt_) +
-                      " -o no_migrate 2>&1");
+  auto r =
+      RunCommand("mount -t fuse.tbfs " + Quote(source) + " " + Quote(mnt_) + " -o no_migrate 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   ASSERT_TRUE(IsMounted(mnt_));
   pid_ = Status()["pid"].get<int>();
@@ -960,7 +989,8 @@ TEST_F(Mounted, TheSourceAMountShowsMountsItsLogdir) {
   EXPECT_EQ(Status()["logdir"].get<std::string>(), logdir_);
   Unmount();
   // tbfs: and a relative path is a relative path, whatever is beside it.
-  r = RunCommand("cd " + Quote(logdir_) + "/.. && " + Tbfs("mount tbfs:logdir " + Quote(mnt_) + " 2>&1"));
+  r = RunCommand("cd " + Quote(logdir_) + "/.. && " +
+                 Tbfs("mount tbfs:logdir " + Quote(mnt_) + " 2>&1"));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("LOGDIR tbfs:logdir is not a directory"), std::string::npos) << r.out;
   EXPECT_FALSE(IsMounted(mnt_));

@@ -183,6 +183,62 @@ TEST_F(MigrateCli, ApplyThenRestoreIsByteIdentical) {
   EXPECT_EQ(Tree(logdir_), before_);
 }
 
+constexpr int64_t kOldAtime = 978'307'200;  // 2001-01-01
+
+int64_t AccessTime(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return st.st_atim.tv_sec * 1'000'000'000ll + st.st_atim.tv_nsec;
+}
+
+// Access times of the logdir's files and folders (the store aside): path
+// -> st_atim in ns. The walk itself reads folders without changing theirs
+// (the test runs as root); folders are those that hold the files.
+std::map<std::string, int64_t> AccessTimes(const std::string& root) {
+  std::map<std::string, int64_t> out;
+  WalkOptions w;
+  w.skip_dirs = {".tbfs"};
+  EXPECT_TRUE(WalkTree(root, w, [&](const WalkEntry& e) {
+                for (std::string rel = e.rel; !out.count(rel); rel = ParentPath(rel)) {
+                  out[rel] = AccessTime(JoinPath(root, rel));
+                  if (rel.empty()) break;
+                }
+              }).ok());
+  return out;
+}
+
+// An access time long before the modification time, which any read moves
+// (relatime).
+void MakeAccessTimeOld(const std::string& path) {
+  const struct timespec times[2] = {{kOldAtime, 0}, {0, UTIME_OMIT}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+}
+
+// tbfs's own reads (the walk, scan, verify, a migration's copy and read
+// back, restore) change no access time, as backup tools keep them: a
+// file's atime says when a person last read it, and a cold file keeps the
+// one it had (the daemon's migrator runs the same code).
+TEST_F(MigrateCli, ItsOwnReadsLeaveAccessTimesAsTheyWere) {
+  // The control: on this filesystem a read moves an old access time.
+  const std::string control = dir_ / "control";
+  WriteBytes(control, "read me");
+  MakeAccessTimeOld(control);
+  (void)ReadBytes(control);
+  ASSERT_NE(AccessTime(control), kOldAtime * 1'000'000'000)
+      << "the test folder's filesystem keeps no access times (mounted noatime?): "
+         "this test cannot tell tbfs's reads from none";
+  for (const auto& [rel, atime] : AccessTimes(logdir_)) MakeAccessTimeOld(JoinPath(logdir_, rel));
+  const auto before = AccessTimes(logdir_);
+  ASSERT_GT(before.size(), 4u);
+  for (const auto& [rel, atime] : before) ASSERT_EQ(atime, kOldAtime * 1'000'000'000) << rel;
+  for (const char* cmd : {"scan ", "verify ", "migrate --older-than 0 --apply ", "verify ", "fsck ",
+                          "restore --all --apply ", "verify "}) {
+    ASSERT_EQ(RunCommand(Tbfs(cmd + logdir_ + " >/dev/null")).exit_code, 0) << cmd;
+  }
+  EXPECT_EQ(AccessTimes(logdir_), before);
+  EXPECT_EQ(Tree(logdir_), before_);
+}
+
 // The store folder given where the logdir belongs: every command that
 // reads or writes the store says so, changes nothing, and exits 2, never
 // "no cold store there: nothing to check" with 0.

@@ -214,9 +214,9 @@ int RunStatus(const std::string& mountpoint, bool json) {
     return lost > 0 ? kExitFinding : kExitOk;
   }
   auto u = [&](const char* a, const char* b) { return j[a][b].get<uint64_t>(); };
-  fmt::print("{} on {} (pid {}), store {}\n", j["logdir"].get<std::string>(),
+  fmt::print("{} on {} (pid {}{}), store {}\n", j["logdir"].get<std::string>(),
              j["mountpoint"].get<std::string>(), j["pid"].get<int>(),
-             j["store"].get<std::string>());
+             j.value("read_only", false) ? ", read-only" : "", j["store"].get<std::string>());
   if (const std::string role = j.value("store_role", ""); role != "writer") {
     // Always for a shared store (a reader's line names the writer's host).
     fmt::print("role:  {}\n", Printable(role));
