@@ -26,11 +26,8 @@ int OpenAtOwnRead(int dir_fd, const char* name, int flags, mode_t mode) {
   int fd;
   do {
     fd = ::openat(dir_fd, name, flags | O_CLOEXEC, mode);
-    if (fd < 0 && errno == EPERM && (flags & O_NOATIME)) {
-      flags &= ~O_NOATIME;  // not ours to keep unchanged: open as anyone would
-      fd = -1;
-      errno = EINTR;
-    }
+    if (fd < 0 && errno == EPERM && (flags & O_NOATIME))
+      flags &= ~O_NOATIME, errno = EINTR;  // not ours to keep unchanged: open as anyone would
   } while (fd < 0 && errno == EINTR);
   return fd;
 }
@@ -155,10 +152,8 @@ Result<UniqueFd> OpenBeneath(int dir_fd, std::string_view rel, int flags, mode_t
     int fd;
     do {
       fd = OpenAt2(dir_fd, path.c_str(), flags, mode, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS);
-      if (fd < 0 && errno == EPERM && (flags & O_NOATIME)) {
-        flags &= ~O_NOATIME;  // as OpenAtOwnRead
-        errno = EINTR;
-      }
+      if (fd < 0 && errno == EPERM && (flags & O_NOATIME))
+        flags &= ~O_NOATIME, errno = EINTR;  // as OpenAtOwnRead
     } while (fd < 0 && errno == EINTR);
     if (fd >= 0) return UniqueFd(fd);
     if (errno != ENOSYS) return Status::FromErrno(errno, "open", path);

@@ -115,6 +115,7 @@ struct FileHandle {
   // Closed with the handle (reads may use them still).
   std::vector<int> earlier_fds TBFS_GUARDED_BY(mu);
   std::atomic<uint64_t> next_offset{0};  // where a sequential reader goes next
+  std::atomic<bool> noatime{false};      // fd has O_NOATIME (IoFd keeps it as the mount says)
   ~FileHandle();
 };
 

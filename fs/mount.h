@@ -39,10 +39,14 @@ struct MountOptions {
   // (every file and folder), -o nodiratime (folders); the last of noatime/
   // atime/relatime and of nodiratime/diratime wins, as mount(8) reads them.
   // Otherwise reads change them as the backing filesystem's own mount says
-  // (relatime on most); strictatime is refused. Only noatime and atime
-  // reach the kernel's mount flags (libfuse 3.14 passes no other).
+  // (relatime on most). -o strictatime: every read changes them, which only
+  // a backing filesystem mounted strictatime does (refused on any other:
+  // the daemon cannot set an access time alone, utimensat moves the change
+  // time too). Only noatime and atime reach the kernel's mount flags
+  // (libfuse 3.14 passes no other).
   bool noatime = false;
   bool nodiratime = false;
+  bool strictatime = false;
   // -o remount (mount -o remount,ro MOUNTPOINT through mount.fuse3): change
   // the running mount at `mountpoint` (RunRemount) instead of mounting.
   bool remount = false;

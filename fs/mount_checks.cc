@@ -272,6 +272,17 @@ Result<MountPlan> CheckMount(const MountOptions& options) {
   }
   mc.logdir = RealPath(mc.logdir);
   mc.mountpoint = RealPath(mc.mountpoint);
+  if (mc.strictatime) {
+    struct statvfs vfs;
+    if (::statvfs(mc.logdir.c_str(), &vfs) != 0)
+      return Status::FromErrno(errno, "statvfs", mc.logdir);
+    if (vfs.f_flag & (ST_RELATIME | ST_NOATIME)) {
+      return Status::InvalidArgument(fmt::format(
+          "strictatime: the filesystem of LOGDIR {} is mounted {}, and every read through "
+          "tbfs is a read of it; mount that filesystem strictatime first, or leave the option out",
+          mc.logdir, (vfs.f_flag & ST_NOATIME) ? "noatime" : "relatime"));
+    }
+  }
   if (mc.mountpoint == mc.logdir || mc.mountpoint.starts_with(mc.logdir + "/")) {
     return Status::InvalidArgument("MOUNTPOINT must not be LOGDIR or lie inside it");
   }

@@ -133,15 +133,14 @@ int ProcessMountOpt(void* data, const char* arg, int key, struct fuse_args*) {
     case kOptDirAtime:
       config->nodiratime = false;
       return 0;
-    case kOptRelAtime:  // the default: access times as the backing filesystem keeps them
-      config->noatime = false;
+    case kOptRelAtime:     // the default: access times as the backing filesystem keeps them
+    case kOptStrictAtime:  // checked against the backing filesystem (CheckMount)
+      config->strictatime = key == kOptStrictAtime;
+      config->noatime = false;  // and the kernel is not told noatime either
+      std::erase(config->fuse_options, "noatime");
       return 0;
-    case kOptStrictAtime:
-      return fail(opt +
-                  ": not supported; reads change access times as the backing filesystem's "
-                  "own mount says (relatime on most), or never with noatime");
     default:  // FUSE_OPT_KEY_OPT: not ours (noatime and atime go on to the kernel too)
-      if (opt == "noatime") config->noatime = true;
+      if (opt == "noatime") config->noatime = true, config->strictatime = false;
       if (opt == "atime") config->noatime = false;
       if (!opt.empty()) config->fuse_options.push_back(opt);
       return 0;

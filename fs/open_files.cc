@@ -44,6 +44,7 @@ std::unique_ptr<FileHandle> Filesystem::NewHandle(uint64_t ino, uint32_t generat
   fh->generation = inodes_.Generation(ino);
   fh->seen = generation;
   fh->fd = fd;
+  fh->noatime = fd >= 0 && (::fcntl(fd, F_GETFL) & O_NOATIME) != 0;
   struct stat st;
   if (fd >= 0 && ::fstat(fd, &st) == 0) {
     MutexLock lock(fh->mu);
@@ -237,14 +238,37 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
   return 0;
 }
 
+namespace {
+
+// Reads of files leave access times as they were: -o noatime, or a mount
+// that is read-only now.
+bool LeaveAtimes(const FsOptions& o) {
+  return o.noatime || (o.read_only != nullptr && o.read_only->load(std::memory_order_relaxed));
+}
+
+// fd (fh's) with O_NOATIME as the mount says now: a remount to ro (or rw)
+// changes it under handles already open. One check per call; a syscall
+// only when it changes.
+int FollowAtimes(const FsOptions& o, FileHandle* fh, int fd) {
+  const bool want = LeaveAtimes(o);
+  if (fd < 0 || fh->noatime.load(std::memory_order_relaxed) == want) return fd;
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0 && ((fl & O_NOATIME) != 0) != want)
+    (void)::fcntl(fd, F_SETFL, want ? fl | O_NOATIME : fl & ~O_NOATIME);  // EPERM: not ours
+  fh->noatime.store(want, std::memory_order_relaxed);
+  return fd;
+}
+
+}  // namespace
+
 int Filesystem::IoFd(FileHandle* fh) {
   uint32_t now = fh->generation->load(std::memory_order_acquire);
   if (now == fh->seen.load(std::memory_order_acquire))
-    return fh->fd.load(std::memory_order_acquire);
+    return FollowAtimes(options_, fh, fh->fd.load(std::memory_order_acquire));
   MutexLock lock(fh->mu);
   now = fh->generation->load(std::memory_order_acquire);
   int current = fh->fd.load(std::memory_order_acquire);
-  if (now == fh->seen.load(std::memory_order_acquire)) return current;
+  if (now == fh->seen.load(std::memory_order_acquire)) return FollowAtimes(options_, fh, current);
   InodeView v = inodes_.View(fh->inode);
   struct stat st;
   // A cold inode changes nothing: a handle with a backing file holds what
@@ -262,7 +286,9 @@ int Filesystem::IoFd(FileHandle* fh) {
     }  // else: gone again; a cold handle's chunks stay while it is open
   }
   fh->seen.store(now, std::memory_order_release);
-  return current;
+  fh->noatime.store(current >= 0 && (::fcntl(current, F_GETFL) & O_NOATIME) != 0,
+                    std::memory_order_relaxed);
+  return FollowAtimes(options_, fh, current);
 }
 
 ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off, std::vector<ColdSlice>* slices,
@@ -328,8 +354,7 @@ int Filesystem::Fallocate(FileHandle* fh, int mode, off_t offset, off_t length) 
 
 int Filesystem::OpenBacking(int dir_fd, const char* name, int flags, mode_t mode) {
   const bool dir = (flags & O_DIRECTORY) != 0;
-  const bool read_only = options_.read_only != nullptr && options_.read_only->load();
-  if (read_only || (dir ? options_.noatime || options_.nodiratime : options_.noatime)) {
+  if (dir ? LeaveAtimes(options_) || options_.nodiratime : LeaveAtimes(options_)) {
     const int fd = ::openat(dir_fd, name, flags | O_NOATIME, mode);
     if (fd >= 0 || errno != EPERM) return fd;
   }

@@ -59,6 +59,7 @@ std::vector<std::string> OwnOptionsGiven(const MountOptions& config) {
   note(config.config_file != d.config_file, "config=");
   note(config.metrics_address != d.metrics_address, "metrics=");
   note(config.nodiratime != d.nodiratime, "nodiratime");
+  note(config.strictatime != d.strictatime, "strictatime");
   return given;
 }
 

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -616,10 +617,73 @@ TEST_F(Mounted, NoatimeReadsLeaveAccessTimesAsTheyWere) {
   remount("rw");
   EXPECT_EQ(ReadBytes(M("noatime.txt")), "some bytes");
   EXPECT_GT(atime(L("noatime.txt")), day_ago.tv_sec) << "writable: reads change them again";
+  auto held = OpenFile(M("noatime.txt"), O_RDONLY);  // opened while writable
+  ASSERT_TRUE(held.ok());
   age(L("noatime.txt"));
   remount("ro");
   EXPECT_EQ(ReadBytes(M("noatime.txt")), "some bytes");
   EXPECT_EQ(atime(L("noatime.txt")), day_ago.tv_sec);
+  // A handle opened before the remount reads as the mount says now.
+  auto read_held = [&] {
+    char buf[16];
+    ::posix_fadvise(held->get(), 0, 0, POSIX_FADV_DONTNEED);  // to the daemon, not the cache
+    return ::pread(held->get(), buf, sizeof(buf), 0);
+  };
+  EXPECT_EQ(read_held(), 10);
+  EXPECT_EQ(atime(L("noatime.txt")), day_ago.tv_sec) << "a handle from before the remount";
+  // A mount stacked on the mount point later is another mount: the daemon
+  // follows its own (by id), read-only still.
+  ASSERT_EQ(::mount("tmpfs", mnt_.c_str(), "tmpfs", 0, "size=1m"), 0) << std::strerror(errno);
+  struct Stacked {
+    std::string path;
+    bool on = true;
+    ~Stacked() {
+      if (on) ::umount2(path.c_str(), MNT_DETACH);
+    }
+  } stacked{mnt_};
+  EXPECT_FALSE(
+      WaitUntil([&] { return read_held() != 10 || atime(L("noatime.txt")) != day_ago.tv_sec; },
+                std::chrono::milliseconds(500)))
+      << "a read through the held handle changed the access time, with a writable mount on top";
+  ASSERT_EQ(::umount2(mnt_.c_str(), 0), 0) << std::strerror(errno);
+  stacked.on = false;
+  EXPECT_TRUE(Status()["read_only"].get<bool>());
+}
+
+// -o strictatime: every read changes the access time, which only a
+// logdir on a filesystem mounted strictatime can give (the daemon reads
+// it); on any other the mount is refused in one line (xfstests
+// generic/003 mounts strictatime).
+TEST_F(Mounted, StrictatimeWhereTheLogdirsFilesystemKeepsIt) {
+  auto refused = RunCommand(
+      Tbfs("mount " + Quote(logdir_) + " " + Quote(mnt_) + " --no-migrate -o strictatime 2>&1"));
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("strictatime: the filesystem of LOGDIR"), std::string::npos)
+      << refused.out;
+  EXPECT_FALSE(IsMounted(mnt_));
+  // A logdir on a tmpfs mounted strictatime (taken down lazily at the end,
+  // after the tbfs mount above it, wherever the test stops).
+  const std::string strict = dir_ / "strict";
+  ASSERT_EQ(::mkdir(strict.c_str(), 0755), 0);
+  ASSERT_EQ(::mount("tmpfs", strict.c_str(), "tmpfs", MS_STRICTATIME, "size=16m"), 0)
+      << std::strerror(errno);
+  struct Lazy {
+    std::string path;
+    ~Lazy() { ::umount2(path.c_str(), MNT_DETACH); }
+  } lazy{strict};
+  WriteBytes(strict + "/f.txt", "strict");
+  // An access time after the modification and within a day: relatime
+  // would keep it, strictatime moves it.
+  const struct timespec times[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 7200, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (strict + "/f.txt").c_str(), times, 0), 0);
+  auto mounted = RunCommand(
+      Tbfs("mount " + Quote(strict) + " " + Quote(mnt_) + " --no-migrate -o strictatime 2>&1"));
+  ASSERT_EQ(mounted.exit_code, 0) << mounted.out;
+  pid_ = Status()["pid"].get<int>();
+  EXPECT_EQ(ReadBytes(M("f.txt")), "strict");
+  struct stat st;
+  ASSERT_EQ(::stat((strict + "/f.txt").c_str(), &st), 0);
+  EXPECT_GT(st.st_atim.tv_sec, times[0].tv_sec + 3000);
 }
 
 TEST_F(Mounted, ColdFilesKeepSizeModeOwnerAndTimes) {
