@@ -10,7 +10,8 @@
 # Usage: scripts/check.sh [asan|tsan]...   (no argument: both)
 # A finding fails the check: in a test process at once, in a mount daemon
 # or a tbfs command through the report it leaves in BUILD/sanitizer-logs,
-# which is printed. Run as root (the mount tests need /dev/fuse).
+# which is printed. Run as root (the mount tests need /dev/fuse). Builds and
+# installs the plain build first (scripts/build.sh --install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -58,6 +59,12 @@ run() {
 
 kinds=("$@")
 ((${#kinds[@]})) || kinds=(asan tsan)
+# The tests that mount or remount through mount(8) (-t fuse.tbfs) run the
+# tbfs in /usr/local/bin as its helper, never a sanitized build: install
+# this tree's, so that they test what is here (on a fresh machine there is
+# none, and they fail with "tbfs: not found").
+echo "check.sh: installing this tree's tbfs for the mount(8) helper (scripts/build.sh --install)"
+bash scripts/build.sh --install >/dev/null
 status=0
 for k in "${kinds[@]}"; do run "$k" || status=1; done
 exit $status
