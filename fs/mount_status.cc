@@ -1,6 +1,8 @@
 // A mount's status (tbfs status --json) and its control socket's requests.
+#include <malloc.h>
 #include <sys/statvfs.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/fs_util.h"
@@ -31,6 +33,39 @@ nlohmann::json BySite(const uint64_t (&counts)[kNumEioSites]) {
   nlohmann::json by;
   for (int i = 0; i < kNumEioSites; ++i) by[kEioSiteNames[i]] = counts[i];
   return by;
+}
+
+// A field of /proc/self/status ("VmRSS", "VmHWM") in bytes; 0 if absent.
+uint64_t SelfStatusBytes(std::string_view field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with(field) && line.size() > field.size() && line[field.size()] == ':') {
+      return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10) * 1024;
+    }
+  }
+  return 0;
+}
+
+// Where the daemon's memory is: its resident set, the heap (in use, and
+// free but still mapped, which malloc_trim hands back after every pass),
+// and what holds memory on purpose, each beside its bound.
+nlohmann::json MemoryJson(store::ColdStore& store, const Filesystem::Stats& k,
+                          uint64_t cache_capacity) {
+  const struct mallinfo2 heap = ::mallinfo2();
+  const store::Backend::Memory e = store.EngineMemory();
+  return {{"rss_bytes", SelfStatusBytes("VmRSS")},
+          {"peak_rss_bytes", SelfStatusBytes("VmHWM")},
+          {"heap", {{"in_use_bytes", heap.uordblks + heap.hblkhd}, {"free_bytes", heap.fordblks}}},
+          {"chunk_cache",
+           {{"bytes", k.cache.bytes},
+            {"capacity_bytes", cache_capacity},
+            {"buffers_mapped_bytes", k.cache.buffers.mapped_bytes}}},
+          {"engine",
+           {{"memtables_bytes", e.memtables},
+            {"table_readers_bytes", e.table_readers},
+            {"block_cache_bytes", e.block_cache},
+            {"block_cache_capacity_bytes", e.block_cache_capacity}}}};
 }
 
 }  // namespace
@@ -114,6 +149,7 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
         {"store", k.eio_store},
         {"by_site", BySite(k.eio_by_site)}}},
       {"inodes", k.inodes},
+      {"memory", MemoryJson(store, k, fs.options().cache_bytes)},
       {"retention",
        {{"enabled", migrator.retention_enabled()},
         {"deleted_files", m.retention_files},

@@ -109,6 +109,16 @@ class Backend {
   // Damaged records of the engine's log that its open skipped (what they
   // held since the last flush is gone); "" when there were none.
   virtual std::string LogDamage() { return ""; }
+
+  // What the engine holds in memory, by holder (tbfs status): zero where
+  // an engine holds nothing of the kind.
+  struct Memory {
+    uint64_t memtables = 0;      // records not yet in table files
+    uint64_t table_readers = 0;  // open table files, outside the block cache
+    uint64_t block_cache = 0;    // the shared block cache, bounded by:
+    uint64_t block_cache_capacity = 0;
+  };
+  virtual Memory MemoryUse() { return {}; }
 };
 
 struct BackendOptions {
@@ -155,6 +165,7 @@ class ReadOnlyUntilRoom final : public Backend {
   Status Flush() override;
   Status VerifyTables() override;
   std::string LogDamage() override;
+  Memory MemoryUse() override;
 
  private:
   ReadOnlyUntilRoom(std::string dir, std::unique_ptr<Backend> reader)

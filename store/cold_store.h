@@ -300,6 +300,8 @@ class ColdStore {
   Status Compact() { return backend_->Compact(); }
   // Bytes the store's files take on disk.
   uint64_t DiskBytes() { return backend_->DiskBytes(); }
+  // What the engine holds in memory, by holder.
+  Backend::Memory EngineMemory() { return backend_->MemoryUse(); }
 
   // --- journal (invariant I4)
   Status PutJournal(const storepb::JournalRecord& record);  // synced

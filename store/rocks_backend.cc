@@ -98,6 +98,26 @@ class RocksBackend final : public Backend {
     return total;
   }
 
+  Memory MemoryUse() override {
+    Memory m;
+    for (auto* h : handles_) {
+      uint64_t v = 0;
+      if (db_->GetIntProperty(h, rocksdb::DB::Properties::kCurSizeAllMemTables, &v)) {
+        m.memtables += v;
+      }
+      if (db_->GetIntProperty(h, rocksdb::DB::Properties::kEstimateTableReadersMem, &v)) {
+        m.table_readers += v;
+      }
+    }
+    // One cache for every space (SpaceOptions): asked of one.
+    if (!handles_.empty()) {
+      db_->GetIntProperty(handles_[0], rocksdb::DB::Properties::kBlockCacheUsage, &m.block_cache);
+      db_->GetIntProperty(handles_[0], rocksdb::DB::Properties::kBlockCacheCapacity,
+                          &m.block_cache_capacity);
+    }
+    return m;
+  }
+
   Status FreeBytes(uint64_t* free, uint64_t* size) override {
     struct statvfs vfs;
     if (::statvfs(dir_.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs", dir_);
@@ -155,7 +175,9 @@ class RocksBackend final : public Backend {
     if (Status failed = Failed(); !failed.ok()) return failed;
     rocksdb::FlushOptions options;
     options.wait = true;
-    return FromRocks(db_->Flush(options, handles_), "flush store " + dir_);
+    TBFS_RETURN_IF_ERROR(FromRocks(db_->Flush(options, handles_), "flush store " + dir_));
+    MergeSmallTables(db_.get(), handles_, dir_);
+    return Status::OK();
   }
 
   std::string LogDamage() override { return log_damage_; }

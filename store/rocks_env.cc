@@ -3,8 +3,10 @@
 
 #include <rocksdb/cache.h>
 #include <rocksdb/file_system.h>
+#include <rocksdb/metadata.h>
 #include <rocksdb/table.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <atomic>
 #include <cstdarg>
@@ -188,6 +190,52 @@ rocksdb::DBOptions EngineOptions(const BackendOptions& options) {
   db_options.paranoid_checks = !options.read_only;
   db_options.best_efforts_recovery = options.best_efforts;
   return db_options;
+}
+
+void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces,
+                      const std::string& dir) {
+  constexpr uint64_t kSmallTable = 4 << 20, kMergeMostBytes = 64 << 20;
+  constexpr size_t kMergeAt = 8, kMergeMost = 64;
+  rocksdb::CompactionOptions merge;
+  merge.compression = rocksdb::kDisableCompressionOption;  // the space's own (default: snappy)
+  // Never the write that fills the store's filesystem: a merge writes its
+  // files whole before it drops the old ones.
+  struct statvfs vfs;
+  if (::statvfs(dir.c_str(), &vfs) != 0) return;
+  uint64_t room = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  for (auto* h : spaces) {
+    rocksdb::ColumnFamilyMetaData meta;
+    db->GetColumnFamilyMetaData(h, &meta);
+    bool merged = false;  // one merge per space and flush
+    for (const rocksdb::LevelMetaData& level : meta.levels) {
+      if (merged) break;
+      if (level.level == 0) continue;  // the engine's own compactions empty level 0
+      std::vector<std::string> run;    // neighbours in key order (levels 1+ are sorted)
+      uint64_t run_bytes = 0;
+      for (size_t i = 0; i <= level.files.size(); ++i) {
+        const bool small = i < level.files.size() && level.files[i].size < kSmallTable &&
+                           !level.files[i].being_compacted;
+        if (small) {
+          run.push_back(level.files[i].name);
+          run_bytes += level.files[i].size;
+          if (run.size() < kMergeMost && run_bytes < kMergeMostBytes) continue;
+        }
+        if (run.size() >= kMergeAt && room > 2 * run_bytes + kMergeMostBytes) {
+          room -= run_bytes;
+          rocksdb::Status s = db->CompactFiles(merge, h, run, level.level);
+          if (!s.ok()) {
+            spdlog::warn("store {}: merging {} small table files of {}: {}", dir, run.size(),
+                         meta.name, s.ToString());
+            return;
+          }
+          merged = true;
+          break;
+        }
+        run.clear();
+        run_bytes = 0;
+      }
+    }
+  }
 }
 
 OpeningWriter::OpeningWriter() { g_opening_writers++; }

@@ -2,10 +2,13 @@
 // use outside store/.
 #pragma once
 
+#include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/options.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "spdlog/spdlog.h"
 #include "store/backend.h"
@@ -32,6 +35,21 @@ class OpeningWriter {
   OpeningWriter(const OpeningWriter&) = delete;
   OpeningWriter& operator=(const OpeningWriter&) = delete;
 };
+
+// Every flush leaves one small table file in each space it wrote, and
+// most keys grow (file ids, batch ids), so the engine moves those files
+// down whole and never merges them: a store of 100,000 small cold files had
+// 744 table files, each held open with its index and properties (about
+// 6 KiB of heap apiece: the daemon's memory grew with the store). Merges
+// each run of 8 or more neighbouring table files under 4 MiB of a level
+// (one run of at most 64 files or 64 MiB per space and flush, so a store
+// from before this catches up over several flushes), so that a space keeps about one file
+// per 4 MiB of records plus a few. Called after a flush by the writer.
+// Skipped where the store's filesystem has less than twice the run plus
+// 64 MiB free; what fails (damage, a compaction already at work) is logged
+// and left for the next flush.
+void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces,
+                      const std::string& dir);
 
 // RocksDB's own log, into tbfs's at `level` (warnings and errors only;
 // RocksDB's LOG file is not used: on a full disk a write to it aborts the

@@ -11,8 +11,7 @@ Result<std::unique_ptr<ReadOnlyUntilRoom>> ReadOnlyUntilRoom::Open(const std::st
   o.read_only = true;
   auto reader = OpenRocksBackend(dir, o);
   if (!reader.ok()) return reader.status();
-  return std::unique_ptr<ReadOnlyUntilRoom>(
-      new ReadOnlyUntilRoom(dir, std::move(reader).value()));
+  return std::unique_ptr<ReadOnlyUntilRoom>(new ReadOnlyUntilRoom(dir, std::move(reader).value()));
 }
 
 Status ReadOnlyUntilRoom::OpenWriter() {
@@ -89,6 +88,11 @@ Status ReadOnlyUntilRoom::Compact() {
 Status ReadOnlyUntilRoom::Flush() {
   ReaderMutexLock lock(mu_);
   return writable_ ? inner_->Flush() : Status::OK();  // a reader holds nothing unflushed
+}
+
+Backend::Memory ReadOnlyUntilRoom::MemoryUse() {
+  ReaderMutexLock lock(mu_);
+  return inner_->MemoryUse();
 }
 
 Status ReadOnlyUntilRoom::VerifyTables() {

@@ -204,7 +204,19 @@ TEST_F(Mounted, ColdTraceReadsBackExactlyFromFourThreadsAtRandomOffsets) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(bad.load(), 0);
-  EXPECT_GT(Status()["cache"]["hits"].get<uint64_t>(), 0u);
+  auto status = Status();
+  EXPECT_GT(status["cache"]["hits"].get<uint64_t>(), 0u);
+  // Where the daemon's memory is, each holder within its bound.
+  const auto& memory = status["memory"];
+  EXPECT_GT(memory["rss_bytes"].get<uint64_t>(), 0u);
+  EXPECT_GE(memory["peak_rss_bytes"].get<uint64_t>(), memory["rss_bytes"].get<uint64_t>());
+  EXPECT_GT(memory["heap"]["in_use_bytes"].get<uint64_t>(), 0u);
+  EXPECT_GT(memory["chunk_cache"]["bytes"].get<uint64_t>(), 0u);
+  EXPECT_LE(memory["chunk_cache"]["bytes"].get<uint64_t>(),
+            memory["chunk_cache"]["capacity_bytes"].get<uint64_t>());
+  EXPECT_GT(memory["engine"]["table_readers_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(memory["engine"]["block_cache_capacity_bytes"].get<uint64_t>(), 8u << 20);
+  EXPECT_LE(memory["engine"]["block_cache_bytes"].get<uint64_t>(), 8u << 20);
 }
 
 // The generated gzip'd traces are written by zlib: stored by their content,

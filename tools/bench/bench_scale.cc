@@ -137,6 +137,20 @@ void MeasureRename(const std::string& mnt, uint64_t cold) {
       cold, rename_s, renamed ? "" : " (FAILED)", moved, 1e3 * longest, lookups);
 }
 
+// The daemon's own account of its memory (tbfs status --json), in MB.
+void PrintMemory(const char* when, const std::string& status) {
+  auto j = nlohmann::json::parse(status, nullptr, false);
+  if (j.is_discarded() || !j.contains("memory")) return;
+  const nlohmann::json& m = j["memory"];
+  auto mb = [](const nlohmann::json& v) { return static_cast<double>(v.get<uint64_t>()) / 1e6; };
+  fmt::print(
+      "{}: RSS {:.1f} MB; heap {:.1f} MB in use, {:.1f} MB free; engine: table files {:.1f} MB, "
+      "block cache {:.1f} MB, memtables {:.1f} MB\n",
+      when, mb(m["rss_bytes"]), mb(m["heap"]["in_use_bytes"]), mb(m["heap"]["free_bytes"]),
+      mb(m["engine"]["table_readers_bytes"]), mb(m["engine"]["block_cache_bytes"]),
+      mb(m["engine"]["memtables_bytes"]));
+}
+
 int Run(const Args& a) {
   const std::string logdir = a.dir + "/logdir", mnt = a.dir + "/mnt";
   Sh("fusermount3 -u " + mnt + " 2>/dev/null");
@@ -167,6 +181,7 @@ int Run(const Args& a) {
   fmt::print("mount start ({} cold files in the store): {:.2f} s\n", cold, t_mount);
   const int pid = MountPid(a, mnt);
   const uint64_t rss_before = ProcStatusKb(pid, "VmRSS");
+  PrintMemory("daemon memory at start", MountStatus(a.tbfs, mnt));
   uint64_t native_entries = 0, mount_entries = 0;
   DropCaches();
   const double native = Walk(native_copy, &native_entries);
@@ -178,6 +193,7 @@ int Run(const Args& a) {
   auto st = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
   const uint64_t inodes = st.is_discarded() ? 0 : st["inodes"].get<uint64_t>();
   const uint64_t rss_after = ProcStatusKb(pid, "VmRSS");
+  PrintMemory("daemon memory after the walks", MountStatus(a.tbfs, mnt));
   fmt::print(
       "walk of {} entries (mount: {}), kernel caches dropped: native {:.2f} s, mount {:.2f} s "
       "({:.2f}x native); again with the caches warm {:.2f} s; dropped again {:.2f} s "

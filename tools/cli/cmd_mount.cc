@@ -194,6 +194,22 @@ void PrintGrowth(const nlohmann::json& g) {
   }
 }
 
+// One line: the resident set and what holds it.
+void PrintMemory(const nlohmann::json& m) {
+  auto b = [&](const char* a, const char* k) { return HumanBytes(m[a][k].get<uint64_t>()); };
+  const nlohmann::json& e = m["engine"];
+  fmt::print(
+      "memory: {} resident (peak {}); heap {} in use, {} free; chunk cache {} of {}; engine {} "
+      "(table files {}, block cache {} of {}, memtables {})\n",
+      HumanBytes(m["rss_bytes"].get<uint64_t>()), HumanBytes(m["peak_rss_bytes"].get<uint64_t>()),
+      b("heap", "in_use_bytes"), b("heap", "free_bytes"), b("chunk_cache", "bytes"),
+      b("chunk_cache", "capacity_bytes"),
+      HumanBytes(e["table_readers_bytes"].get<uint64_t>() + e["block_cache_bytes"].get<uint64_t>() +
+                 e["memtables_bytes"].get<uint64_t>()),
+      b("engine", "table_readers_bytes"), b("engine", "block_cache_bytes"),
+      b("engine", "block_cache_capacity_bytes"), b("engine", "memtables_bytes"));
+}
+
 int RunStatus(const std::string& mountpoint, bool json) {
   std::string value;
   auto status = AskMount(mountpoint, "status", &value);
@@ -250,6 +266,7 @@ int RunStatus(const std::string& mountpoint, bool json) {
   fmt::print("rehydrations: {}; cache hit ratio {:.1f}% ({} cached)\n",
              j["rehydrations"].get<uint64_t>(), 100 * j["cache"]["hit_ratio"].get<double>(),
              HumanBytes(u("cache", "bytes")));
+  if (j.contains("memory")) PrintMemory(j["memory"]);
   std::string eio;
   for (const auto& [site, n] : j["eio"]["by_site"].items()) {
     if (n.get<uint64_t>() > 0)
@@ -330,7 +347,7 @@ void RegisterMount(CLI::App& app, int* exit_code) {
   CLI::App* status = app.add_subcommand(
       "status",
       "Files and bytes hot and cold, bytes saved, migrations, rehydrations, cache "
-      "hit ratio and the last verifier result of a running mount");
+      "hit ratio, memory by holder and the last verifier result of a running mount");
   status->add_option("MOUNTPOINT", *mountpoint, "a tbfs mount point")->required();
   status->add_flag("--json", *json, "print the status as JSON");
   status->callback([mountpoint, json, exit_code] { *exit_code = RunStatus(*mountpoint, *json); });
