@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <mutex>
+#include <set>
 
 #include "base/time_util.h"
 #include "fmt/format.h"
@@ -176,7 +177,8 @@ class RocksBackend final : public Backend {
     rocksdb::FlushOptions options;
     options.wait = true;
     TBFS_RETURN_IF_ERROR(FromRocks(db_->Flush(options, handles_), "flush store " + dir_));
-    MergeSmallTables(db_.get(), handles_, dir_);
+    std::lock_guard<std::mutex> lock(merge_mu_);  // one merge at a time
+    MergeSmallTables(db_.get(), handles_, dir_, &unmergeable_);
     return Status::OK();
   }
 
@@ -241,6 +243,8 @@ class RocksBackend final : public Backend {
 
   std::string dir_;
   std::unique_ptr<rocksdb::DB> db_;
+  std::mutex merge_mu_;
+  std::set<uint64_t> unmergeable_;  // damaged table files (MergeSmallTables), under merge_mu_
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::mutex failed_mu_;
   Status failed_;           // guarded by failed_mu_: the first failed write, until resumed

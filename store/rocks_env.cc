@@ -4,6 +4,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/metadata.h>
+#include <rocksdb/sst_file_reader.h>
 #include <rocksdb/table.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
+#include <set>
 
 #include "base/time_util.h"
 #include "fmt/format.h"
@@ -192,9 +194,22 @@ rocksdb::DBOptions EngineOptions(const BackendOptions& options) {
   return db_options;
 }
 
+namespace {
+
+// Whether every block of a table file checks out. A merge that reads a
+// damaged block fails with Corruption, which the engine takes as an error
+// it cannot recover from: it would refuse every write after it.
+bool TableIntact(const rocksdb::Options& options, const rocksdb::SstFileMetaData& f) {
+  rocksdb::SstFileReader reader(options);
+  const std::string path = f.db_path + "/" + f.name;
+  return reader.Open(path).ok() && reader.VerifyChecksum().ok();
+}
+
+}  // namespace
+
 void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces,
-                      const std::string& dir) {
-  constexpr uint64_t kSmallTable = 4 << 20, kMergeMostBytes = 64 << 20;
+                      const std::string& dir, std::set<uint64_t>* damaged) {
+  constexpr uint64_t kSmallTable = 4 << 20, kMergeMostBytes = 64 << 20, kMergeMargin = 8 << 20;
   constexpr size_t kMergeAt = 8, kMergeMost = 64;
   rocksdb::CompactionOptions merge;
   merge.compression = rocksdb::kDisableCompressionOption;  // the space's own (default: snappy)
@@ -202,38 +217,52 @@ void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHa
   // files whole before it drops the old ones.
   struct statvfs vfs;
   if (::statvfs(dir.c_str(), &vfs) != 0) return;
-  uint64_t room = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  const uint64_t room = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  // The first run of a space's level worth merging: neighbours in key
+  // order (levels 1+ are sorted), small, not at work, not known damaged.
+  auto first_run = [&](const rocksdb::LevelMetaData& level) {
+    std::vector<const rocksdb::SstFileMetaData*> run;
+    uint64_t bytes = 0;
+    for (const rocksdb::SstFileMetaData& f : level.files) {
+      if (f.size < kSmallTable && !f.being_compacted && !damaged->count(f.file_number)) {
+        run.push_back(&f);
+        bytes += f.size;
+        if (run.size() < kMergeMost && bytes < kMergeMostBytes) continue;
+      }
+      if (run.size() >= kMergeAt) break;
+      run.clear();
+      bytes = 0;
+    }
+    if (run.size() < kMergeAt || room < 2 * bytes + kMergeMargin) run.clear();
+    return run;
+  };
   for (auto* h : spaces) {
     rocksdb::ColumnFamilyMetaData meta;
     db->GetColumnFamilyMetaData(h, &meta);
-    bool merged = false;  // one merge per space and flush
+    const rocksdb::Options options(db->GetDBOptions(), db->GetOptions(h));
     for (const rocksdb::LevelMetaData& level : meta.levels) {
-      if (merged) break;
       if (level.level == 0) continue;  // the engine's own compactions empty level 0
-      std::vector<std::string> run;    // neighbours in key order (levels 1+ are sorted)
-      uint64_t run_bytes = 0;
-      for (size_t i = 0; i <= level.files.size(); ++i) {
-        const bool small = i < level.files.size() && level.files[i].size < kSmallTable &&
-                           !level.files[i].being_compacted;
-        if (small) {
-          run.push_back(level.files[i].name);
-          run_bytes += level.files[i].size;
-          if (run.size() < kMergeMost && run_bytes < kMergeMostBytes) continue;
+      std::vector<const rocksdb::SstFileMetaData*> run = first_run(level);
+      if (run.empty()) continue;
+      std::vector<std::string> names;
+      for (const rocksdb::SstFileMetaData* f : run) {
+        // A damaged table stays as it is (the reads that need it fail,
+        // fsck names it); the files around it merge at later flushes.
+        if (!TableIntact(options, *f)) {
+          damaged->insert(f->file_number);
+          spdlog::warn("store {}: table file {}{} of {} is damaged: not merged (tbfs fsck LOGDIR)",
+                       dir, f->db_path, f->name, meta.name);
+          return;
         }
-        if (run.size() >= kMergeAt && room > 2 * run_bytes + kMergeMostBytes) {
-          room -= run_bytes;
-          rocksdb::Status s = db->CompactFiles(merge, h, run, level.level);
-          if (!s.ok()) {
-            spdlog::warn("store {}: merging {} small table files of {}: {}", dir, run.size(),
-                         meta.name, s.ToString());
-            return;
-          }
-          merged = true;
-          break;
-        }
-        run.clear();
-        run_bytes = 0;
+        names.push_back(f->name);
       }
+      rocksdb::Status s = db->CompactFiles(merge, h, names, level.level);
+      if (!s.ok()) {
+        spdlog::warn("store {}: merging {} small table files of {}: {}", dir, names.size(),
+                     meta.name, s.ToString());
+        return;
+      }
+      break;  // one merge per space and flush
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <rocksdb/options.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,10 +47,14 @@ class OpeningWriter {
 // from before this catches up over several flushes), so that a space keeps about one file
 // per 4 MiB of records plus a few. Called after a flush by the writer.
 // Skipped where the store's filesystem has less than twice the run plus
-// 64 MiB free; what fails (damage, a compaction already at work) is logged
+// 8 MiB free; what fails (damage, a compaction already at work) is logged
 // and left for the next flush.
+// Every file of a run is checked whole first: a merge that met a damaged
+// block would fail with Corruption, which the engine cannot recover from
+// and would refuse every write after it. A damaged file is added to
+// *damaged and left out of merges from then on.
 void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces,
-                      const std::string& dir);
+                      const std::string& dir, std::set<uint64_t>* damaged);
 
 // RocksDB's own log, into tbfs's at `level` (warnings and errors only;
 // RocksDB's LOG file is not used: on a full disk a write to it aborts the

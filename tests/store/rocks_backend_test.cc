@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
+#include <rocksdb/metadata.h>
 #include <rocksdb/table_properties.h>
 #include <rocksdb/utilities/options_util.h>
 #include <sys/stat.h>
@@ -129,6 +130,53 @@ TEST(RocksBackend, ManyFlushesOfGrowingKeysLeaveFewTableFiles) {
     ASSERT_TRUE(b.Get(Space::kChunks, ChunkKey(k, 0), &value).ok()) << k;
     EXPECT_EQ(value, fmt::format("chunk {:01000}", k));
   }
+}
+
+// One flipped byte in a small table file the next merge would take: the
+// merge leaves it out, and the store goes on taking writes (a merge that
+// read the damaged block would have put the engine in an error it cannot
+// recover from, refusing every write after it).
+TEST(RocksBackend, ADamagedSmallTableFileIsLeftOutOfMergesAndWritesGoOn) {
+  TempDir dir;
+  const std::string db = dir / "db";
+  uint64_t id = 0;
+  auto write = [&](Backend& b, int flushes) {
+    for (int flush = 0; flush < flushes; ++flush) {
+      WriteBatch batch;
+      for (int i = 0; i < 50; ++i, ++id) {
+        batch.Put(Space::kManifests, EncodeId(id), fmt::format("manifest {:0200}", id));
+      }
+      Status st = b.Commit(batch, false);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      ASSERT_TRUE(b.Flush().ok());
+    }
+  };
+  {
+    auto opened = OpenRocksBackend(db, {.create_if_missing = true});
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    write(**opened, 6);  // six small files: no merge yet
+  }
+  std::string victim;
+  {
+    Engine engine(db);
+    rocksdb::ColumnFamilyMetaData meta;
+    engine.db->GetColumnFamilyMetaData(engine.Space("manifests"), &meta);
+    for (const auto& level : meta.levels) {
+      if (level.level > 0 && !level.files.empty()) victim = db + level.files[0].name;
+    }
+  }
+  ASSERT_FALSE(victim.empty());
+  {
+    std::string bytes = testing::ReadBytes(victim);
+    bytes[40] ^= 0x55;  // in the first data block
+    WriteBytes(victim, bytes);
+  }
+  auto opened = OpenRocksBackend(db, {});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  write(**opened, 20);  // runs of 8 and more form: each would include the damaged file
+  EXPECT_TRUE(fs::exists(victim)) << "the damaged file was merged";
+  std::string value;
+  ASSERT_TRUE((*opened)->Get(Space::kManifests, EncodeId(id - 1), &value).ok());
 }
 
 TEST(RocksBackend, FilesRemovedRetiredAndDroppedLeaveNoRangeDeletion) {
