@@ -201,7 +201,7 @@ namespace {
 // it cannot recover from: it would refuse every write after it.
 bool TableIntact(const rocksdb::Options& options, const rocksdb::SstFileMetaData& f) {
   rocksdb::SstFileReader reader(options);
-  const std::string path = f.db_path + "/" + f.name;
+  const std::string path = f.db_path + f.name;  // the name starts with '/'
   return reader.Open(path).ok() && reader.VerifyChecksum().ok();
 }
 

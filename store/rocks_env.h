@@ -44,15 +44,15 @@ class OpeningWriter {
 // 6 KiB of heap apiece: the daemon's memory grew with the store). Merges
 // each run of 8 or more neighbouring table files under 4 MiB of a level
 // (one run of at most 64 files or 64 MiB per space and flush, so a store
-// from before this catches up over several flushes), so that a space keeps about one file
-// per 4 MiB of records plus a few. Called after a flush by the writer.
-// Skipped where the store's filesystem has less than twice the run plus
-// 8 MiB free; what fails (damage, a compaction already at work) is logged
-// and left for the next flush.
-// Every file of a run is checked whole first: a merge that met a damaged
-// block would fail with Corruption, which the engine cannot recover from
-// and would refuse every write after it. A damaged file is added to
-// *damaged and left out of merges from then on.
+// from before this catches up over several flushes), so that a space keeps
+// about one file per 4 MiB of records plus a few. Called by the writer
+// after a flush. Skipped where the store's filesystem has less than twice
+// the run plus 8 MiB free. Every file of a run is checked whole first: a
+// merge that met a damaged block would fail with Corruption, which the
+// engine cannot recover from, and it would refuse every write after it. A
+// damaged file is added to *damaged and left out of merges from then on;
+// any other failure (a compaction already at work) is logged and left for
+// the next flush.
 void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces,
                       const std::string& dir, std::set<uint64_t>* damaged);
 
