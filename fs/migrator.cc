@@ -161,6 +161,10 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
     stats_.last_error = "batch " + std::to_string(batch.batch_id) +
                         " not synced: " + batch.unsynced + " (its journal record stays)";
   }
+  if (!batch.uncommitted.empty()) {
+    stats_.last_error = "batch " + std::to_string(batch.batch_id) +
+                        " not committed: " + batch.uncommitted + " (its journal record stays)";
+  }
 }
 
 Status Migrator::TakeWriterRole() {
@@ -386,7 +390,7 @@ Status Migrator::NoteMoved(const store::MigrateResult& result, bool over_budget,
                              "the pass stopped, the store is full: " + result.store_full_reason +
                                  "; hot files stay hot until there is room");
   }
-  if (result.unsynced_batches > 0) {
+  if (result.unsynced_batches > 0 || result.uncommitted_batches > 0) {
     return Status::FromErrno(EIO, "migrate",
                              stats_.last_error + " (the next start's recovery undoes the batch)");
   }

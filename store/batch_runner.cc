@@ -280,8 +280,16 @@ void BatchRunner::CommitBatch(size_t files_checked, BatchResult* result) {
                             {"intact", result->failures.empty()},
                             {"files_checked", files_checked}}
                  .dump());
-  Status st = store_.Commit(commit, true);
-  if (!st.ok()) spdlog::error("migrate: commit batch {}: {}", result->batch_id, st.message());
+  // The failpoint stands for an engine that refuses the write (a failing
+  // disk): nothing is committed.
+  Status st = ShouldFail("migrate.commit")
+                  ? Status::FromErrno(EIO, "commit", "the batch's record (failpoint)")
+                  : store_.Commit(commit, true);
+  if (!st.ok()) {
+    result->uncommitted = st.message();
+    spdlog::error("migrate: commit batch {}: {}; its journal record stays", result->batch_id,
+                  st.message());
+  }
 }
 
 void BatchRunner::GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, FileResult* result,

@@ -73,7 +73,10 @@ Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manif
   return st;
 }
 
-bool MigrateResult::ok() const { return rolled_back_batches == 0 && unsynced_batches == 0; }
+bool MigrateResult::ok() const {
+  return rolled_back_batches == 0 && unsynced_batches == 0 && uncommitted_batches == 0 &&
+         unrun_batches == 0;
+}
 
 Result<MigrateResult> Migrate(ColdStore& store, const std::string& logdir,
                               const std::vector<Candidate>& candidates,
@@ -165,7 +168,9 @@ BlockedRun* Migration::BlockedFor(const std::string& path) {
 }
 
 void Migration::Take(Candidate&& c) {
-  if (!refused_.ok() || stopping() || result_.store_full) return;
+  if (!refused_.ok() || stopping() || result_.store_full || result_.uncommitted_batches > 0) {
+    return;
+  }
   bool in_skipped_dir =
       std::find(options_.walk.skip_dirs.begin(), options_.walk.skip_dirs.end(),
                 c.path.substr(0, c.path.find('/'))) != options_.walk.skip_dirs.end();
@@ -201,6 +206,8 @@ void Migration::Account(BatchResult&& b) {
   }
   result_.rolled_back_batches += b.rolled_back ? 1 : 0;
   result_.unsynced_batches += b.unsynced.empty() ? 0 : 1;
+  result_.uncommitted_batches += b.uncommitted.empty() ? 0 : 1;
+  result_.unrun_batches += b.not_run.empty() ? 0 : 1;
   result_.flushes += b.flushes;
   result_.flush_seconds += b.flush_seconds;
   if (options_.keep_batches) result_.batches.push_back(std::move(b));
@@ -230,7 +237,10 @@ bool Migration::HoldFailed(const BatchResult& b) {
 // migration, and the others run again. Each retry that fails so holds one
 // more owner; a few are allowed, then the rest waits.
 void Migration::RunBatch() {
-  if (batch_.empty() || result_.store_full || stopping()) return;
+  // After a commit the engine refused, no file leaves the logdir.
+  if (batch_.empty() || result_.store_full || result_.uncommitted_batches > 0 || stopping()) {
+    return;
+  }
   // Not even the margin free: no batch starts.
   if (Status room = store_.CheckRoom(0); !room.ok()) {
     result_.store_full = true;
@@ -240,7 +250,8 @@ void Migration::RunBatch() {
        !result_.store_full && attempt <= kRetriesAfterAFailedRun && !batch_.empty(); ++attempt) {
     BatchResult b = runner_.Run(batch_, event_files_, &full_);
     const bool held = HoldFailed(b);
-    const bool retry = held && !b.store_full && b.unsynced.empty() && !stopping();
+    const bool retry =
+        held && !b.store_full && b.unsynced.empty() && b.uncommitted.empty() && !stopping();
     Account(std::move(b));
     if (!retry) break;
     std::vector<Candidate> rest;

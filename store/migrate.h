@@ -125,7 +125,7 @@ struct MigrateOptions {
   std::vector<std::string> must_have;  // tags some run must hold after each batch
   uint32_t chunk_bytes = kDefaultChunkBytes;
   int level = kDefaultZstdLevel;
-  bool dictionaries = true;  // IngestOptions::dictionaries
+  bool dictionaries = true;                   // IngestOptions::dictionaries
   int threads = 0;                            // compression workers; 0: one per core
   uint64_t batch_bytes = 4ull << 30;          // a batch closes at this many bytes...
   size_t batch_files = 512;                   // ...or files
@@ -185,6 +185,10 @@ struct BatchResult {
   // record stays, and recovery (at the next start of a writer) decides it
   // whichever way the disk kept the unlinks. Empty when all were synced.
   std::string unsynced;
+  // The commit of the batch's record failed (the engine refused the write):
+  // the record stays, and the next writer's recovery puts the batch's files
+  // back in place. No batch follows it. Empty when it committed.
+  std::string uncommitted;
   // The engine's flushes before the unlinks (I2): how many, and the time
   // they took.
   uint64_t flushes = 0;
@@ -214,8 +218,10 @@ struct MigrateResult {
   // fail with a run of theirs after another).
   std::set<uint32_t> failed_owners;
   uint64_t rolled_back_batches = 0;
-  uint64_t unsynced_batches = 0;  // BatchResult::unsynced
-  uint64_t flushes = 0;           // BatchResult::flushes, summed
+  uint64_t unsynced_batches = 0;     // BatchResult::unsynced
+  uint64_t uncommitted_batches = 0;  // BatchResult::uncommitted
+  uint64_t unrun_batches = 0;        // BatchResult::not_run
+  uint64_t flushes = 0;              // BatchResult::flushes, summed
   double flush_seconds = 0;
   uint64_t files_moved = 0;
   uint64_t bytes_moved = 0;
@@ -225,7 +231,9 @@ struct MigrateResult {
   // rest is in place. `store_full_reason` says how full.
   bool store_full = false;
   std::string store_full_reason;
-  bool ok() const;  // every batch committed (none rolled back or left unsynced)
+  // Every batch ran and committed: none rolled back, left unsynced or
+  // uncommitted, none not run.
+  bool ok() const;
 };
 
 // Migrates the candidates, batch by batch. An error return means the store

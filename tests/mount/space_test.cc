@@ -156,6 +156,36 @@ TEST_F(NoRoom, AMountStartsOnAFullDiskAndWritesWhenRoomComes) {
   }
 }
 
+// A pass whose batch the engine would not commit (a failing disk under the
+// store) is a failed pass: said by `migrate --now` and in the status, never
+// "done". The files stay readable; the next start's recovery puts them back.
+TEST_F(NoRoom, ACommitTheStoreRefusesFailsThePassAndTheNextStartRecovers) {
+  WriteTraces(logdir_, 4, 256 << 10);
+  ASSERT_EQ(::setenv("TBFS_FAIL", "migrate.commit", 1), 0);
+  Mount("--no-migrate --cold-after 0");
+  ::unsetenv("TBFS_FAIL");
+  auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+  EXPECT_NE(r.exit_code, 0) << "a pass the store did not commit said it was done: " << r.out;
+  EXPECT_NE(r.out.find("not committed"), std::string::npos) << r.out;
+  auto st = Status();
+  ASSERT_TRUE(st.contains("migrations")) << "the daemon died";
+  EXPECT_NE(st["migrations"]["last_error"].get<std::string>().find("not committed"),
+            std::string::npos)
+      << st.dump();
+  for (const auto& [rel, bytes] : traces_) EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  Unmount();
+  Mount("--no-migrate --cold-after 0");
+  for (const auto& [rel, bytes] : traces_) {
+    EXPECT_EQ(State(M(rel)), "hot") << rel << ": recovery did not put it back";
+    EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  }
+  ASSERT_EQ(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null")).exit_code, 0);
+  for (const auto& [rel, bytes] : traces_) {
+    EXPECT_EQ(State(M(rel)), "cold") << rel;
+    EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  }
+}
+
 TEST_F(NoRoom, ARehydrationOnAFullLogdirIsENOSPC) {
   SmallFs("24m");
   logdir_ = small_ + "/logdir";

@@ -774,6 +774,35 @@ TEST_F(MigrateTest, AFolderThatCannotBeSyncedKeepsTheJournalRecord) {
   ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "unsynced");
 }
 
+// A batch whose record the engine refuses to commit is a failure, not a
+// success (red team: `migrate --apply` said "moved" and exited 0): its
+// record stays for recovery, and no batch follows, so nothing more leaves
+// the logdir while the store refuses writes.
+TEST_F(MigrateTest, ACommitTheEngineRefusesFailsTheMigrationAndNoBatchFollows) {
+  auto candidates = Candidates();
+  ASSERT_GE(candidates.size(), 2u);
+  MigrateOptions o = Options();
+  o.batch_files = 1;
+  ScopedFailpoint refused("migrate.commit");
+  auto result = Migrate(*store_, logdir_, candidates, o);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_FALSE(result->ok());
+  EXPECT_EQ(result->uncommitted_batches, 1u);
+  ASSERT_EQ(result->batches.size(), 1u) << "a batch ran after the engine refused a commit";
+  EXPECT_NE(result->batches[0].uncommitted.find("failpoint"), std::string::npos);
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    EXPECT_FALSE(store_->Lookup(candidates[i].path).ok()) << candidates[i].path << " moved";
+  }
+  std::vector<storepb::JournalRecord> journal;
+  ASSERT_TRUE(store_->ListJournal(&journal).ok());
+  ASSERT_EQ(journal.size(), 1u);
+  auto recovered = Recover(*store_, logdir_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_TRUE(recovered->lost.empty());
+  TempDir scratch;
+  ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "uncommitted");
+}
+
 // A folder the batch touched that a user renames before its sync (red
 // team, issue 23): the unlinks reach the disk with the filesystem's sync,
 // the record goes, and recovery has nothing to call lost.

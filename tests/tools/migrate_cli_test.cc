@@ -284,6 +284,38 @@ TEST_F(MigrateCli, ApplyReportsEveryFileOfEveryBatchInOneJsonDocument) {
   EXPECT_EQ(RunCommand(Tbfs("fsck " + logdir_ + " >/dev/null")).exit_code, 0);
 }
 
+// A batch whose record the engine would not commit (red team: exit 0 and
+// "moved N files" before): exit 1, said in the text and the JSON, no batch
+// after it; the next run's recovery puts its files back and moves them again.
+TEST_F(MigrateCli, ACommitTheStoreRefusesExitsOneAndTheNextRunRecovers) {
+  for (int i = 0; i < 700; ++i) {
+    WriteBytes(logdir_ + "/many/t" + std::to_string(i) + ".pt.trace.json",
+               "{\"traceEvents\": [" + std::to_string(i) + "]}");
+  }
+  const auto before = Tree(logdir_);
+  const std::string fail = "TBFS_FAIL=migrate.commit ";
+  auto text = RunCommand(fail + Tbfs("migrate " + logdir_ + " --older-than 0 --apply 2>&1"));
+  EXPECT_EQ(text.exit_code, 1) << text.out;
+  EXPECT_NE(text.out.find("NOT COMMITTED"), std::string::npos) << text.out;
+
+  ASSERT_EQ(RunCommand(Tbfs("restore " + logdir_ + " --all --apply >/dev/null")).exit_code, 0);
+  ASSERT_EQ(Tree(logdir_), before);
+  auto r = RunCommand(fail + Tbfs("migrate --json " + logdir_ + " --older-than 0 --apply"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_FALSE(j["ok"].get<bool>());
+  ASSERT_EQ(j["batches"].size(), 1u) << "a batch ran after the store refused a commit";
+  EXPECT_TRUE(j["batches"][0].contains("uncommitted")) << j["batches"][0];
+  EXPECT_LT(j["files_moved"].get<size_t>(), 700u);
+
+  auto again = RunCommand(Tbfs("migrate --json " + logdir_ + " --older-than 0 --apply"));
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_EQ(RunCommand(Tbfs("fsck " + logdir_ + " >/dev/null")).exit_code, 0);
+  ASSERT_EQ(RunCommand(Tbfs("restore " + logdir_ + " --all --apply >/dev/null")).exit_code, 0);
+  EXPECT_EQ(Tree(logdir_), before);
+}
+
 TEST_F(MigrateCli, HostileConfigLeavesEveryTfeventsFileUntouched) {
   WriteBytes(dir_ / "policy.yaml",
              "criteria:\n  trace_marker: ['.tfevents.', '*tfevents*', '**']\ndry_run: false\n");

@@ -84,6 +84,8 @@ void BatchReport::Batch(const store::BatchResult& b) {
     json jb = {
         {"batch", b.batch_id}, {"rolled_back", b.rolled_back}, {"runs_verified", b.runs_verified}};
     if (!b.unsynced.empty()) jb["unsynced"] = b.unsynced;
+    if (!b.uncommitted.empty()) jb["uncommitted"] = b.uncommitted;
+    if (!b.not_run.empty()) jb["not_run"] = b.not_run;
     for (const auto& f : b.failures) jb["verifier_failures"].push_back(f.ToString());
     for (const auto& f : b.files) {
       jb["files"].push_back({{"path", f.path},
@@ -107,6 +109,16 @@ void BatchReport::Batch(const store::BatchResult& b) {
           "  batch {}: NOT SYNCED: {} (its journal record stays: the next writer's "
           "recovery undoes it)\n",
           b.batch_id, Printable(b.unsynced));
+    }
+    if (!b.uncommitted.empty()) {
+      fmt::print(
+          "  batch {}: NOT COMMITTED: {} (its journal record stays: the next writer's recovery "
+          "puts its files back in place; no batch followed)\n",
+          b.batch_id, Printable(b.uncommitted));
+    }
+    if (!b.not_run.empty()) {
+      fmt::print("  batch {}: NOT RUN, its files stay in place: {}\n", b.batch_id,
+                 Printable(b.not_run));
     }
     for (const auto& r : b.runs_verified) {
       fmt::print("  run {}: scalars {}\n", Printable(r),
