@@ -19,9 +19,6 @@ namespace {
 constexpr size_t kWarningExamples = 3;
 constexpr size_t kWarningExampleBytes = 240;
 constexpr int64_t kWarningRepeatNs = 3600ll * 1'000'000'000;
-// A run that failed the check after its batch moved stays hot this long:
-// one user cannot make every pass roll back everyone's batches.
-constexpr int64_t kHoldAfterFailureNs = 600ll * 1'000'000'000;
 // A pass moves files for this long at most, then ends (its batch verified
 // and committed); the rest waits for the next pass. One huge logdir, or a
 // user's thousands of new traces, cannot keep the migrator (retention,
@@ -76,6 +73,7 @@ void Migrator::Stop() {
 }
 
 void Migrator::Loop() {
+  bool was_read_only = false;
   for (;;) {
     {
       MutexLock lock(mu_);
@@ -84,6 +82,13 @@ void Migrator::Loop() {
         return;
       }
     }
+    const bool read_only = ReadOnly();
+    if (read_only != was_read_only) {
+      spdlog::info(read_only ? "migrator: the mount is read-only: no pass until it is rw"
+                             : "migrator: the mount is writable: passes go on");
+      was_read_only = read_only;
+    }
+    if (read_only) continue;
     Status st = config_.background ? Pass() : KeepWriterRole();
     if (!st.ok() && !stop_flag_) spdlog::error("migrator: {}", st.message());
     // A pass (and the cold reads since the last) leave freed blocks in
@@ -102,6 +107,12 @@ Status Migrator::KeepWriterRole() {
 }
 
 int Migrator::RunNow() {
+  if (ReadOnly()) {
+    MutexLock lock(mu_);
+    stats_.last_error =
+        "the mount is read-only: nothing moves (tbfs mount MOUNTPOINT -o remount,rw first)";
+    return -EROFS;
+  }
   Status st = Pass();
   if (st.code() == Code::kAborted && stop_flag_) return -ECANCELED;
   if (!st.ok()) {
@@ -330,46 +341,6 @@ Status Migrator::FindMovable(const store::CandidateOptions& copt,
   return st;
 }
 
-void Migrator::CurrentHolds(int64_t now, std::map<std::string, std::string>* runs,
-                            std::set<uint32_t>* owners) {
-  for (auto it = held_.begin(); it != held_.end();) {
-    if (it->second.until_ns <= now) {
-      it = held_.erase(it);
-    } else {
-      (*runs)[it->first] = it->second.why;
-      ++it;
-    }
-  }
-  for (auto it = held_owners_.begin(); it != held_owners_.end();) {
-    if (it->second <= now) {
-      it = held_owners_.erase(it);
-    } else {
-      owners->insert(it->first);
-      ++it;
-    }
-  }
-}
-
-void Migrator::HoldFailed(const store::MigrateResult& result, int64_t now,
-                          std::set<uint32_t>* owners) {
-  for (const auto& [folder, why] : result.failed_runs) {
-    spdlog::warn(
-        "migrator: run {} failed the check after its batch moved; its batch rolled back "
-        "and ran again without it; its traces stay hot for {} s: {}",
-        folder.empty() ? "." : folder, kHoldAfterFailureNs / 1'000'000'000, why);
-    held_[folder] = {now + kHoldAfterFailureNs,
-                     "failed the check after its batch moved (held for a while): " + why};
-  }
-  for (uint32_t uid : result.failed_owners) {
-    spdlog::warn(
-        "migrator: every trace of uid {} stays hot for {} s: a tfevents file of theirs "
-        "failed the check after its batch moved",
-        uid, kHoldAfterFailureNs / 1'000'000'000);
-    held_owners_[uid] = now + kHoldAfterFailureNs;
-    owners->insert(uid);
-  }
-}
-
 Status Migrator::NoteMoved(const store::MigrateResult& result, bool over_budget,
                            const std::set<uint32_t>& held_owners) {
   MutexLock lock(mu_);
@@ -453,18 +424,6 @@ Status Migrator::MovePass(store::GrowthSample* walked, bool* walked_is_current) 
                  std::chrono::duration_cast<std::chrono::minutes>(kPassBudget).count());
   }
   return NoteMoved(*result, over_budget, held_owners);
-}
-
-void Migrator::NoteBlockedRuns(std::vector<store::BlockedRun> runs) {
-  std::vector<std::string> lines;
-  for (const store::BlockedRun& b : runs) {
-    // Without the trace count: a line that changed with every new trace
-    // would be logged every pass (the count is in status).
-    lines.push_back(fmt::format("{} ({})", b.run.empty() ? "." : b.run, b.reason));
-  }
-  blocked_log_.Log(lines);
-  MutexLock lock(mu_);
-  stats_.blocked_runs = std::move(runs);
 }
 
 void Migrator::KeepGrowthSample(const store::GrowthSample& sample) {

@@ -43,6 +43,9 @@ struct MigratorOptions {
   // A shared store (ColdStore::shared()): how this mount takes the writer's
   // role when a pass finds it is not the writer (holder, logdir).
   store::OpenOptions writer;
+  // True while the mount is read-only (fs/mount_watch.h): no pass runs, so
+  // nothing leaves the logdir or is deleted; migrate --now says why.
+  const std::atomic<bool>* read_only = nullptr;
 };
 
 struct MigratorStats {
@@ -113,8 +116,8 @@ class Migrator {
   // after it, then joins the background thread. A RunNow on another thread
   // returns soon after.
   void Stop();
-  // One pass now; 0, -ECANCELED when Stop cut it short, or -EIO when the
-  // pass could not run.
+  // One pass now; 0, -ECANCELED when Stop cut it short, -EROFS on a
+  // read-only mount, or -EIO when the pass could not run.
   int RunNow();
   // `tbfs gc MOUNTPOINT --garbage`: finds (and with `apply` removes) the
   // chunks no record names, between passes (no batch in flight: its chunks
@@ -130,6 +133,7 @@ class Migrator {
 
  private:
   void Loop();
+  bool ReadOnly() const { return config_.read_only != nullptr && config_.read_only->load(); }
   Status Pass();
   // A shared store's reader becomes its writer when the lease is free:
   // takes it, then undoes what the last writer left unfinished.

@@ -142,6 +142,7 @@ MigratorOptions MigratorOptionsFor(const MountPlan& plan, const FsOptions& fc,
   migc.retention = plan.policy.retention;
   migc.growth_dir = mc.state_dir;
   migc.writer = so;  // a reader's passes take the writer's role when it comes free
+  migc.read_only = fc.read_only;
   if (plan.policy.retention.any())
     spdlog::info("retention policy of {} applies after each migrator pass", mc.config_file);
   migc.walk.skip_dirs = {store::kStoreDirName};

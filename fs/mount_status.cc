@@ -200,6 +200,7 @@ std::string Control(const std::string& request, const MountOptions& mc,
                        "the mount is stopping: the pass stopped at its next file (what "
                        "moved before is cold, the rest stays hot)"}});
     }
+    if (r == -EROFS) return Compact({{"error", migrator.stats().last_error}});
     if (r != 0) {
       return Compact(
           {{"error", "the migration pass failed: " + migrator.stats().last_error + " (the log is " +

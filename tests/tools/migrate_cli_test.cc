@@ -353,7 +353,14 @@ TEST_F(MigrateCli, WrongPathsAndGarbageAreOneLineErrors) {
            "restore " + logdir_ + " ../x --all",
            "export " + logdir_ + " --to " + (dir_ / "out") + " ../../etc",
            "restore " + logdir_ + " /etc/passwd",
-           "export " + logdir_ + " --to " + logdir_ + "/copies"}) {
+           "export " + logdir_ + " --to " + logdir_ + "/copies",
+           // A mistyped --store is not "nothing cold" (exit 0 before).
+           "ls " + logdir_ + " --store /nonexistent/store",
+           "du " + logdir_ + " --store /nonexistent", "fsck " + logdir_ + " --store /nonexistent",
+           "fsck --clear-lost --store /nonexistent",
+           "gc " + logdir_ + " --keep-last 1 --store /nonexistent",
+           "restore " + logdir_ + " --all --apply --store /nonexistent",
+           "export " + logdir_ + " --to " + (dir_ / "out2") + " --store /nonexistent"}) {
     auto r = RunCommand(Tbfs(args + " 2>&1 >/dev/null"));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;

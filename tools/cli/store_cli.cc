@@ -88,6 +88,7 @@ Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& 
   StoreLocation loc;
   loc.logdir = logdir;
   loc.dir = store_flag.empty() ? JoinPath(logdir, store::kStoreDirName) : store_flag;
+  loc.given = !store_flag.empty();
   loc.own_dir = store::IsRadosUrl(loc.dir) ? JoinPath(logdir, store::kStoreDirName) : loc.dir;
   // Whatever the store's name, a walk of the logdir must never enter it.
   std::string root = RealPath(logdir) + "/";
@@ -97,11 +98,27 @@ Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& 
   return loc;
 }
 
+namespace {
+
+// What a store that is not there means: nothing cold (nullptr), unless
+// --store named a folder that does not exist at all.
+Result<std::unique_ptr<store::ColdStore>> NoStore(const StoreLocation& loc) {
+  struct stat st;
+  if (loc.given && !store::IsRadosUrl(loc.dir) && ::stat(loc.dir.c_str(), &st) != 0 &&
+      errno == ENOENT) {
+    return Status::InvalidArgument(
+        fmt::format("--store {}: no such folder (no store there)", Printable(loc.dir)));
+  }
+  return std::unique_ptr<store::ColdStore>();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<store::ColdStore>> OpenStoreForRead(const StoreLocation& loc) {
   store::OpenOptions options;
   options.read_only = true;
   auto s = store::ColdStore::Open(loc.dir, options);
-  if (!s.ok() && s.status().IsNotFound()) return std::unique_ptr<store::ColdStore>();
+  if (!s.ok() && s.status().IsNotFound()) return NoStore(loc);
   return s;
 }
 
@@ -115,7 +132,7 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation&
   options.holder = fmt::format("tbfs {} (pid {})", command, ::getpid());
   auto s = store::ColdStore::Open(loc.dir, options);
   if (!s.ok()) {
-    if (s.status().IsNotFound() && !create) return std::unique_ptr<store::ColdStore>();
+    if (s.status().IsNotFound() && !create) return NoStore(loc);
     if (s.status().code() == Code::kBusy &&
         s.status().message().find("tbfs mount on ") != std::string::npos) {
       return Status::Busy(s.status().message() + ": unmount it first" +

@@ -20,6 +20,7 @@ struct StoreLocation {
   std::string logdir;   // as given
   std::string dir;      // the store folder, or its rados:// address
   std::string own_dir;  // where tbfs keeps files of its own: the store folder, or LOGDIR/.tbfs
+  bool given = false;   // named by --store (not the default)
   WalkOptions walk;     // skips the store when it lies inside the logdir
 };
 
@@ -34,12 +35,15 @@ Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& 
 // after resolving symlinks and "..".
 bool IsInside(const std::string& path, const std::string& dir);
 
-// Opens the store read-only. A missing store yields nullptr (nothing cold).
+// Opens the store read-only. A missing store yields nullptr (nothing cold),
+// but a --store folder that does not exist is InvalidArgument (a mistyped
+// path would otherwise read as "nothing cold", exit 0).
 Result<std::unique_ptr<store::ColdStore>> OpenStoreForRead(const StoreLocation& loc);
 
 // Opens the store for writing (creating it when `create`), then resolves any
 // journal a crash left (I4), printing what recovery did on stderr. A missing
-// store yields nullptr when !create.
+// store yields nullptr when !create (InvalidArgument as above for a --store
+// folder that does not exist).
 // True once a writer's open in this process ran a recovery that found
 // files lost (neither in the logdir nor in the store): the command then
 // exits 1 however the rest went (tools/cli/main.cc).

@@ -1,0 +1,70 @@
+// The migrator's holds: runs whose check failed after their batch moved,
+// their owners' traces, and the runs a damaged tfevents file keeps hot
+// (fs/migrator.h).
+#include "fmt/format.h"
+#include "fs/migrator.h"
+#include "spdlog/spdlog.h"
+
+namespace tbfs::fs {
+
+namespace {
+
+// A run that failed the check after its batch moved stays hot this long:
+// one user cannot make every pass roll back everyone's batches.
+constexpr int64_t kHoldAfterFailureNs = 600ll * 1'000'000'000;
+
+}  // namespace
+
+void Migrator::CurrentHolds(int64_t now, std::map<std::string, std::string>* runs,
+                            std::set<uint32_t>* owners) {
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->second.until_ns <= now) {
+      it = held_.erase(it);
+    } else {
+      (*runs)[it->first] = it->second.why;
+      ++it;
+    }
+  }
+  for (auto it = held_owners_.begin(); it != held_owners_.end();) {
+    if (it->second <= now) {
+      it = held_owners_.erase(it);
+    } else {
+      owners->insert(it->first);
+      ++it;
+    }
+  }
+}
+
+void Migrator::HoldFailed(const store::MigrateResult& result, int64_t now,
+                          std::set<uint32_t>* owners) {
+  for (const auto& [folder, why] : result.failed_runs) {
+    spdlog::warn(
+        "migrator: run {} failed the check after its batch moved; its batch rolled back "
+        "and ran again without it; its traces stay hot for {} s: {}",
+        folder.empty() ? "." : folder, kHoldAfterFailureNs / 1'000'000'000, why);
+    held_[folder] = {now + kHoldAfterFailureNs,
+                     "failed the check after its batch moved (held for a while): " + why};
+  }
+  for (uint32_t uid : result.failed_owners) {
+    spdlog::warn(
+        "migrator: every trace of uid {} stays hot for {} s: a tfevents file of theirs "
+        "failed the check after its batch moved",
+        uid, kHoldAfterFailureNs / 1'000'000'000);
+    held_owners_[uid] = now + kHoldAfterFailureNs;
+    owners->insert(uid);
+  }
+}
+
+void Migrator::NoteBlockedRuns(std::vector<store::BlockedRun> runs) {
+  std::vector<std::string> lines;
+  for (const store::BlockedRun& b : runs) {
+    // Without the trace count: a line that changed with every new trace
+    // would be logged every pass (the count is in status).
+    lines.push_back(fmt::format("{} ({})", b.run.empty() ? "." : b.run, b.reason));
+  }
+  blocked_log_.Log(lines);
+  MutexLock lock(mu_);
+  stats_.blocked_runs = std::move(runs);
+}
+
+}  // namespace tbfs::fs
