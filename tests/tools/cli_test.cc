@@ -1,5 +1,6 @@
 // The tbfs command as a user runs it: exit codes, one-line errors, JSON.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
@@ -52,6 +53,32 @@ TEST_F(CliTest, BaselineCatchesAChangedFileWithExitOne) {
   auto j = nlohmann::json::parse(r.out);
   ASSERT_FALSE(j["failures"].empty());
   EXPECT_NE(j["failures"][0]["file"].get<std::string>(), "");
+}
+
+// A tfevents file the user cannot read is not a damaged curve: exit 2 (an
+// I/O error, naming it), not 1 (an integrity failure; so it was). A damaged
+// file beside it is a finding again: exit 1.
+TEST_F(CliTest, AFileTheUserCannotReadIsAnIOErrorNotAFinding) {
+  ASSERT_EQ(RunCommand("chmod 0755 " + dir_.path()).exit_code, 0);
+  CommandResult find = RunCommand("find " + logdir_ + " -name '*.tfevents.*' | sort");
+  std::vector<std::string> files;
+  for (size_t at = 0, end; (end = find.out.find('\n', at)) != std::string::npos; at = end + 1) {
+    files.push_back(find.out.substr(at, end - at));
+  }
+  ASSERT_GE(files.size(), 2u);
+  ASSERT_EQ(::chmod(files[0].c_str(), 0600), 0);
+  const std::string as_nobody = "setpriv --reuid 65534 --regid 65534 --clear-groups ";
+  CommandResult r = RunCommand(as_nobody + Tbfs("verify " + logdir_ + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find(files[0].substr(logdir_.size() + 1)), std::string::npos) << r.out;
+  r = RunCommand(as_nobody + Tbfs("verify --json " + logdir_));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_FALSE(nlohmann::json::parse(r.out)["intact"].get<bool>()) << r.out;
+  std::string bytes = ReadBytes(files[1]);
+  bytes[bytes.size() / 2] ^= 0x10;
+  WriteBytes(files[1], bytes);
+  r = RunCommand(as_nobody + Tbfs("verify " + logdir_ + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
 }
 
 TEST_F(CliTest, UsageAndInputErrorsExitTwoWithOneLine) {

@@ -1,6 +1,7 @@
 // tbfs verify LOGDIR: per run, the tags with count, last step and last value;
 // with a baseline, the proof that every record it saw is still there.
 // Exit 0 intact, 1 integrity failure, 2 usage or I/O error.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "base/fs_util.h"
@@ -143,7 +144,14 @@ int RunVerify(const VerifyArgs& args) {
   } else {
     PrintHuman(args, *report, secs);
   }
-  return report->intact() ? kExitOk : kExitFinding;
+  if (report->intact()) return kExitOk;
+  // Files that could not be read (permissions, the disk) were not checked:
+  // when they are all there is, that is an I/O error, not a damaged curve.
+  // Each one is one failure of the report.
+  const size_t unread =
+      std::count_if(report->digest.errors.begin(), report->digest.errors.end(),
+                    [](const events::FileError& e) { return e.status.code() == Code::kIOError; });
+  return unread == report->failures.size() ? kExitError : kExitFinding;
 }
 
 }  // namespace
