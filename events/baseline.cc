@@ -199,10 +199,10 @@ std::vector<Failure> CheckBaseline(const std::string& logdir,
       struct stat st;
       auto fd = OpenUnder(logdir, before.path, O_PATH);
       if (!fd.ok() || ::fstat(fd->get(), &st) != 0) {
+        const Status why = fd.ok() ? Status::FromErrno(errno, "stat", path) : fd.status();
         per_file[i].push_back({run, "", before.path, 0,
-                               !fd.ok() && fd.status().IsNotFound() ? "file is gone"
-                               : !fd.ok()                           ? fd.status().message()
-                                          : Status::FromErrno(errno, "stat", path).message()});
+                               why.IsNotFound() ? "file is gone" : why.message(),
+                               why.code() == Code::kIOError});
         continue;
       }
       if (static_cast<uint64_t>(st.st_size) < before.offset_bytes) {
@@ -215,7 +215,8 @@ std::vector<Failure> CheckBaseline(const std::string& logdir,
       FileDigest now;
       Status s = DigestFile(logdir, before.path, &now, before.offset_bytes);
       if (!s.ok()) {
-        per_file[i].push_back({run, "", before.path, now.offset_bytes, s.message()});
+        per_file[i].push_back(
+            {run, "", before.path, now.offset_bytes, s.message(), s.code() == Code::kIOError});
         continue;
       }
       per_file[i] = CompareFileDigests(before, now);

@@ -24,6 +24,9 @@ struct Failure {
   std::string file;  // relative path
   uint64_t offset = 0;
   std::string reason;
+  // The file could not be read (permissions, the disk): not checked, which
+  // is not proof of damage.
+  bool unread = false;
 
   std::string ToString() const;  // one line
 };

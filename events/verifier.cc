@@ -1,5 +1,6 @@
 #include "events/verifier.h"
 
+#include <set>
 #include <unordered_map>
 
 namespace tbfs::events {
@@ -37,8 +38,11 @@ Result<VerifyReport> VerifyLogdir(const std::string& logdir, const VerifyOptions
     report.bytes += f.offset_bytes;
     report.records += f.records;
   }
+  std::set<std::string> in_error;
   for (const FileError& e : report.digest.errors) {
-    report.failures.push_back({RunOf(e.path), "", e.path, e.offset, e.status.message()});
+    report.failures.push_back({RunOf(e.path), "", e.path, e.offset, e.status.message(),
+                               e.status.code() == Code::kIOError});
+    in_error.insert(e.path);
   }
 
   if (options.baseline != nullptr) {
@@ -49,6 +53,7 @@ Result<VerifyReport> VerifyLogdir(const std::string& logdir, const VerifyOptions
     std::vector<FileDigest> reread;
     for (const FileDigest& before : *options.baseline) {
       auto it = now.find(before.path);
+      if (in_error.count(before.path) > 0) continue;  // said above, once
       if (it != now.end() && it->second->offset_bytes == before.offset_bytes) {
         for (Failure& f : CompareFileDigests(before, *it->second)) {
           report.failures.push_back(std::move(f));

@@ -175,7 +175,27 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
   if (!batch.uncommitted.empty()) {
     stats_.last_error = "batch " + std::to_string(batch.batch_id) +
                         " not committed: " + batch.uncommitted + " (its journal record stays)";
+    if (batch.unsynced.empty()) refused_batches_.push_back(batch.batch_id);
   }
+}
+
+void Migrator::CommitRefusedBatches() {
+  std::vector<uint64_t> ids;
+  {
+    MutexLock lock(mu_);
+    ids.swap(refused_batches_);
+  }
+  std::vector<uint64_t> still;
+  for (uint64_t id : ids) {
+    if (Status st = store_.DeleteJournal(id); !st.ok()) {
+      spdlog::warn("migrator: batch {} still not committed: {}", id, st.message());
+      still.push_back(id);
+    } else {
+      spdlog::info("migrator: batch {} committed (the store had refused it)", id);
+    }
+  }
+  MutexLock lock(mu_);
+  refused_batches_.insert(refused_batches_.begin(), still.begin(), still.end());
 }
 
 Status Migrator::TakeWriterRole() {
@@ -235,11 +255,16 @@ Status Migrator::Pass() {
   store::GrowthSample walked;
   bool walked_is_current = false;
   if (writer) st = MovePass(&walked, &walked_is_current);
-  if (writer && config_.retention.any() && !stop_flag_) {
+  if (writer && config_.retention.any() && !stop_flag_ && !ReadOnly()) {
     Status r = ApplyRetention();
     if (st.ok()) st = r;
   }
   if (stop_flag_) return Status::Aborted("the mount is stopping; the pass stopped at a file");
+  if (writer && ReadOnly() && st.ok()) {
+    st = Status::FromErrno(EROFS, "migrate",
+                           "the mount turned read-only during the pass: it stopped at its next "
+                           "file (what moved is cold, the rest stays hot until the mount is rw)");
+  }
   // After what the pass changed: hot and cold as they are now. Folders the
   // walk cannot enter were named by the candidates' walk already.
   Result<store::GrowthSample> sample = walked;
@@ -274,7 +299,8 @@ Status Migrator::ApplyRetention() {
   Status st = store::SelectForRetention(store_, config_.retention, &chosen, &why);
   if (!st.ok()) return st;
   uint64_t files = 0, bytes = 0;
-  for (size_t i = 0; i < chosen.size() && !stop_flag_; ++i) {
+  // A remount to ro stops the deletions at the next file, as an unmount does.
+  for (size_t i = 0; i < chosen.size() && !stop_flag_ && !ReadOnly(); ++i) {
     // On record before it happens, and after: a crash between the two
     // leaves "deleting" as the last word on the file (check it with ls).
     const std::string path = Printable(chosen[i].path());
@@ -361,15 +387,22 @@ Status Migrator::NoteMoved(const store::MigrateResult& result, bool over_budget,
                              "the pass stopped, the store is full: " + result.store_full_reason +
                                  "; hot files stay hot until there is room");
   }
-  if (result.unsynced_batches > 0 || result.uncommitted_batches > 0) {
+  if (result.unsynced_batches > 0) {
     return Status::FromErrno(EIO, "migrate",
                              stats_.last_error + " (the next start's recovery undoes the batch)");
+  }
+  if (result.uncommitted_batches > 0) {
+    return Status::FromErrno(EIO, "migrate",
+                             stats_.last_error +
+                                 " (the next pass commits it again; a restart before that undoes "
+                                 "the batch)");
   }
   return Status::OK();
 }
 
 Status Migrator::MovePass(store::GrowthSample* walked, bool* walked_is_current) {
   *walked_is_current = false;
+  CommitRefusedBatches();
   store::CandidateOptions copt;
   copt.policy = config_.policy;
   copt.older_than_s = config_.cold_after_s;
@@ -391,6 +424,7 @@ Status Migrator::MovePass(store::GrowthSample* walked, bool* walked_is_current) 
   mopt.batch_files = 64;
   mopt.batch_bytes = 512ull << 20;
   mopt.stop = &stop_flag_;
+  mopt.read_only = config_.read_only;  // a remount to ro stops the pass at the next file
   mopt.deadline = std::chrono::steady_clock::now() + kPassBudget;
   mopt.observer = &fs_;  // files stay visible and open handles keep reading as they move
   mopt.after_batch = [this](const store::BatchResult& b) { AfterBatch(b); };

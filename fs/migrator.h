@@ -157,6 +157,11 @@ class Migrator {
   Status ApplyRetention() TBFS_REQUIRES(pass_mu_);
   void KeepGrowthSample(const store::GrowthSample& sample) TBFS_REQUIRES(pass_mu_);
   void AfterBatch(const store::BatchResult& batch);
+  // Commits again what the store refused at the end of a batch (its
+  // journal record's removal): the batch is done (copied, unlinked, synced,
+  // verified or rolled back), so once the store takes the write, its files
+  // stay as they are and nothing is left for a restart's recovery to undo.
+  void CommitRefusedBatches() TBFS_REQUIRES(pass_mu_);
   // The runs the last pass left hot (stats, and the log when they change).
   void NoteBlockedRuns(std::vector<store::BlockedRun> runs) TBFS_REQUIRES(pass_mu_);
 
@@ -196,6 +201,8 @@ class Migrator {
       "hot files left in place: another owner's cold file is at their name in a sticky folder "
       "(both kept)"};
   std::vector<std::string> pass_conflicts_ TBFS_GUARDED_BY(mu_);  // this pass's, so far
+  // Batches whose end the store refused (store::BatchResult::uncommitted).
+  std::vector<uint64_t> refused_batches_ TBFS_GUARDED_BY(mu_);
   RepeatedWarning blocked_log_ TBFS_GUARDED_BY(pass_mu_){
       "runs whose traces stay hot: a tfevents file of theirs cannot be read"};
 };

@@ -104,7 +104,7 @@ class BatchRunner {
   }
   bool retire() const { return options_.observer != nullptr; }
   // Asked to stop (an unmount, SIGTERM): even a copy in flight ends.
-  bool stopped() const { return options_.stop != nullptr && options_.stop->load(); }
+  bool stopped() const { return StopAsked(options_); }
   // Or out of the pass's budget: no new file starts (a copy in flight ends
   // as it would, or a file longer to copy than the budget never moves).
   bool stopping() const {

@@ -129,7 +129,7 @@ class Migration {
   Result<MigrateResult> Finish(const Status& found);
 
  private:
-  bool stopping() const { return options_.stop != nullptr && options_.stop->load(); }
+  bool stopping() const { return StopAsked(options_); }
   // The blocked run a trace lies beneath (its folder or any folder above).
   BlockedRun* BlockedFor(const std::string& path);
   // An owner held by the caller, or by a failed check earlier on.
@@ -197,8 +197,10 @@ void Migration::Account(BatchResult&& b) {
     result_.store_full = true;
     result_.store_full_reason = runner_.store_full_;
   }
+  // A batch the store did not commit is undone by the next recovery: its
+  // files are not counted as moved.
   for (const FileResult& f : b.files) {
-    if (f.outcome == Outcome::kMoved) {
+    if (f.outcome == Outcome::kMoved && b.uncommitted.empty()) {
       result_.files_moved++;
       result_.bytes_moved += f.bytes;
       result_.stored_bytes += f.stored_bytes;

@@ -139,6 +139,9 @@ struct MigrateOptions {
   // flight is given up, the files not yet copied stay in place, and the
   // batch is verified and committed with what moved; no batch follows.
   const std::atomic<bool>* stop = nullptr;
+  // A second stop, the same in every way: a mount that turned read-only
+  // (nothing more leaves the logdir).
+  const std::atomic<bool>* read_only = nullptr;
   // The same stop once this time has come (a pass's time budget): what is
   // not moved by then waits for the next pass. Never, by default.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
@@ -158,6 +161,11 @@ struct MigrateOptions {
   // batch), so that memory does not grow with the number of files.
   bool keep_batches = true;
 };
+
+// MigrateOptions::stop or ::read_only has come true.
+inline bool StopAsked(const MigrateOptions& o) {
+  return (o.stop != nullptr && o.stop->load()) || (o.read_only != nullptr && o.read_only->load());
+}
 
 enum class Outcome { kMoved, kChanged, kFailed, kRolledBack };
 

@@ -12,6 +12,7 @@
 #include <sys/xattr.h>
 #include <yaml-cpp/yaml.h>
 
+#include <future>
 #include <map>
 #include <random>
 #include <regex>
@@ -512,6 +513,35 @@ TEST_F(Mounted, AReadOnlyMountMovesNothingUntilItIsWritable) {
                         std::chrono::seconds(20)))
       << Status().dump();
   for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
+}
+
+// A remount to ro in the middle of a pass stops it at the next file, as an
+// unmount would: nothing more leaves the logdir, and `migrate --now` says
+// why it stopped (the failpoint slows every file to 100 ms: 30 s of pass).
+TEST_F(Mounted, ARemountToReadOnlyStopsAPassInFlight) {
+  std::map<std::string, std::string> files;
+  for (int i = 0; i < 300; ++i) {
+    std::string rel = fmt::format("slow/t{:03}.pt.trace.json", i);
+    files[rel] = fmt::format("{{\"traceEvents\": [{}]}}", i);
+    WriteBytes(L(rel), files[rel]);
+  }
+  ASSERT_EQ(::setenv("TBFS_FAIL", "migrate.slow_file", 1), 0);
+  Mount("--no-migrate --cold-after 0");
+  ::unsetenv("TBFS_FAIL");
+  auto pass = std::async(std::launch::async, [&] {
+    return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
+  });
+  ASSERT_TRUE(WaitUntil([&] { return Status()["cold"]["files"].get<uint64_t>() >= 3; },
+                        std::chrono::milliseconds(20000), std::chrono::milliseconds(50)))
+      << "the pass did not start";
+  ASSERT_EQ(RunCommand("mount -o remount,ro " + mnt_).exit_code, 0);
+  auto r = pass.get();  // bounded, not timed: the pass had ~28 s to go
+  EXPECT_NE(r.exit_code, 0) << "a stopped pass said it was done: " << r.out;
+  EXPECT_NE(r.out.find("read-only"), std::string::npos) << r.out;
+  int hot = 0;
+  for (const auto& [rel, bytes] : files) hot += std::filesystem::exists(L(rel));
+  EXPECT_GT(hot, 200) << "the pass went on after the mount turned read-only";
+  for (const auto& [rel, bytes] : files) EXPECT_EQ(ReadBytes(M(rel)), bytes) << rel;
 }
 
 TEST_F(Mounted, MigratorLeavesFilesOpenForWritingAndReadersKeepReading) {

@@ -186,6 +186,34 @@ TEST_F(NoRoom, ACommitTheStoreRefusesFailsThePassAndTheNextStartRecovers) {
   }
 }
 
+// The next pass commits what the store refused: the batch is done, and a
+// file deleted through the mount meanwhile is not called lost at the next
+// start (red team: recovery recorded it LOST, fsck exited 1).
+TEST_F(NoRoom, TheNextPassCommitsARefusedBatchAndADeletedFileIsNotLost) {
+  WriteTraces(logdir_, 4, 256 << 10);
+  ASSERT_EQ(::setenv("TBFS_FAIL", "migrate.commit", 1), 0);
+  Mount("--no-migrate --cold-after 0");
+  ::unsetenv("TBFS_FAIL");
+  ASSERT_NE(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")).exit_code, 0);
+  const std::string gone = traces_.begin()->first;
+  ASSERT_EQ(State(M(gone)), "cold");
+  ASSERT_EQ(::unlink(M(gone).c_str()), 0);
+  traces_.erase(gone);
+  auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(Status()["migrations"]["last_error"].get<std::string>(), "");
+  Unmount();
+  Mount("--no-migrate --cold-after 0");
+  auto st = Status();
+  EXPECT_EQ(st["lost"]["files"].get<int>(), 0) << st.dump();
+  EXPECT_FALSE(std::filesystem::exists(M(gone)));
+  EXPECT_FALSE(std::filesystem::exists(L(gone)));
+  for (const auto& [rel, bytes] : traces_) {
+    EXPECT_EQ(State(M(rel)), "cold") << rel << ": the batch was undone";
+    EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  }
+}
+
 TEST_F(NoRoom, ARehydrationOnAFullLogdirIsENOSPC) {
   SmallFs("24m");
   logdir_ = small_ + "/logdir";

@@ -74,9 +74,32 @@ TEST_F(CliTest, AFileTheUserCannotReadIsAnIOErrorNotAFinding) {
   r = RunCommand(as_nobody + Tbfs("verify --json " + logdir_));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_FALSE(nlohmann::json::parse(r.out)["intact"].get<bool>()) << r.out;
+  // With a baseline (taken by root): the same, said once (red team: twice,
+  // as two integrity failures, exit 1).
+  ASSERT_EQ(RunCommand("chmod 0644 " + files[0]).exit_code, 0);
+  const std::string baseline = dir_ / "baseline.json";
+  ASSERT_EQ(RunCommand(Tbfs("verify " + logdir_ + " --save-baseline " + baseline)).exit_code, 0);
+  ASSERT_EQ(RunCommand("chmod 0644 " + baseline).exit_code, 0);
+  ASSERT_EQ(::chmod(files[0].c_str(), 0600), 0);
+  r = RunCommand(as_nobody + Tbfs("verify " + logdir_ + " --baseline " + baseline + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(r.out.find("NOT READ"), r.out.rfind("NOT READ")) << "said twice: " << r.out;
+  EXPECT_NE(r.out.find("NOT READ"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
+  // A run folder the user cannot enter is not "intact" (red team: exit 0).
+  ASSERT_EQ(::chmod(files[0].c_str(), 0644), 0);
+  const std::string run = files[0].substr(0, files[0].rfind('/'));
+  ASSERT_EQ(::chmod(run.c_str(), 0700), 0);
+  r = RunCommand(as_nobody + Tbfs("verify --json " + logdir_));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["intact"].get<bool>()) << r.out;
+  EXPECT_EQ(j["not_walked"].size(), 1u) << r.out;
+  ASSERT_EQ(::chmod(run.c_str(), 0755), 0);
   std::string bytes = ReadBytes(files[1]);
   bytes[bytes.size() / 2] ^= 0x10;
   WriteBytes(files[1], bytes);
+  ASSERT_EQ(::chmod(files[0].c_str(), 0600), 0);
   r = RunCommand(as_nobody + Tbfs("verify " + logdir_ + " 2>&1"));
   EXPECT_EQ(r.exit_code, 1) << r.out;
 }

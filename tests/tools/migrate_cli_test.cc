@@ -308,6 +308,12 @@ TEST_F(MigrateCli, ACommitTheStoreRefusesExitsOneAndTheNextRunRecovers) {
   ASSERT_EQ(j["batches"].size(), 1u) << "a batch ran after the store refused a commit";
   EXPECT_TRUE(j["batches"][0].contains("uncommitted")) << j["batches"][0];
   EXPECT_LT(j["files_moved"].get<size_t>(), 700u);
+  // A run with nothing to move still recovers the batch (red team: it
+  // left the record to the next run that moved something).
+  auto none = RunCommand(Tbfs("migrate " + logdir_ + " --older-than 3650d --apply 2>&1"));
+  EXPECT_EQ(none.exit_code, 0) << none.out;
+  EXPECT_NE(none.out.find("recovered 1 unfinished batch"), std::string::npos) << none.out;
+  EXPECT_EQ(Tree(logdir_), before);
 
   auto again = RunCommand(Tbfs("migrate --json " + logdir_ + " --older-than 0 --apply"));
   ASSERT_EQ(again.exit_code, 0) << again.out;
@@ -357,7 +363,7 @@ TEST_F(MigrateCli, WrongPathsAndGarbageAreOneLineErrors) {
            // A mistyped --store is not "nothing cold" (exit 0 before).
            "ls " + logdir_ + " --store /nonexistent/store",
            "du " + logdir_ + " --store /nonexistent", "fsck " + logdir_ + " --store /nonexistent",
-           "fsck --clear-lost --store /nonexistent",
+           "fsck --clear-lost --store /nonexistent", "fsck --store /nonexistent",
            "gc " + logdir_ + " --keep-last 1 --store /nonexistent",
            "restore " + logdir_ + " --all --apply --store /nonexistent",
            "export " + logdir_ + " --to " + (dir_ / "out2") + " --store /nonexistent"}) {
@@ -373,6 +379,26 @@ TEST_F(MigrateCli, WrongPathsAndGarbageAreOneLineErrors) {
                 .exit_code,
             0);
   EXPECT_FALSE(std::filesystem::exists(empty / "x.pt.trace.json"));
+}
+
+// A store behind a folder this user cannot search may hold files: not
+// "nothing cold", exit 0 (red team), but a one-line error naming it.
+TEST_F(MigrateCli, AStoreTheUserCannotReachIsAnErrorNotNothingCold) {
+  const std::string store = dir_ / "private/store";
+  std::filesystem::create_directories(dir_ / "private");
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + store +
+                            " >/dev/null"))
+                .exit_code,
+            0);
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir_ / "private").c_str(), 0700), 0);
+  const std::string as_nobody = "setpriv --reuid 65534 --regid 65534 --clear-groups ";
+  for (const std::string& cmd : {"ls " + logdir_ + " --store " + store,
+                                 "du " + logdir_ + " --store " + store, "fsck --store " + store}) {
+    auto r = RunCommand(as_nobody + Tbfs(cmd + " 2>&1 >/dev/null"));
+    EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("Permission denied"), std::string::npos) << cmd << ": " << r.out;
+  }
 }
 
 TEST_F(MigrateCli, BackupIsAPlainTarZstd) {

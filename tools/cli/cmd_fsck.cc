@@ -46,6 +46,7 @@ Result<StoreLocation> Locate(const FsckArgs& args) {
     loc.logdir = ".";
     loc.dir = args.store;
     loc.own_dir = args.store;
+    loc.given = true;
     return loc;
   }
   return LocateStore(args.logdir, args.store);
@@ -139,7 +140,7 @@ int RunFsck(const FsckArgs& args) {
       PrintJson(
           {{"files", 0}, {"bytes", 0}, {"clean", true}, {"opens", false}, {"no_store", true}});
     } else {
-      fmt::print("no cold store at {}: nothing to check\n", loc->dir);
+      fmt::print("no cold store at {}: nothing to check\n", Printable(loc->dir));
     }
     return kExitOk;
   }

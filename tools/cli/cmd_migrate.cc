@@ -284,6 +284,15 @@ int RunMigrate(MigrateArgs args) {
         fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
       fmt::print("nothing to migrate in {}\n", args.logdir);
     }
+    // Still a writer: what a batch left unfinished (a crash, a commit the
+    // store refused) is recovered now, as the last run said it would be.
+    if (apply) {
+      auto store = OpenStoreForWrite(*loc, /*create=*/false, "migrate");
+      if (!store.ok() && store.status().code() != Code::kBusy) {
+        PrintError("migrate", store.status().message());
+        return kExitError;
+      }
+    }
     return kExitOk;
   }
   if (apply) return Apply(args, *loc, copt, chunk_bytes, found);

@@ -39,11 +39,31 @@ nlohmann::json ScalarJson(const std::optional<events::ScalarValue>& v) {
 }
 
 nlohmann::json FailureJson(const events::Failure& f) {
-  return {
-      {"run", f.run}, {"tag", f.tag}, {"file", f.file}, {"offset", f.offset}, {"reason", f.reason}};
+  return {{"run", f.run},       {"tag", f.tag},       {"file", f.file},
+          {"offset", f.offset}, {"reason", f.reason}, {"unread", f.unread}};
 }
 
-void PrintHuman(const VerifyArgs& args, const events::VerifyReport& report, double secs) {
+// What a run found: damage (an integrity failure), and what it could not
+// read (files: permissions, the disk; folders the walk could not enter),
+// which is neither damage nor proof of intact curves.
+struct Findings {
+  size_t damaged = 0;
+  size_t unread = 0;
+  const std::vector<std::string>* not_walked = nullptr;
+  bool intact() const { return damaged == 0 && unread == 0 && not_walked->empty(); }
+};
+
+Findings Count(const events::VerifyReport& report, const std::vector<std::string>& not_walked) {
+  Findings f;
+  f.unread = std::count_if(report.failures.begin(), report.failures.end(),
+                           [](const events::Failure& x) { return x.unread; });
+  f.damaged = report.failures.size() - f.unread;
+  f.not_walked = &not_walked;
+  return f;
+}
+
+void PrintHuman(const VerifyArgs& args, const events::VerifyReport& report, const Findings& found,
+                double secs) {
   for (const auto& [name, run] : report.digest.runs) {
     fmt::print("run {} ({} file{})\n", Printable(name), run.files.size(),
                run.files.size() == 1 ? "" : "s");
@@ -55,16 +75,22 @@ void PrintHuman(const VerifyArgs& args, const events::VerifyReport& report, doub
     }
   }
   for (const events::Failure& f : report.failures) {
-    fmt::print("FAILED: {}\n", Printable(f.ToString()));
+    fmt::print("{}: {}\n", f.unread ? "NOT READ" : "FAILED", Printable(f.ToString()));
+  }
+  std::string verdict = args.baseline.empty() ? "intact" : "intact (every baseline record present)";
+  if (!found.intact()) {
+    verdict = found.damaged > 0 ? fmt::format("{} integrity failure(s)", found.damaged) : "";
+    if (found.unread + found.not_walked->size() > 0) {
+      verdict += fmt::format("{}NOT VERIFIED: {} file(s) and {} folder(s) could not be read",
+                             verdict.empty() ? "" : "; ", found.unread, found.not_walked->size());
+    }
   }
   fmt::print("{}: {} tfevents files, {} records, {} in {:.2f}s: {}\n", args.logdir,
-             report.digest.files.size(), report.records, HumanBytes(report.bytes), secs,
-             report.intact()
-                 ? (args.baseline.empty() ? "intact" : "intact (every baseline record present)")
-                 : fmt::format("{} integrity failure(s)", report.failures.size()));
+             report.digest.files.size(), report.records, HumanBytes(report.bytes), secs, verdict);
 }
 
-nlohmann::json ToJson(const VerifyArgs& args, const events::VerifyReport& report, double secs) {
+nlohmann::json ToJson(const VerifyArgs& args, const events::VerifyReport& report,
+                      const Findings& found, double secs) {
   nlohmann::json runs = nlohmann::json::array();
   for (const auto& [name, run] : report.digest.runs) {
     nlohmann::json tags = nlohmann::json::array();
@@ -85,7 +111,10 @@ nlohmann::json ToJson(const VerifyArgs& args, const events::VerifyReport& report
           {"records", report.records},
           {"bytes", report.bytes},
           {"seconds", secs},
-          {"intact", report.intact()},
+          {"intact", found.intact()},
+          {"integrity_failures", found.damaged},
+          {"unread_files", found.unread},
+          {"not_walked", *found.not_walked},
           {"runs", runs},
           {"failures", failures}};
 }
@@ -139,19 +168,16 @@ int RunVerify(const VerifyArgs& args) {
       return kExitError;
     }
   }
+  const Findings found = Count(*report, walk_warnings);
   if (args.json) {
-    PrintJson(ToJson(args, *report, secs));
+    PrintJson(ToJson(args, *report, found, secs));
   } else {
-    PrintHuman(args, *report, secs);
+    PrintHuman(args, *report, found, secs);
   }
-  if (report->intact()) return kExitOk;
-  // Files that could not be read (permissions, the disk) were not checked:
-  // when they are all there is, that is an I/O error, not a damaged curve.
-  // Each one is one failure of the report.
-  const size_t unread =
-      std::count_if(report->digest.errors.begin(), report->digest.errors.end(),
-                    [](const events::FileError& e) { return e.status.code() == Code::kIOError; });
-  return unread == report->failures.size() ? kExitError : kExitFinding;
+  // Damage is a finding; what could not be read was not checked: an I/O
+  // error, not a damaged curve, and not "intact" either.
+  if (found.damaged > 0) return kExitFinding;
+  return found.intact() ? kExitOk : kExitError;
 }
 
 }  // namespace

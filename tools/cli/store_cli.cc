@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 
 #include "base/text.h"
 #include "fmt/format.h"
@@ -101,15 +103,19 @@ Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& 
 namespace {
 
 // What a store that is not there means: nothing cold (nullptr), unless
-// --store named a folder that does not exist at all.
+// --store named a folder that does not exist, or the folder cannot be
+// reached (a private folder on its way).
 Result<std::unique_ptr<store::ColdStore>> NoStore(const StoreLocation& loc) {
   struct stat st;
-  if (loc.given && !store::IsRadosUrl(loc.dir) && ::stat(loc.dir.c_str(), &st) != 0 &&
-      errno == ENOENT) {
-    return Status::InvalidArgument(
-        fmt::format("--store {}: no such folder (no store there)", Printable(loc.dir)));
+  if (store::IsRadosUrl(loc.dir) || ::stat(loc.dir.c_str(), &st) == 0) {
+    return std::unique_ptr<store::ColdStore>();
   }
-  return std::unique_ptr<store::ColdStore>();
+  if (errno == ENOENT && !loc.given) return std::unique_ptr<store::ColdStore>();
+  // A folder on the way that this user cannot search hides a store that
+  // may hold files: not "nothing cold".
+  return Status::InvalidArgument(fmt::format("{}{}: {} (no store read there)",
+                                             loc.given ? "--store " : "", Printable(loc.dir),
+                                             std::strerror(errno)));
 }
 
 }  // namespace

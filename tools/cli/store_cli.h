@@ -36,8 +36,9 @@ Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& 
 bool IsInside(const std::string& path, const std::string& dir);
 
 // Opens the store read-only. A missing store yields nullptr (nothing cold),
-// but a --store folder that does not exist is InvalidArgument (a mistyped
-// path would otherwise read as "nothing cold", exit 0).
+// but a --store folder that does not exist, or a store folder this user
+// cannot reach, is InvalidArgument (a mistyped path would otherwise read as
+// "nothing cold", exit 0).
 Result<std::unique_ptr<store::ColdStore>> OpenStoreForRead(const StoreLocation& loc);
 
 // Opens the store for writing (creating it when `create`), then resolves any
