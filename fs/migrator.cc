@@ -24,6 +24,8 @@ constexpr int64_t kWarningRepeatNs = 3600ll * 1'000'000'000;
 // user's thousands of new traces, cannot keep the migrator (retention,
 // the walk's warnings, status's figures) from coming round.
 constexpr auto kPassBudget = std::chrono::minutes(10);
+// What the failpoint retention.slow_delete adds to each deletion (tests).
+constexpr auto kSlowDelete = std::chrono::milliseconds(100);
 
 }  // namespace
 
@@ -307,6 +309,7 @@ Status Migrator::ApplyRetention() {
     spdlog::info("retention: deleting {} ({}; {} bytes, {} stored)", path, why[i], chosen[i].size(),
                  chosen[i].stored_bytes());
     spdlog::default_logger()->flush();
+    if (ShouldFail("retention.slow_delete")) std::this_thread::sleep_for(kSlowDelete);
     const int r = fs_.DeleteColdFile(chosen[i]);
     if (r == -ENOENT) {
       spdlog::info("retention: left {}: rehydrated, renamed or replaced since it was chosen", path);

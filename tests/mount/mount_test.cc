@@ -544,6 +544,37 @@ TEST_F(Mounted, ARemountToReadOnlyStopsAPassInFlight) {
   for (const auto& [rel, bytes] : files) EXPECT_EQ(ReadBytes(M(rel)), bytes) << rel;
 }
 
+// The same for the retention policy after a pass (red team: 581 cold files
+// deleted after the remount); the failpoint slows each deletion to 100 ms.
+TEST_F(Mounted, ARemountToReadOnlyStopsRetentionInFlight) {
+  for (int i = 0; i < 200; ++i) {
+    WriteBytes(L(fmt::format("old/t{:03}.pt.trace.json", i)), fmt::format("[{}]", i));
+  }
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  const uint64_t cold = Status()["cold"]["files"].get<uint64_t>();
+  ASSERT_GE(cold, 200u);
+  Unmount();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // migrated over 1 s ago
+  const std::string config = dir_ / "retention.yaml";
+  WriteBytes(config, "retention:\n  migrated_before: 1s\n");
+  ASSERT_EQ(::setenv("TBFS_FAIL", "retention.slow_delete", 1), 0);
+  Mount("--no-migrate --cold-after 0 --config " + config);
+  ::unsetenv("TBFS_FAIL");
+  auto pass = std::async(std::launch::async, [&] {
+    return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
+  });
+  ASSERT_TRUE(WaitUntil([&] { return Status()["cold"]["files"].get<uint64_t>() + 3 <= cold; },
+                        std::chrono::milliseconds(20000), std::chrono::milliseconds(50)))
+      << "retention did not start";
+  ASSERT_EQ(RunCommand("mount -o remount,ro " + mnt_).exit_code, 0);
+  auto r = pass.get();  // bounded, not timed: the deletions had ~20 s to go
+  EXPECT_NE(r.exit_code, 0) << "a stopped pass said it was done: " << r.out;
+  EXPECT_NE(r.out.find("read-only"), std::string::npos) << r.out;
+  EXPECT_GT(Status()["cold"]["files"].get<uint64_t>(), cold / 2)
+      << "retention went on after the mount turned read-only";
+}
+
 TEST_F(Mounted, MigratorLeavesFilesOpenForWritingAndReadersKeepReading) {
   Mount("--no-migrate --cold-after 0");
   std::string written = BigTrace(), read;
