@@ -62,8 +62,8 @@ inline constexpr std::string_view kFailpointNames[] = {
     // base/fs_util.cc: between a path's check and its open
     "open_regular.before",
     // fs/: the mount
-    "rehydrate.placing", "migrator.took_over", "readdir.colliding_cookies", "cache.slow_chunk", "retention.slow_delete",
-    "fixowner.made"};
+    "rehydrate.placing", "migrator.took_over", "readdir.colliding_cookies", "cache.slow_chunk",
+    "retention.slow_delete", "fixowner.made"};
 
 constexpr bool IsFailpoint(std::string_view name) {
   for (std::string_view known : kFailpointNames) {

@@ -16,6 +16,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -146,6 +148,33 @@ class MountTest : public ::testing::Test {
     ASSERT_EQ(r.exit_code, 0) << r.out;
     ASSERT_TRUE(IsMounted(mnt_));
     pid_ = Status()["pid"].get<int>();
+  }
+
+  // Mount(extra) with the failpoint `point` armed in the daemon (TBFS_FAIL).
+  void MountFailing(const std::string& point, const std::string& extra) {
+    ASSERT_EQ(::setenv("TBFS_FAIL", point.c_str(), 1), 0);
+    Mount(extra);
+    ::unsetenv("TBFS_FAIL");
+  }
+
+  // `tbfs migrate MOUNTPOINT --now` on another thread (stdout and stderr).
+  std::future<CommandResult> MigrateNowAsync() {
+    return std::async(std::launch::async, [this] {
+      return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
+    });
+  }
+
+  // `count` tiny traces in the logdir's `folder` (path -> bytes).
+  std::map<std::string, std::string> WriteTinyTraces(const std::string& folder, int count) {
+    std::map<std::string, std::string> files;
+    for (int i = 0; i < count; ++i) {
+      char name[32];
+      std::snprintf(name, sizeof(name), "/t%03d.pt.trace.json", i);
+      const std::string rel = folder + name;
+      files[rel] = "{\"traceEvents\": [" + std::to_string(i) + "]}";
+      WriteBytes(L(rel), files[rel]);
+    }
+    return files;
   }
 
   void Unmount() {

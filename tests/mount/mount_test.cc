@@ -519,18 +519,9 @@ TEST_F(Mounted, AReadOnlyMountMovesNothingUntilItIsWritable) {
 // unmount would: nothing more leaves the logdir, and `migrate --now` says
 // why it stopped (the failpoint slows every file to 100 ms: 30 s of pass).
 TEST_F(Mounted, ARemountToReadOnlyStopsAPassInFlight) {
-  std::map<std::string, std::string> files;
-  for (int i = 0; i < 300; ++i) {
-    std::string rel = fmt::format("slow/t{:03}.pt.trace.json", i);
-    files[rel] = fmt::format("{{\"traceEvents\": [{}]}}", i);
-    WriteBytes(L(rel), files[rel]);
-  }
-  ASSERT_EQ(::setenv("TBFS_FAIL", "migrate.slow_file", 1), 0);
-  Mount("--no-migrate --cold-after 0");
-  ::unsetenv("TBFS_FAIL");
-  auto pass = std::async(std::launch::async, [&] {
-    return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
-  });
+  const auto files = WriteTinyTraces("slow", 300);
+  MountFailing("migrate.slow_file", "--no-migrate --cold-after 0");
+  auto pass = MigrateNowAsync();
   ASSERT_TRUE(WaitUntil([&] { return Status()["cold"]["files"].get<uint64_t>() >= 3; },
                         std::chrono::milliseconds(20000), std::chrono::milliseconds(50)))
       << "the pass did not start";
@@ -547,9 +538,7 @@ TEST_F(Mounted, ARemountToReadOnlyStopsAPassInFlight) {
 // The same for the retention policy after a pass (red team: 581 cold files
 // deleted after the remount); the failpoint slows each deletion to 100 ms.
 TEST_F(Mounted, ARemountToReadOnlyStopsRetentionInFlight) {
-  for (int i = 0; i < 200; ++i) {
-    WriteBytes(L(fmt::format("old/t{:03}.pt.trace.json", i)), fmt::format("[{}]", i));
-  }
+  WriteTinyTraces("old", 200);
   Mount("--no-migrate --cold-after 0");
   MigrateNow();
   const uint64_t cold = Status()["cold"]["files"].get<uint64_t>();
@@ -558,12 +547,8 @@ TEST_F(Mounted, ARemountToReadOnlyStopsRetentionInFlight) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // migrated over 1 s ago
   const std::string config = dir_ / "retention.yaml";
   WriteBytes(config, "retention:\n  migrated_before: 1s\n");
-  ASSERT_EQ(::setenv("TBFS_FAIL", "retention.slow_delete", 1), 0);
-  Mount("--no-migrate --cold-after 0 --config " + config);
-  ::unsetenv("TBFS_FAIL");
-  auto pass = std::async(std::launch::async, [&] {
-    return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
-  });
+  MountFailing("retention.slow_delete", "--no-migrate --cold-after 0 --config " + config);
+  auto pass = MigrateNowAsync();
   ASSERT_TRUE(WaitUntil([&] { return Status()["cold"]["files"].get<uint64_t>() + 3 <= cold; },
                         std::chrono::milliseconds(20000), std::chrono::milliseconds(50)))
       << "retention did not start";

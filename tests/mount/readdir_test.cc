@@ -159,9 +159,7 @@ TEST_F(Listing, AListingResumesAtItsOffsetOnAnyHandle) {
 // tell them apart.
 TEST_F(Listing, NamesSharingAHashAreListedOnceEach) {
   auto names = MakeFolder("run", 700, "");
-  ASSERT_EQ(::setenv("TBFS_FAIL", "readdir.colliding_cookies", 1), 0);
-  Mount("--no-migrate --cold-after 0");
-  ::unsetenv("TBFS_FAIL");
+  MountFailing("readdir.colliding_cookies", "--no-migrate --cold-after 0");
   auto listed = ListAll(M("run"));
   ExpectExactly(listed, names, "first listing");
   std::set<off_t> cookies, hashes;

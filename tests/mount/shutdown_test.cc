@@ -37,18 +37,9 @@ class Shutdown : public MountTest, public ::testing::WithParamInterface<bool> {
 // pass that would take 30 s (the failpoint slows every file to 100 ms).
 TEST_P(Shutdown, DuringAPassStopsItAtTheNextFile) {
   const bool sigterm = GetParam();
-  std::map<std::string, std::string> files;
-  for (int i = 0; i < 300; ++i) {
-    std::string rel = fmt::format("run/t{:03}.pt.trace.json", i);
-    files[rel] = fmt::format("{{\"traceEvents\": [{}]}}", i);
-    WriteBytes(L(rel), files[rel]);
-  }
-  ASSERT_EQ(::setenv("TBFS_FAIL", "migrate.slow_file", 1), 0);
-  Mount("--no-migrate --cold-after 0");
-  ::unsetenv("TBFS_FAIL");
-  auto pass = std::async(std::launch::async, [&] {
-    return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
-  });
+  const auto files = WriteTinyTraces("run", 300);
+  MountFailing("migrate.slow_file", "--no-migrate --cold-after 0");
+  auto pass = MigrateNowAsync();
   ASSERT_TRUE(WaitUntil([&] { return Status()["cold"]["files"].get<uint64_t>() >= 3; },
                         std::chrono::milliseconds(20000), std::chrono::milliseconds(50)))
       << "the pass did not start";
@@ -82,20 +73,13 @@ TEST_P(Shutdown, DuringAPassStopsItAtTheNextFile) {
 // and the next start's recovery puts the file back.
 TEST_P(Shutdown, AWorkerThatNeverReturnsDoesNotKeepTheDaemon) {
   const bool sigterm = GetParam();
-  std::map<std::string, std::string> files;
-  for (int i = 0; i < 5; ++i) {
-    std::string rel = fmt::format("run/t{}.pt.trace.json", i);
-    files[rel] = fmt::format("{{\"traceEvents\": [{}]}}", i);
-    WriteBytes(L(rel), files[rel]);
-  }
+  const auto files = WriteTinyTraces("run", 5);
   const std::string hold = dir_ / "hold";  // never removed: the worker is stuck
   WriteBytes(hold, "");
   ASSERT_EQ(::setenv("TBFS_PAUSE", ("migrate.staged:" + hold).c_str(), 1), 0);
   Mount("--no-migrate --cold-after 0");
   ::unsetenv("TBFS_PAUSE");
-  auto pass = std::async(std::launch::async, [&] {
-    return RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
-  });
+  auto pass = MigrateNowAsync();
   WaitUntil([&] { return std::filesystem::exists(hold + ".reached"); },
             std::chrono::milliseconds(60000));
   ASSERT_TRUE(std::filesystem::exists(hold + ".reached")) << "the pass never reached a file";
@@ -121,9 +105,7 @@ TEST_P(Shutdown, ReadaheadQueuedAtTheStopIsDropped) {
     content += fmt::format("{{\"name\": \"op{}\", \"ts\": {}}},\n", i % 977, i * 7);
   const std::string rel = "run/big.pt.trace.json";
   WriteBytes(L(rel), content);
-  ASSERT_EQ(::setenv("TBFS_FAIL", "cache.slow_chunk", 1), 0);
-  Mount("--no-migrate --cold-after 0");
-  ::unsetenv("TBFS_FAIL");
+  MountFailing("cache.slow_chunk", "--no-migrate --cold-after 0");
   ASSERT_EQ(RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " >/dev/null")).exit_code, 0);
   ASSERT_EQ(State(M(rel)), "cold");
   {
@@ -158,9 +140,7 @@ TEST_F(ShutdownDuringARead, AReadOfManyChunksStopsAtTheNextChunk) {
   auto migrated = RunCommand(Tbfs("migrate " + Quote(logdir_) +
                                   " --apply --older-than 0s --allow-no-events --chunk-size 64K"));
   ASSERT_EQ(migrated.exit_code, 0) << migrated.out;
-  ASSERT_EQ(::setenv("TBFS_FAIL", "cache.slow_chunk", 1), 0);
-  Mount("--no-migrate");
-  ::unsetenv("TBFS_FAIL");
+  MountFailing("cache.slow_chunk", "--no-migrate");
   const int pid = pid_;
   auto reader = std::async(std::launch::async, [&] {
     auto fd = OpenFile(M(rel), O_RDONLY);

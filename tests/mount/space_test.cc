@@ -161,9 +161,7 @@ TEST_F(NoRoom, AMountStartsOnAFullDiskAndWritesWhenRoomComes) {
 // "done". The files stay readable; the next start's recovery puts them back.
 TEST_F(NoRoom, ACommitTheStoreRefusesFailsThePassAndTheNextStartRecovers) {
   WriteTraces(logdir_, 4, 256 << 10);
-  ASSERT_EQ(::setenv("TBFS_FAIL", "migrate.commit", 1), 0);
-  Mount("--no-migrate --cold-after 0");
-  ::unsetenv("TBFS_FAIL");
+  MountFailing("migrate.commit", "--no-migrate --cold-after 0");
   auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
   EXPECT_NE(r.exit_code, 0) << "a pass the store did not commit said it was done: " << r.out;
   EXPECT_NE(r.out.find("not committed"), std::string::npos) << r.out;
@@ -191,9 +189,7 @@ TEST_F(NoRoom, ACommitTheStoreRefusesFailsThePassAndTheNextStartRecovers) {
 // start (red team: recovery recorded it LOST, fsck exited 1).
 TEST_F(NoRoom, TheNextPassCommitsARefusedBatchAndADeletedFileIsNotLost) {
   WriteTraces(logdir_, 4, 256 << 10);
-  ASSERT_EQ(::setenv("TBFS_FAIL", "migrate.commit", 1), 0);
-  Mount("--no-migrate --cold-after 0");
-  ::unsetenv("TBFS_FAIL");
+  MountFailing("migrate.commit", "--no-migrate --cold-after 0");
   ASSERT_NE(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")).exit_code, 0);
   const std::string gone = traces_.begin()->first;
   ASSERT_EQ(State(M(gone)), "cold");

@@ -756,6 +756,22 @@ TEST_F(MigrateTest, ACopyThatOutlastsThePassBudgetFinishesAndNothingMoreStarts) 
   }
 }
 
+// The store holds one journal record (a batch left to recovery), and
+// recovery undoes it: every file in one place with its bytes, none lost.
+void ExpectOneRecordThatRecoveryUndoes(ColdStore& store, const std::string& logdir,
+                                       const std::map<std::string, FileState>& before,
+                                       const std::vector<events::FileDigest>& baseline,
+                                       const std::string& what) {
+  std::vector<storepb::JournalRecord> journal;
+  ASSERT_TRUE(store.ListJournal(&journal).ok());
+  ASSERT_EQ(journal.size(), 1u) << what;
+  auto recovered = Recover(store, logdir);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_TRUE(recovered->lost.empty()) << what;
+  tbfs::testing::TempDir scratch;
+  ExpectEveryFileOnce(store, logdir, before, baseline, scratch / "check", what);
+}
+
 // A folder that cannot be synced after the unlinks keeps the batch's
 // journal record: recovery decides it, whichever way the disk kept them.
 TEST_F(MigrateTest, AFolderThatCannotBeSyncedKeepsTheJournalRecord) {
@@ -764,14 +780,7 @@ TEST_F(MigrateTest, AFolderThatCannotBeSyncedKeepsTheJournalRecord) {
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_FALSE(result->ok());
   EXPECT_EQ(result->unsynced_batches, 1u);
-  std::vector<storepb::JournalRecord> journal;
-  ASSERT_TRUE(store_->ListJournal(&journal).ok());
-  ASSERT_EQ(journal.size(), 1u);
-  auto recovered = Recover(*store_, logdir_);
-  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  EXPECT_TRUE(recovered->lost.empty());
-  TempDir scratch;
-  ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "unsynced");
+  ExpectOneRecordThatRecoveryUndoes(*store_, logdir_, before_, baseline_, "unsynced");
 }
 
 // A batch whose record the engine refuses to commit is a failure, not a
@@ -793,14 +802,7 @@ TEST_F(MigrateTest, ACommitTheEngineRefusesFailsTheMigrationAndNoBatchFollows) {
   for (size_t i = 1; i < candidates.size(); ++i) {
     EXPECT_FALSE(store_->Lookup(candidates[i].path).ok()) << candidates[i].path << " moved";
   }
-  std::vector<storepb::JournalRecord> journal;
-  ASSERT_TRUE(store_->ListJournal(&journal).ok());
-  ASSERT_EQ(journal.size(), 1u);
-  auto recovered = Recover(*store_, logdir_);
-  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  EXPECT_TRUE(recovered->lost.empty());
-  TempDir scratch;
-  ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "uncommitted");
+  ExpectOneRecordThatRecoveryUndoes(*store_, logdir_, before_, baseline_, "uncommitted");
 }
 
 // A folder the batch touched that a user renames before its sync (red
