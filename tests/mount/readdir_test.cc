@@ -280,11 +280,19 @@ TEST_F(Listing, AKeptListingGivesWayToAChangeInTheLogdirAtOnce) {
   const int port = FreePort();
   Mount("--no-migrate -o metrics=" + std::to_string(port));
   ExpectExactly(ListAll(M("run")), names, "first listing");
-  const double served = ListingsServed(port, mnt_);
-  ASSERT_GT(served, 0);
-  ExpectExactly(ListAll(M("run")), names, "second listing");
-  ExpectExactly(ListAll(M("run")), names, "third listing");
-  EXPECT_EQ(ListingsServed(port, mnt_), served) << "a settled folder's listing was not kept";
+  // Kept: two more listings reach the daemon not once. The kernel may lose
+  // its copy to the machine (reclaim, or a test beside this one dropping
+  // the caches: the folder is forgotten); a copy filled again is kept
+  // then, so three tries, one of which must keep it.
+  bool kept = false;
+  for (int attempt = 0; attempt < 3 && !kept; ++attempt) {
+    const double served = ListingsServed(port, mnt_);
+    ASSERT_GT(served, 0);
+    ExpectExactly(ListAll(M("run")), names, "second listing");
+    ExpectExactly(ListAll(M("run")), names, "third listing");
+    kept = ListingsServed(port, mnt_) == served;
+  }
+  EXPECT_TRUE(kept) << "a settled folder's listing was not kept";
   // Made and removed beside the mount, each listed again at once.
   WriteBytes(L("run/new.txt"), "x");
   names.insert("new.txt");
