@@ -188,45 +188,36 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
   }
 }
 
+// The kernel sends CREATE for a name its LOOKUP found missing, having
+// checked the caller may write the folder, and nothing else. A file found
+// there now (made since, beside the mount or by a migration) was checked
+// for nothing: opened here as root, the caller could truncate or write a
+// file whose mode or ACL shuts them out. -ESTALE instead has the kernel
+// look the name up again and open the file it finds, checking the
+// caller's access to it as for any open (open(2) retries once).
 int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags, const Caller& c,
                        EntryOut* entry, std::unique_ptr<FileHandle>* out) {
   if (IsHidden(parent, name)) return -EPERM;
+  MaybePause("create.looked_up");  // tests: the kernel has found the name missing
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
-  bool cold = false;
+  const int exists = (flags & O_EXCL) ? -EEXIST : -ESTALE;
   {
     ReaderMutexLock ns(ns_mu_);  // the folder's path is the store's (LookupIn)
     std::string prel;
-    if (RelPath(parent, &prel) == 0 && store_->GetEntry(JoinPath(prel, name)).ok()) {
-      // O_CREAT on an existing (cold) file opens it.
-      if (flags & O_EXCL) return -EEXIST;
-      if (int r = LookupCold(JoinPath(prel, name), entry); r != 0) return r;
-      cold = true;
-    }
-  }
-  if (cold) {
-    int r = Open(entry->id, flags & ~(O_CREAT | O_EXCL), out);
-    if (r == 0) r = GetAttr(entry->id, &entry->attr);
-    if (r != 0) inodes_.Forget(entry->id, 1);
-    return r;
+    if (RelPath(parent, &prel) == 0 && store_->GetEntry(JoinPath(prel, name)).ok()) return exists;
   }
   mode = c.ModeIn(pfd->get(), mode);
   int fd = ::openat(pfd->get(), name, BackingFlags(flags) | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
-  // Only a file made here is given to the caller: one another process made
-  // since the kernel looked (without O_EXCL the open takes it) stays theirs.
-  const bool made = fd >= 0;
-  if (fd < 0 && errno == EEXIST && !(flags & O_EXCL)) {
-    fd = ::openat(pfd->get(), name, BackingFlags(flags) | O_NOFOLLOW);
-  }
-  if (fd < 0) return -errno;
-  if (made) FixOwner(pfd->get(), name, fd, c, S_IFREG | mode);
+  if (fd < 0) return errno == EEXIST ? exists : -errno;
+  FixOwner(pfd->get(), name, fd, c, S_IFREG | mode);
   if (int r = HotLookupAt(pfd->get(), name, entry); r != 0) {
     ::close(fd);
     return r;
   }
   bool writable = IsWritable(flags);
   if (inodes_.OpenHandle(entry->id, writable, 0) != InodeTable::Open::kOk) {
-    // Another process's file, already on its way to the store: open that.
+    // The file just made, already on its way to the store: open that.
     ::close(fd);
     int r = Open(entry->id, flags & ~(O_CREAT | O_EXCL), out);
     if (r != 0) inodes_.Forget(entry->id, 1);

@@ -484,6 +484,49 @@ TEST_F(HostileUser, AFolderSwappedInUnderANewNameIsNeverGivenAway) {
   EXPECT_EQ(st.st_uid, 0u);
 }
 
+// A file that appears under a name in the moment between the kernel
+// finding it missing and the daemon making it (written beside the mount)
+// is opened only as the caller may open it: root's 0600 file is not
+// truncated for the user; a 0666 one is opened (and truncated), as open(2)
+// of an existing file would. The kernel checked the folder only.
+TEST_F(HostileUser, AFileThatAppearsAsTheUserCreatesItIsOpenedOnlyAsTheUserMay) {
+  const std::string marker = dir_ / "pause";
+  ASSERT_EQ(::setenv("TBFS_PAUSE", ("create.looked_up:" + marker).c_str(), 1), 0);
+  Mount("--no-migrate -o allow_other");
+  ::unsetenv("TBFS_PAUSE");
+  for (const mode_t mode : {0600, 0666}) {
+    const std::string rel = fmt::format("u/appears-{:o}", mode);
+    WriteBytes(marker, "");
+    std::filesystem::remove(marker + ".reached");
+    const pid_t user = StartAsUser([&] {
+      const int fd = ::open(M(rel).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::close(fd);
+        return 0;
+      }
+      return errno == EACCES ? 1 : 2;
+    });
+    const bool paused = WaitUntil([&] { return std::filesystem::exists(marker + ".reached"); },
+                                  std::chrono::milliseconds(10000));
+    WriteBytes(L(rel), "root's");  // root's file, beside the mount
+    ASSERT_EQ(::chmod(L(rel).c_str(), mode), 0);
+    std::filesystem::remove(marker);
+    const int opened = WaitForUser(user);
+    ASSERT_TRUE(paused) << "the open never reached the daemon's create";
+    struct stat st;
+    ASSERT_EQ(::stat(L(rel).c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0u) << rel;
+    if (mode == 0600) {
+      EXPECT_EQ(opened, 1)
+          << "root's 0600 file was opened for the user (0: opened, 2: other error)";
+      EXPECT_EQ(ReadBytes(L(rel)), "root's") << "root's 0600 file was truncated for the user";
+    } else {
+      EXPECT_EQ(opened, 0) << "a file the user may write was not opened";
+      EXPECT_EQ(st.st_size, 0) << "O_TRUNC left the file it opened as it was";
+    }
+  }
+}
+
 // POSIX ACLs hold through the mount, hot and cold, and a cold file keeps
 // its ACL and attributes (issue 21, finding 5): v's traces, root's, one
 // with an ACL entry shutting the user out of a 0644 file, one granting the
