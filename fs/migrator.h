@@ -127,13 +127,14 @@ class Migrator {
   Status CollectGarbage(bool apply, store::Garbage* out);
   MigratorStats stats();
   bool retention_enabled() const { return config_.retention.any(); }
+  // The mount is read-only now (-o ro, or remounted so): nothing moves.
+  bool ReadOnly() const { return config_.read_only != nullptr && config_.read_only->load(); }
   // The kept series and the last pass's sample after it (empty before the
   // first pass with no series kept).
   std::vector<store::GrowthSample> growth();
 
  private:
   void Loop();
-  bool ReadOnly() const { return config_.read_only != nullptr && config_.read_only->load(); }
   Status Pass();
   // A shared store's reader becomes its writer when the lease is free:
   // takes it, then undoes what the last writer left unfinished.

@@ -231,6 +231,11 @@ std::string Control(const std::string& request, const MountOptions& mc,
     return StatusJson(mc, store_dir, store, fs, migrator);
   }
   if (request == "gc-garbage" || request == "gc-garbage-apply") {
+    if (request == "gc-garbage-apply" && migrator.ReadOnly()) {
+      return Compact({{"error",
+                       "the mount is read-only: nothing is removed from its store (mount -o "
+                       "remount,rw MOUNTPOINT first)"}});
+    }
     store::Garbage garbage;
     Status st = migrator.CollectGarbage(request == "gc-garbage-apply", &garbage);
     if (!st.ok()) return Compact({{"error", st.message()}});

@@ -504,6 +504,11 @@ TEST_F(Mounted, AReadOnlyMountMovesNothingUntilItIsWritable) {
   auto now = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
   EXPECT_EQ(now.exit_code, 2) << now.out;
   EXPECT_NE(now.out.find("read-only"), std::string::npos) << now.out;
+  // Nor is the store's garbage removed (a dry run says what there is).
+  auto gc = RunCommand(Tbfs("gc " + mnt_ + " --garbage --apply 2>&1"));
+  EXPECT_EQ(gc.exit_code, 2) << gc.out;
+  EXPECT_NE(gc.out.find("read-only"), std::string::npos) << gc.out;
+  EXPECT_EQ(RunCommand(Tbfs("gc " + mnt_ + " --garbage")).exit_code, 0);
   std::this_thread::sleep_for(std::chrono::seconds(3));  // three intervals: passes would have run
   auto st = Status();
   EXPECT_EQ(st["cold"]["files"].get<size_t>(), 0u) << st.dump();
