@@ -13,8 +13,8 @@ namespace {
 // advised to be backed by huge pages; nullptr when the kernel refuses.
 char* MapAligned(size_t bytes) {
   const size_t align = ChunkBuffers::kSlabBytes;
-  void* raw = ::mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+  void* raw =
+      ::mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   auto start = reinterpret_cast<uintptr_t>(raw);
   uintptr_t aligned = (start + align - 1) & ~(uintptr_t{align} - 1);

@@ -45,7 +45,8 @@ uint64_t Footprint(size_t size) {
   size_t cls = ChunkBuffers::ClassBytes(size);
   if (cls == 0) return size;
   if (cls <= ChunkBuffers::kSlabBytes) return cls;
-  return (size + ChunkBuffers::kSlabBytes - 1) / ChunkBuffers::kSlabBytes * ChunkBuffers::kSlabBytes;
+  return (size + ChunkBuffers::kSlabBytes - 1) / ChunkBuffers::kSlabBytes *
+         ChunkBuffers::kSlabBytes;
 }
 
 // `size` zeros: the kernel's zero page mapped read-only, so reading through

@@ -10,14 +10,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
-#include <optional>
-#include <cstring>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "base/fs_util.h"

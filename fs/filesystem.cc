@@ -75,6 +75,10 @@ int Filesystem::StoreError(const Status& st, EioSite site) {
   return -err;
 }
 
+bool Filesystem::Unmakeable(uint64_t parent, const char* name) {
+  return IsHidden(parent, name) || IsTransientName(name);
+}
+
 bool Filesystem::IsHidden(Folder* parent, const char* name) {
   // LOGDIR/.tbfs is tbfs's own (the logdir's lock; the store by default).
   const bool root = parent->ino == InodeTable::kRootId;

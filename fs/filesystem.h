@@ -407,7 +407,7 @@ class Filesystem : public store::MoveObserver {
   // namespace entry): its inode, serving the file's manifest.
   int LookupColdFile(uint64_t file_id, EntryOut* out);
   int LookupCold(const std::string& rel, EntryOut* out);
-  int HotLookupAt(int dir_fd, const char* name, EntryOut* out);
+  int HotLookupAt(int dir_fd, const char* name, EntryOut* out, int made_fd = -1);  // or this fd's
   // The folder's entries, hot and cold, into dh (sorted by cookie), under
   // the namespace lock; again when a file was put in place meanwhile.
   int FillDir(uint64_t ino, DirHandle* dh);
@@ -425,6 +425,7 @@ class Filesystem : public store::MoveObserver {
     Folder f{parent, {}};
     return IsHidden(&f, name);
   }
+  bool Unmakeable(uint64_t parent, const char* name);  // hidden, or a temporary name of tbfs's
   // The answer to a failed store operation at `site`: ENOENT, EROFS (a
   // shared store this mount only reads), or an error counted and logged.
   int StoreError(const Status& st, EioSite site);
@@ -467,8 +468,7 @@ class Filesystem : public store::MoveObserver {
   std::unique_ptr<FileHandle> NewHandle(uint64_t ino, uint32_t generation, int fd, bool writable);
 
   const FsOptions options_;
-  // Drawn at start-up: no name can be made ahead to collide with another's
-  // cookie (DirHandle).
+  // Drawn at start-up: no name can be made ahead to collide (DirHandle).
   const uint64_t cookie_seed_;
   // Tests: hashes of 8 bits, so that many names share one (failpoint
   // "readdir.colliding_cookies").

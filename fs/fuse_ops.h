@@ -17,7 +17,7 @@ namespace tbfs::fs {
 
 struct FuseContext {
   Filesystem* fs = nullptr;
-  OpLatency* latency = nullptr;    // where the adapters record each operation's time
+  OpLatency* latency = nullptr;  // where the adapters record each operation's time
   // The session, set once before serving: a long request (a cold read of
   // many chunks) stops when the session is ending (unmount, SIGTERM).
   struct fuse_session* session = nullptr;

@@ -199,6 +199,8 @@ class InodeTable {
   // The file handle of dir_fd/name (st is its lstat), or "" where the inode
   // is held by an fd (folders, no file handles here, or one too long).
   std::string HandleAt(int dir_fd, const char* name, const struct stat& st);
+  // The same for a hot non-folder entry open as fd ("" to keep the fd).
+  std::string HandleOf(int fd, const struct stat& st);
   // Finds or adds the inode of cold file m; `cold` is empty in the result
   // when that inode serves the file from the logdir by now.
   InodeRef AddColdFile(const storepb::Manifest& m);
@@ -305,8 +307,6 @@ class InodeTable {
   // The indexed hot inode of (dev, ino) if it is the file with `handle`; a
   // stale one (a reused inode number) is dropped from the index.
   Inode* FindHotLocked(dev_t dev, ino_t ino, const InlineHandle& handle) TBFS_REQUIRES(mu_);
-  // The file handle for a hot non-folder entry open as fd ("" to keep the fd).
-  std::string HandleOf(int fd, const struct stat& st);
   // Makes the inode the hot file (fd, or handle when not empty) with
   // identity st, indexed.
   void SetHotLocked(Inode* inode, UniqueFd fd, const InlineHandle& handle, const struct stat& st)

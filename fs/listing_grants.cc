@@ -1,7 +1,6 @@
 // ListingGrants: see listing_grants.h.
 #include "fs/listing_grants.h"
 
-
 #include "base/time_util.h"
 
 namespace tbfs::fs {

@@ -44,28 +44,39 @@ void Filesystem::ColdDirAttr(const std::string& rel, ino_t shown_ino, struct sta
   }
 }
 
-int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out) {
+// made_fd: a file just made at the name, looked up by that fd (another
+// process may have removed or replaced the name since).
+int Filesystem::HotLookupAt(int dir_fd, const char* name, EntryOut* out, int made_fd) {
   // One stat finds an inode the table already holds (a walk of a known tree);
   // only a new one is opened.
   struct stat st;
-  if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -errno;
+  if ((made_fd >= 0 ? ::fstat(made_fd, &st) : ::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW)) !=
+      0) {
+    return -errno;
+  }
   // Folders (whose listings TensorBoard polls) and tfevents files (which grow
   // in place) must look fresh; the rest may be cached longer.
   const bool fresh = S_ISDIR(st.st_mode) || events::IsEventsFileName(name);
-  std::string handle = inodes_.HandleAt(dir_fd, name, st);
+  std::string handle =
+      made_fd >= 0 ? inodes_.HandleOf(made_fd, st) : inodes_.HandleAt(dir_fd, name, st);
   InodeRef ref = inodes_.RefHot(st, handle, fresh);
   // A new file with a handle needs no fd: a second stat shows that st and
   // handle are of one file (no rename at the name between the two stats:
   // a rename changes the file's ctime).
   struct stat again;
-  if (ref.id == 0 && !handle.empty() && ::fstatat(dir_fd, name, &again, AT_SYMLINK_NOFOLLOW) == 0 &&
-      again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
-      again.st_ctim.tv_sec == st.st_ctim.tv_sec && again.st_ctim.tv_nsec == st.st_ctim.tv_nsec) {
+  if (ref.id == 0 && !handle.empty() && made_fd >= 0) {
+    ref = inodes_.AddHotByHandle(st, std::move(handle), fresh);
+  } else if (ref.id == 0 && !handle.empty() &&
+             ::fstatat(dir_fd, name, &again, AT_SYMLINK_NOFOLLOW) == 0 &&
+             again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
+             again.st_ctim.tv_sec == st.st_ctim.tv_sec &&
+             again.st_ctim.tv_nsec == st.st_ctim.tv_nsec) {
     ref = inodes_.AddHotByHandle(again, std::move(handle), fresh);
     st = again;
   }
   if (ref.id == 0) {
-    int fd = ::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    int fd = made_fd >= 0 ? ::open(ProcPath(made_fd).c_str(), O_PATH | O_CLOEXEC)
+                          : ::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -errno;
     UniqueFd owned(fd);
     if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return -errno;

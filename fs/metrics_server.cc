@@ -20,8 +20,14 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& a
   static std::once_flag init;
   std::call_once(init, [] { mg_init_library(0); });
   std::unique_ptr<MetricsServer> server(new MetricsServer(std::move(collect)));
-  const char* options[] = {"listening_ports",    address.c_str(), "num_threads",       "8",
-                           "request_timeout_ms", "1000",          "enable_keep_alive", "no",
+  const char* options[] = {"listening_ports",
+                           address.c_str(),
+                           "num_threads",
+                           "8",
+                           "request_timeout_ms",
+                           "1000",
+                           "enable_keep_alive",
+                           "no",
                            nullptr};
   struct mg_callbacks callbacks {};
   callbacks.log_message = [](const ::mg_connection*, const char* message) {

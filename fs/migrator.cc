@@ -185,19 +185,20 @@ void Migrator::CommitRefusedBatches() {
   std::vector<uint64_t> ids;
   {
     MutexLock lock(mu_);
-    ids.swap(refused_batches_);
+    ids = refused_batches_;
   }
-  std::vector<uint64_t> still;
-  for (uint64_t id : ids) {
-    if (Status st = store_.DeleteJournal(id); !st.ok()) {
-      spdlog::warn("migrator: batch {} still not committed: {}", id, st.message());
-      still.push_back(id);
-    } else {
-      spdlog::info("migrator: batch {} committed (the store had refused it)", id);
-    }
+  if (ids.empty()) return;
+  // Deferred by the store (ColdStore::Defer): any write it took since
+  // committed them already.
+  if (Status st = store_.CommitDeferred(); !st.ok()) {
+    spdlog::warn("migrator: {} batch(es) from {} on still not committed: {}", ids.size(),
+                 ids.front(), st.message());
+    return;
   }
+  spdlog::info("migrator: {} batch(es) from {} on committed (the store had refused them)",
+               ids.size(), ids.front());
   MutexLock lock(mu_);
-  refused_batches_.insert(refused_batches_.begin(), still.begin(), still.end());
+  refused_batches_.erase(refused_batches_.begin(), refused_batches_.begin() + ids.size());
 }
 
 Status Migrator::TakeWriterRole() {

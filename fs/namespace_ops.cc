@@ -121,7 +121,7 @@ void Filesystem::FixOwner(int dir_fd, const char* name, int fd, const Caller& c,
 
 int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev, const Caller& c,
                       EntryOut* out) {
-  if (IsHidden(parent, name)) return -EPERM;
+  if (Unmakeable(parent, name)) return -EPERM;
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
@@ -143,7 +143,7 @@ int Filesystem::MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev
 
 int Filesystem::Mkdir(uint64_t parent, const char* name, mode_t mode, const Caller& c,
                       EntryOut* out) {
-  if (IsHidden(parent, name)) return -EPERM;
+  if (Unmakeable(parent, name)) return -EPERM;
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
@@ -155,7 +155,7 @@ int Filesystem::Mkdir(uint64_t parent, const char* name, mode_t mode, const Call
 
 int Filesystem::Symlink(const char* target, uint64_t parent, const char* name, const Caller& c,
                         EntryOut* out) {
-  if (IsHidden(parent, name)) return -EPERM;
+  if (Unmakeable(parent, name)) return -EPERM;
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);
@@ -165,7 +165,7 @@ int Filesystem::Symlink(const char* target, uint64_t parent, const char* name, c
 }
 
 int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out) {
-  if (IsHidden(parent, name)) return -EPERM;
+  if (Unmakeable(parent, name)) return -EPERM;
   if (inodes_.View(ino).kind == Kind::kColdFile) {
     if (int r = Rehydrate(ino); r != 0) return r;
   }
@@ -335,7 +335,7 @@ int Filesystem::ColdChildren(const std::string& dst) {
 
 int Filesystem::Rename(uint64_t parent, const char* name, uint64_t newparent, const char* newname,
                        unsigned flags) {
-  if (IsHidden(parent, name) || IsHidden(newparent, newname)) return -EPERM;
+  if (IsHidden(parent, name) || Unmakeable(newparent, newname)) return -EPERM;
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return -EINVAL;
   WriterMutexLock ns(ns_mu_);
   std::string prel, nrel;

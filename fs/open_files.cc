@@ -197,7 +197,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
 // caller's access to it as for any open (open(2) retries once).
 int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags, const Caller& c,
                        EntryOut* entry, std::unique_ptr<FileHandle>* out) {
-  if (IsHidden(parent, name)) return -EPERM;
+  if (Unmakeable(parent, name)) return -EPERM;
   MaybePause("create.looked_up");  // tests: the kernel has found the name missing
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
@@ -208,10 +208,21 @@ int Filesystem::Create(uint64_t parent, const char* name, mode_t mode, int flags
     if (RelPath(parent, &prel) == 0 && store_->GetEntry(JoinPath(prel, name)).ok()) return exists;
   }
   mode = c.ModeIn(pfd->get(), mode);
-  int fd = ::openat(pfd->get(), name, BackingFlags(flags) | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
-  if (fd < 0) return errno == EEXIST ? exists : -errno;
+  int fd;
+  // A name that another process makes and removes again and again: made
+  // here once it is gone, a few times, before the kernel is sent to look.
+  for (int tries = 0;; ++tries) {
+    fd = ::openat(pfd->get(), name, BackingFlags(flags) | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+    if (fd >= 0) break;
+    if (errno != EEXIST) return -errno;
+    struct stat st;
+    if (exists == -EEXIST || tries == 3 ||
+        ::fstatat(pfd->get(), name, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT) {
+      return exists;
+    }
+  }
   FixOwner(pfd->get(), name, fd, c, S_IFREG | mode);
-  if (int r = HotLookupAt(pfd->get(), name, entry); r != 0) {
+  if (int r = HotLookupAt(pfd->get(), name, entry, fd); r != 0) {
     ::close(fd);
     return r;
   }

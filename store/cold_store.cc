@@ -195,13 +195,52 @@ Status ColdStore::PutJournal(const storepb::JournalRecord& record) {
   uint64_t next = next_file_id_.load();
   for (const auto& e : record.entries()) next = std::max(next, e.file_id() + 1);
   batch.Put(Space::kMeta, kMetaNextFileIdKey, EncodeId(next));
-  return backend_->Commit(batch, true);
+  return Write(batch, true);
 }
 
 Status ColdStore::DeleteJournal(uint64_t batch_id) {
   WriteBatch batch;
   batch.Delete(Space::kJournal, EncodeId(batch_id));
-  return backend_->Commit(batch, true);
+  return Write(batch, true);
+}
+
+void ColdStore::Defer(const WriteBatch& batch) {
+  MutexLock lock(deferred_mu_);
+  for (const WriteBatch::Op& op : batch.ops()) {
+    if (op.is_delete) {
+      deferred_.Delete(op.space, op.key);
+    } else {
+      deferred_.Put(op.space, op.key, op.value);
+    }
+  }
+  has_deferred_.store(!deferred_.empty(), std::memory_order_release);
+}
+
+Status ColdStore::CommitDeferred() {
+  if (!has_deferred_.load(std::memory_order_acquire)) return Status::OK();
+  return Write(WriteBatch(), true);
+}
+
+Status ColdStore::Write(const WriteBatch& batch, bool sync) {
+  if (!has_deferred_.load(std::memory_order_acquire)) return backend_->Commit(batch, sync);
+  MutexLock lock(deferred_mu_);
+  if (deferred_.empty()) return backend_->Commit(batch, sync);
+  WriteBatch both;
+  for (const WriteBatch* part : {static_cast<const WriteBatch*>(&deferred_), &batch}) {
+    for (const WriteBatch::Op& op : part->ops()) {
+      if (op.is_delete) {
+        both.Delete(op.space, op.key);
+      } else {
+        both.Put(op.space, op.key, op.value);
+      }
+    }
+  }
+  Status st = backend_->Commit(both, true);  // the deferred commit was synced
+  if (st.ok()) {
+    deferred_.Clear();
+    has_deferred_.store(false, std::memory_order_release);
+  }
+  return st;
 }
 
 Status ColdStore::ListJournal(std::vector<storepb::JournalRecord>* out) {

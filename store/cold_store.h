@@ -307,6 +307,15 @@ class ColdStore {
   Status PutJournal(const storepb::JournalRecord& record);  // synced
   Status DeleteJournal(uint64_t batch_id);                  // synced
   Status ListJournal(std::vector<storepb::JournalRecord>* out);
+  // A batch's final commit (deleting its record) that the engine refused:
+  // kept, and written with the next commit that succeeds, in the same
+  // atomic write (every write of this object: Commit, PutJournal,
+  // DeleteJournal). Nothing then lands in the store on top of a batch that
+  // a restart's recovery would undo (a cold file of it deleted meanwhile
+  // would be called lost). Kept in memory only: a restart undoes the batch.
+  void Defer(const WriteBatch& batch);
+  // Writes what was deferred, alone; OK when nothing is.
+  Status CommitDeferred();
 
   // --- losses (store/lost.cc): files recovery found neither in the logdir
   // nor in the store. Recorded, never turned into a success; reported by
@@ -411,10 +420,18 @@ class ColdStore {
   // chunks (kChunks).
   Result<std::shared_ptr<const Dictionary>> ReadDictionary(uint64_t key_id, Space space);
 
+  // The engine's commit of `batch`, with what was deferred (Defer) before it.
+  Status Write(const WriteBatch& batch, bool sync);
+
   // Locks: journal_mu_ and role_mu_ are leaves, never held together.
   // journal_mu_ is held across PutJournal's commit on purpose: the
   // next-file-id records must land in increasing order.
   Mutex journal_mu_;
+  // Taken last (inside journal_mu_ and totals_mu_), held across a commit
+  // that carries deferred writes; has_deferred_ spares the others the lock.
+  Mutex deferred_mu_;
+  WriteBatch deferred_ TBFS_GUARDED_BY(deferred_mu_);
+  std::atomic<bool> has_deferred_{false};
   mutable Mutex role_mu_;  // the writer's role of a shared store
   // Held while open (OpenOptions::logdir) or, shared, while the writer.
   UniqueFd logdir_lock_ TBFS_GUARDED_BY(role_mu_);

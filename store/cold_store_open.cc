@@ -107,6 +107,13 @@ Status ColdStore::TakeWriterRole(const OpenOptions& options) {
   if (!fence_) return Status::NotSupported(dir_ + ": only a shared store changes writers");
   if (writer()) return Status::OK();
   DropWriterRole();  // a lease that ran out
+  {
+    // A batch this writer could not finish is the next writer's recovery's
+    // to undo (even when that is this mount again): not to commit.
+    MutexLock lock(deferred_mu_);
+    deferred_.Clear();
+    has_deferred_.store(false, std::memory_order_release);
+  }
   auto refused = [&](const Status& st) {
     MutexLock lock(role_mu_);
     refusal_ = st.message();

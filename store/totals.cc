@@ -31,7 +31,7 @@ Status ColdStore::Commit(const WriteBatch& batch, bool sync) {
     if (op.space == Space::kManifests) keys.insert(op.key);
   }
   if (keys.empty() && !batch.totals_in_doubt) {
-    Status st = backend_->Commit(batch, sync);
+    Status st = Write(batch, sync);
     commits_.fetch_add(1, std::memory_order_acq_rel);  // after the write, even a failed one
     return st;
   }
@@ -72,7 +72,7 @@ Status ColdStore::Commit(const WriteBatch& batch, bool sync) {
     }
     if (!ok) delta.reset();
   }
-  Status st = backend_->Commit(batch, sync);
+  Status st = Write(batch, sync);
   commits_.fetch_add(1, std::memory_order_acq_rel);
   manifest_commits_++;
   if (!st.ok() || !delta) {

@@ -609,6 +609,31 @@ TEST_F(Mounted, StoreFolderIsInvisibleAndStateXattrIsEverywhere) {
   EXPECT_EQ(std::string(names, n).find("user.tbfs."), std::string::npos);
 }
 
+// Names tbfs gives its own files for a moment (.NAME.tbfs-tmp-ID,
+// .NAME.tbfs-mig-ID) are never shown, so none is made through the mount:
+// EPERM, the same every time (red team: a file made under one could not
+// be opened with O_CREAT again, ESTALE).
+TEST_F(Mounted, NoFileIsMadeUnderANameTbfsHides) {
+  Mount("--no-migrate");
+  WriteBytes(M("plain"), "x");
+  for (const std::string name : {".a.tbfs-tmp-1", ".b.tbfs-mig-7"}) {
+    const std::string p = M(name);
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      errno = 0;
+      EXPECT_LT(::open(p.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644), 0) << name;
+      EXPECT_EQ(errno, EPERM) << name << ": " << std::strerror(errno);
+    }
+    EXPECT_NE(::mkdir(p.c_str(), 0755), 0) << name;
+    EXPECT_NE(::mkfifo(p.c_str(), 0644), 0) << name;
+    EXPECT_NE(::symlink("plain", p.c_str()), 0) << name;
+    EXPECT_NE(::link(M("plain").c_str(), p.c_str()), 0) << name;
+    EXPECT_NE(::rename(M("plain").c_str(), p.c_str()), 0) << name;
+    EXPECT_EQ(errno, EPERM) << name << ": " << std::strerror(errno);
+    EXPECT_FALSE(std::filesystem::exists(L(name))) << name;
+  }
+  EXPECT_EQ(ReadBytes(M("plain")), "x");
+}
+
 // A symlink's own attributes are listed, as the backing filesystem lists
 // them, and never its target's (xfstests generic/062).
 TEST_F(Mounted, ASymlinksOwnAttributesAreListedNeverItsTargets) {

@@ -210,6 +210,33 @@ TEST_F(NoRoom, TheNextPassCommitsARefusedBatchAndADeletedFileIsNotLost) {
   }
 }
 
+// A change the store takes after it refused a batch's final commit
+// commits that batch with it: a cold file of the batch deleted through the
+// mount, then a restart before any pass, leaves no file lost and the rest
+// cold (before: the restart's recovery undid the batch and recorded the
+// deleted file LOST).
+TEST_F(NoRoom, AChangeAfterARefusedCommitCommitsTheBatchWithIt) {
+  WriteTraces(logdir_, 4, 256 << 10);
+  MountFailing("migrate.commit", "--no-migrate --cold-after 0");
+  ASSERT_NE(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")).exit_code, 0);
+  const std::string gone = traces_.begin()->first;
+  ASSERT_EQ(State(M(gone)), "cold");
+  ASSERT_EQ(::unlink(M(gone).c_str()), 0);
+  traces_.erase(gone);
+  Unmount();
+  Mount("--no-migrate --cold-after 0");
+  auto st = Status();
+  EXPECT_EQ(st["lost"]["files"].get<int>(), 0) << st.dump();
+  EXPECT_FALSE(std::filesystem::exists(M(gone)));
+  EXPECT_FALSE(std::filesystem::exists(L(gone)));
+  for (const auto& [rel, bytes] : traces_) {
+    EXPECT_EQ(State(M(rel)), "cold") << rel << ": the batch was undone";
+    EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  }
+  auto fsck = RunCommand(Tbfs("fsck " + logdir_ + " 2>&1"));
+  EXPECT_EQ(fsck.exit_code, 0) << fsck.out;
+}
+
 TEST_F(NoRoom, ARehydrationOnAFullLogdirIsENOSPC) {
   SmallFs("24m");
   logdir_ = small_ + "/logdir";

@@ -827,5 +827,39 @@ TEST(Convert, AConversionKilledBeforeOrAfterItsSwitchLosesNothing) {
   }
 }
 
+// A batch's final commit the engine refused (Defer) lands with the next
+// write the store takes, whichever it is, in the same atomic write; and
+// alone with CommitDeferred. Nothing deferred: CommitDeferred writes nothing.
+TEST_F(StoreTest, ADeferredCommitLandsWithTheNextWrite) {
+  auto journal_ids = [&] {
+    std::vector<storepb::JournalRecord> records;
+    EXPECT_TRUE(store_->ListJournal(&records).ok());
+    std::vector<uint64_t> ids;
+    for (const auto& r : records) ids.push_back(r.batch_id());
+    return ids;
+  };
+  const uint64_t commits = store_->commits();
+  ASSERT_TRUE(store_->CommitDeferred().ok());
+  EXPECT_EQ(store_->commits(), commits);
+  for (uint64_t id : {7, 8}) {
+    storepb::JournalRecord r;
+    r.set_batch_id(id);
+    ASSERT_TRUE(store_->PutJournal(r).ok());
+  }
+  // Refused, then deferred: still there until the next write.
+  WriteBatch done;
+  done.Delete(Space::kJournal, EncodeId(7));
+  store_->Defer(done);
+  EXPECT_EQ(journal_ids(), (std::vector<uint64_t>{7, 8}));
+  Ingest("run/a.pt.trace.json", "a trace");  // a commit of its own
+  EXPECT_EQ(journal_ids(), (std::vector<uint64_t>{8}));
+  // Once only: deleting 8 now and deferring it again, CommitDeferred alone.
+  WriteBatch done8;
+  done8.Delete(Space::kJournal, EncodeId(8));
+  store_->Defer(done8);
+  ASSERT_TRUE(store_->CommitDeferred().ok());
+  EXPECT_TRUE(journal_ids().empty());
+}
+
 }  // namespace
 }  // namespace tbfs::store
