@@ -155,6 +155,9 @@ struct InodeView {
   uint64_t file_id;              // kColdFile
   std::string cold_path;         // kColdDir
   ino_t shown_ino;
+  // A hot file whose handle no longer opens (gone from the backing
+  // filesystem): ESTALE has the kernel look its name up again.
+  bool stale() const { return kind == Kind::kHot && !fd->valid(); }
 };
 
 // What a lookup found: the node id, the st_ino to show, and, for an inode

@@ -167,7 +167,7 @@ int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
     case Kind::kHot:
       // A file handle whose file is gone: ESTALE has the kernel look the
       // name up again (another host may have moved the file to the store).
-      if (!v.fd->valid()) return -ESTALE;
+      if (v.stale()) return -ESTALE;
       if (::fstatat(v.fd->get(), "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return -errno;
       st->st_ino = v.shown_ino;
       return 0;
@@ -214,6 +214,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     if (int r = EnsureBackingDir(ino, &ignored); r != 0) return r;
   }
   v = inodes_.View(ino);
+  if (v.stale()) return -ESTALE;
   const int fd = v.fd->get();
   const std::string proc = ProcPath(fd);
   const int hfd = fh != nullptr ? IoFd(fh) : -1;
@@ -252,6 +253,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
 int Filesystem::ReadLink(uint64_t ino, std::string* target) {
   InodeView v = inodes_.View(ino);
   if (v.kind != Kind::kHot) return -EINVAL;
+  if (v.stale()) return -ESTALE;
   char buf[PATH_MAX + 1];
   ssize_t n = ::readlinkat(v.fd->get(), "", buf, sizeof(buf));
   if (n < 0) return -errno;

@@ -177,28 +177,17 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
   if (!batch.uncommitted.empty()) {
     stats_.last_error = "batch " + std::to_string(batch.batch_id) +
                         " not committed: " + batch.uncommitted + " (its journal record stays)";
-    if (batch.unsynced.empty()) refused_batches_.push_back(batch.batch_id);
+    if (batch.unsynced.empty()) {
+      RefusedBatch r{batch.batch_id, 0, 0, 0, batch.deferred_at};
+      for (const store::FileResult& f : batch.files) {
+        if (f.outcome != store::Outcome::kMoved) continue;
+        r.files++;
+        r.bytes += f.bytes;
+        r.stored_bytes += f.stored_bytes;
+      }
+      refused_batches_.push_back(r);
+    }
   }
-}
-
-void Migrator::CommitRefusedBatches() {
-  std::vector<uint64_t> ids;
-  {
-    MutexLock lock(mu_);
-    ids = refused_batches_;
-  }
-  if (ids.empty()) return;
-  // Deferred by the store (ColdStore::Defer): any write it took since
-  // committed them already.
-  if (Status st = store_.CommitDeferred(); !st.ok()) {
-    spdlog::warn("migrator: {} batch(es) from {} on still not committed: {}", ids.size(),
-                 ids.front(), st.message());
-    return;
-  }
-  spdlog::info("migrator: {} batch(es) from {} on committed (the store had refused them)",
-               ids.size(), ids.front());
-  MutexLock lock(mu_);
-  refused_batches_.erase(refused_batches_.begin(), refused_batches_.begin() + ids.size());
 }
 
 Status Migrator::TakeWriterRole() {
@@ -398,8 +387,9 @@ Status Migrator::NoteMoved(const store::MigrateResult& result, bool over_budget,
   if (result.uncommitted_batches > 0) {
     return Status::FromErrno(EIO, "migrate",
                              stats_.last_error +
-                                 " (the next pass commits it again; a restart before that undoes "
-                                 "the batch)");
+                                 " (committed with the store's next write: the next pass, or a "
+                                 "change through the mount; a restart before that undoes the "
+                                 "batch)");
   }
   return Status::OK();
 }
@@ -490,11 +480,6 @@ std::vector<store::GrowthSample> Migrator::growth() {
   std::vector<store::GrowthSample> out = series_;
   if (latest_ && (out.empty() || out.back().unix_s < latest_->unix_s)) out.push_back(*latest_);
   return out;
-}
-
-MigratorStats Migrator::stats() {
-  MutexLock lock(mu_);
-  return stats_;
 }
 
 }  // namespace tbfs::fs

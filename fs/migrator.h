@@ -163,6 +163,9 @@ class Migrator {
   // verified or rolled back), so once the store takes the write, its files
   // stay as they are and nothing is left for a restart's recovery to undo.
   void CommitRefusedBatches() TBFS_REQUIRES(pass_mu_);
+  // Refused batches the store has committed since, with a later write
+  // (ColdStore::Defer): their files counted as moved, their error gone.
+  void NoteRefusedLanded() TBFS_REQUIRES(mu_);
   // The runs the last pass left hot (stats, and the log when they change).
   void NoteBlockedRuns(std::vector<store::BlockedRun> runs) TBFS_REQUIRES(pass_mu_);
 
@@ -202,8 +205,12 @@ class Migrator {
       "hot files left in place: another owner's cold file is at their name in a sticky folder "
       "(both kept)"};
   std::vector<std::string> pass_conflicts_ TBFS_GUARDED_BY(mu_);  // this pass's, so far
-  // Batches whose end the store refused (store::BatchResult::uncommitted).
-  std::vector<uint64_t> refused_batches_ TBFS_GUARDED_BY(mu_);
+  // Batches whose end the store refused (store::BatchResult::uncommitted):
+  // what they moved, and the store's deferred_landed() as they were deferred.
+  struct RefusedBatch {
+    uint64_t id, files, bytes, stored_bytes, landed;
+  };
+  std::vector<RefusedBatch> refused_batches_ TBFS_GUARDED_BY(mu_);
   RepeatedWarning blocked_log_ TBFS_GUARDED_BY(pass_mu_){
       "runs whose traces stay hot: a tfevents file of theirs cannot be read"};
 };

@@ -1,6 +1,6 @@
 // The migrator's holds: runs whose check failed after their batch moved,
-// their owners' traces, and the runs a damaged tfevents file keeps hot
-// (fs/migrator.h).
+// their owners' traces, and the runs a damaged tfevents file keeps hot;
+// and the batches whose end the store refused (fs/migrator.h).
 #include "fmt/format.h"
 #include "fs/migrator.h"
 #include "spdlog/spdlog.h"
@@ -65,6 +65,45 @@ void Migrator::NoteBlockedRuns(std::vector<store::BlockedRun> runs) {
   blocked_log_.Log(lines);
   MutexLock lock(mu_);
   stats_.blocked_runs = std::move(runs);
+}
+
+void Migrator::CommitRefusedBatches() {
+  {
+    MutexLock lock(mu_);
+    if (refused_batches_.empty()) return;
+  }
+  // Deferred by the store (ColdStore::Defer): any write it took since
+  // committed them already.
+  Status st = store_.CommitDeferred();
+  MutexLock lock(mu_);
+  if (!st.ok()) {
+    spdlog::warn("migrator: batch {} and later still not committed: {}",
+                 refused_batches_.front().id, st.message());
+  }
+  NoteRefusedLanded();
+}
+
+void Migrator::NoteRefusedLanded() {
+  const uint64_t landed = store_.deferred_landed();
+  for (auto it = refused_batches_.begin(); it != refused_batches_.end();) {
+    if (landed == it->landed) {
+      ++it;
+      continue;
+    }
+    spdlog::info("migrator: batch {} committed (the store had refused it)", it->id);
+    stats_.files_moved += it->files;
+    stats_.bytes_moved += it->bytes;
+    stats_.stored_bytes += it->stored_bytes;
+    const std::string said = "batch " + std::to_string(it->id) + " not committed: ";
+    if (stats_.last_error.find(said) != std::string::npos) stats_.last_error.clear();
+    it = refused_batches_.erase(it);
+  }
+}
+
+MigratorStats Migrator::stats() {
+  MutexLock lock(mu_);
+  NoteRefusedLanded();
+  return stats_;
 }
 
 }  // namespace tbfs::fs

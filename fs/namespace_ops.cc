@@ -171,6 +171,7 @@ int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* 
   }
   InodeView v = inodes_.View(ino);
   if (v.kind != Kind::kHot) return -EPERM;
+  if (v.stale()) return -ESTALE;
   std::shared_ptr<UniqueFd> pfd;
   if (int r = EnsureBackingDir(parent, &pfd); r != 0) return r;
   TBFS_REFUSE_IF_COLD(parent, name);

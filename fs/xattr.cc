@@ -14,6 +14,7 @@ namespace tbfs::fs {
 
 int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
   InodeView v = inodes_.View(ino);
+  if (v.stale()) return -ESTALE;  // never /proc/self/fd/-1
   if (std::strcmp(name, kStateXattr) == 0) {
     if (v.kind == Kind::kColdFile) {
       *value = "cold";
@@ -62,6 +63,7 @@ int Filesystem::GetXattr(uint64_t ino, const char* name, std::string* value) {
 // names are listed to root only (`trusted`).
 int Filesystem::ListXattr(uint64_t ino, bool trusted, std::string* names) {
   InodeView v = inodes_.View(ino);
+  if (v.stale()) return -ESTALE;
   names->clear();
   auto shown = [&](std::string_view name) { return trusted || !name.starts_with("trusted."); };
   if (v.kind == Kind::kColdFile) {
@@ -113,6 +115,7 @@ int Filesystem::SetXattr(uint64_t ino, const char* name, const char* value, size
     return SetColdXattr(ino, v, name, &bytes, flags);
   }
   if (v.kind != Kind::kHot) return -ENOTSUP;
+  if (v.stale()) return -ESTALE;
   if (::setxattr(ProcPath(v.fd->get()).c_str(), name, value, size, flags) != 0) return -errno;
   return 0;
 }
@@ -122,6 +125,7 @@ int Filesystem::RemoveXattr(uint64_t ino, const char* name) {
   InodeView v = inodes_.View(ino);
   if (v.kind == Kind::kColdFile) return SetColdXattr(ino, v, name, nullptr, 0);
   if (v.kind != Kind::kHot) return -ENODATA;
+  if (v.stale()) return -ESTALE;
   if (::removexattr(ProcPath(v.fd->get()).c_str(), name) != 0) return -errno;
   return 0;
 }

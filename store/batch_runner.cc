@@ -290,7 +290,7 @@ void BatchRunner::CommitBatch(size_t files_checked, BatchResult* result) {
     spdlog::error("migrate: commit batch {}: {}; its journal record stays", result->batch_id,
                   st.message());
     // Done but for its record: the next write the store takes commits it.
-    if (result->unsynced.empty()) store_.Defer(commit);
+    if (result->unsynced.empty()) result->deferred_at = store_.Defer(commit);
   }
 }
 

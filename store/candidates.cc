@@ -49,8 +49,8 @@ Status ForEachCandidate(const std::string& logdir, const CandidateOptions& optio
     // More attributes than a manifest keeps: it would only be given up in a
     // batch, pass after pass.
     if (const size_t bytes = XattrBytesAt(e.dir_fd, e.name); bytes > kMaxXattrBytes) {
-      return skip(fmt::format("{} ({} bytes; a cold file keeps 64 KiB at most)", kXattrsReason,
-                              bytes));
+      return skip(
+          fmt::format("{} ({} bytes; a cold file keeps 64 KiB at most)", kXattrsReason, bytes));
     }
     on_candidate({e.rel, cls, static_cast<uint64_t>(e.st.st_size), e.st.st_uid});
   });

@@ -204,7 +204,7 @@ Status ColdStore::DeleteJournal(uint64_t batch_id) {
   return Write(batch, true);
 }
 
-void ColdStore::Defer(const WriteBatch& batch) {
+uint64_t ColdStore::Defer(const WriteBatch& batch) {
   MutexLock lock(deferred_mu_);
   for (const WriteBatch::Op& op : batch.ops()) {
     if (op.is_delete) {
@@ -214,6 +214,7 @@ void ColdStore::Defer(const WriteBatch& batch) {
     }
   }
   has_deferred_.store(!deferred_.empty(), std::memory_order_release);
+  return deferred_landed_.load();
 }
 
 Status ColdStore::CommitDeferred() {
@@ -239,6 +240,7 @@ Status ColdStore::Write(const WriteBatch& batch, bool sync) {
   if (st.ok()) {
     deferred_.Clear();
     has_deferred_.store(false, std::memory_order_release);
+    deferred_landed_.fetch_add(1);
   }
   return st;
 }

@@ -313,9 +313,12 @@ class ColdStore {
   // DeleteJournal). Nothing then lands in the store on top of a batch that
   // a restart's recovery would undo (a cold file of it deleted meanwhile
   // would be called lost). Kept in memory only: a restart undoes the batch.
-  void Defer(const WriteBatch& batch);
+  // Returns deferred_landed() as it was then.
+  uint64_t Defer(const WriteBatch& batch);
   // Writes what was deferred, alone; OK when nothing is.
   Status CommitDeferred();
+  // Deferred writes that have landed so far (grows by one each time).
+  uint64_t deferred_landed() const { return deferred_landed_.load(); }
 
   // --- losses (store/lost.cc): files recovery found neither in the logdir
   // nor in the store. Recorded, never turned into a success; reported by
@@ -432,6 +435,7 @@ class ColdStore {
   Mutex deferred_mu_;
   WriteBatch deferred_ TBFS_GUARDED_BY(deferred_mu_);
   std::atomic<bool> has_deferred_{false};
+  std::atomic<uint64_t> deferred_landed_{0};
   mutable Mutex role_mu_;  // the writer's role of a shared store
   // Held while open (OpenOptions::logdir) or, shared, while the writer.
   UniqueFd logdir_lock_ TBFS_GUARDED_BY(role_mu_);

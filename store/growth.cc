@@ -214,8 +214,8 @@ std::optional<GrowthSummary> SummarizeGrowth(const std::vector<GrowthSample>& se
       g.recent_filesystem_rate = (used(g.last) - used(before)) / g.recent_span_s;
     }
   }
-  const bool filling_now = !g.recent_filesystem_rate || *g.recent_filesystem_rate > 0 ||
-                           *g.recent_logdir_rate > 0;
+  const bool filling_now =
+      !g.recent_filesystem_rate || *g.recent_filesystem_rate > 0 || *g.recent_logdir_rate > 0;
   if (g.filesystem_rate && *g.filesystem_rate > 0 && filling_now) {
     g.full_in_s = static_cast<double>(g.last.fs_free) / *g.filesystem_rate;
   }

@@ -9,10 +9,8 @@ namespace tbfs::store {
 Status ColdStore::RecordLost(const LostFile& f) {
   WriteBatch batch;
   batch.Put(Space::kMeta, kLostPrefix + EncodeId(f.file_id),
-            nlohmann::json{{"path", f.path},
-                           {"batch", f.batch_id},
-                           {"found_ns", f.found_ns},
-                           {"why", f.why}}
+            nlohmann::json{
+                {"path", f.path}, {"batch", f.batch_id}, {"found_ns", f.found_ns}, {"why", f.why}}
                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   return Commit(batch, true);
 }

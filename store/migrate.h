@@ -195,8 +195,11 @@ struct BatchResult {
   std::string unsynced;
   // The commit of the batch's record failed (the engine refused the write):
   // the record stays, and the next writer's recovery puts the batch's files
-  // back in place. No batch follows it. Empty when it committed.
+  // back in place. No batch follows it. Empty when it committed. The
+  // commit is deferred (ColdStore::Defer): it lands with the store's next
+  // write, once deferred_landed() has passed `deferred_at`.
   std::string uncommitted;
+  uint64_t deferred_at = 0;
   // The engine's flushes before the unlinks (I2): how many, and the time
   // they took.
   uint64_t flushes = 0;

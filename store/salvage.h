@@ -42,7 +42,7 @@ struct SalvageOptions {
   // Empty: a check only (fsck of a store that does not open): every file is
   // read and verified, nothing is written.
   std::string to;
-  bool keep_owner = true;                     // chown to the manifest's owner (as root)
+  bool keep_owner = true;  // chown to the manifest's owner (as root)
   // The logdir, when known: a file an unfinished migration's journal names
   // that is there (under its name, or aside) is not lost.
   std::string logdir;

@@ -46,8 +46,7 @@ Status CheckStoreFolder(const std::string& dir) {
   bool empty = true, engine = false;
   while (struct dirent* de = ::readdir(d)) {
     std::string_view n = de->d_name;
-    if (n != "." && n != ".." && n != kLogdirLockName && n != kGrowthFileName &&
-        n != kCreatingName)
+    if (n != "." && n != ".." && n != kLogdirLockName && n != kGrowthFileName && n != kCreatingName)
       empty = false;
     engine = engine || n.starts_with("MANIFEST-") || n.ends_with(".sst") || n.ends_with(".blob");
   }
@@ -104,8 +103,8 @@ Status UndoCutShortCreation(const std::string& dir) {
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
     if (::fcntl(lock.get(), F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) {
-      return Status::Busy(fmt::format("{} is being created by another tbfs process (pid {})", dir,
-                                      fl.l_pid));
+      return Status::Busy(
+          fmt::format("{} is being created by another tbfs process (pid {})", dir, fl.l_pid));
     }
   }
   DIR* d = ::opendir(dir.c_str());

@@ -28,13 +28,14 @@ Status ColdStore::ConvertToTree(const storepb::StoreInfo& current) {
   //    A folder link's copy goes too, if it is one still (an older tbfs may
   //    since have given its id to a file, whose manifest copy stays).
   std::vector<uint64_t> former;
-  TBFS_RETURN_IF_ERROR(
-      backend_->Scan(Space::kNamespace, kTreeKeyPrefix, [&](std::string_view key, std::string_view) {
-        batch.Delete(Space::kNamespace, key);
-        uint64_t id = 0;
-        if (key.size() == 9 && DecodeId(key.substr(1), &id)) former.push_back(id);
-        return true;
-      }));
+  TBFS_RETURN_IF_ERROR(backend_->Scan(Space::kNamespace, kTreeKeyPrefix,
+                                      [&](std::string_view key, std::string_view) {
+                                        batch.Delete(Space::kNamespace, key);
+                                        uint64_t id = 0;
+                                        if (key.size() == 9 && DecodeId(key.substr(1), &id))
+                                          former.push_back(id);
+                                        return true;
+                                      }));
   for (const uint64_t id : former) {
     std::string value, link;
     Status st = backend_->Get(Space::kChunks, ChunkKey(id, kManifestCopyIndex), &value);
@@ -148,6 +149,5 @@ Status ColdStore::DropPathKeys() {
   TBFS_RETURN_IF_ERROR(inner);
   return batch.empty() ? Status::OK() : backend_->Commit(batch, true);
 }
-
 
 }  // namespace tbfs::store

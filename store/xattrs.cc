@@ -12,8 +12,8 @@ namespace tbfs::store {
 namespace {
 
 constexpr uint32_t kAclVersion = 2;
-constexpr uint16_t kUserObj = 0x01, kUser = 0x02, kGroupObj = 0x04, kGroup = 0x08,
-                   kMask = 0x10, kOther = 0x20;
+constexpr uint16_t kUserObj = 0x01, kUser = 0x02, kGroupObj = 0x04, kGroup = 0x08, kMask = 0x10,
+                   kOther = 0x20;
 constexpr size_t kAclHeader = 4, kAclEntry = 8;
 
 uint16_t Le16(const char* p) {
@@ -108,8 +108,8 @@ Status ReadXattrs(int fd, const std::string& path, storepb::Manifest* m) {
     if (name.empty()) continue;
     std::string value(256, '\0');
     ssize_t v;
-    while ((v = ::fgetxattr(fd, name.c_str(), value.data(), value.size())) < 0 &&
-           errno == ERANGE && value.size() <= kMaxXattrBytes) {
+    while ((v = ::fgetxattr(fd, name.c_str(), value.data(), value.size())) < 0 && errno == ERANGE &&
+           value.size() <= kMaxXattrBytes) {
       value.resize(value.size() * 4);
     }
     if (v < 0 && errno == ENODATA) continue;  // removed since the list

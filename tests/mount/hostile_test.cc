@@ -527,6 +527,39 @@ TEST_F(HostileUser, AFileThatAppearsAsTheUserCreatesItIsOpenedOnlyAsTheUserMay) 
   }
 }
 
+// A file removed beside the mount while the kernel still holds its entry:
+// the user's open(O_CREAT) makes it again, as on any filesystem (red team:
+// ENOENT for 8 s, the kernel's question for the ACL answered from
+// /proc/self/fd/-1; root, who skips that check, got the file).
+TEST_F(HostileUser, AFileRemovedBesideTheMountIsMadeAgainByTheUsersCreate) {
+  Mount("--no-migrate -o allow_other");
+  const std::string rel = "u/made-again";
+  WriteBytes(L(rel), "old");
+  ASSERT_EQ(::chmod(L(rel).c_str(), 0666), 0);
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) WriteBytes(L(rel), "old");
+    EXPECT_EQ(AsUser([&] {
+                struct stat st;
+                return ::stat(M(rel).c_str(), &st) == 0 ? 0 : 1;
+              }),
+              0);
+    ASSERT_EQ(::unlink(L(rel).c_str()), 0);
+    const int made = AsUser([&] {
+      const int fd = ::open(M(rel).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+      if (fd < 0) return errno == ENOENT ? 1 : 2;
+      const bool wrote = ::write(fd, "new", 3) == 3;
+      ::close(fd);
+      return wrote ? 0 : 3;
+    });
+    EXPECT_EQ(made, 0) << "round " << round << ": 1 is ENOENT";
+    EXPECT_EQ(ReadBytes(L(rel)), "new");
+    struct stat st;
+    ASSERT_EQ(::stat(L(rel).c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, kUser);
+    ASSERT_EQ(::unlink(L(rel).c_str()), 0);
+  }
+}
+
 // POSIX ACLs hold through the mount, hot and cold, and a cold file keeps
 // its ACL and attributes (issue 21, finding 5): v's traces, root's, one
 // with an ACL entry shutting the user out of a 0644 file, one granting the

@@ -221,11 +221,16 @@ TEST_F(NoRoom, AChangeAfterARefusedCommitCommitsTheBatchWithIt) {
   ASSERT_NE(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")).exit_code, 0);
   const std::string gone = traces_.begin()->first;
   ASSERT_EQ(State(M(gone)), "cold");
+  EXPECT_EQ(Status()["migrations"]["files_moved"].get<int>(), 0) << "an uncommitted batch counted";
   ASSERT_EQ(::unlink(M(gone).c_str()), 0);
   traces_.erase(gone);
+  // Said at once: the batch is committed, its files moved.
+  auto st = Status();
+  EXPECT_EQ(st["migrations"]["last_error"].get<std::string>(), "") << st.dump();
+  EXPECT_EQ(st["migrations"]["files_moved"].get<size_t>(), traces_.size() + 1) << st.dump();
   Unmount();
   Mount("--no-migrate --cold-after 0");
-  auto st = Status();
+  st = Status();
   EXPECT_EQ(st["lost"]["files"].get<int>(), 0) << st.dump();
   EXPECT_FALSE(std::filesystem::exists(M(gone)));
   EXPECT_FALSE(std::filesystem::exists(L(gone)));
