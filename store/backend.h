@@ -43,6 +43,16 @@ class WriteBatch {
     ops_.push_back({space, std::string(key), std::string(), true});
     bytes_ += key.size();
   }
+  // other's operations, after these.
+  void Append(const WriteBatch& other) {
+    for (const Op& op : other.ops_) {
+      if (op.is_delete) {
+        Delete(op.space, op.key);
+      } else {
+        Put(op.space, op.key, op.value);
+      }
+    }
+  }
   size_t bytes() const { return bytes_; }
   bool empty() const { return ops_.empty(); }
   void Clear() {

@@ -206,13 +206,7 @@ Status ColdStore::DeleteJournal(uint64_t batch_id) {
 
 uint64_t ColdStore::Defer(const WriteBatch& batch) {
   MutexLock lock(deferred_mu_);
-  for (const WriteBatch::Op& op : batch.ops()) {
-    if (op.is_delete) {
-      deferred_.Delete(op.space, op.key);
-    } else {
-      deferred_.Put(op.space, op.key, op.value);
-    }
-  }
+  deferred_.Append(batch);
   has_deferred_.store(!deferred_.empty(), std::memory_order_release);
   return deferred_landed_.load();
 }
@@ -227,15 +221,8 @@ Status ColdStore::Write(const WriteBatch& batch, bool sync) {
   MutexLock lock(deferred_mu_);
   if (deferred_.empty()) return backend_->Commit(batch, sync);
   WriteBatch both;
-  for (const WriteBatch* part : {static_cast<const WriteBatch*>(&deferred_), &batch}) {
-    for (const WriteBatch::Op& op : part->ops()) {
-      if (op.is_delete) {
-        both.Delete(op.space, op.key);
-      } else {
-        both.Put(op.space, op.key, op.value);
-      }
-    }
-  }
+  both.Append(deferred_);
+  both.Append(batch);
   Status st = backend_->Commit(both, true);  // the deferred commit was synced
   if (st.ok()) {
     deferred_.Clear();

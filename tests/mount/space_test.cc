@@ -38,6 +38,35 @@ class NoRoom : public MountTest {
     Unmount();
     if (!small_.empty()) ::umount2(small_.c_str(), MNT_DETACH);
   }
+  // Four traces moved by a pass whose final commit the store refuses
+  // (failpoint migrate.commit), then one of them deleted through the
+  // mount: its path.
+  std::string RefuseABatchThenDeleteAFileOfIt() {
+    WriteTraces(logdir_, 4, 256 << 10);
+    MountFailing("migrate.commit", "--no-migrate --cold-after 0");
+    EXPECT_NE(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")).exit_code, 0);
+    const std::string gone = traces_.begin()->first;
+    EXPECT_EQ(State(M(gone)), "cold");
+    EXPECT_EQ(Status()["migrations"]["files_moved"].get<int>(), 0)
+        << "an uncommitted batch counted";
+    EXPECT_EQ(::unlink(M(gone).c_str()), 0);
+    traces_.erase(gone);
+    return gone;
+  }
+  // After a restart: the batch stands (the rest cold, intact), `gone` is
+  // gone and not lost.
+  void ExpectTheBatchCommittedAfterARestart(const std::string& gone) {
+    Unmount();
+    Mount("--no-migrate --cold-after 0");
+    auto st = Status();
+    EXPECT_EQ(st["lost"]["files"].get<int>(), 0) << st.dump();
+    EXPECT_FALSE(std::filesystem::exists(M(gone)));
+    EXPECT_FALSE(std::filesystem::exists(L(gone)));
+    for (const auto& [rel, bytes] : traces_) {
+      EXPECT_EQ(State(M(rel)), "cold") << rel << ": the batch was undone";
+      EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+    }
+  }
   // Incompressible traces, so that they fill a store.
   void WriteTraces(const std::string& logdir, int count, size_t bytes) {
     WriteBytes(logdir + "/r/events.out.tfevents.1.host", "");
@@ -188,26 +217,11 @@ TEST_F(NoRoom, ACommitTheStoreRefusesFailsThePassAndTheNextStartRecovers) {
 // file deleted through the mount meanwhile is not called lost at the next
 // start (red team: recovery recorded it LOST, fsck exited 1).
 TEST_F(NoRoom, TheNextPassCommitsARefusedBatchAndADeletedFileIsNotLost) {
-  WriteTraces(logdir_, 4, 256 << 10);
-  MountFailing("migrate.commit", "--no-migrate --cold-after 0");
-  ASSERT_NE(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")).exit_code, 0);
-  const std::string gone = traces_.begin()->first;
-  ASSERT_EQ(State(M(gone)), "cold");
-  ASSERT_EQ(::unlink(M(gone).c_str()), 0);
-  traces_.erase(gone);
+  const std::string gone = RefuseABatchThenDeleteAFileOfIt();
   auto r = RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1"));
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(Status()["migrations"]["last_error"].get<std::string>(), "");
-  Unmount();
-  Mount("--no-migrate --cold-after 0");
-  auto st = Status();
-  EXPECT_EQ(st["lost"]["files"].get<int>(), 0) << st.dump();
-  EXPECT_FALSE(std::filesystem::exists(M(gone)));
-  EXPECT_FALSE(std::filesystem::exists(L(gone)));
-  for (const auto& [rel, bytes] : traces_) {
-    EXPECT_EQ(State(M(rel)), "cold") << rel << ": the batch was undone";
-    EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
-  }
+  ExpectTheBatchCommittedAfterARestart(gone);
 }
 
 // A change the store takes after it refused a batch's final commit
@@ -216,28 +230,12 @@ TEST_F(NoRoom, TheNextPassCommitsARefusedBatchAndADeletedFileIsNotLost) {
 // cold (before: the restart's recovery undid the batch and recorded the
 // deleted file LOST).
 TEST_F(NoRoom, AChangeAfterARefusedCommitCommitsTheBatchWithIt) {
-  WriteTraces(logdir_, 4, 256 << 10);
-  MountFailing("migrate.commit", "--no-migrate --cold-after 0");
-  ASSERT_NE(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")).exit_code, 0);
-  const std::string gone = traces_.begin()->first;
-  ASSERT_EQ(State(M(gone)), "cold");
-  EXPECT_EQ(Status()["migrations"]["files_moved"].get<int>(), 0) << "an uncommitted batch counted";
-  ASSERT_EQ(::unlink(M(gone).c_str()), 0);
-  traces_.erase(gone);
+  const std::string gone = RefuseABatchThenDeleteAFileOfIt();
   // Said at once: the batch is committed, its files moved.
   auto st = Status();
   EXPECT_EQ(st["migrations"]["last_error"].get<std::string>(), "") << st.dump();
   EXPECT_EQ(st["migrations"]["files_moved"].get<size_t>(), traces_.size() + 1) << st.dump();
-  Unmount();
-  Mount("--no-migrate --cold-after 0");
-  st = Status();
-  EXPECT_EQ(st["lost"]["files"].get<int>(), 0) << st.dump();
-  EXPECT_FALSE(std::filesystem::exists(M(gone)));
-  EXPECT_FALSE(std::filesystem::exists(L(gone)));
-  for (const auto& [rel, bytes] : traces_) {
-    EXPECT_EQ(State(M(rel)), "cold") << rel << ": the batch was undone";
-    EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
-  }
+  ExpectTheBatchCommittedAfterARestart(gone);
   auto fsck = RunCommand(Tbfs("fsck " + logdir_ + " 2>&1"));
   EXPECT_EQ(fsck.exit_code, 0) << fsck.out;
 }
