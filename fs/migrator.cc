@@ -1,12 +1,12 @@
 #include "fs/migrator.h"
 
 #include <fcntl.h>
-#include <malloc.h>
 
 #include <chrono>
 #include <set>
 
 #include "base/failpoint.h"
+#include "base/heap.h"
 #include "base/log.h"
 #include "base/text.h"
 #include "base/time_util.h"
@@ -93,11 +93,9 @@ void Migrator::Loop() {
     if (read_only) continue;
     Status st = config_.background ? Pass() : KeepWriterRole();
     if (!st.ok() && !stop_flag_) spdlog::error("migrator: {}", st.message());
-    // A pass (and the cold reads since the last) leave freed blocks in
-    // the middle of the heap's arenas, which glibc keeps mapped: half the
-    // daemon's RSS in a 10-minute soak was such free memory (malloc_info).
-    // Hand their pages back; what is reused faults in once per interval.
-    ::malloc_trim(0);
+    // A pass (and the cold reads since the last) leave freed blocks
+    // behind: hand their pages back (base/heap.h).
+    ReleaseFreeHeap();
   }
 }
 

@@ -2,7 +2,6 @@
 // its limits and allocator, its log, the kernel's readahead for its mount
 // (fs/mount_internal.h).
 #include <fcntl.h>
-#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include <cstring>
 
 #include "base/fs_util.h"
+#include "base/heap.h"
 #include "base/log.h"
 #include "fmt/format.h"
 #include "fs/mount_internal.h"
@@ -89,14 +89,7 @@ int Fail(Verdict& verdict, const std::string& msg) {
 
 void TuneProcess() {
   RaiseFdLimit();
-  // Blocks of up to 4 MiB (chunk values, migration buffers) come and go
-  // all the time: keep them in the heap rather than mmap'ing (and
-  // page-faulting) each one afresh, in few arenas so that freed blocks are
-  // reused instead of piling up per thread. (Decompressed chunks have an
-  // allocator of their own, fs/chunk_buffers.h.)
-  ::mallopt(M_ARENA_MAX, 2);
-  ::mallopt(M_MMAP_THRESHOLD, 4 << 20);
-  ::mallopt(M_TRIM_THRESHOLD, 16 << 20);
+  TuneHeap();  // glibc's; jemalloc is set by the tbfs command (tools/cli/main.cc)
 }
 
 void StartMountLog(bool foreground, const std::string& state_dir) {

@@ -1,16 +1,11 @@
 // A mount's status (tbfs status --json) and its control socket's requests.
-#include <malloc.h>
 #include <sys/statvfs.h>
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-// The sanitizers' runtimes export these (their allocator's statistics).
-extern "C" size_t __sanitizer_get_current_allocated_bytes();
-extern "C" size_t __sanitizer_get_free_bytes();
-#endif
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/fs_util.h"
+#include "base/heap.h"
 #include "fmt/format.h"
 #include "fs/mount_internal.h"
 #include "spdlog/spdlog.h"
@@ -52,36 +47,27 @@ uint64_t SelfStatusBytes(std::string_view field) {
   return 0;
 }
 
-// The heap in use and free but still mapped. A sanitizer's allocator
-// replaces glibc's (whose mallinfo2 then says 0): it is asked instead.
-std::pair<uint64_t, uint64_t> HeapBytes() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return {__sanitizer_get_current_allocated_bytes(), __sanitizer_get_free_bytes()};
-#else
-  const struct mallinfo2 heap = ::mallinfo2();
-  return {heap.uordblks + heap.hblkhd, heap.fordblks};
-#endif
-}
-
 // Where the daemon's memory is: its resident set, the heap (in use, and
-// free but still mapped, which malloc_trim hands back after every pass),
-// and what holds memory on purpose, each beside its bound.
+// free but still resident or mapped: base/heap.h), and what holds memory
+// on purpose, each beside its bound.
 nlohmann::json MemoryJson(store::ColdStore& store, const Filesystem::Stats& k,
                           uint64_t cache_capacity) {
-  const auto [heap_in_use, heap_free] = HeapBytes();
+  const HeapStats heap = GetHeapStats();
   const store::Backend::Memory e = store.EngineMemory();
-  return {{"rss_bytes", SelfStatusBytes("VmRSS")},
-          {"peak_rss_bytes", SelfStatusBytes("VmHWM")},
-          {"heap", {{"in_use_bytes", heap_in_use}, {"free_bytes", heap_free}}},
-          {"chunk_cache",
-           {{"bytes", k.cache.bytes},
-            {"capacity_bytes", cache_capacity},
-            {"buffers_mapped_bytes", k.cache.buffers.mapped_bytes}}},
-          {"engine",
-           {{"memtables_bytes", e.memtables},
-            {"table_readers_bytes", e.table_readers},
-            {"block_cache_bytes", e.block_cache},
-            {"block_cache_capacity_bytes", e.block_cache_capacity}}}};
+  return {
+      {"rss_bytes", SelfStatusBytes("VmRSS")},
+      {"peak_rss_bytes", SelfStatusBytes("VmHWM")},
+      {"heap",
+       {{"allocator", HeapAllocator()}, {"in_use_bytes", heap.in_use}, {"free_bytes", heap.free}}},
+      {"chunk_cache",
+       {{"bytes", k.cache.bytes},
+        {"capacity_bytes", cache_capacity},
+        {"buffers_mapped_bytes", k.cache.buffers.mapped_bytes}}},
+      {"engine",
+       {{"memtables_bytes", e.memtables},
+        {"table_readers_bytes", e.table_readers},
+        {"block_cache_bytes", e.block_cache},
+        {"block_cache_capacity_bytes", e.block_cache_capacity}}}};
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ hooks=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/bin/tbfs | strings |
         grep -E 'TBFS_FAIL|TBFS_PAUSE|migrate\.(unlinked|copied|verify)|failpoint' | head -3 || true)
 [[ -z $hooks ]] || fail "the packaged tbfs holds test hooks: $hooks"
 depends=$(dpkg-deb -f "$deb" Depends)
-for d in fuse3 libfuse3-3 libzstd1 libprotobuf libsystemd0; do
+for d in fuse3 libfuse3-3 libzstd1 libprotobuf libsystemd0 libjemalloc2; do
   grep -q "$d" <<<"$depends" || fail "$deb does not depend on $d: $depends"
 done
 

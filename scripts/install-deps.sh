@@ -18,6 +18,7 @@ packages=(
   libmount-dev libsystemd-dev
   prometheus
   libabsl-dev
+  libjemalloc-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -185,7 +185,7 @@ class ColdStore {
   // of before the runs were kept).
   bool RunsOfMark(uint64_t file_id, std::string_view mark, std::vector<ChunkRun>* runs);
   // Deletes a retired file's chunks and its mark (reads the mark: the runs
-  // of chunks with values).
+  // of chunks with values). A mark already gone adds nothing.
   Status DropRetired(WriteBatch* batch, uint64_t file_id);
   // The retired file ids, in order.
   Status ListRetired(std::vector<uint64_t>* ids);

@@ -54,7 +54,9 @@ Status ColdStore::Retire(WriteBatch* batch, const storepb::Manifest& m) {
 
 Status ColdStore::DropRetired(WriteBatch* batch, uint64_t file_id) {
   std::string mark;
-  TBFS_RETURN_IF_ERROR(backend_->Get(Space::kMeta, RetiredKey(file_id), &mark));
+  Status read = backend_->Get(Space::kMeta, RetiredKey(file_id), &mark);
+  if (read.IsNotFound()) return Status::OK();  // dropped already (another reaper)
+  TBFS_RETURN_IF_ERROR(read);
   batch->Delete(Space::kMeta, RetiredKey(file_id));
   // A mark that names a file the store still holds is not that file's: its
   // chunks stay.

@@ -31,10 +31,13 @@ constexpr uid_t kUser = 65534;
 // Starts `body` as the ordinary user in a child process. Fork it from the
 // test's main thread before any RunCommand runs beside it: the child would
 // inherit that command's pipe and hold its output open.
-pid_t StartAsUser(const std::function<int()>& body) {
+pid_t StartAsUser(const std::function<int()>& body, const std::vector<gid_t>& groups = {}) {
   pid_t child = ::fork();
   if (child == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(kUser) != 0 || ::setuid(kUser) != 0) _exit(3);
+    if (::setgroups(groups.size(), groups.data()) != 0 || ::setgid(kUser) != 0 ||
+        ::setuid(kUser) != 0) {
+      _exit(3);
+    }
     int code = 99;  // an exception must not run the rest of the tests as the user
     try {
       code = body();
@@ -486,43 +489,66 @@ TEST_F(HostileUser, AFolderSwappedInUnderANewNameIsNeverGivenAway) {
 
 // A file that appears under a name in the moment between the kernel
 // finding it missing and the daemon making it (written beside the mount)
-// is opened only as the caller may open it: root's 0600 file is not
-// truncated for the user; a 0666 one is opened (and truncated), as open(2)
-// of an existing file would. The kernel checked the folder only.
+// is opened only as the caller may open it, as open(2) of an existing
+// file would: root's 0600 file, or a 0666 one whose ACL shuts the user
+// out, is not truncated for the user; a 0666 one, or a 0660 one of a
+// group the user is in (a supplementary group), is opened and truncated.
+// The kernel checked the folder only.
 TEST_F(HostileUser, AFileThatAppearsAsTheUserCreatesItIsOpenedOnlyAsTheUserMay) {
   const std::string marker = dir_ / "pause";
   ASSERT_EQ(::setenv("TBFS_PAUSE", ("create.looked_up:" + marker).c_str(), 1), 0);
   Mount("--no-migrate -o allow_other");
   ::unsetenv("TBFS_PAUSE");
-  for (const mode_t mode : {0600, 0666}) {
-    const std::string rel = fmt::format("u/appears-{:o}", mode);
+  constexpr gid_t kGroup = 4242;
+  struct Case {
+    const char* name;
+    mode_t mode;
+    gid_t group;
+    std::string acl;  // system.posix_acl_access, or none
+    bool opens;
+  };
+  const Case cases[] = {
+      {"root-0600", 0600, 0, "", false},
+      {"everyone-0666", 0666, 0, "", true},
+      {"acl-denies", 0666, 0, AccessAcl(0666, {{kUser, 0}}, 6), false},
+      {"group-0660", 0660, kGroup, "", true},
+  };
+  for (const Case& c : cases) {
+    const std::string rel = fmt::format("u/appears-{}", c.name);
     WriteBytes(marker, "");
     std::filesystem::remove(marker + ".reached");
-    const pid_t user = StartAsUser([&] {
-      const int fd = ::open(M(rel).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        ::close(fd);
-        return 0;
-      }
-      return errno == EACCES ? 1 : 2;
-    });
+    const pid_t user = StartAsUser(
+        [&] {
+          const int fd = ::open(M(rel).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+          if (fd >= 0) {
+            ::close(fd);
+            return 0;
+          }
+          return errno == EACCES ? 1 : 2;
+        },
+        {kGroup});
     const bool paused = WaitUntil([&] { return std::filesystem::exists(marker + ".reached"); },
                                   std::chrono::milliseconds(10000));
     WriteBytes(L(rel), "root's");  // root's file, beside the mount
-    ASSERT_EQ(::chmod(L(rel).c_str(), mode), 0);
+    ASSERT_EQ(::chown(L(rel).c_str(), 0, c.group), 0);
+    ASSERT_EQ(::chmod(L(rel).c_str(), c.mode), 0);
+    if (!c.acl.empty()) {
+      ASSERT_EQ(
+          ::setxattr(L(rel).c_str(), "system.posix_acl_access", c.acl.data(), c.acl.size(), 0), 0)
+          << std::strerror(errno);
+    }
     std::filesystem::remove(marker);
     const int opened = WaitForUser(user);
     ASSERT_TRUE(paused) << "the open never reached the daemon's create";
     struct stat st;
     ASSERT_EQ(::stat(L(rel).c_str(), &st), 0);
     EXPECT_EQ(st.st_uid, 0u) << rel;
-    if (mode == 0600) {
-      EXPECT_EQ(opened, 1)
-          << "root's 0600 file was opened for the user (0: opened, 2: other error)";
-      EXPECT_EQ(ReadBytes(L(rel)), "root's") << "root's 0600 file was truncated for the user";
+    if (!c.opens) {
+      EXPECT_EQ(opened, 1) << rel << " was opened for the user (0: opened, 2: other error)";
+      EXPECT_EQ(ReadBytes(L(rel)), "root's") << rel << " was truncated for the user";
     } else {
-      EXPECT_EQ(opened, 0) << "a file the user may write was not opened";
-      EXPECT_EQ(st.st_size, 0) << "O_TRUNC left the file it opened as it was";
+      EXPECT_EQ(opened, 0) << rel << ": a file the user may write was not opened";
+      EXPECT_EQ(st.st_size, 0) << rel << ": O_TRUNC left the file it opened as it was";
     }
   }
 }

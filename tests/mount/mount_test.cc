@@ -213,6 +213,11 @@ TEST_F(Mounted, ColdTraceReadsBackExactlyFromFourThreadsAtRandomOffsets) {
   EXPECT_GT(memory["rss_bytes"].get<uint64_t>(), 0u);
   EXPECT_GE(memory["peak_rss_bytes"].get<uint64_t>(), memory["rss_bytes"].get<uint64_t>());
   EXPECT_GT(memory["heap"]["in_use_bytes"].get<uint64_t>(), 0u);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  EXPECT_EQ(memory["heap"]["allocator"], "sanitizer");
+#else
+  EXPECT_EQ(memory["heap"]["allocator"], "jemalloc");  // base/heap.h
+#endif
   EXPECT_GT(memory["chunk_cache"]["bytes"].get<uint64_t>(), 0u);
   EXPECT_LE(memory["chunk_cache"]["bytes"].get<uint64_t>(),
             memory["chunk_cache"]["capacity_bytes"].get<uint64_t>());

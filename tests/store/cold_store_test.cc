@@ -233,6 +233,22 @@ TEST_F(StoreTest, ASparseFileGoesWithADeletePerStoredChunkNotPerHole) {
   EXPECT_EQ(left, 0u);
 }
 
+// Two handles of one retired file closed at once: both reapers find it
+// retired, one drops it first. The other has nothing left to do (was
+// NotFound, an error in the mount's log).
+TEST_F(StoreTest, ARetiredFileDroppedByAnotherReaperIsNothingToDo) {
+  storepb::Manifest a = Ingest("run/a.pt.trace.json", Content(3 * kChunk, 1));
+  WriteBatch retire;
+  ASSERT_TRUE(store_->Retire(&retire, a).ok());
+  ASSERT_TRUE(store_->Commit(retire, true).ok());
+  WriteBatch first, second;
+  ASSERT_TRUE(store_->DropRetired(&first, a.file_id()).ok());
+  ASSERT_TRUE(store_->Commit(first, true).ok());
+  Status again = store_->DropRetired(&second, a.file_id());
+  EXPECT_TRUE(again.ok()) << again.ToString();
+  EXPECT_TRUE(second.empty());
+}
+
 TEST_F(StoreTest, ADamagedOrStrayRetiredMarkDeletesOnlyWhatItShould) {
   storepb::Manifest a = Ingest("run/a.pt.trace.json", Content(3 * kChunk, 1));
   storepb::Manifest b = Ingest("run/b.pt.trace.json", Content(2 * kChunk, 2));

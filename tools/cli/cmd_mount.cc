@@ -198,11 +198,14 @@ void PrintGrowth(const nlohmann::json& g) {
 void PrintMemory(const nlohmann::json& m) {
   auto b = [&](const char* a, const char* k) { return HumanBytes(m[a][k].get<uint64_t>()); };
   const nlohmann::json& e = m["engine"];
+  // A daemon from before the allocator was named says none.
+  const std::string allocator = m["heap"].value("allocator", "");
   fmt::print(
-      "memory: {} resident (peak {}); heap {} in use, {} free; chunk cache {} of {}; engine {} "
+      "memory: {} resident (peak {}); heap {} in use, {} free{}; chunk cache {} of {}; engine {} "
       "(table files {}, block cache {} of {}, memtables {})\n",
       HumanBytes(m["rss_bytes"].get<uint64_t>()), HumanBytes(m["peak_rss_bytes"].get<uint64_t>()),
-      b("heap", "in_use_bytes"), b("heap", "free_bytes"), b("chunk_cache", "bytes"),
+      b("heap", "in_use_bytes"), b("heap", "free_bytes"),
+      allocator.empty() ? "" : fmt::format(" ({})", allocator), b("chunk_cache", "bytes"),
       b("chunk_cache", "capacity_bytes"),
       HumanBytes(e["table_readers_bytes"].get<uint64_t>() + e["block_cache_bytes"].get<uint64_t>() +
                  e["memtables_bytes"].get<uint64_t>()),
