@@ -105,11 +105,18 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::DictionaryForFile(
   const size_t want =
       std::min<size_t>(chunks.size(), std::max<uint64_t>(1, kMaxTrainingBytes / chunk_bytes));
   TrainingSamples samples;
+  // Reserved whole: grown by doubling, the samples would be copied into a
+  // block of up to twice their size with the old one still held (the
+  // mount's heap peaks at a training: README, "jemalloc"). chunk_bytes is
+  // the mean: two more cover a short last chunk.
+  const size_t trained = want - (want < 4 ? 1 : want / 4);
+  samples.bytes.reserve((trained + 2) * chunk_bytes);
   std::string raw;
   for (size_t k = 0; k < want; ++k) {
     TBFS_RETURN_IF_ERROR(read(chunks[k * chunks.size() / want], &raw));
     if (k % 4 == 3 || (want < 4 && k == want - 1)) {
-      samples.held_out.push_back(raw);
+      samples.held_out.push_back(std::move(raw));
+      raw.clear();
     } else {
       samples.Add(raw);
     }
