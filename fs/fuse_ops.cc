@@ -5,8 +5,10 @@
 
 #include <cstring>
 #include <memory>
+#include <new>
 #include <vector>
 
+#include "base/failpoint.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_xattr_ops.h"
 #include "fs/setattr_bits.h"
@@ -240,6 +242,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
+  if (ShouldFail("read.throws")) throw std::bad_alloc();  // tests: the daemon's last words
   OpLatency::Timer timer(Latency(req), FuseOp::kRead);
   FileHandle* h = Fh(fi);
   const int fd = Fs(req).IoFd(h);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "base/fs_util.h"
 #include "base/heap.h"
@@ -92,7 +93,30 @@ void TuneProcess() {
   TuneHeap();  // glibc's; jemalloc is set by the tbfs command (tools/cli/main.cc)
 }
 
+// An exception nothing catches (std::bad_alloc when the address space
+// runs out, one thrown through libfuse's C frames) ends the daemon: its
+// log says why before it aborts, where it said nothing.
+[[noreturn]] void LogAndAbort() {
+  try {
+    std::string what = "no exception (std::terminate)";
+    if (std::exception_ptr e = std::current_exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        what = x.what();
+      } catch (...) {
+        what = "not a std::exception";
+      }
+    }
+    spdlog::critical("the daemon ends: uncaught exception: {}", what);
+    spdlog::shutdown();  // flushed
+  } catch (...) {        // no memory even for that: the abort says the rest
+  }
+  std::abort();
+}
+
 void StartMountLog(bool foreground, const std::string& state_dir) {
+  std::set_terminate(LogAndAbort);
   if (!foreground) {
     // Capped: what users' files make the daemon say cannot fill the disk.
     auto logger = RotatingFileLogger("tbfs-mount", JoinPath(state_dir, "tbfs-mount.log"),
