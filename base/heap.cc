@@ -16,15 +16,10 @@ extern "C" int mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp
     __attribute__((weak));
 
 namespace tbfs {
+#ifndef TBFS_SANITIZER_HEAP
 namespace {
 
-bool Jemalloc() {
-#ifdef TBFS_SANITIZER_HEAP
-  return false;
-#else
-  return mallctl != nullptr;
-#endif
-}
+bool Jemalloc() { return mallctl != nullptr; }
 
 uint64_t JemallocStat(const char* name) {
   size_t value = 0, len = sizeof(value);
@@ -32,6 +27,7 @@ uint64_t JemallocStat(const char* name) {
 }
 
 }  // namespace
+#endif
 
 std::string HeapAllocator() {
 #ifdef TBFS_SANITIZER_HEAP
