@@ -63,7 +63,7 @@ inline constexpr std::string_view kFailpointNames[] = {
     "open_regular.before",
     // fs/: the mount
     "rehydrate.placing", "migrator.took_over", "readdir.colliding_cookies", "cache.slow_chunk",
-    "retention.slow_delete", "fixowner.made", "create.looked_up", "read.throws"};
+    "retention.slow_delete", "fixowner.made", "create.looked_up", "open.throws"};
 
 constexpr bool IsFailpoint(std::string_view name) {
   for (std::string_view known : kFailpointNames) {

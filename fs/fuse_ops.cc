@@ -207,6 +207,7 @@ std::unique_ptr<Handle> TakeBack(fuse_req_t req, Handle* h) {
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  if (ShouldFail("open.throws")) throw std::bad_alloc();  // tests: the daemon's last words
   std::unique_ptr<FileHandle> fh;
   int err = Fs(req).Open(ino, fi->flags, &fh);
   if (err != 0) {
@@ -242,7 +243,6 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
-  if (ShouldFail("read.throws")) throw std::bad_alloc();  // tests: the daemon's last words
   OpLatency::Timer timer(Latency(req), FuseOp::kRead);
   FileHandle* h = Fh(fi);
   const int fd = Fs(req).IoFd(h);
