@@ -530,10 +530,18 @@ TEST_F(Listing, AListingLeftPartwayIsKeptAgainAfterAFullOne) {
     const double before = ListingsServed(port, mnt_);
     ExpectExactly(ListAll(M(run)), names, what + ": the first full listing");
     ASSERT_GT(ListingsServed(port, mnt_), before) << what << ": left nothing to complete";
-    ExpectExactly(ListAll(M(run)), names, what + ": the second");
-    const double served = ListingsServed(port, mnt_);
-    ExpectExactly(ListAll(M(run)), names, what + ": the third");
-    EXPECT_EQ(ListingsServed(port, mnt_), served) << what << ": the listing was not kept again";
+    // Kept: a listing after the one that filled the kernel's copy reaches
+    // the daemon not once. The kernel may lose its copy to the machine (a
+    // test beside this one dropping the caches: seen once in CI); a copy
+    // filled again is kept then, so three tries, one of which must keep it.
+    bool kept = false;
+    for (int attempt = 0; attempt < 3 && !kept; ++attempt) {
+      ExpectExactly(ListAll(M(run)), names, what + ": the second");
+      const double served = ListingsServed(port, mnt_);
+      ExpectExactly(ListAll(M(run)), names, what + ": the third");
+      kept = ListingsServed(port, mnt_) == served;
+    }
+    EXPECT_TRUE(kept) << what << ": the listing was not kept again";
   }
 }
 
