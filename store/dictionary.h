@@ -38,7 +38,7 @@ namespace tbfs::store {
 inline constexpr size_t kDictionaryBytes = 64 << 10;
 inline constexpr size_t kMinDictionaryBytes = 4 << 10;  // smaller: not kept
 inline constexpr uint64_t kMinTrainingBytes = 4 << 20;
-inline constexpr uint64_t kMaxTrainingBytes = 16 << 20;
+inline constexpr uint64_t kMaxTrainingBytes = 8 << 20;
 inline constexpr size_t kSampleBytes = 64 << 10;
 
 // A dictionary's zstd id is this plus its key id (store/format.h DictKey),

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <set>
 
 #include "base/time_util.h"
@@ -106,7 +107,10 @@ class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
 // RocksDB's own log, into tbfs's (warnings and errors only). RocksDB's LOG
 // file is not used: on a full disk a write to it aborts the process.
 // A reader (fsck, salvage, ls) reports damage itself, one line per problem:
-// the engine's own account of it goes to the debug level there.
+// the engine's own account of it goes to the debug level there. A merge
+// of table files cut short by the store's close ("Shutdown in progress")
+// is no problem (the next open merges again): debug too, or a command that
+// did all it should would end with a warning.
 class EngineLog final : public rocksdb::Logger {
  public:
   explicit EngineLog(spdlog::level::level_enum level)
@@ -115,7 +119,8 @@ class EngineLog final : public rocksdb::Logger {
   void Logv(const char* format, va_list ap) override {
     char line[1024];
     std::vsnprintf(line, sizeof(line), format, ap);
-    spdlog::log(level_, "store engine: {}", line);
+    const bool closing = std::strstr(line, "Shutdown in progress") != nullptr;
+    spdlog::log(closing ? spdlog::level::debug : level_, "store engine: {}", line);
   }
 
  private:
