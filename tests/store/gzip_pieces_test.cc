@@ -257,6 +257,39 @@ TEST_F(GzipContentTest, FilesZlibDoesNotMakeAgainAreStoredAsTheyAre) {
   }
 }
 
+// A gzip file is judged by its first 4 MiB of content before its recipe is
+// looked for: the search deflates all of the content again (a second for
+// 36 MB of TensorFlow trace that then stored no smaller). So a file whose
+// content starts with 4 MiB that store no smaller than their gzip bytes
+// is stored as it is, though what follows would have paid for it: whole,
+// this one's content stores in less than 90% of the file (checked below).
+TEST_F(GzipContentTest, AGzipFileIsJudgedByItsFirst4MiBOfContent) {
+  // Random hex digits: 4 bits a byte to zlib and zstd alike.
+  std::string hex;
+  std::mt19937_64 rng(5);
+  while (hex.size() < (4u << 20)) {
+    hex += fmt::format("\"{:016x}{:016x}\",\n", rng(), rng());
+  }
+  const std::string json = hex + KinetoJson(24 << 20, 0);
+  const std::string gz = PythonGzip("run/a.pt.trace.json.gz", json);
+  const storepb::Manifest m = Ingest("run/a.pt.trace.json.gz");
+  EXPECT_FALSE(IsGzipContent(m));
+  EXPECT_TRUE(SameBytes(ReadAll(m), gz));
+  // What the content would take stored whole, chunk by chunk as the store
+  // compresses it: less than 90% of the file.
+  ChunkCodec codec;
+  std::string value;
+  uint64_t stored = 0;
+  for (size_t off = 0; off < json.size(); off += kChunk) {
+    codec.Encode(std::string_view(json).substr(off, kChunk), 9, ChunkPos{}, &value);
+    stored += value.size();
+  }
+  EXPECT_LT(static_cast<double>(stored), 0.9 * static_cast<double>(gz.size()));
+  // Content that starts as it goes on is stored by it.
+  PythonGzip("run/b.pt.trace.json.gz", KinetoJson(24 << 20, 0) + hex);
+  EXPECT_TRUE(IsGzipContent(Ingest("run/b.pt.trace.json.gz")));
+}
+
 // Every gzip'd trace of the shared data, and the same JSON written by
 // Python's gzip, GNU gzip -1..-9 and pigz: each stored by content or as it
 // is, as zlib and the gain decide, and each read back bit for bit.
