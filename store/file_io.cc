@@ -257,32 +257,38 @@ bool GzipContentMaySave(int fd, const std::string& path, uint64_t size, uint32_t
     z_stream* z;
     ~End() { inflateEnd(z); }
   } end{&z};
+  // One chunk of content at a time, compressed as it fills.
   std::string in(256 << 10, '\0');
-  std::string content(kGzipProbeBytes, '\0');
-  z.next_out = reinterpret_cast<Bytef*>(content.data());
-  z.avail_out = static_cast<uInt>(content.size());
+  std::string chunk(cb, '\0');
+  ChunkCodec codec;
+  std::string value;
+  uint64_t content = 0, stored = 0;
+  auto compress = [&]() {
+    const size_t n = cb - z.avail_out;
+    codec.Encode(std::string_view(chunk.data(), n), level, ChunkPos{}, &value, dict);
+    content += n;
+    stored += value.size();
+    z.next_out = reinterpret_cast<Bytef*>(chunk.data());
+    z.avail_out = cb;
+  };
+  z.next_out = reinterpret_cast<Bytef*>(chunk.data());
+  z.avail_out = cb;
   bool stream_end = false;
-  for (uint64_t at = 0; at < size && z.avail_out > 0 && !stream_end;) {
+  for (uint64_t at = 0; at < size && content < kGzipProbeBytes && !stream_end;) {
     size_t got = 0;
     const size_t want = static_cast<size_t>(std::min<uint64_t>(in.size(), size - at));
     if (!PreadFull(fd, in.data(), want, at, &got, path).ok() || got == 0) return true;
     at += got;
     z.next_in = reinterpret_cast<Bytef*>(in.data());
     z.avail_in = static_cast<uInt>(got);
-    while (z.avail_in > 0 && z.avail_out > 0 && !stream_end) {
+    while (z.avail_in > 0 && content < kGzipProbeBytes && !stream_end) {
       const int rc = inflate(&z, Z_NO_FLUSH);
       if (rc == Z_STREAM_END) stream_end = true;
       if (rc != Z_OK && rc != Z_STREAM_END) return true;
+      if (z.avail_out == 0 || stream_end) compress();
     }
   }
-  content.resize(content.size() - z.avail_out);
-  ChunkCodec codec;
-  std::string value;
-  uint64_t stored = 0;
-  for (size_t off = 0; off < content.size(); off += cb) {
-    codec.Encode(std::string_view(content).substr(off, cb), level, ChunkPos{}, &value, dict);
-    stored += value.size();
-  }
+  if (z.avail_out < cb) compress();  // a stream cut short: the finder says so
   return static_cast<double>(stored) <= kGzipContentMustSave * static_cast<double>(z.total_in);
 }
 
