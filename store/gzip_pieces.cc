@@ -87,6 +87,7 @@ void GzipPieces::Restart() {
   remaker_ = std::make_unique<GzipRemaker>(RecipeOf(m_));
   next_chunk_ = 0;
   next_piece_ = 0;
+  finished_ = false;
   pending_.clear();
   kept_.clear();
   broken_ = Status::OK();
@@ -97,10 +98,10 @@ const std::string* GzipPieces::Kept(uint64_t index) const {
   return &kept_[kept_.size() - (next_piece_ - index)];
 }
 
-Status GzipPieces::Cut(bool last) {
+Status GzipPieces::Cut(bool last, uint64_t up_to) {
   const uint64_t cb = m_.chunk_bytes();
   size_t at = 0;
-  while (next_piece_ < m_.chunks()) {
+  while (next_piece_ < m_.chunks() && next_piece_ <= up_to) {
     const size_t len = ChunkLength(m_, next_piece_);
     if (pending_.size() - at < len && !(last && pending_.size() - at > 0)) break;
     if (pending_.size() - at < len) {
@@ -123,7 +124,8 @@ Status GzipPieces::Cut(bool last) {
     if (also_made_ != nullptr) also_made_->fetch_add(1, std::memory_order_relaxed);
   }
   pending_.erase(0, at);
-  if (last && (!pending_.empty() || next_piece_ != m_.chunks())) {
+  const bool ended = next_piece_ == m_.chunks();
+  if (last && (ended ? !pending_.empty() : next_piece_ <= up_to)) {
     return Status::Corruption(
         fmt::format("{}: made again, the file is not {} bytes long", m_.path(), m_.size()));
   }
@@ -131,6 +133,10 @@ Status GzipPieces::Cut(bool last) {
 }
 
 Status GzipPieces::MakeUpTo(uint64_t index) {
+  // What is pending first: one content chunk can make more pieces than a
+  // window keeps (1 MiB of random digits deflates to about 9 pieces), so
+  // only those up to `index` are cut, the rest wait in pending_.
+  TBFS_RETURN_IF_ERROR(Cut(finished_, index));
   while (next_piece_ <= index) {
     if (next_chunk_ < content_.chunks()) {
       Status st = read_(next_chunk_, &codec_, &raw_);
@@ -140,14 +146,13 @@ Status GzipPieces::MakeUpTo(uint64_t index) {
             fmt::format("{}: content chunk {}: {}", m_.path(), next_chunk_, st.message()));
       }
       next_chunk_++;
-      TBFS_RETURN_IF_ERROR(Cut(false));
-    } else {
+    } else if (!finished_) {
       TBFS_RETURN_IF_ERROR(remaker_->Finish(&pending_));
-      TBFS_RETURN_IF_ERROR(Cut(true));
-      if (next_piece_ <= index) {
-        return Status::Corruption(fmt::format("{}: no piece {}", m_.path(), index));
-      }
+      finished_ = true;
+    } else {
+      return Status::Corruption(fmt::format("{}: no piece {}", m_.path(), index));
     }
+    TBFS_RETURN_IF_ERROR(Cut(finished_, index));
   }
   return Status::OK();
 }

@@ -98,8 +98,9 @@ class GzipPieces {
   // Makes pieces until `index` is the newest made.
   Status MakeUpTo(uint64_t index) TBFS_REQUIRES(mu_);
   void Restart() TBFS_REQUIRES(mu_);
-  // Cuts the pieces that pending_ completes; `last`: the remaker finished.
-  Status Cut(bool last) TBFS_REQUIRES(mu_);
+  // Cuts the pieces that pending_ completes, up to piece `up_to`; `last`:
+  // the remaker finished.
+  Status Cut(bool last, uint64_t up_to) TBFS_REQUIRES(mu_);
   const std::string* Kept(uint64_t index) const TBFS_REQUIRES(mu_);
 
   const storepb::Manifest m_;
@@ -112,6 +113,7 @@ class GzipPieces {
   std::unique_ptr<GzipRemaker> remaker_ TBFS_GUARDED_BY(mu_);
   uint64_t next_chunk_ TBFS_GUARDED_BY(mu_) = 0;  // content chunk to feed next
   uint64_t next_piece_ TBFS_GUARDED_BY(mu_) = 0;  // piece to cut next
+  bool finished_ TBFS_GUARDED_BY(mu_) = false;    // the remaker has ended the file
   std::string pending_ TBFS_GUARDED_BY(mu_);      // made, not yet cut
   std::string raw_ TBFS_GUARDED_BY(mu_);
   std::deque<std::string> kept_ TBFS_GUARDED_BY(mu_);  // pieces next_piece_ - size .. - 1
