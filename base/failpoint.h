@@ -57,6 +57,8 @@ inline constexpr std::string_view kFailpointNames[] = {
     "store.convert.after_switch",
     // store/store_dictionaries.cc, store/recompress.cc, store/restore.cc
     "store.dict_records", "recompress.chunks_synced", "restore.in_place",
+    // store/recovery.cc: a file written back, its store copy not yet dropped
+    "recovery.written_back",
     // store/rados_backend.cc: either side of a batch's commit point
     "rados.before_commit_point", "rados.after_commit_point",
     // base/fs_util.cc: between a path's check and its open

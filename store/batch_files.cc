@@ -281,7 +281,7 @@ void BatchRunner::Finish(Staged s, const Status& durable, FileResult* result,
   folder_times_.After(dir);
   if (to != dir) folder_times_.After(to);
   if (back != 0) {
-    std::string beside = fmt::format("{}.tbfs-recovered-{}", target.ok() ? name : s.name, id);
+    std::string beside = RecoveredName(target.ok() ? name : s.name, id);
     where = JoinPath(ParentPath(target.ok() ? now->path() : s.manifest.path()), beside);
     if (::renameat2(dir, s.aside.c_str(), to, beside.c_str(), RENAME_NOREPLACE) != 0) {
       spdlog::error("migrate: {} stays as {}: {}", result->path, s.aside, std::strerror(errno));

@@ -46,6 +46,11 @@ std::string AsideName(std::string_view name, uint64_t file_id) {
   return fmt::format(".{}.tbfs-mig-{}", name, file_id);
 }
 
+// The name a moved file gets when it goes back and a new file took its own.
+std::string RecoveredName(std::string_view name, uint64_t file_id) {
+  return fmt::format("{}.tbfs-recovered-{}", name, file_id);
+}
+
 // Writes a moved file back. When something new took its path meanwhile, the
 // old content goes beside it, so neither is lost. *dest receives the path.
 // The observer hears of the new file before it has a name (no lookup can
@@ -64,7 +69,7 @@ Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manif
   *dest = m.path();
   Status st = MaterializeFile(store, m, logdir, *dest, mo);
   if (st.sys_errno() == EEXIST) {
-    std::string aside = fmt::format("{}.tbfs-recovered-{}", m.path(), m.file_id());
+    std::string aside = RecoveredName(m.path(), m.file_id());
     *note = fmt::format("{} was recreated meanwhile; the migrated content is back as {}",
                         JoinPath(logdir, m.path()), JoinPath(logdir, aside));
     *dest = aside;

@@ -23,6 +23,8 @@ storepb::Manifest Stub(const storepb::JournalEntry& e);
 Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire = false);
 // The name a file has while it waits aside, beside its own.
 std::string AsideName(std::string_view name, uint64_t file_id);
+// The name a moved file gets when it goes back and a new file took its own.
+std::string RecoveredName(std::string_view name, uint64_t file_id);
 // Writes a moved file back. When something new took its path meanwhile, the
 // old content goes beside it, so neither is lost. *dest receives the path.
 // The observer hears of the new file before it has a name (no lookup can

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "base/time_util.h"
 #include "fmt/format.h"
@@ -19,6 +20,20 @@ namespace tbfs::store {
 
 namespace {
 
+// A file at `name` in dir_fd that holds m's content: a write-back of ours
+// (under the file's name, or beside a new file that took it) cut short
+// before the store copy was dropped.
+bool OursAlready(int dir_fd, const std::string& name, const std::string& path,
+                 const storepb::Manifest& m) {
+  struct stat st;
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) != m.size()) {
+    return false;
+  }
+  UniqueFd fd(OpenAtOwnRead(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | kOwnRead));
+  return fd.valid() && SameContent(fd.get(), path, m);
+}
+
 Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdir, bool retire) {
   RecoveryResult result;
   std::vector<storepb::JournalRecord> records;
@@ -30,7 +45,11 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
   for (const storepb::JournalRecord& record : records) {
     result.batches++;
     const bool restoring = record.kind() == storepb::JournalRecord::RESTORE;
-    bool keep_record = false;
+    // The entries still unresolved: a record that must stay is written
+    // again with only them, so that the next recovery does not judge again
+    // a file this one settled (it may have moved since, under another id).
+    storepb::JournalRecord kept = record;
+    kept.clear_entries();
     for (const storepb::JournalEntry& e : record.entries()) {
       const std::string path = JoinPath(logdir, e.path());  // for notes
       auto manifest = store.GetManifest(e.file_id());
@@ -50,7 +69,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         if (!restoring &&
             ::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) != 0 &&
             errno == EEXIST) {
-          std::string beside = fmt::format("{}.tbfs-recovered-{}", name, e.file_id());
+          std::string beside = RecoveredName(name, e.file_id());
           if (::renameat2(dfd, aside.c_str(), dfd, beside.c_str(), RENAME_NOREPLACE) == 0) {
             result.notes.push_back(path +
                                    " was recreated meanwhile; the migrated content is back as " +
@@ -96,18 +115,15 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         }
         continue;
       }
-      if (exists && static_cast<uint64_t>(st.st_size) == manifest->size() && S_ISREG(st.st_mode)) {
-        // Possibly our own put-back, cut short before the store copy was
-        // dropped: the copy may go if the content is the same.
-        UniqueFd fd(
-            OpenAtOwnRead(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | kOwnRead));
-        bool same = fd.valid() && SameContent(fd.get(), path, *manifest);
-        if (same) {
-          TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
-          result.dropped++;
-          result.changed.push_back(e.path());
-          continue;
-        }
+      // Possibly our own write-back, cut short before the store copy was
+      // dropped: the copy may go if the content is the same.
+      if (dir.ok() &&
+          ((exists && OursAlready(dir->get(), name, path, *manifest)) ||
+           OursAlready(dir->get(), RecoveredName(name, e.file_id()), path, *manifest))) {
+        TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
+        result.dropped++;
+        result.changed.push_back(e.path());
+        continue;
       }
       std::string dest, note;
       Status put = PutBack(store, logdir, *manifest, &pool, nullptr, &dest, &note);
@@ -116,16 +132,21 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         // Its folder cannot be reached beneath the logdir (a symlink now):
         // it stays cold, visible through a mount, and is tried again later.
         result.notes.push_back(path + " stays in the store: " + put.message());
-        keep_record = true;
+        *kept.add_entries() = e;
         continue;
       }
       TBFS_RETURN_IF_ERROR(put);
+      MaybeCrash("recovery.written_back");
       if (!note.empty()) result.notes.push_back(note);
       TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
       result.restored++;
       result.changed.push_back(e.path());
     }
-    if (!keep_record) TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
+    if (kept.entries().empty()) {
+      TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
+    } else if (kept.entries_size() < record.entries_size()) {
+      TBFS_RETURN_IF_ERROR(store.PutJournal(kept));
+    }
   }
   return result;
 }

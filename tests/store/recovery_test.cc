@@ -1,0 +1,143 @@
+// Recovery (store/recovery.cc) of batches left by a crash, when a recovery
+// itself is cut short or cannot finish every file.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/failpoint.h"
+#include "store/maintenance.h"
+#include "store/migrate.h"
+#include "store/store_dir.h"
+#include "tests/store/crash_fixture.h"
+#include "tests/store/migrate_fixture.h"
+#include "tests/test_util.h"
+
+namespace tbfs::store {
+namespace {
+
+using testing::ReadBytes;
+using testing::RunCommand;
+using testing::TempDir;
+using testing::WriteBytes;
+
+// The first entry of the only journal record of the store at store_dir.
+storepb::JournalEntry FirstJournalEntry(const std::string& store_dir) {
+  OpenOptions ro;
+  ro.read_only = true;
+  auto store = ColdStore::Open(store_dir, ro);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  std::vector<storepb::JournalRecord> journal;
+  EXPECT_TRUE(store.ok() && (*store)->ListJournal(&journal).ok());
+  EXPECT_EQ(journal.size(), 1u);
+  if (journal.empty() || journal[0].entries().empty()) return {};
+  return journal[0].entries(0);
+}
+
+// A recovery killed after it wrote a file back beside a new file that had
+// taken its path, before it dropped the store copy: the next recovery
+// knows its own write-back (same bytes) and finishes. It used to try the
+// write-back again, fail (the beside name taken, by that same write-back)
+// and keep the batch's record for good, the copy in the store too.
+TEST(Recovery, AWriteBackBesideANewFileCutShortIsFinishedByTheNextRecovery) {
+  TempDir dir;
+  const std::string logdir = dir / "logdir";
+  std::map<std::string, FileState> before;
+  std::vector<events::FileDigest> baseline;
+  GenerateAndCrash(logdir, "TBFS_FAILPOINT=migrate.all_unlinked", &before, &baseline);
+  if (HasFatalFailure()) return;
+  const std::string store_dir = JoinPath(logdir, kStoreDirName);
+  const storepb::JournalEntry first = FirstJournalEntry(store_dir);
+  ASSERT_FALSE(first.path().empty());
+  const std::string path = JoinPath(logdir, first.path());
+  ASSERT_FALSE(std::filesystem::exists(path)) << "the crash left it cold";
+  WriteBytes(path, "a new file under the old name");  // the user's, meanwhile
+
+  auto cut = RunCommand(std::string("TBFS_FAILPOINT=recovery.written_back ") + TBFS_BINARY +
+                        " migrate " + logdir + " --older-than 1000d --apply 2>&1");
+  ASSERT_EQ(cut.exit_code, kFailpointExitCode) << cut.out;
+  const std::string beside = path + ".tbfs-recovered-" + std::to_string(first.file_id());
+  ASSERT_TRUE(ReadBytes(beside) == before.at(first.path()).bytes) << "written back beside";
+
+  OpenOptions o;
+  auto store = ColdStore::Open(store_dir, o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto recovered = Recover(**store, logdir);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  for (const std::string& note : recovered->notes) ADD_FAILURE() << "note: " << note;
+  EXPECT_TRUE(recovered->lost.empty());
+  std::vector<storepb::JournalRecord> journal;
+  ASSERT_TRUE((*store)->ListJournal(&journal).ok());
+  EXPECT_TRUE(journal.empty()) << "the batch's record stayed";
+  EXPECT_FALSE((*store)->Lookup(first.path()).ok()) << "its store copy stayed";
+  EXPECT_EQ(ReadBytes(path), "a new file under the old name");
+  EXPECT_TRUE(ReadBytes(beside) == before.at(first.path()).bytes);
+  for (const auto& [rel, state] : before) {
+    if (rel == first.path()) continue;
+    EXPECT_TRUE(ReadBytes(JoinPath(logdir, rel)) == state.bytes) << rel;
+  }
+  WorkPool pool(2);
+  auto fsck = Fsck(**store, &pool, nullptr);
+  ASSERT_TRUE(fsck.ok());
+  EXPECT_TRUE(fsck->clean());
+}
+
+// A record that must stay (a file whose folder became a symlink cannot go
+// back) keeps only that file: the files this recovery wrote back are not
+// judged again by the next one. They used to be: one migrated again
+// meanwhile (under a new file id, so gone from the logdir, and its old id
+// gone from the store) was then recorded as lost.
+TEST(Recovery, ARecordThatStaysForOneFileDoesNotJudgeTheOthersAgain) {
+  TempDir dir;
+  const std::string logdir = dir / "logdir";
+  std::map<std::string, FileState> before;
+  std::vector<events::FileDigest> baseline;
+  GenerateAndCrash(logdir, "TBFS_FAILPOINT=migrate.all_unlinked", &before, &baseline);
+  if (HasFatalFailure()) return;
+  const std::string store_dir = JoinPath(logdir, kStoreDirName);
+  // The folder of the batch's first file: a symlink now.
+  const std::string folder = ParentPath(FirstJournalEntry(store_dir).path());
+  ASSERT_FALSE(folder.empty());
+  const std::string real = JoinPath(logdir, folder) + ".real";
+  ASSERT_EQ(::rename(JoinPath(logdir, folder).c_str(), real.c_str()), 0);
+  ASSERT_EQ(::symlink(real.c_str(), JoinPath(logdir, folder).c_str()), 0);
+
+  OpenOptions o;
+  auto store = ColdStore::Open(store_dir, o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto first = Recover(**store, logdir);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_GT(first->restored, 0u) << "the files of the other folders went back";
+  ASSERT_FALSE(first->notes.empty()) << "the symlinked folder's files stay cold";
+
+  // The files written back move again (new file ids).
+  MigrateOptions mo;
+  mo.chunk_bytes = 64 << 10;
+  mo.level = 3;
+  mo.walk.skip_dirs = {kStoreDirName};
+  CandidateOptions co;
+  co.older_than_s = 0;
+  co.walk.skip_dirs = {kStoreDirName};
+  std::vector<Candidate> candidates;
+  std::vector<Skipped> skipped;
+  ASSERT_TRUE(FindCandidates(logdir, co, &candidates, &skipped).ok());
+  ASSERT_FALSE(candidates.empty());
+  auto moved = Migrate(**store, logdir, candidates, mo);
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  ASSERT_GT(moved->files_moved, 0u);
+
+  auto second = Recover(**store, logdir);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  for (const std::string& lost : second->lost) ADD_FAILURE() << "recorded as lost: " << lost;
+  std::vector<ColdStore::LostFile> lost;
+  ASSERT_TRUE((*store)->ListLost(&lost).ok());
+  EXPECT_TRUE(lost.empty());
+}
+
+}  // namespace
+}  // namespace tbfs::store
