@@ -161,6 +161,8 @@ std::optional<Staged> BatchRunner::MoveAside(Staged s, const storepb::JournalEnt
     return give_up(Outcome::kChanged, "open for writing through the mount; left in place");
   }
   s.aside = AsideName(s.name, entry.file_id());
+  // Tests: a new file renamed over the name between its check and the move.
+  FailpointHook("migrate.named", path);
   folder_times_.Before(s.dir.get());
   const int aside =
       ::renameat2(s.dir.get(), s.name.c_str(), s.dir.get(), s.aside.c_str(), RENAME_NOREPLACE);
@@ -170,10 +172,37 @@ std::optional<Staged> BatchRunner::MoveAside(Staged s, const storepb::JournalEnt
     if (options_.observer != nullptr) options_.observer->EndMove(entry.file_id(), false);
     return give_up(Outcome::kChanged, err.message());
   }
+  // The name is checked, then moved: a new file renamed over it between
+  // the two (an editor's save) went aside instead of the one copied, and
+  // would be unlinked. It goes back; the copied one is gone (replaced).
+  struct stat moved;
+  if (::fstatat(s.dir.get(), s.aside.c_str(), &moved, AT_SYMLINK_NOFOLLOW) != 0 ||
+      moved.st_ino != after.st_ino || moved.st_dev != after.st_dev) {
+    std::string where = PutAsideBack(s.dir.get(), s.name, s.aside, entry.file_id());
+    if (options_.observer != nullptr) options_.observer->EndMove(entry.file_id(), false);
+    return give_up(Outcome::kChanged,
+                   "replaced by a new file as it moved; left in place" +
+                       (where == s.name ? "" : " (the new one is " + where + ")"));
+  }
   s.aside_at = std::chrono::steady_clock::now();
   MaybeCrash("migrate.aside");
   s.manifest = std::move(manifest);
   return s;
+}
+
+std::string BatchRunner::PutAsideBack(int dir_fd, const std::string& name, const std::string& aside,
+                                      uint64_t file_id) {
+  folder_times_.Before(dir_fd);
+  std::string where = name;
+  if (::renameat2(dir_fd, aside.c_str(), dir_fd, name.c_str(), RENAME_NOREPLACE) != 0) {
+    where = RecoveredName(name, file_id);
+    if (::renameat2(dir_fd, aside.c_str(), dir_fd, where.c_str(), RENAME_NOREPLACE) != 0) {
+      spdlog::error("migrate: {} stays as {}: {}", name, aside, std::strerror(errno));
+      where = aside;
+    }
+  }
+  folder_times_.After(dir_fd);
+  return where;
 }
 
 Result<UniqueFd> BatchRunner::FolderFor(const std::string& rel, std::string* name) {

@@ -81,6 +81,10 @@ class BatchRunner {
   // where the store could not make its copy durable (`durable` not ok).
   void Finish(Staged staged, const Status& durable, FileResult* result,
               std::vector<storepb::Manifest>* moved);
+  // A file moved aside that is not the one copied goes back under `name`
+  // (beside it when that is taken again); returns the name it has now.
+  std::string PutAsideBack(int dir_fd, const std::string& name, const std::string& aside,
+                           uint64_t file_id);
   // The folder of `rel` beneath the logdir, made where missing; *name gets
   // the last component.
   Result<UniqueFd> FolderFor(const std::string& rel, std::string* name);

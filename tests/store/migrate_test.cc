@@ -77,6 +77,33 @@ TEST_F(MigrateTest, FileModifiedDuringItsMigrationIsLeftInPlace) {
   EXPECT_TRUE(reported);
 }
 
+// A new file renamed over the name between its last check and its move
+// aside (an editor's save at that instant): the new file went aside instead
+// of the one copied, and was then unlinked, its bytes in no place. It stays
+// in place now; the old content, replaced by the user, leaves the store.
+TEST_F(MigrateTest, AFileRenamedOverTheNameAsItMovesAsideStaysInPlace) {
+  auto candidates = Candidates();
+  const std::string victim = candidates[0].path;
+  const std::string newer = before_[victim].bytes + "saved by an editor";
+  ScopedFailpoint hook("migrate.named", [&](const std::string& path) {
+    if (path != JoinPath(logdir_, victim)) return;
+    WriteBytes(path + ".new", newer);
+    ASSERT_EQ(::rename((path + ".new").c_str(), path.c_str()), 0);
+  });
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->files_moved, candidates.size() - 1);
+  EXPECT_TRUE(ReadBytes(JoinPath(logdir_, victim)) == newer);
+  EXPECT_TRUE(store_->Lookup(victim).status().IsNotFound());
+  for (const auto& f : result->batches[0].files) {
+    if (f.path == victim) EXPECT_EQ(f.outcome, Outcome::kChanged) << f.reason;
+  }
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(JoinPath(logdir_, ParentPath(victim))))
+    names.push_back(e.path().filename().string());
+  for (const std::string& n : names) EXPECT_EQ(n.find(".tbfs-"), std::string::npos) << n;
+}
+
 // Its folder renamed as the copy ends: committed at the old path, the file
 // would leave the new one and show up (cold) at a path it has left.
 TEST_F(MigrateTest, AFileWhoseFolderIsRenamedDuringItsCopyStaysWhereItIs) {
