@@ -20,14 +20,15 @@ namespace tbfs::store {
 
 namespace {
 
-// A file at `name` in dir_fd that holds m's content: a write-back of ours
-// (under the file's name, or beside a new file that took it) cut short
-// before the store copy was dropped.
+// A file at `name` in dir_fd that holds m's content and owner: a write-back
+// of ours (under the file's name, or beside a new file that took it) cut
+// short before the store copy was dropped. Another user's copy of the
+// bytes is not: they could delete it, and the content would be gone.
 bool OursAlready(int dir_fd, const std::string& name, const std::string& path,
                  const storepb::Manifest& m) {
   struct stat st;
   if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-      static_cast<uint64_t>(st.st_size) != m.size()) {
+      static_cast<uint64_t>(st.st_size) != m.size() || st.st_uid != m.uid()) {
     return false;
   }
   UniqueFd fd(OpenAtOwnRead(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | kOwnRead));

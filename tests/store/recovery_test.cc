@@ -87,6 +87,33 @@ TEST(Recovery, AWriteBackBesideANewFileCutShortIsFinishedByTheNextRecovery) {
   EXPECT_TRUE(fsck->clean());
 }
 
+// Another user's file at the beside name with the same bytes is not taken
+// for recovery's own write-back: the store copy stays (that user could
+// delete their file, and the content with it).
+TEST(Recovery, AnotherUsersCopyBesideTheNameDoesNotDropTheStoreCopy) {
+  TempDir dir;
+  const std::string logdir = dir / "logdir";
+  std::map<std::string, FileState> before;
+  std::vector<events::FileDigest> baseline;
+  GenerateAndCrash(logdir, "TBFS_FAILPOINT=migrate.all_unlinked", &before, &baseline);
+  if (HasFatalFailure()) return;
+  const std::string store_dir = JoinPath(logdir, kStoreDirName);
+  const storepb::JournalEntry first = FirstJournalEntry(store_dir);
+  const std::string path = JoinPath(logdir, first.path());
+  WriteBytes(path, "a new file under the old name");
+  const std::string beside = path + ".tbfs-recovered-" + std::to_string(first.file_id());
+  WriteBytes(beside, before.at(first.path()).bytes);
+  ASSERT_EQ(::chown(beside.c_str(), 65534, 65534), 0);
+
+  OpenOptions o;
+  auto store = ColdStore::Open(store_dir, o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto recovered = Recover(**store, logdir);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_TRUE((*store)->Lookup(first.path()).ok()) << "the store copy was dropped";
+  EXPECT_TRUE(recovered->lost.empty());
+}
+
 // A record that must stay (a file whose folder became a symlink cannot go
 // back) keeps only that file: the files this recovery wrote back are not
 // judged again by the next one. They used to be: one migrated again
