@@ -26,8 +26,9 @@ using testing::RunCommand;
 using testing::TempDir;
 using testing::WriteBytes;
 
-// The first entry of the only journal record of the store at store_dir.
-storepb::JournalEntry FirstJournalEntry(const std::string& store_dir) {
+// The first entry of the only journal record of the store at store_dir
+// (with `dense`, the first that is not the sparse trace).
+storepb::JournalEntry FirstJournalEntry(const std::string& store_dir, bool dense = false) {
   OpenOptions ro;
   ro.read_only = true;
   auto store = ColdStore::Open(store_dir, ro);
@@ -35,8 +36,11 @@ storepb::JournalEntry FirstJournalEntry(const std::string& store_dir) {
   std::vector<storepb::JournalRecord> journal;
   EXPECT_TRUE(store.ok() && (*store)->ListJournal(&journal).ok());
   EXPECT_EQ(journal.size(), 1u);
-  if (journal.empty() || journal[0].entries().empty()) return {};
-  return journal[0].entries(0);
+  if (journal.empty()) return {};
+  for (const storepb::JournalEntry& e : journal[0].entries()) {
+    if (!dense || !e.path().ends_with("holes.pt.trace.json")) return e;
+  }
+  return {};
 }
 
 // A recovery killed after it wrote a file back beside a new file that had
@@ -98,7 +102,8 @@ TEST(Recovery, AnotherUsersCopyBesideTheNameDoesNotDropTheStoreCopy) {
   GenerateAndCrash(logdir, "TBFS_FAILPOINT=migrate.all_unlinked", &before, &baseline);
   if (HasFatalFailure()) return;
   const std::string store_dir = JoinPath(logdir, kStoreDirName);
-  const storepb::JournalEntry first = FirstJournalEntry(store_dir);
+  const storepb::JournalEntry first = FirstJournalEntry(store_dir, /*dense=*/true);
+  ASSERT_FALSE(first.path().empty());
   const std::string path = JoinPath(logdir, first.path());
   WriteBytes(path, "a new file under the old name");
   const std::string beside = path + ".tbfs-recovered-" + std::to_string(first.file_id());
