@@ -20,6 +20,7 @@ void RegisterScaleBench(CLI::App& app, int* exit_code);     // a big logdir
 void RegisterHostileBench(CLI::App& app, int* exit_code);   // one user against the rest
 void RegisterColdBench(CLI::App& app, int* exit_code);      // issue 23's table
 void RegisterGzipBench(CLI::App& app, int* exit_code);      // gzip'd traces by content
+void RegisterCrashesBench(CLI::App& app, int* exit_code);   // crashes beside a writer
 
 // What the mount benchmarks share (bench_util.cc).
 // Drops the page cache (root only; a no-op otherwise).
