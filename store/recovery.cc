@@ -63,7 +63,9 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       bool exists = false;
       if (dir.ok()) {
         const int dfd = dir->get();
-        ::unlinkat(dfd, TempNameFor(name, e.file_id()).c_str(), 0);  // a copy-out cut short
+        // A write-back cut short, under the name or beside it.
+        ::unlinkat(dfd, TempNameFor(name, e.file_id()).c_str(), 0);
+        ::unlinkat(dfd, TempNameFor(RecoveredName(name, e.file_id()), e.file_id()).c_str(), 0);
         // A file left aside goes back under its name (beside it, when a new
         // file took the name), and is then judged like any other.
         const std::string aside = AsideName(name, e.file_id());
@@ -80,9 +82,19 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         exists = ::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
       }
 
+      if (!restoring && !dir.ok() && dir.status().sys_errno() != ENOENT) {
+        // Its folder cannot be reached beneath the logdir (a symlink now):
+        // nothing can be told of the file; judged once the folder is back.
+        result.notes.push_back(path + " waits: its folder cannot be reached (" +
+                               dir.status().message() + ")");
+        *kept.add_entries() = e;
+        continue;
+      }
       if (restoring) {
-        // Finished where the file is in place, undone (still cold) otherwise.
-        if (exists && manifest.ok()) {
+        // Finished where the file in place is the one restored (its bytes
+        // and owner), undone (still cold) otherwise: a file of someone
+        // else's at the name, which the restore left alone, keeps the copy.
+        if (exists && manifest.ok() && OursAlready(dir->get(), name, path, *manifest)) {
           TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
           result.dropped++;
           result.changed.push_back(e.path());
