@@ -96,7 +96,9 @@ TEST_F(MigrateTest, AFileRenamedOverTheNameAsItMovesAsideStaysInPlace) {
   EXPECT_TRUE(ReadBytes(JoinPath(logdir_, victim)) == newer);
   EXPECT_TRUE(store_->Lookup(victim).status().IsNotFound());
   for (const auto& f : result->batches[0].files) {
-    if (f.path == victim) EXPECT_EQ(f.outcome, Outcome::kChanged) << f.reason;
+    if (f.path == victim) {
+      EXPECT_EQ(f.outcome, Outcome::kChanged) << f.reason;
+    }
   }
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(JoinPath(logdir_, ParentPath(victim))))
