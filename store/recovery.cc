@@ -35,6 +35,13 @@ bool OursAlready(int dir_fd, const std::string& name, const std::string& path,
   return fd.valid() && SameContent(fd.get(), path, m);
 }
 
+// An entry left unresolved, into the record written again.
+void Keep(const storepb::JournalEntry& e, bool cold, storepb::JournalRecord* kept) {
+  storepb::JournalEntry* k = kept->add_entries();
+  *k = e;
+  k->set_cold_when_kept(cold || e.cold_when_kept());
+}
+
 Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdir, bool retire) {
   RecoveryResult result;
   std::vector<storepb::JournalRecord> records;
@@ -87,7 +94,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         // nothing can be told of the file; judged once the folder is back.
         result.notes.push_back(path + " waits: its folder cannot be reached (" +
                                dir.status().message() + ")");
-        *kept.add_entries() = e;
+        Keep(e, manifest.ok(), &kept);
         continue;
       }
       if (restoring) {
@@ -115,7 +122,9 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         // before its copy, or the store lost it. Nothing tells which, so it
         // is a loss until an admin says otherwise (fsck --clear-lost).
         TBFS_RETURN_IF_ERROR(DropFromStore(store, Stub(e)));
-        if (!exists) {
+        if (!exists && e.cold_when_kept()) {
+          result.notes.push_back(path + " was deleted from the store since the last recovery");
+        } else if (!exists) {
           ColdStore::LostFile lost;
           lost.file_id = e.file_id();
           lost.path = e.path();
@@ -145,7 +154,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         // Its folder cannot be reached beneath the logdir (a symlink now):
         // it stays cold, visible through a mount, and is tried again later.
         result.notes.push_back(path + " stays in the store: " + put.message());
-        *kept.add_entries() = e;
+        Keep(e, true, &kept);
         continue;
       }
       TBFS_RETURN_IF_ERROR(put);
@@ -157,7 +166,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
     }
     if (kept.entries().empty()) {
       TBFS_RETURN_IF_ERROR(store.DeleteJournal(record.batch_id()));
-    } else if (kept.entries_size() < record.entries_size()) {
+    } else if (kept.SerializeAsString() != record.SerializeAsString()) {
       TBFS_RETURN_IF_ERROR(store.PutJournal(kept));
     }
   }

@@ -253,5 +253,42 @@ TEST(Recovery, AFileWhoseFolderIsASymlinkNowWaitsAndIsNotRecordedLost) {
   ExpectEveryFileOnce(**store, logdir, before, baseline, dir / "check", "symlinked folder");
 }
 
+// A file left cold by a recovery that could not write it back (its folder
+// a symlink), then deleted from the store on purpose (gc), is no loss when
+// its folder is back: it used to be recorded as lost.
+TEST(Recovery, AWaitingFileDeletedFromTheStoreMeanwhileIsNotRecordedLost) {
+  TempDir dir;
+  const std::string logdir = dir / "logdir";
+  std::map<std::string, FileState> before;
+  std::vector<events::FileDigest> baseline;
+  GenerateAndCrash(logdir, "TBFS_FAILPOINT=migrate.all_unlinked", &before, &baseline);
+  if (HasFatalFailure()) return;
+  const std::string store_dir = JoinPath(logdir, kStoreDirName);
+  const storepb::JournalEntry entry = FirstJournalEntry(store_dir);
+  const std::string folder = JoinPath(logdir, ParentPath(entry.path()));
+  ASSERT_EQ(::rename(folder.c_str(), (folder + ".real").c_str()), 0);
+  ASSERT_EQ(::symlink((folder + ".real").c_str(), folder.c_str()), 0);
+
+  OpenOptions o;
+  auto store = ColdStore::Open(store_dir, o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto first = Recover(**store, logdir);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto cold = (*store)->Lookup(entry.path());
+  ASSERT_TRUE(cold.ok()) << "it waits, cold";
+  WriteBatch gc;  // what tbfs gc does to it
+  ASSERT_TRUE((*store)->RemoveFile(&gc, *cold).ok());
+  ASSERT_TRUE((*store)->Commit(gc, true).ok());
+
+  ASSERT_EQ(::unlink(folder.c_str()), 0);
+  ASSERT_EQ(::rename((folder + ".real").c_str(), folder.c_str()), 0);
+  auto second = Recover(**store, logdir);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  for (const std::string& lost : second->lost) ADD_FAILURE() << "recorded as lost: " << lost;
+  std::vector<storepb::JournalRecord> journal;
+  ASSERT_TRUE((*store)->ListJournal(&journal).ok());
+  EXPECT_TRUE(journal.empty());
+}
+
 }  // namespace
 }  // namespace tbfs::store
