@@ -35,6 +35,27 @@ bool OursAlready(int dir_fd, const std::string& name, const std::string& path,
   return fd.valid() && SameContent(fd.get(), path, m);
 }
 
+// What a crash left beside a journaled file in folder dfd: the temporary
+// file of a write-back cut short (under the name or beside it) goes; a file
+// left aside by a migration goes back under its name (beside it, when a new
+// file took the name), to be judged like any other.
+void TidyUp(int dfd, const std::string& name, const std::string& path, uint64_t file_id,
+            bool restoring, RecoveryResult* result) {
+  ::unlinkat(dfd, TempNameFor(name, file_id).c_str(), 0);
+  ::unlinkat(dfd, TempNameFor(RecoveredName(name, file_id), file_id).c_str(), 0);
+  if (restoring) return;
+  const std::string aside = AsideName(name, file_id);
+  if (::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) == 0 ||
+      errno != EEXIST) {
+    return;
+  }
+  const std::string beside = RecoveredName(name, file_id);
+  if (::renameat2(dfd, aside.c_str(), dfd, beside.c_str(), RENAME_NOREPLACE) == 0) {
+    result->notes.push_back(path + " was recreated meanwhile; the migrated content is back as " +
+                            JoinPath(ParentPath(path), beside));
+  }
+}
+
 // An entry left unresolved, into the record written again.
 void Keep(const storepb::JournalEntry& e, bool cold, storepb::JournalRecord* kept) {
   storepb::JournalEntry* k = kept->add_entries();
@@ -69,24 +90,8 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       struct stat st;
       bool exists = false;
       if (dir.ok()) {
-        const int dfd = dir->get();
-        // A write-back cut short, under the name or beside it.
-        ::unlinkat(dfd, TempNameFor(name, e.file_id()).c_str(), 0);
-        ::unlinkat(dfd, TempNameFor(RecoveredName(name, e.file_id()), e.file_id()).c_str(), 0);
-        // A file left aside goes back under its name (beside it, when a new
-        // file took the name), and is then judged like any other.
-        const std::string aside = AsideName(name, e.file_id());
-        if (!restoring &&
-            ::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) != 0 &&
-            errno == EEXIST) {
-          std::string beside = RecoveredName(name, e.file_id());
-          if (::renameat2(dfd, aside.c_str(), dfd, beside.c_str(), RENAME_NOREPLACE) == 0) {
-            result.notes.push_back(path +
-                                   " was recreated meanwhile; the migrated content is back as " +
-                                   JoinPath(ParentPath(path), beside));
-          }
-        }
-        exists = ::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+        TidyUp(dir->get(), name, path, e.file_id(), restoring, &result);
+        exists = ::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
       }
 
       if (!restoring && !dir.ok() && dir.status().sys_errno() != ENOENT) {
