@@ -43,6 +43,18 @@ storepb::JournalEntry FirstJournalEntry(const std::string& store_dir, bool dense
   return {};
 }
 
+// A user swaps `folder` (absolute) for a symlink to it, renamed aside; and
+// puts it back.
+void SwapForSymlink(const std::string& folder) {
+  ASSERT_EQ(::rename(folder.c_str(), (folder + ".real").c_str()), 0);
+  ASSERT_EQ(::symlink((folder + ".real").c_str(), folder.c_str()), 0);
+}
+
+void PutFolderBack(const std::string& folder) {
+  ASSERT_EQ(::unlink(folder.c_str()), 0);
+  ASSERT_EQ(::rename((folder + ".real").c_str(), folder.c_str()), 0);
+}
+
 // A recovery killed after it wrote a file back beside a new file that had
 // taken its path, before it dropped the store copy: the next recovery
 // knows its own write-back (same bytes) and finishes. It used to try the
@@ -143,9 +155,8 @@ TEST(Recovery, ARecordThatStaysForOneFileDoesNotJudgeTheOthersAgain) {
   // The folder of the batch's first file: a symlink now.
   const std::string folder = ParentPath(FirstJournalEntry(store_dir).path());
   ASSERT_FALSE(folder.empty());
-  const std::string real = JoinPath(logdir, folder) + ".real";
-  ASSERT_EQ(::rename(JoinPath(logdir, folder).c_str(), real.c_str()), 0);
-  ASSERT_EQ(::symlink(real.c_str(), JoinPath(logdir, folder).c_str()), 0);
+  SwapForSymlink(JoinPath(logdir, folder));
+  if (HasFatalFailure()) return;
 
   OpenOptions o;
   auto store = ColdStore::Open(store_dir, o);
@@ -229,8 +240,8 @@ TEST(Recovery, AFileWhoseFolderIsASymlinkNowWaitsAndIsNotRecordedLost) {
   const std::string store_dir = JoinPath(logdir, kStoreDirName);
   const std::string folder = JoinPath(logdir, ParentPath(FirstJournalEntry(store_dir).path()));
   ASSERT_NE(folder, logdir);
-  ASSERT_EQ(::rename(folder.c_str(), (folder + ".real").c_str()), 0);
-  ASSERT_EQ(::symlink((folder + ".real").c_str(), folder.c_str()), 0);
+  SwapForSymlink(folder);
+  if (HasFatalFailure()) return;
 
   OpenOptions o;
   auto store = ColdStore::Open(store_dir, o);
@@ -242,8 +253,8 @@ TEST(Recovery, AFileWhoseFolderIsASymlinkNowWaitsAndIsNotRecordedLost) {
   ASSERT_TRUE((*store)->ListJournal(&journal).ok());
   EXPECT_EQ(journal.size(), 1u) << "the record waits for the folder";
 
-  ASSERT_EQ(::unlink(folder.c_str()), 0);
-  ASSERT_EQ(::rename((folder + ".real").c_str(), folder.c_str()), 0);
+  PutFolderBack(folder);
+  if (HasFatalFailure()) return;
   auto second = Recover(**store, logdir);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_TRUE(second->lost.empty());
@@ -266,8 +277,8 @@ TEST(Recovery, AWaitingFileDeletedFromTheStoreMeanwhileIsNotRecordedLost) {
   const std::string store_dir = JoinPath(logdir, kStoreDirName);
   const storepb::JournalEntry entry = FirstJournalEntry(store_dir);
   const std::string folder = JoinPath(logdir, ParentPath(entry.path()));
-  ASSERT_EQ(::rename(folder.c_str(), (folder + ".real").c_str()), 0);
-  ASSERT_EQ(::symlink((folder + ".real").c_str(), folder.c_str()), 0);
+  SwapForSymlink(folder);
+  if (HasFatalFailure()) return;
 
   OpenOptions o;
   auto store = ColdStore::Open(store_dir, o);
@@ -280,8 +291,8 @@ TEST(Recovery, AWaitingFileDeletedFromTheStoreMeanwhileIsNotRecordedLost) {
   ASSERT_TRUE((*store)->RemoveFile(&gc, *cold).ok());
   ASSERT_TRUE((*store)->Commit(gc, true).ok());
 
-  ASSERT_EQ(::unlink(folder.c_str()), 0);
-  ASSERT_EQ(::rename((folder + ".real").c_str(), folder.c_str()), 0);
+  PutFolderBack(folder);
+  if (HasFatalFailure()) return;
   auto second = Recover(**store, logdir);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   for (const std::string& lost : second->lost) ADD_FAILURE() << "recorded as lost: " << lost;
