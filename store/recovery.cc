@@ -26,13 +26,12 @@ namespace {
 // bytes is not: they could delete it, and the content would be gone.
 bool OursAlready(int dir_fd, const std::string& name, const std::string& path,
                  const storepb::Manifest& m) {
-  struct stat st;
-  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-      static_cast<uint64_t>(st.st_size) != m.size() || st.st_uid != m.uid()) {
-    return false;
-  }
+  // Judged on the fd it reads: a file renamed over the name meanwhile is
+  // judged whole, owner and bytes.
   UniqueFd fd(OpenAtOwnRead(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | kOwnRead));
-  return fd.valid() && SameContent(fd.get(), path, m);
+  struct stat st;
+  return fd.valid() && ::fstat(fd.get(), &st) == 0 && st.st_uid == m.uid() &&
+         SameContent(fd.get(), path, m);
 }
 
 // What a crash left beside a journaled file in folder dfd: the temporary
