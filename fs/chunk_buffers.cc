@@ -71,30 +71,76 @@ std::shared_ptr<char> ChunkBuffers::Take(size_t bytes) {
   char* p = nullptr;
   {
     MutexLock lock(mu_);
+    // A buffer of this size in a slab already carved for it; else a slab
+    // with nothing in use (the reserve, or one emptied), carved again.
+    Slab* empty = nullptr;
     for (const auto& s : slabs_) {
       if (s->buffer_bytes == cls && !s->free.empty()) {
         slab = s.get();
-        p = slab->free.back();
-        slab->free.pop_back();
-        slab->in_use++;
-        free_bytes_ -= cls;
         break;
       }
+      if (empty == nullptr && s->in_use == 0) empty = s.get();
+    }
+    if (slab == nullptr && empty != nullptr) {
+      slab = empty;
+      Carve(slab, cls);
+    }
+    if (slab != nullptr) {
+      p = slab->free.back();
+      slab->free.pop_back();
+      slab->in_use++;
+      free_bytes_ -= cls;
     }
   }
   if (slab == nullptr) {
     char* base = MapAligned(kSlabBytes);
     if (base == nullptr) return FromHeap(bytes);
-    auto s = std::make_unique<Slab>(Slab{base, cls, {}, 1});
-    for (size_t off = kSlabBytes - cls; off > 0; off -= cls) s->free.push_back(base + off);
-    p = base;
+    auto s = std::make_unique<Slab>(Slab{base, 0, {}, 0});
     slab = s.get();
     MutexLock lock(mu_);
+    Carve(slab, cls);
+    p = slab->free.back();
+    slab->free.pop_back();
+    slab->in_use = 1;
     free_bytes_ += kSlabBytes - cls;
     slabs_.push_back(std::move(s));
     slabs_mapped_++;
   }
   return std::shared_ptr<char>(p, [self, slab](char* q) { self->Give(slab, q); });
+}
+
+void ChunkBuffers::Carve(Slab* slab, size_t cls) {
+  slab->buffer_bytes = cls;
+  slab->free.clear();
+  // Handed out from the back: the first buffer is the slab's start.
+  for (size_t off = kSlabBytes; off > 0; off -= cls) slab->free.push_back(slab->base + off - cls);
+}
+
+bool ChunkBuffers::FillReserve() {
+  {
+    MutexLock lock(mu_);
+    if (filling_ || free_bytes_ + kSlabBytes > keep_free_) return false;
+    filling_ = true;
+  }
+  char* base = MapAligned(kSlabBytes);
+  if (base != nullptr) {
+    // The first touch is what costs (the kernel zeroes the pages): pay it
+    // here, not under a read that waits.
+    for (size_t off = 0; off < kSlabBytes; off += 4096) static_cast<volatile char*>(base)[off] = 0;
+  }
+  MutexLock lock(mu_);
+  filling_ = false;
+  if (base == nullptr) return false;
+  slabs_.push_back(std::make_unique<Slab>(Slab{base, 0, {}, 0}));
+  Carve(slabs_.back().get(), kSlabBytes);
+  free_bytes_ += kSlabBytes;
+  slabs_mapped_++;
+  return true;
+}
+
+bool ChunkBuffers::ReserveLow() {
+  MutexLock lock(mu_);
+  return free_bytes_ + kSlabBytes <= keep_free_;
 }
 
 void ChunkBuffers::Give(Slab* slab, char* p) {

@@ -10,6 +10,13 @@
 // again when released; a buffer bigger than a slab gets a huge-page mapping
 // of its own, unmapped on release. Smaller ones come from the heap.
 //
+// Fresh memory is slow even in huge pages (3.7-4.2 ms for the first touch
+// of a 2 MiB page on the development VM, 2026-12-05: the kernel zeroes it),
+// so up to keep_free_bytes of slabs are mapped and touched ahead of need by
+// FillReserve, which the cache's readahead threads call (at a low
+// priority) when ReserveLow; a read then takes a buffer already touched. A
+// slab with no buffer in use is carved again for whatever size is asked.
+//
 // Limits: a buffer's capacity is its size rounded up to a power of two
 // (64 KiB to 2 MiB), so a chunk of 600 KiB holds 1 MiB. Slabs with no
 // buffer in use are unmapped while more than keep_free_bytes of buffers
@@ -43,6 +50,13 @@ class ChunkBuffers : public std::enable_shared_from_this<ChunkBuffers> {
     uint64_t slabs_mapped = 0;  // slabs mapped since the start
   };
   Stats stats();
+  // Maps one slab and touches every page of it, when fewer than
+  // keep_free_bytes minus a slab of buffers are free and no other thread is
+  // filling. True when it mapped one. Slow (the pages' first touch): not on
+  // a path a reader waits on.
+  bool FillReserve();
+  // Whether FillReserve would map a slab.
+  bool ReserveLow();
   // Free buffer bytes beyond keep_free_bytes and one slab: buffers of slabs
   // that also hold buffers in use, which only a request of the same size
   // can take. The cache counts them against its capacity.
@@ -62,6 +76,8 @@ class ChunkBuffers : public std::enable_shared_from_this<ChunkBuffers> {
   };
   explicit ChunkBuffers(uint64_t keep_free_bytes);
   void Give(Slab* slab, char* p);
+  // Cuts the slab (none of it in use) into free buffers of `cls` bytes.
+  void Carve(Slab* slab, size_t cls) TBFS_REQUIRES(mu_);
 
   const uint64_t keep_free_;
   Mutex mu_;  // a leaf
@@ -69,6 +85,7 @@ class ChunkBuffers : public std::enable_shared_from_this<ChunkBuffers> {
   uint64_t free_bytes_ TBFS_GUARDED_BY(mu_) = 0;
   uint64_t big_bytes_ TBFS_GUARDED_BY(mu_) = 0;
   uint64_t slabs_mapped_ TBFS_GUARDED_BY(mu_) = 0;
+  bool filling_ TBFS_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tbfs::fs

@@ -39,6 +39,9 @@ namespace {
 
 constexpr size_t kMaxQueuedPrefetches = 8;
 constexpr uint64_t kKeepFreeBuffers = 8u << 20;
+// Codecs made and warmed at the start beyond one per readahead thread: for
+// the first reads that wait (more are made when more load at once).
+constexpr int kWarmCodecs = 2;
 
 // What a chunk of `size` bytes holds of memory (ChunkBuffers' classes).
 uint64_t Footprint(size_t size) {
@@ -69,6 +72,17 @@ ChunkCache::ChunkCache(store::ColdStore* store, uint64_t capacity_bytes, int pre
     : store_(store),
       capacity_(capacity_bytes),
       buffers_(ChunkBuffers::Create(std::min(kKeepFreeBuffers, capacity_bytes / 8))) {
+  {
+    MutexLock lock(mu_);
+    refill_ = prefetch_threads > 0;  // the reserve of touched buffers, at once
+  }
+  {
+    MutexLock lock(codecs_mu_);
+    for (int i = 0; i < prefetch_threads + kWarmCodecs; ++i) {
+      codecs_.push_back(std::make_unique<store::ChunkCodec>());
+      codecs_.back()->Warm();
+    }
+  }
   for (int i = 0; i < prefetch_threads; ++i) prefetchers_.emplace_back([this] { PrefetchLoop(); });
 }
 
@@ -111,14 +125,19 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
   if (loader) {
     // Tests: a store that takes its time (readahead queued at an unmount).
     if (ShouldFail("cache.slow_chunk")) std::this_thread::sleep_for(std::chrono::seconds(2));
-    thread_local store::ChunkCodec codec;
+    std::unique_ptr<store::ChunkCodec> codec = TakeCodec();
     auto raw = std::make_shared<Chunk>();
     raw->size = store::ChunkLength(*m, index);
     raw->data = buffers_->Take(raw->size);
-    Status st = store_->ReadChunkInto(*m, index, &codec, raw->data.get());
+    Status st = store_->ReadChunkInto(*m, index, codec.get(), raw->data.get());
+    GiveCodec(std::move(codec));
     if (!st.ok()) spdlog::error("[EIO:cold-chunk] {}", st.message());
     promise.set_value({st, st.ok() ? std::shared_ptr<const Chunk>(raw) : nullptr});
     MutexLock lock(mu_);
+    if (!refill_ && !prefetchers_.empty() && buffers_->ReserveLow()) {
+      refill_ = true;
+      prefetch_cv_.notify_one();
+    }
     auto it = slots_.find(key);
     if (it != slots_.end()) {
       if (!st.ok()) {
@@ -135,6 +154,23 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
   const Loaded& loaded = future.get();
   if (!loaded.status.ok()) return loaded.status;
   return loaded.data;
+}
+
+std::unique_ptr<store::ChunkCodec> ChunkCache::TakeCodec() {
+  {
+    MutexLock lock(codecs_mu_);
+    if (!codecs_.empty()) {
+      auto codec = std::move(codecs_.back());
+      codecs_.pop_back();
+      return codec;
+    }
+  }
+  return std::make_unique<store::ChunkCodec>();
+}
+
+void ChunkCache::GiveCodec(std::unique_ptr<store::ChunkCodec> codec) {
+  MutexLock lock(codecs_mu_);
+  codecs_.push_back(std::move(codec));
 }
 
 void ChunkCache::EvictLocked() {
@@ -183,14 +219,29 @@ void ChunkCache::PrefetchLoop() {
   ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
   for (;;) {
     std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t> job;
+    bool refill = false;
     {
       MutexLock lock(mu_);
-      prefetch_cv_.wait(lock,
-                        [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !queue_.empty(); });
+      prefetch_cv_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS {
+        return stop_ || !queue_.empty() || refill_;
+      });
       if (stop_) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      prefetching_++;
+      if (queue_.empty()) {
+        refill = true;
+        refill_ = false;
+      } else {
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        prefetching_++;
+      }
+    }
+    if (refill) {
+      // One slab at a time, readahead first.
+      if (buffers_->FillReserve()) {
+        MutexLock lock(mu_);
+        refill_ = true;
+      }
+      continue;
     }
     (void)Get(job.first, job.second);  // an error is logged and counted by Get
     {

@@ -12,7 +12,9 @@
 // loads (sequential readahead) on a few threads and drops requests when
 // more than a small number are pending; those threads run at a lower
 // priority (nice 10) than the callers of Get, so readahead never takes a
-// core from a read that is waiting.
+// core from a read that is waiting. Those threads also keep ChunkBuffers'
+// reserve of touched buffers filled, so a read seldom waits for the kernel
+// to zero fresh memory.
 //
 // Every chunk is checksum-checked when loaded (I5): a damaged chunk is an
 // error for every caller and is not cached. Thread-safe.
@@ -103,6 +105,8 @@ class ChunkCache {
   };
 
   void EvictLocked() TBFS_REQUIRES(mu_);
+  std::unique_ptr<store::ChunkCodec> TakeCodec();
+  void GiveCodec(std::unique_ptr<store::ChunkCodec> codec);
   void PrefetchLoop();
 
   store::ColdStore* store_;
@@ -122,7 +126,15 @@ class ChunkCache {
   std::deque<std::pair<std::shared_ptr<const storepb::Manifest>, uint64_t>> queue_
       TBFS_GUARDED_BY(mu_);
   bool stop_ TBFS_GUARDED_BY(mu_) = false;
+  // The buffers' reserve wants a slab (ChunkBuffers::FillReserve), which a
+  // readahead thread maps when no readahead is queued.
+  bool refill_ TBFS_GUARDED_BY(mu_) = false;
   std::vector<std::thread> prefetchers_;
+  // Codecs between loads, each with its value buffer: as many as ever
+  // loaded at once, not one per thread that ever read (the FUSE workers
+  // come and go). A leaf lock.
+  Mutex codecs_mu_;
+  std::vector<std::unique_ptr<store::ChunkCodec>> codecs_ TBFS_GUARDED_BY(codecs_mu_);
 };
 
 }  // namespace tbfs::fs

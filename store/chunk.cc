@@ -14,7 +14,7 @@
 
 namespace tbfs::store {
 
-ChunkCodec::ChunkCodec() : cctx_(ZSTD_createCCtx()), dctx_(ZSTD_createDCtx()) {}
+ChunkCodec::ChunkCodec() : dctx_(ZSTD_createDCtx()) {}
 
 ChunkCodec::~ChunkCodec() {
   ZSTD_freeCCtx(cctx_);
@@ -23,6 +23,7 @@ ChunkCodec::~ChunkCodec() {
 
 void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::string* value,
                         const Dictionary* dict) {
+  if (cctx_ == nullptr) cctx_ = ZSTD_createCCtx();
   size_t bound = ZSTD_compressBound(raw.size());
   value->resize(kChunkHeaderBytes + bound);
   char* out = value->data();
@@ -109,6 +110,15 @@ Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected
            : "chunk checksum mismatch (damaged, or not this file's chunk at this index)");
   }
   return Status::OK();
+}
+
+void ChunkCodec::Warm() {
+  std::string raw(64u << 10, '\0');
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<char>("tbfs"[i % 4] + i / 4096);
+  std::string frame(ZSTD_compressBound(raw.size()), '\0');
+  size_t z = ZSTD_compress(frame.data(), frame.size(), raw.data(), raw.size(), 1);
+  if (ZSTD_isError(z)) return;
+  (void)ZSTD_decompressDCtx(dctx_, raw.data(), raw.size(), frame.data(), z);
 }
 
 Status ChunkCodec::Decode(std::string_view value, size_t expected, ChunkPos pos, std::string* raw,

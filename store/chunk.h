@@ -9,7 +9,8 @@
 // decoding asks a DictionaryFinder for it, and a chunk whose dictionary the
 // store does not hold (lost, damaged) is Corruption too.
 //
-// A ChunkCodec holds zstd contexts: not thread-safe, one per thread.
+// A ChunkCodec holds zstd contexts (the compression one made at the first
+// Encode) and a buffer for stored values: not thread-safe, one per thread.
 #pragma once
 
 #include <zstd.h>
@@ -60,10 +61,18 @@ class ChunkCodec {
   // is kept; the checksum is checked first). Corruption when it does not
   // verify; an already bound value is returned as it is.
   Status Rebind(std::string_view value, size_t expected_raw_bytes, ChunkPos pos, std::string* out);
+  // Decodes one small frame: the decoder's tables are allocated and
+  // touched, and its code paged in, now rather than under a first read.
+  void Warm();
+  // Where a read puts the stored value before decoding it
+  // (ColdStore::ReadChunkInto): kept, so reading chunk after chunk faults
+  // its pages in once.
+  std::string& value_buffer() { return value_; }
 
  private:
-  ZSTD_CCtx* cctx_;
+  ZSTD_CCtx* cctx_ = nullptr;
   ZSTD_DCtx* dctx_;
+  std::string value_;
 };
 
 }  // namespace tbfs::store

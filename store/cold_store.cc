@@ -142,9 +142,9 @@ Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, Chun
     std::memset(out, 0, ChunkLength(m, index));
     return Status::OK();
   }
-  // The stored value goes to a buffer this thread keeps: a fresh one for
-  // every read would fault its pages in every time (see fs/chunk_buffers.h).
-  thread_local std::string value;
+  // The stored value goes to the codec's buffer: a fresh one for every read
+  // would fault its pages in every time (see fs/chunk_buffers.h).
+  std::string& value = codec->value_buffer();
   if (value.capacity() > (4u << 20)) std::string().swap(value);
   Status st = backend_->Get(Space::kChunks, ChunkKey(m.file_id(), index), &value);
   if (st.IsNotFound()) {

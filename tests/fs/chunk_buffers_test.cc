@@ -107,5 +107,35 @@ TEST(ChunkBuffers, AnEmptySlabKeptEarlierIsUnmappedOnceMoreIsFree) {
   EXPECT_EQ(buffers->StrandedBytes(), 0u);  // 1 MiB free: within the allowance
 }
 
+TEST(ChunkBuffers, TheReserveIsMappedAheadAndTakenWithoutMappingMore) {
+  auto buffers = ChunkBuffers::Create(4 * kMiB);
+  EXPECT_TRUE(buffers->FillReserve());
+  EXPECT_TRUE(buffers->FillReserve());
+  EXPECT_FALSE(buffers->FillReserve());  // 4 MiB free: the kept amount
+  EXPECT_EQ(buffers->stats().mapped_bytes, 4 * kMiB);
+  EXPECT_EQ(buffers->stats().free_bytes, 4 * kMiB);
+  std::vector<std::shared_ptr<char>> held;
+  held.push_back(buffers->Take(kMiB));
+  held.push_back(buffers->Take(256u << 10));
+  held.push_back(buffers->Take(kMiB));
+  for (auto& b : held) std::memset(b.get(), 5, 256u << 10);
+  EXPECT_EQ(buffers->stats().slabs_mapped, 2u);  // both from the reserve
+  EXPECT_TRUE(buffers->FillReserve());           // 1.75 MiB free: one more
+  EXPECT_FALSE(buffers->FillReserve());
+  EXPECT_EQ(buffers->stats().slabs_mapped, 3u);
+}
+
+TEST(ChunkBuffers, AWholeFreeSlabIsCarvedAgainForAnotherSize) {
+  auto buffers = ChunkBuffers::Create(2 * kMiB);
+  { auto a = buffers->Take(kMiB), b = buffers->Take(kMiB); }
+  EXPECT_EQ(buffers->stats().mapped_bytes, 2 * kMiB);  // kept, empty
+  std::vector<std::shared_ptr<char>> held;
+  for (int i = 0; i < 8; ++i) held.push_back(buffers->Take(256u << 10));
+  EXPECT_EQ(buffers->stats().slabs_mapped, 1u);
+  EXPECT_EQ(buffers->stats().free_bytes, 0u);
+  for (size_t i = 0; i < held.size(); ++i) std::memset(held[i].get(), int(i), 256u << 10);
+  for (size_t i = 0; i < held.size(); ++i) EXPECT_EQ(held[i].get()[100], char(i));
+}
+
 }  // namespace
 }  // namespace tbfs::fs

@@ -116,6 +116,32 @@ TEST_F(ChunkCacheTest, PrefetchLoadsAhead) {
   EXPECT_EQ(cache.stats().misses, 1u);
 }
 
+TEST_F(ChunkCacheTest, ReadsTakeBuffersTheReadaheadThreadsTouchedAhead) {
+  // 64 MiB: 8 MiB of buffers kept free, mapped and touched by the readahead
+  // threads from the start; loads take them and map nothing themselves.
+  ChunkCache cache(store_.get(), 64u << 20, 2);
+  ASSERT_TRUE(testing::WaitUntil([&] { return cache.stats().buffers.free_bytes == (8u << 20); },
+                                 std::chrono::seconds(10)));
+  const uint64_t mapped = cache.stats().buffers.slabs_mapped;
+  EXPECT_EQ(mapped, 4u);
+  for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(cache.Get(manifest_, i).ok());
+  EXPECT_EQ(cache.stats().buffers.slabs_mapped, mapped);  // 640 KiB of 64 KiB chunks
+  // Below the kept amount by more than a slab: the threads map another.
+  WriteBytes(dir_ / "g", std::string(4u << 20, 'g'));
+  auto big = Ingest("g", 1u << 20, 2);
+  std::vector<std::shared_ptr<const Chunk>> held;  // 4 MiB in use: 4 MiB free
+  for (uint64_t i = 0; i < big->chunks(); ++i) {
+    auto c = cache.Get(big, i);
+    ASSERT_TRUE(c.ok());
+    held.push_back(*c);
+  }
+  // Free then: 1.375 MiB beside the 64 KiB chunks, 2 MiB never carved; two
+  // more slabs bring it within a slab of the kept 8 MiB.
+  EXPECT_TRUE(testing::WaitUntil([&] { return cache.stats().buffers.slabs_mapped == mapped + 2; },
+                                 std::chrono::seconds(10)));
+  EXPECT_GT(cache.stats().buffers.free_bytes, 6u << 20);
+}
+
 TEST_F(ChunkCacheTest, AReaderStormStaysWithinTheMemoryCaps) {
   // Capacity for 4 chunks, 8 readers at random chunks: the cache holds at
   // most its capacity, and the buffers mapped at most that plus one chunk
