@@ -322,10 +322,10 @@ TEST(RocksBackend, AnyTableFileLostFailsTheToolsThatNeedItNeverTheProcess) {
 }
 
 // The engine's account of a merge cut short by a store's close is no
-// warning, nor its note on a table opened outside its manifest: `tbfs-bench dictionaries` printed
-// "[warning] store engine:
-// ... Background IO error Shutdown in progress" after work that was done.
-// Any other warning of the engine stays one.
+// warning (`tbfs-bench dictionaries` printed "[warning] store engine: ...
+// Background IO error Shutdown in progress" after work that was done), nor
+// its note on a table opened outside its manifest. Any other warning of
+// the engine stays one.
 TEST(RocksBackend, AMergeCutShortByTheCloseIsNoWarning) {
   CapturedLog captured;
   const auto log = NewEngineLog(spdlog::level::warn);
