@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -42,6 +43,16 @@ constexpr uint64_t kKeepFreeBuffers = 8u << 20;
 // Codecs made and warmed at the start beyond one per readahead thread: for
 // the first reads that wait (more are made when more load at once).
 constexpr int kWarmCodecs = 2;
+// A codec kept between loads keeps a value buffer of a default chunk
+// stored raw (1 MiB and its header) at most; a bigger one is freed.
+constexpr size_t kKeepValueBytes = (1u << 20) + 4096;
+
+// Loads at once: one per core (decoding is what they do), 4 to 16, and
+// room for a read beside every readahead thread.
+int MaxLoads(int prefetch_threads) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(std::clamp(cores, 4, 16), prefetch_threads + kWarmCodecs);
+}
 
 // What a chunk of `size` bytes holds of memory (ChunkBuffers' classes).
 uint64_t Footprint(size_t size) {
@@ -71,7 +82,8 @@ std::shared_ptr<const Chunk> ZeroChunk(size_t size) {
 ChunkCache::ChunkCache(store::ColdStore* store, uint64_t capacity_bytes, int prefetch_threads)
     : store_(store),
       capacity_(capacity_bytes),
-      buffers_(ChunkBuffers::Create(std::min(kKeepFreeBuffers, capacity_bytes / 8))) {
+      buffers_(ChunkBuffers::Create(std::min(kKeepFreeBuffers, capacity_bytes / 8))),
+      max_loads_(MaxLoads(prefetch_threads)) {
   {
     MutexLock lock(mu_);
     refill_ = prefetch_threads > 0;  // the reserve of touched buffers, at once
@@ -81,6 +93,7 @@ ChunkCache::ChunkCache(store::ColdStore* store, uint64_t capacity_bytes, int pre
     for (int i = 0; i < prefetch_threads + kWarmCodecs; ++i) {
       codecs_.push_back(std::make_unique<store::ChunkCodec>());
       codecs_.back()->Warm();
+      codecs_made_++;
     }
   }
   for (int i = 0; i < prefetch_threads; ++i) prefetchers_.emplace_back([this] { PrefetchLoop(); });
@@ -157,20 +170,27 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
 }
 
 std::unique_ptr<store::ChunkCodec> ChunkCache::TakeCodec() {
-  {
-    MutexLock lock(codecs_mu_);
-    if (!codecs_.empty()) {
-      auto codec = std::move(codecs_.back());
-      codecs_.pop_back();
-      return codec;
-    }
+  MutexLock lock(codecs_mu_);
+  codec_given_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS {
+    return !codecs_.empty() || codecs_made_ < max_loads_;
+  });
+  if (codecs_.empty()) {
+    codecs_made_++;
+    return std::make_unique<store::ChunkCodec>();
   }
-  return std::make_unique<store::ChunkCodec>();
+  auto codec = std::move(codecs_.back());
+  codecs_.pop_back();
+  return codec;
 }
 
 void ChunkCache::GiveCodec(std::unique_ptr<store::ChunkCodec> codec) {
-  MutexLock lock(codecs_mu_);
-  codecs_.push_back(std::move(codec));
+  std::string& value = codec->value_buffer();
+  if (value.capacity() > kKeepValueBytes) std::string().swap(value);
+  {
+    MutexLock lock(codecs_mu_);
+    codecs_.push_back(std::move(codec));
+  }
+  codec_given_.notify_one();
 }
 
 void ChunkCache::EvictLocked() {
@@ -267,6 +287,9 @@ ChunkCache::Stats ChunkCache::stats() {
     s.bytes = bytes_;
   }
   s.buffers = buffers_->stats();
+  MutexLock lock(codecs_mu_);
+  s.codecs = static_cast<uint64_t>(codecs_made_);
+  for (const auto& c : codecs_) s.codec_value_bytes += c->value_buffer().capacity();
   return s;
 }
 

@@ -6,12 +6,13 @@
 // a caller at the moment of eviction stay alive until that caller drops
 // them, so the true peak is capacity plus one chunk per concurrent reader,
 // plus the free buffers ChunkBuffers keeps (8 MiB at most) and one 2 MiB
-// slab. A hole reads as the kernel's zero page and is neither cached nor
-// allocated. Concurrent misses on one chunk read and decompress it once;
-// the other callers wait for that result. Prefetch queues asynchronous
-// loads (sequential readahead) on a few threads and drops requests when
-// more than a small number are pending; those threads run at a lower
-// priority (nice 10) than the callers of Get, so readahead never takes a
+// slab, plus what loads hold: at most max_loads() run at once (more wait),
+// each with a zstd context and the stored value it decodes, and the
+// contexts kept between loads keep at most 1 MiB of buffer each. A hole reads as the kernel's zero
+// page and is neither cached nor allocated. Concurrent misses on one chunk read and decompress it
+// once; the other callers wait for that result. Prefetch queues asynchronous loads (sequential
+// readahead) on a few threads and drops requests when more than a small number are pending; those
+// threads run at a lower priority (nice 10) than the callers of Get, so readahead never takes a
 // core from a read that is waiting. Those threads also keep ChunkBuffers'
 // reserve of touched buffers filled, so a read seldom waits for the kernel
 // to zero fresh memory.
@@ -80,8 +81,12 @@ class ChunkCache {
     uint64_t bytes = 0;
     uint64_t errors = 0;
     ChunkBuffers::Stats buffers;
+    uint64_t codecs = 0;             // zstd contexts made (at most max_loads())
+    uint64_t codec_value_bytes = 0;  // the buffers of those not in use
   };
   Stats stats();
+  // How many chunk loads run at once, at most.
+  int max_loads() const { return max_loads_; }
 
  private:
   struct Key {
@@ -130,11 +135,14 @@ class ChunkCache {
   // readahead thread maps when no readahead is queued.
   bool refill_ TBFS_GUARDED_BY(mu_) = false;
   std::vector<std::thread> prefetchers_;
-  // Codecs between loads, each with its value buffer: as many as ever
-  // loaded at once, not one per thread that ever read (the FUSE workers
-  // come and go). A leaf lock.
+  // Codecs between loads, each with its value buffer: at most max_loads_
+  // are made, and a load waits for one (what loads hold is bounded by it,
+  // not by how many threads read). A leaf lock.
+  const int max_loads_;
   Mutex codecs_mu_;
+  std::condition_variable_any codec_given_;
   std::vector<std::unique_ptr<store::ChunkCodec>> codecs_ TBFS_GUARDED_BY(codecs_mu_);
+  int codecs_made_ TBFS_GUARDED_BY(codecs_mu_) = 0;
 };
 
 }  // namespace tbfs::fs
