@@ -151,6 +151,9 @@ Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, Chun
     return Status::Corruption(
         fmt::format("{}: chunk {} is missing from the store", m.path(), index));
   }
+  if (st.IsCorruption()) {  // the engine's own check of the value
+    return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
+  }
   TBFS_RETURN_IF_ERROR(st);
   st = codec->DecodeInto(value, out, ChunkLength(m, index), {m.file_id(), index},
                          info_.format_version() == kFormatVersionV1, find_dict_);
