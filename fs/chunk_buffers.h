@@ -10,9 +10,10 @@
 // again when released; a buffer bigger than a slab gets a huge-page mapping
 // of its own, unmapped on release. Smaller ones come from the heap.
 //
-// Fresh memory is slow even in huge pages (3.7-4.2 ms for the first touch
-// of a 2 MiB page on the development VM, 2026-12-05: the kernel zeroes it),
-// so up to keep_free_bytes of slabs are mapped and touched ahead of need by
+// Fresh memory is slow even in huge pages (the kernel zeroes a page at its
+// first touch: milliseconds for a 2 MiB one on the development VM by a
+// probe not in the repository; README, "A first byte without fresh
+// memory"), so up to keep_free_bytes of slabs are mapped and touched ahead of need by
 // FillReserve, which the cache's readahead threads call (at a low
 // priority) when ReserveLow; a read then takes a buffer already touched. A
 // slab with no buffer in use is carved again for whatever size is asked.

@@ -8,14 +8,16 @@
 // plus the free buffers ChunkBuffers keeps (8 MiB at most) and one 2 MiB
 // slab, plus what loads hold: at most max_loads() run at once (more wait),
 // each with a zstd context and the stored value it decodes, and the
-// contexts kept between loads keep at most 1 MiB of buffer each. A hole reads as the kernel's zero
-// page and is neither cached nor allocated. Concurrent misses on one chunk read and decompress it
-// once; the other callers wait for that result. Prefetch queues asynchronous loads (sequential
-// readahead) on a few threads and drops requests when more than a small number are pending; those
-// threads run at a lower priority (nice 10) than the callers of Get, so readahead never takes a
-// core from a read that is waiting. Those threads also keep ChunkBuffers'
-// reserve of touched buffers filled, so a read seldom waits for the kernel
-// to zero fresh memory.
+// contexts kept between loads keep at most 1 MiB of buffer each. A hole
+// reads as the kernel's zero page and is neither cached nor allocated.
+// Concurrent misses on one chunk read and decompress it once; the other
+// callers wait for that result. Prefetch queues asynchronous loads
+// (sequential readahead) on a few threads and drops requests when more
+// than a small number are pending; those threads run at a lower priority
+// (nice 10) than the callers of Get, so readahead never takes a core from
+// a read that is waiting. Those threads also keep ChunkBuffers' reserve of
+// touched buffers filled, so a read seldom waits for the kernel to zero
+// fresh memory.
 //
 // Every chunk is checksum-checked when loaded (I5): a damaged chunk is an
 // error for every caller and is not cached. Thread-safe.
