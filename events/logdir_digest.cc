@@ -26,28 +26,34 @@ Status ListEventFiles(const std::string& logdir, const WalkOptions& walk,
   });
 }
 
+std::vector<Status> DigestEach(const std::string& logdir, const std::vector<std::string>& rel_paths,
+                               int threads, std::vector<FileDigest>* out,
+                               std::atomic<uint64_t>* bytes_done) {
+  out->assign(rel_paths.size(), FileDigest());
+  std::vector<Status> statuses(rel_paths.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < rel_paths.size(); i = next.fetch_add(1)) {
+      statuses[i] = DigestFile(logdir, rel_paths[i], &(*out)[i], kNoLimit, bytes_done);
+    }
+  };
+  unsigned n = threads > 0 ? static_cast<unsigned>(threads)
+                           : std::max(1u, std::thread::hardware_concurrency());
+  n = std::min<unsigned>(n, std::max<size_t>(1, rel_paths.size()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  return statuses;
+}
+
 LogdirDigest DigestFiles(const std::string& logdir, const std::vector<std::string>& rel_paths,
                          const DigestOptions& options) {
   LogdirDigest digest;
   std::vector<std::string> paths = rel_paths;
   std::sort(paths.begin(), paths.end());
-  digest.files.resize(paths.size());
-  std::vector<Status> statuses(paths.size());
-
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next.fetch_add(1); i < paths.size(); i = next.fetch_add(1)) {
-      statuses[i] = DigestFile(logdir, paths[i], &digest.files[i], kNoLimit, options.bytes_done);
-    }
-  };
-  unsigned threads = options.threads > 0 ? static_cast<unsigned>(options.threads)
-                                         : std::max(1u, std::thread::hardware_concurrency());
-  threads = std::min<unsigned>(threads, std::max<size_t>(1, paths.size()));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-
+  std::vector<Status> statuses =
+      DigestEach(logdir, paths, options.threads, &digest.files, options.bytes_done);
   for (size_t i = 0; i < paths.size(); ++i) {
     if (!statuses[i].ok()) {
       digest.errors.push_back({paths[i], digest.files[i].offset_bytes, std::move(statuses[i])});

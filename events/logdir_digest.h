@@ -69,6 +69,13 @@ struct DigestOptions {
 Status ListEventFiles(const std::string& logdir, const WalkOptions& walk,
                       std::vector<std::string>* rel_paths, uint64_t* total_bytes);
 
+// Digests each of `rel_paths` (relative to logdir) on up to `threads`
+// threads (0: one per core): (*out)[i] and the status i returned are
+// rel_paths[i]'s.
+std::vector<Status> DigestEach(const std::string& logdir, const std::vector<std::string>& rel_paths,
+                               int threads, std::vector<FileDigest>* out,
+                               std::atomic<uint64_t>* bytes_done = nullptr);
+
 // Digests the given files (relative to logdir) and merges them into runs.
 LogdirDigest DigestFiles(const std::string& logdir, const std::vector<std::string>& rel_paths,
                          const DigestOptions& options);

@@ -7,11 +7,13 @@ namespace tbfs::events {
 
 std::vector<Failure> VerifyFiles(const std::string& logdir, const std::vector<FileDigest>& before,
                                  int threads, std::vector<FileDigest>* now) {
-  now->assign(before.size(), FileDigest());
+  std::vector<std::string> paths;
+  for (const FileDigest& f : before) paths.push_back(f.path);
+  const std::vector<Status> statuses = DigestEach(logdir, paths, threads, now);
   std::vector<FileDigest> grown;  // files to check again on their baseline prefix
   std::vector<Failure> failures;
   for (size_t i = 0; i < before.size(); ++i) {
-    Status st = DigestFile(logdir, before[i].path, &(*now)[i]);
+    const Status& st = statuses[i];
     if (st.IsNotFound() || (*now)[i].offset_bytes != before[i].offset_bytes || !st.ok()) {
       grown.push_back(before[i]);  // CheckBaseline names what went wrong
       continue;

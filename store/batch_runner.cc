@@ -109,9 +109,10 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
 
 bool BatchRunner::TakeBaseline(const std::vector<std::string>& affected,
                                std::vector<events::FileDigest>* before, BatchResult* result) {
-  before->resize(affected.size());
+  const std::vector<Status> statuses =
+      events::DigestEach(logdir_, affected, options_.threads, before);
   for (size_t i = 0; i < affected.size(); ++i) {
-    Status st = events::DigestFile(logdir_, affected[i], &(*before)[i]);
+    const Status& st = statuses[i];
     if (!st.ok()) {
       result->not_run = "cannot take the verifier baseline: " + st.message();
       for (FileResult& f : result->files) f.reason = result->not_run;

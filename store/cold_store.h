@@ -253,14 +253,14 @@ class ColdStore {
   // data (`data`, `data_bytes` of them, read with `read`: ChunkReader) when
   // the family has none, or its is due to be trained again (RetrainPolicy)
   // and the new one does better. Null for none (no family, too little
-  // data, or the samples taught nothing worth keeping). Errors: `read`'s,
-  // and the store's own.
+  // data, or the samples taught nothing worth keeping). A training runs on
+  // `threads` threads. Errors: `read`'s, and the store's own.
   using ChunkReader = std::function<Status(uint64_t index, std::string* raw)>;
   Result<std::shared_ptr<const Dictionary>> DictionaryForFile(std::string_view rel_path,
                                                               std::string_view file_class,
                                                               const std::vector<ChunkRun>& data,
                                                               uint64_t data_bytes, int level,
-                                                              const ChunkReader& read);
+                                                              int threads, const ChunkReader& read);
   // Trains a dictionary for `family` on `samples` for zstd `level` and keeps
   // it (synced; the store becomes format 5); the family's newest instead
   // when it is not `replacing` (another came meanwhile). InvalidArgument

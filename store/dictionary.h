@@ -86,6 +86,8 @@ struct TrainingSamples {
   std::string bytes;
   std::vector<size_t> sizes;
   std::vector<std::string> held_out;
+  // Threads the training judges its candidates on (fastCover's k values).
+  int threads = 1;
   // Adds `content` as pieces of kSampleBytes.
   void Add(std::string_view content);
 };

@@ -15,6 +15,7 @@
 #include "base/time_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
+#include "store/chunk_writer.h"
 #include "store/classify.h"
 #include "store/file_io_internal.h"
 #include "store/format.h"
@@ -24,10 +25,6 @@
 namespace tbfs::store {
 
 namespace {
-
-// Uncommitted chunk bytes are written without sync once a batch is this big;
-// the final synced batch makes them all durable (the WAL is sequential).
-constexpr size_t kBatchBytes = 16 << 20;
 
 // The chunks of the file open as fd that hold data, found with SEEK_DATA
 // and SEEK_HOLE: a chunk with any data in it is read whole (a hole inside
@@ -75,7 +72,7 @@ std::shared_ptr<const Dictionary> DictionaryFor(ColdStore& store, const std::str
   uint64_t data_bytes = 0;
   for (const ChunkRun& r : data) data_bytes += std::min(r.end * cb, size) - r.first * cb;
   auto d = store.DictionaryForFile(
-      rel_path, options.file_class, data, data_bytes, options.level,
+      rel_path, options.file_class, data, data_bytes, options.level, options.pool->size(),
       [&](uint64_t index, std::string* raw) {
         raw->resize(static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb)));
         size_t got = 0;
@@ -100,83 +97,6 @@ FolderAttrs LogdirFolders(const std::string& logdir) {
 }
 
 namespace {
-
-// Compresses chunks on the pool's workers and puts them in a batch,
-// committed (unsynced) whenever it grows big; the caller commits the rest
-// with the manifest.
-class ChunkWriter {
- public:
-  ChunkWriter(ColdStore& store, const std::string& path, uint64_t file_id, uint64_t chunks,
-              const Dictionary* dict, const IngestOptions& options)
-      : store_(store),
-        path_(path),
-        file_id_(file_id),
-        chunks_(chunks),
-        dict_(dict),
-        options_(options),
-        codecs_(Codecs(*options.pool)),
-        wave_(WaveChunks(*options.pool)),
-        raw_(wave_),
-        value_(wave_),
-        index_(wave_) {}
-
-  size_t wave() const { return wave_; }
-  // Before the chunks of a wave are read: a copy asked to stop stops.
-  Status BeginWave() {
-    FailpointHook("ingest.wave", path_);  // tests: time passes in the middle of a copy
-    if (options_.should_stop && options_.should_stop()) {
-      return Status::Aborted(path_ + " was opened for writing while it was copied");
-    }
-    return Status::OK();
-  }
-  // The buffer of the next chunk, to fill; Done(index) takes it.
-  std::string* Next() { return &raw_[pending_]; }
-  Status Done(uint64_t index) {
-    index_[pending_++] = index;
-    return pending_ == wave_ ? Flush() : Status::OK();
-  }
-  // Compresses what is pending and puts it in the batch.
-  Status Flush() {
-    const size_t n = pending_;
-    if (n == 0) return Status::OK();
-    pending_ = 0;
-    options_.pool->ParallelFor(n, [&](size_t i, int worker) {
-      codecs_[worker]->Encode(raw_[i], options_.level, {file_id_, index_[i]}, &value_[i], dict_);
-    });
-    for (size_t i = 0; i < n; ++i) {
-      batch_.Put(Space::kChunks, ChunkKey(file_id_, index_[i]), value_[i]);
-      stored_ += value_[i].size();
-    }
-    // The first wave of a multi-wave file is committed on its own too, so a
-    // crash test can stop the copy halfway with chunks already written.
-    if (batch_.bytes() >= kBatchBytes || (first_wave_ && chunks_ > wave_)) {
-      TBFS_RETURN_IF_ERROR(store_.CheckRoom(batch_.bytes()));
-      TBFS_RETURN_IF_ERROR(store_.Commit(batch_, false));
-      batch_.Clear();
-      MaybeCrash("migrate.copying");
-    }
-    first_wave_ = false;
-    return Status::OK();
-  }
-  WriteBatch* batch() { return &batch_; }
-  uint64_t stored() const { return stored_; }
-
- private:
-  ColdStore& store_;
-  const std::string& path_;
-  const uint64_t file_id_;
-  const uint64_t chunks_;
-  const Dictionary* const dict_;
-  const IngestOptions& options_;
-  std::vector<std::unique_ptr<ChunkCodec>> codecs_;
-  const size_t wave_;
-  std::vector<std::string> raw_, value_;
-  std::vector<uint64_t> index_;
-  size_t pending_ = 0;
-  bool first_wave_ = true;
-  WriteBatch batch_;
-  uint64_t stored_ = 0;
-};
 
 // The manifest of the file open as fd, all but what its content gives.
 Status StartManifest(int fd, const std::string& path, const std::string& rel_path,
@@ -210,7 +130,6 @@ Result<storepb::Manifest> CommitFile(ColdStore& store, const std::string& logdir
                                      const IngestOptions& options, ChunkWriter& writer,
                                      storepb::Manifest m) {
   const std::string path = JoinPath(logdir, rel_path);
-  TBFS_RETURN_IF_ERROR(writer.Flush());
   char extra;
   size_t got = 0;
   TBFS_RETURN_IF_ERROR(PreadFull(fd, &extra, 1, m.size(), &got, path));
@@ -377,23 +296,22 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
   Xxh128 content_hash;
   std::string in(256 << 10, '\0');
   uint64_t at = 0, content = 0, index = 0;
-  std::string* chunk = nullptr;
   bool stream_end = false;
-  while (!stream_end) {
-    size_t got = 0;
-    TBFS_RETURN_IF_ERROR(PreadFull(fd, in.data(), in.size(), at, &got, path));
-    if (got == 0) break;
-    at += got;
-    if (options.progress) options.progress->fetch_add(got, std::memory_order_relaxed);
-    z.next_in = reinterpret_cast<Bytef*>(in.data());
-    z.avail_in = static_cast<uInt>(got);
-    while (z.avail_in > 0 && !stream_end) {
-      if (chunk == nullptr) {
-        if (index % writer.wave() == 0) TBFS_RETURN_IF_ERROR(writer.BeginWave());
-        chunk = writer.Next();
-        chunk->resize(cb);
-        z.next_out = reinterpret_cast<Bytef*>(chunk->data());
-        z.avail_out = cb;
+  // A chunk of content at a time, inflated as the file is read.
+  auto next = [&](std::string* chunk, uint64_t* chunk_index) -> Result<bool> {
+    if (stream_end || static_cast<double>(writer.stored()) > most) return false;
+    chunk->resize(cb);
+    z.next_out = reinterpret_cast<Bytef*>(chunk->data());
+    z.avail_out = cb;
+    while (z.avail_out > 0 && !stream_end) {
+      if (z.avail_in == 0) {
+        size_t got = 0;
+        TBFS_RETURN_IF_ERROR(PreadFull(fd, in.data(), in.size(), at, &got, path));
+        if (got == 0) break;  // a stream cut short: its size says so below
+        at += got;
+        if (options.progress) options.progress->fetch_add(got, std::memory_order_relaxed);
+        z.next_in = reinterpret_cast<Bytef*>(in.data());
+        z.avail_in = static_cast<uInt>(got);
       }
       const int rc = inflate(&z, Z_NO_FLUSH);
       if (rc == Z_STREAM_END) {
@@ -403,23 +321,19 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
                                " changed while it was copied (its gzip stream no longer "
                                "inflates)");
       }
-      if (z.avail_out == 0 || stream_end) {
-        chunk->resize(cb - z.avail_out);
-        if (!chunk->empty()) {
-          content += chunk->size();
-          content_hash.Update(*chunk);
-          TBFS_RETURN_IF_ERROR(writer.Done(index++));
-          if (static_cast<double>(writer.stored()) > most) return no_gain();
-        }
-        chunk = nullptr;
-      }
     }
-  }
+    chunk->resize(cb - z.avail_out);
+    if (chunk->empty()) return false;
+    content += chunk->size();
+    content_hash.Update(*chunk);
+    *chunk_index = index++;
+    return true;
+  };
+  TBFS_RETURN_IF_ERROR(writer.WriteAll(next));
+  if (static_cast<double>(writer.stored()) > most) return no_gain();
   if (content != recipe->content_bytes || index != g->content_chunks()) {
     return Status::Aborted(path + " changed while it was copied (its content is another size)");
   }
-  TBFS_RETURN_IF_ERROR(writer.Flush());
-  if (static_cast<double>(writer.stored()) > most) return no_gain();
   const Hash128 ch = content_hash.Digest();
   g->set_content_hash_low(ch.low);
   g->set_content_hash_high(ch.high);
@@ -464,24 +378,25 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
 
   ChunkWriter writer(store, path, file_id, chunks, dict.get(), options);
   Xxh128 hash;
-  for (const ChunkRun& run : data) {
-    for (uint64_t first = run.first; first < run.end; first += writer.wave()) {
-      TBFS_RETURN_IF_ERROR(writer.BeginWave());
-      const uint64_t last = std::min<uint64_t>(first + writer.wave(), run.end);
-      for (uint64_t index = first; index < last; ++index) {
-        std::string* raw = writer.Next();
-        const size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb));
-        raw->resize(len);
-        size_t got = 0;
-        TBFS_RETURN_IF_ERROR(PreadFull(fd, raw->data(), len, index * cb, &got, path));
-        if (got != len) return Status::Aborted(path + " shrank while it was copied");
-        hash.Update(*raw);
-        if (options.progress) options.progress->fetch_add(len, std::memory_order_relaxed);
-        TBFS_RETURN_IF_ERROR(writer.Done(index));
-      }
-      TBFS_RETURN_IF_ERROR(writer.Flush());
+  size_t run = 0;
+  uint64_t index = data.empty() ? 0 : data[0].first;
+  // The chunks of the runs of data, in order.
+  auto next = [&](std::string* raw, uint64_t* chunk_index) -> Result<bool> {
+    while (run < data.size() && index >= data[run].end) {
+      if (++run < data.size()) index = data[run].first;
     }
-  }
+    if (run == data.size()) return false;
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb));
+    raw->resize(len);
+    size_t got = 0;
+    TBFS_RETURN_IF_ERROR(PreadFull(fd, raw->data(), len, index * cb, &got, path));
+    if (got != len) return Status::Aborted(path + " shrank while it was copied");
+    hash.Update(*raw);
+    if (options.progress) options.progress->fetch_add(len, std::memory_order_relaxed);
+    *chunk_index = index++;
+    return true;
+  };
+  TBFS_RETURN_IF_ERROR(writer.WriteAll(next));
   const Hash128 h = hash.Digest();
   m.set_hash_low(h.low);
   m.set_hash_high(h.high);

@@ -105,13 +105,14 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
     // The chunks in the store: for a gzip file stored by its content, the
     // content's (the file is made again from them, as before).
     const storepb::Manifest content = ContentManifest(m);
-    auto dict = o.dictionaries ? store.DictionaryForFile(
-                                     IsGzipContent(m) ? ContentPath(m.path()) : m.path(),
-                                     m.file_class(), DataRuns(content), DataBytes(content), o.level,
-                                     [&](uint64_t index, std::string* raw) {
-                                       return store.ReadChunk(content, index, codecs[0].get(), raw);
-                                     })
-                               : std::shared_ptr<const Dictionary>();
+    auto dict = o.dictionaries
+                    ? store.DictionaryForFile(
+                          IsGzipContent(m) ? ContentPath(m.path()) : m.path(), m.file_class(),
+                          DataRuns(content), DataBytes(content), o.level, o.pool->size(),
+                          [&](uint64_t index, std::string* raw) {
+                            return store.ReadChunk(content, index, codecs[0].get(), raw);
+                          })
+                    : std::shared_ptr<const Dictionary>();
     if (dict.ok()) dict = BetterForFile(store, content, *dict, o.level, codecs[0].get());
     if (!dict.ok()) {
       report.failed.emplace_back(m.path(), dict.status().message());

@@ -85,7 +85,7 @@ std::shared_ptr<const Dictionary> ColdStore::FindDictionary(uint32_t id) {
 
 Result<std::shared_ptr<const Dictionary>> ColdStore::DictionaryForFile(
     std::string_view rel_path, std::string_view file_class, const std::vector<ChunkRun>& data,
-    uint64_t data_bytes, int level, const ChunkReader& read) {
+    uint64_t data_bytes, int level, int threads, const ChunkReader& read) {
   const std::string family = DictionaryFamily(rel_path, file_class);
   if (family.empty()) return std::shared_ptr<const Dictionary>();
   const std::shared_ptr<const Dictionary> current = DictionaryOf(family);
@@ -105,6 +105,7 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::DictionaryForFile(
   const size_t want =
       std::min<size_t>(chunks.size(), std::max<uint64_t>(1, kMaxTrainingBytes / chunk_bytes));
   TrainingSamples samples;
+  samples.threads = threads;
   // Reserved whole: grown by doubling, the samples would be copied into a
   // block of up to twice their size with the old one still held (the
   // mount's heap peaks at a training: README, "jemalloc"). chunk_bytes is

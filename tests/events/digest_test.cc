@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "events/logdir_digest.h"
+#include "fmt/format.h"
 #include "tests/events/event_files.h"
 
 namespace tbfs::events {
@@ -64,6 +65,32 @@ TEST(MergeRuns, PluginFromAnEarlierFileOfTheRun) {
   EXPECT_EQ(acc.last_step, 1);
   ASSERT_TRUE(acc.last_scalar);
   EXPECT_FLOAT_EQ(static_cast<float>(acc.last_scalar->f), 0.2f);
+}
+
+TEST(DigestEach, EachFileItsOwnDigestAndStatusInTheOrderAsked) {
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (int i = 0; i < 9; ++i) {
+    paths.push_back(fmt::format("run{}/events.out.tfevents.{}.a", i % 3, i));
+    std::vector<pb::Event> records = {FileVersion()};
+    for (int step = 0; step <= i; ++step) records.push_back(SimpleScalar("loss", step, 1.0f));
+    WriteEvents(dir / paths.back(), records);
+  }
+  paths.insert(paths.begin() + 4, "run1/events.out.tfevents.gone");
+  std::vector<FileDigest> out;
+  const std::vector<Status> st = DigestEach(dir.path(), paths, 3, &out);
+  ASSERT_EQ(st.size(), paths.size());
+  ASSERT_EQ(out.size(), paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (i == 4) {
+      EXPECT_TRUE(st[i].IsNotFound()) << st[i].ToString();
+      continue;
+    }
+    ASSERT_TRUE(st[i].ok()) << paths[i] << ": " << st[i].ToString();
+    const int n = static_cast<int>(i < 4 ? i : i - 1);
+    EXPECT_EQ(out[i].path, paths[i]);
+    EXPECT_EQ(out[i].tags.at("loss").count, static_cast<uint64_t>(n + 1)) << paths[i];
+  }
 }
 
 TEST(DigestFile, HashIsAFixedFunctionOfTheRecords) {
