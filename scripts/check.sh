@@ -22,7 +22,7 @@ run() {
     asan) sanitize=address,undefined
           ctest_args=(-E '^(Packaging|ThreadSafety)\.|FstabForm') ;;
     tsan) sanitize=thread
-          ctest_args=(-R '^(Mount|Mounted|Transitions|Confined|NoRoom|SharedStore|UnreachableStore|Listing|Races|UnmountOrSigterm|InodeTable|ChunkBuffers|ChunkCache|WorkPool|TotalsTest|Dictionary)' -E 'FstabForm') ;;
+          ctest_args=(-R '^(Mount|Mounted|Transitions|Confined|NoRoom|SharedStore|UnreachableStore|Listing|Races|UnmountOrSigterm|InodeTable|ChunkBuffers|ChunkCache|WorkPool|ChunkWriter|DigestEach|TotalsTest|Dictionary)' -E 'FstabForm') ;;
     *) echo "check.sh: unknown check '$kind' (asan or tsan)" >&2; return 2 ;;
   esac
   local build=$root/build-$kind logs=$root/build-$kind/sanitizer-logs

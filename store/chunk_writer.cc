@@ -14,7 +14,7 @@ namespace {
 // the final synced batch makes them all durable (the WAL is sequential).
 // Small enough that most of a file's writes are made beside the compression
 // (a trace of 128 MiB stores in about 8 MiB: at 16 MiB, its one commit came
-// after its last chunk, with both cores but one idle).
+// after its last chunk, the workers idle meanwhile).
 constexpr size_t kBatchBytes = 4 << 20;
 
 }  // namespace
