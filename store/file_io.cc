@@ -158,10 +158,11 @@ constexpr uint64_t kMaxGzipInflation = 256;
 constexpr double kGzipContentMustSave = 0.9;
 
 // The content that judges a gzip file before its recipe is looked for: the
-// search deflates all of the content again, and only then is the content
-// compressed and found to store in no less than the file (TensorFlow's
-// trace.json.gz of random timings: about a second for 36 MB of content,
-// 4 of the 13.5 s `tbfs-bench cold`'s logdir took to migrate).
+// search deflates all of the content again as the content is compressed,
+// and a content found to store in no less than the file is found so only
+// at its end (TensorFlow's trace.json.gz of random timings: about a second
+// for 36 MB of content, 4 of the 13.5 s `tbfs-bench cold`'s logdir took to
+// migrate).
 constexpr uint64_t kGzipProbeBytes = 4 << 20;
 
 // Whether the first kGzipProbeBytes of a gzip file's content, compressed
@@ -211,33 +212,60 @@ bool GzipContentMaySave(int fd, const std::string& path, uint64_t size, uint32_t
   return static_cast<double>(stored) <= kGzipContentMustSave * static_cast<double>(z.total_in);
 }
 
-// First pass over a gzip file: its recipe (NotFound when zlib cannot make
-// it again), its hash and the hash of each of its pieces (of `cb` bytes).
-Result<GzipRecipe> ReadGzipRecipe(int fd, const std::string& path, uint64_t size, uint32_t cb,
-                                  Xxh128* hash, storepb::GzipContent* g) {
-  GzipRecipeFinder finder;
-  std::string piece(cb, '\0');
-  for (uint64_t at = 0; at < size; at += cb) {
-    const size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - at));
+// A gzip file read once, piece by piece (of kGzipPieceBytes): each piece
+// hashed (the file's hash, its manifest's piece hashes) and given to the
+// recipe finder.
+class GzipPieceReader {
+ public:
+  GzipPieceReader(int fd, const std::string& path, uint64_t size, storepb::GzipContent* g,
+                  std::atomic<uint64_t>* progress)
+      : fd_(fd),
+        path_(path),
+        size_(size),
+        g_(g),
+        progress_(progress),
+        piece_(kGzipPieceBytes, '\0') {}
+
+  bool done() const { return at_ == size_; }
+  // The next piece; NotFound once the finder knows there is no recipe (or
+  // the stream inflates past kMaxGzipInflation times the file).
+  Result<std::string_view> Next() {
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(kGzipPieceBytes, size_ - at_));
     size_t got = 0;
-    TBFS_RETURN_IF_ERROR(PreadFull(fd, piece.data(), len, at, &got, path));
-    if (got != len) return Status::Aborted(path + " shrank while it was copied");
-    const std::string_view bytes(piece.data(), len);
-    hash->Update(bytes);
-    g->add_piece_hashes(PieceHash(bytes));
-    finder.Add(bytes);
-    if (finder.rejected()) break;
-    if (finder.content_bytes() > kMaxGzipInflation * size) {
+    TBFS_RETURN_IF_ERROR(PreadFull(fd_, piece_.data(), len, at_, &got, path_));
+    if (got != len) return Status::Aborted(path_ + " shrank while it was copied");
+    const std::string_view bytes(piece_.data(), len);
+    at_ += len;
+    hash_.Update(bytes);
+    g_->add_piece_hashes(PieceHash(bytes));
+    finder_.Add(bytes);
+    if (finder_.rejected()) return finder_.Finish().status();
+    if (finder_.content_bytes() > kMaxGzipInflation * size_) {
       return Status::NotFound(
           fmt::format("it inflates to more than {} times its size", kMaxGzipInflation));
     }
+    if (progress_ != nullptr) progress_->fetch_add(len, std::memory_order_relaxed);
+    return bytes;
   }
-  return finder.Finish();
-}
+  // After the last piece.
+  Result<GzipRecipe> Finish() { return finder_.Finish(); }
+  Hash128 Digest() const { return hash_.Digest(); }
+
+ private:
+  const int fd_;
+  const std::string& path_;
+  const uint64_t size_;
+  storepb::GzipContent* const g_;
+  std::atomic<uint64_t>* const progress_;
+  std::string piece_;
+  uint64_t at_ = 0;
+  Xxh128 hash_;
+  GzipRecipeFinder finder_;
+};
 
 // A gzip file stored by its content (store/gzip_pieces.h). NotFound, with
-// nothing written, when zlib cannot make the file again: it is then
-// stored as it is.
+// the chunks it wrote removed again, when zlib cannot make the file again
+// or its content would not store smaller: it is then stored as it is.
 Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string& logdir,
                                             const std::string& rel_path, int fd,
                                             const struct stat& st, storepb::Manifest m,
@@ -258,44 +286,34 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
   }
   m.set_chunk_bytes(kGzipPieceBytes);  // the file's bytes, in pieces
   m.set_chunks(ChunkCount(m.size(), kGzipPieceBytes));
-  Xxh128 file_hash;
-  storepb::GzipContent* g = m.mutable_gzip();
-  auto recipe = ReadGzipRecipe(fd, path, m.size(), kGzipPieceBytes, &file_hash, g);
-  if (!recipe.ok()) return recipe.status();
-  g->set_header(recipe->header);
-  g->set_level(recipe->level);
-  g->set_mem_level(recipe->mem_level);
-  for (uint64_t f : recipe->sync_flushes) g->add_sync_flushes(f);
-  g->set_content_bytes(recipe->content_bytes);
-  g->set_content_chunk_bytes(cb);
-  g->set_content_chunks(ChunkCount(recipe->content_bytes, cb));
-  const Hash128 h = file_hash.Digest();
-  m.set_hash_low(h.low);
-  m.set_hash_high(h.high);
-
   if (dict != nullptr) m.set_dictionary(dict->id());
+  storepb::GzipContent* g = m.mutable_gzip();
+  g->set_content_chunk_bytes(cb);
 
-  // Second pass: the content, inflated as it comes, cut into chunks.
-  ChunkWriter writer(store, path, m.file_id(), g->content_chunks(), dict.get(), options);
+  // One pass: the file read piece by piece, then inflated into the
+  // content's chunks (on one worker, beside the others compressing them).
+  GzipPieceReader file(fd, path, m.size(), g, options.progress);
+  Xxh128 content_hash;
+  // The file's piece count stands for the content's chunk count, not known
+  // yet (it decides only whether the first wave is committed on its own).
+  ChunkWriter writer(store, path, m.file_id(), m.chunks(), dict.get(), options);
   z_stream z{};
   if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return Status::Corruption(path + ": inflateInit2");
   struct End {
     z_stream* z;
     ~End() { inflateEnd(z); }
   } end{&z};
-  // Content that stores no smaller than the file: its chunks written so far
-  // go, and the file is stored as it is (NotFound).
+  // Content that stores no smaller than the file, or a file with no
+  // recipe: its chunks written so far go, and the file is stored as it is
+  // (NotFound).
   const double most = kGzipContentMustSave * static_cast<double>(m.size());
-  auto no_gain = [&]() -> Status {
+  uint64_t content = 0, index = 0;
+  auto as_it_is = [&](Status why) -> Status {
     WriteBatch drop;
-    store.RemoveChunks(&drop, m.file_id(), {{0, g->content_chunks()}});
+    store.RemoveChunks(&drop, m.file_id(), {{0, index}});
     TBFS_RETURN_IF_ERROR(store.Commit(drop, false));
-    return Status::NotFound(fmt::format("its content stores in more than {:.0f}% of its size",
-                                        kGzipContentMustSave * 100));
+    return why;
   };
-  Xxh128 content_hash;
-  std::string in(256 << 10, '\0');
-  uint64_t at = 0, content = 0, index = 0;
   bool stream_end = false;
   // A chunk of content at a time, inflated as the file is read.
   auto next = [&](std::string* chunk, uint64_t* chunk_index) -> Result<bool> {
@@ -305,13 +323,11 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
     z.avail_out = cb;
     while (z.avail_out > 0 && !stream_end) {
       if (z.avail_in == 0) {
-        size_t got = 0;
-        TBFS_RETURN_IF_ERROR(PreadFull(fd, in.data(), in.size(), at, &got, path));
-        if (got == 0) break;  // a stream cut short: its size says so below
-        at += got;
-        if (options.progress) options.progress->fetch_add(got, std::memory_order_relaxed);
-        z.next_in = reinterpret_cast<Bytef*>(in.data());
-        z.avail_in = static_cast<uInt>(got);
+        if (file.done()) break;  // a stream cut short: the finder says so
+        auto bytes = file.Next();
+        if (!bytes.ok()) return bytes.status();
+        z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes->data()));
+        z.avail_in = static_cast<uInt>(bytes->size());
       }
       const int rc = inflate(&z, Z_NO_FLUSH);
       if (rc == Z_STREAM_END) {
@@ -329,11 +345,33 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
     *chunk_index = index++;
     return true;
   };
-  TBFS_RETURN_IF_ERROR(writer.WriteAll(next));
-  if (static_cast<double>(writer.stored()) > most) return no_gain();
-  if (content != recipe->content_bytes || index != g->content_chunks()) {
+  Status written = writer.WriteAll(next);
+  if (written.IsNotFound()) return as_it_is(written);
+  TBFS_RETURN_IF_ERROR(written);
+  if (static_cast<double>(writer.stored()) > most) {
+    return as_it_is(Status::NotFound(fmt::format(
+        "its content stores in more than {:.0f}% of its size", kGzipContentMustSave * 100)));
+  }
+  // What follows the stream (the finder refuses bytes after its member).
+  while (!file.done()) {
+    auto bytes = file.Next();
+    if (bytes.status().IsNotFound()) return as_it_is(bytes.status());
+    TBFS_RETURN_IF_ERROR(bytes.status());
+  }
+  auto recipe = file.Finish();
+  if (!recipe.ok()) return as_it_is(recipe.status());
+  if (content != recipe->content_bytes) {
     return Status::Aborted(path + " changed while it was copied (its content is another size)");
   }
+  g->set_header(recipe->header);
+  g->set_level(recipe->level);
+  g->set_mem_level(recipe->mem_level);
+  for (uint64_t f : recipe->sync_flushes) g->add_sync_flushes(f);
+  g->set_content_bytes(recipe->content_bytes);
+  g->set_content_chunks(index);
+  const Hash128 h = file.Digest();
+  m.set_hash_low(h.low);
+  m.set_hash_high(h.high);
   const Hash128 ch = content_hash.Digest();
   g->set_content_hash_low(ch.low);
   g->set_content_hash_high(ch.high);

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "base/fs_util.h"
 #include "base/work_pool.h"
@@ -291,6 +292,39 @@ TEST_F(GzipContentTest, FilesZlibDoesNotMakeAgainAreStoredAsTheyAre) {
     EXPECT_FALSE(IsGzipContent(m)) << rel;
     EXPECT_TRUE(SameBytes(ReadAll(m), ReadBytes(JoinPath(logdir_, rel)))) << rel;
   }
+}
+
+// A gzip file whose recipe fails only at its end (bytes after its member,
+// a second member) has been copied by its content by then (the finder
+// reads beside the copy): what that copy wrote leaves the store again, and
+// the file is stored as it is.
+TEST_F(GzipContentTest, AFileFoundWithoutARecipeAtItsEndLeavesNoContentChunkBehind) {
+  const std::string gz = PythonGzip("one.json.gz", KinetoJson(6 << 20, 3));
+  WriteBytes(JoinPath(logdir_, "tail.json.gz"), gz + "bytes after the member\n");
+  WriteBytes(JoinPath(logdir_, "two.json.gz"), gz + gz);
+  // Chunks of 512 KiB: the content has 12, the first 4 of which the copy
+  // commits on their own before it reads the file's end; the file as it
+  // is has fewer.
+  constexpr uint32_t kBig = 512 << 10;
+  for (const char* rel : {"tail.json.gz", "two.json.gz"}) {
+    const storepb::Manifest m = Ingest(rel, true, kBig);
+    EXPECT_FALSE(IsGzipContent(m)) << rel;
+    EXPECT_TRUE(SameBytes(ReadAll(m), ReadBytes(JoinPath(logdir_, rel)))) << rel;
+    ASSERT_LT(m.chunks(), 4u) << rel;
+    std::set<uint64_t> indices;
+    ASSERT_TRUE(store_
+                    ->ForEachChunkKey([&](uint64_t id, uint64_t index) {
+                      if (id == m.file_id()) indices.insert(index);
+                      return true;
+                    })
+                    .ok());
+    EXPECT_EQ(indices.size(), m.chunks()) << rel;
+    if (!indices.empty()) {
+      EXPECT_EQ(*indices.rbegin(), m.chunks() - 1) << rel;
+    }
+  }
+  // The file without them is stored by its content.
+  EXPECT_TRUE(IsGzipContent(Ingest("one.json.gz", true, kBig)));
 }
 
 // A gzip file is judged by its first 4 MiB of content before its recipe is
