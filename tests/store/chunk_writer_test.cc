@@ -7,12 +7,10 @@
 
 #include "base/work_pool.h"
 #include "store/format.h"
-#include "tests/test_util.h"
+#include "tests/store/store_fixture.h"
 
 namespace tbfs::store {
 namespace {
-
-using testing::TempDir;
 
 constexpr uint32_t kChunk = 64 << 10;
 
@@ -22,14 +20,10 @@ std::string ChunkContent(uint64_t index) {
   return s;
 }
 
-class ChunkWriterTest : public ::testing::Test {
+class ChunkWriterTest : public NewStoreTest {
  protected:
   void SetUp() override {
-    OpenOptions o;
-    o.create_if_missing = true;
-    auto s = ColdStore::Open(dir_ / ".tbfs", o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
+    NewStoreTest::SetUp();
     options_.chunk_bytes = kChunk;
     options_.level = 3;
     options_.pool = &pool_;
@@ -47,9 +41,7 @@ class ChunkWriterTest : public ::testing::Test {
     return m;
   }
 
-  TempDir dir_;
   WorkPool pool_{2};  // waves of 4 chunks
-  std::unique_ptr<ColdStore> store_;
   IngestOptions options_;
 };
 

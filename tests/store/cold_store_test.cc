@@ -16,6 +16,7 @@
 #include "store/file_io.h"
 #include "store/format.h"
 #include "store/maintenance.h"
+#include "tests/store/store_fixture.h"
 #include "tests/store/store_internals.h"
 #include "tests/test_util.h"
 
@@ -62,23 +63,13 @@ storepb::Manifest IngestInto(ColdStore& store, const std::string& logdir, const 
   return m.value();
 }
 
-class StoreTest : public ::testing::Test {
+class StoreTest : public NewStoreTest {
  protected:
-  void SetUp() override {
-    OpenOptions o;
-    o.create_if_missing = true;
-    auto s = ColdStore::Open(dir_ / ".tbfs", o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
-  }
-
   storepb::Manifest Ingest(const std::string& rel, const std::string& bytes) {
     return IngestInto(*store_, dir_.path(), rel, bytes, &pool_);
   }
 
-  TempDir dir_;
   WorkPool pool_{2};
-  std::unique_ptr<ColdStore> store_;
 };
 
 TEST_F(StoreTest, RoundTripsAreByteIdenticalAtChunkBorders) {

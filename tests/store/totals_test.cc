@@ -9,6 +9,7 @@
 #include "base/work_pool.h"
 #include "store/cold_store.h"
 #include "store/file_io.h"
+#include "tests/store/store_fixture.h"
 #include "tests/test_util.h"
 
 namespace tbfs::store {
@@ -17,15 +18,8 @@ namespace {
 using testing::TempDir;
 using testing::WriteBytes;
 
-class TotalsTest : public ::testing::Test {
+class TotalsTest : public NewStoreTest {
  protected:
-  void SetUp() override {
-    OpenOptions o;
-    o.create_if_missing = true;
-    auto s = ColdStore::Open(dir_ / ".tbfs", o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
-  }
   storepb::Manifest Ingest(const std::string& rel, size_t bytes) {
     WriteBytes(dir_ / rel, std::string(bytes, 'x'));
     auto fd = OpenFile(dir_ / rel, O_RDONLY);
@@ -48,9 +42,7 @@ class TotalsTest : public ::testing::Test {
     EXPECT_EQ(kept->stored_bytes, scanned->stored_bytes) << when;
     EXPECT_EQ(kept->top_folder_bytes, scanned->top_folder_bytes) << when;
   }
-  TempDir dir_;
   WorkPool pool_{2};
-  std::unique_ptr<ColdStore> store_;
 };
 
 TEST_F(TotalsTest, EveryCommitKeepsThemEqualToAScan) {
@@ -77,9 +69,9 @@ TEST_F(TotalsTest, EveryCommitKeepsThemEqualToAScan) {
 
   // A folder renamed: its bytes move to another top folder.
   WriteBatch rename;
-  ASSERT_TRUE(store_->Rename(&rename, "a", "c/a", [](const std::string&, struct stat*) {
-                      return false;
-                    }).ok());
+  ASSERT_TRUE(
+      store_->Rename(&rename, "a", "c/a", [](const std::string&, struct stat*) { return false; })
+          .ok());
   ASSERT_TRUE(store_->Commit(rename, true).ok());
   ExpectInStep("after a folder rename");
   EXPECT_EQ(store_->GetTotals()->top_folder_bytes.count("a"), 0u);
@@ -110,8 +102,8 @@ TEST_F(TotalsTest, ConcurrentCommitsKeepThemEqualToAScan) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 25; ++i) {
-        auto m = Ingest("r" + std::to_string(t) + "/f" + std::to_string(i) + ".pt.trace.json",
-                        100 + i);
+        auto m =
+            Ingest("r" + std::to_string(t) + "/f" + std::to_string(i) + ".pt.trace.json", 100 + i);
         if (i % 3 == 0) {
           WriteBatch drop;
           if (store_->RemoveFile(&drop, m).ok()) (void)store_->Commit(drop, true);
