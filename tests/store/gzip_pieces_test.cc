@@ -287,7 +287,17 @@ TEST_F(GzipContentTest, FilesZlibDoesNotMakeAgainAreStoredAsTheyAre) {
   // zlib makes it again, but its content (random numbers) stores no
   // smaller than the file: the remake would buy nothing.
   PythonGzip("random.json.gz", TraceJson(1 << 20, 4), 6);
-  for (const char* rel : {"gnu.json.gz", "text.json.gz", "zeros.gz", "random.json.gz"}) {
+  // Damaged where only the inflate of the copy sees it, pieces after the
+  // first: the trailer's CRC-32 and its length (a red team's finding).
+  std::string gz = PythonGzip("crc.json.gz", KinetoJson(4 << 20, 5));
+  ASSERT_GT(gz.size(), kGzipPieceBytes);
+  gz[gz.size() - 6] ^= 0x01;
+  WriteBytes(JoinPath(logdir_, "crc.json.gz"), gz);
+  gz[gz.size() - 6] ^= 0x01;
+  gz[gz.size() - 2] ^= 0x01;
+  WriteBytes(JoinPath(logdir_, "isize.json.gz"), gz);
+  for (const char* rel : {"gnu.json.gz", "text.json.gz", "zeros.gz", "random.json.gz",
+                          "crc.json.gz", "isize.json.gz"}) {
     const storepb::Manifest m = Ingest(rel);
     EXPECT_FALSE(IsGzipContent(m)) << rel;
     EXPECT_TRUE(SameBytes(ReadAll(m), ReadBytes(JoinPath(logdir_, rel)))) << rel;
