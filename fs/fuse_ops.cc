@@ -23,9 +23,7 @@ static_assert(kSetMode == FUSE_SET_ATTR_MODE && kSetUid == FUSE_SET_ATTR_UID &&
               kSetAtime == FUSE_SET_ATTR_ATIME && kSetMtime == FUSE_SET_ATTR_MTIME &&
               kSetAtimeNow == FUSE_SET_ATTR_ATIME_NOW && kSetMtimeNow == FUSE_SET_ATTR_MTIME_NOW);
 
-FuseContext& Context(fuse_req_t req) { return *static_cast<FuseContext*>(fuse_req_userdata(req)); }
-Filesystem& Fs(fuse_req_t req) { return *Context(req).fs; }
-OpLatency& Latency(fuse_req_t req) { return *Context(req).latency; }
+OpLatency& Latency(fuse_req_t req) { return *ContextOf(req).latency; }
 
 Caller CallerOf(fuse_req_t req) {
   const struct fuse_ctx* ctx = fuse_req_ctx(req);
@@ -48,7 +46,7 @@ void ReplyEntry(fuse_req_t req, int err, const EntryOut& out) {
   struct fuse_entry_param e {};
   e.ino = out.id;
   e.attr = out.attr;
-  e.attr_timeout = e.entry_timeout = Fs(req).CacheTtl(out.id);
+  e.attr_timeout = e.entry_timeout = FsOf(req).CacheTtl(out.id);
   fuse_reply_entry(req, &e);
 }
 
@@ -81,7 +79,7 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   OpLatency::Timer timer(Latency(req), FuseOp::kLookup);
   EntryOut out;
-  int err = Fs(req).Lookup(parent, name, &out);
+  int err = FsOf(req).Lookup(parent, name, &out);
   if (err == -ENOENT) {
     fuse_reply_err(req, ENOENT);  // no negative caching: new files show up at once
     return;
@@ -90,45 +88,45 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
-  Fs(req).Forget(ino, nlookup);
+  FsOf(req).Forget(ino, nlookup);
   fuse_reply_none(req);
 }
 
 void OpForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) {
-  for (size_t i = 0; i < count; ++i) Fs(req).Forget(forgets[i].ino, forgets[i].nlookup);
+  for (size_t i = 0; i < count; ++i) FsOf(req).Forget(forgets[i].ino, forgets[i].nlookup);
   fuse_reply_none(req);
 }
 
 void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   OpLatency::Timer timer(Latency(req), FuseOp::kGetAttr);
   struct stat st;
-  int err = Fs(req).GetAttr(ino, &st, fi ? Fh(fi) : nullptr);
+  int err = FsOf(req).GetAttr(ino, &st, fi ? Fh(fi) : nullptr);
   if (err != 0) {
     fuse_reply_err(req, -err);
     return;
   }
-  fuse_reply_attr(req, &st, Fs(req).CacheTtl(ino));
+  fuse_reply_attr(req, &st, FsOf(req).CacheTtl(ino));
 }
 
 void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
                struct fuse_file_info* fi) {
   struct stat out;
   FileHandle* fh = fi ? Fh(fi) : nullptr;
-  int err = Fs(req).SetAttr(ino, *attr, to_set, fh, &out);
+  int err = FsOf(req).SetAttr(ino, *attr, to_set, fh, &out);
   if (err == 0 && (to_set & FUSE_SET_ATTR_SIZE)) {
-    DropSetId(req, Fs(req), ino, fh, SetIdCause::kData);
-    err = Fs(req).GetAttr(ino, &out, fh);
+    DropSetId(req, FsOf(req), ino, fh, SetIdCause::kData);
+    err = FsOf(req).GetAttr(ino, &out, fh);
   }
   if (err != 0) {
     fuse_reply_err(req, -err);
     return;
   }
-  fuse_reply_attr(req, &out, Fs(req).CacheTtl(ino));
+  fuse_reply_attr(req, &out, FsOf(req).CacheTtl(ino));
 }
 
 void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
   std::string target;
-  int err = Fs(req).ReadLink(ino, &target);
+  int err = FsOf(req).ReadLink(ino, &target);
   if (err != 0) {
     fuse_reply_err(req, -err);
     return;
@@ -138,35 +136,35 @@ void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
 
 void OpMkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   EntryOut out;
-  ReplyEntry(req, Fs(req).MkNod(parent, name, mode, rdev, CallerOf(req), &out), out);
+  ReplyEntry(req, FsOf(req).MkNod(parent, name, mode, rdev, CallerOf(req), &out), out);
 }
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   EntryOut out;
-  ReplyEntry(req, Fs(req).Mkdir(parent, name, mode, CallerOf(req), &out), out);
+  ReplyEntry(req, FsOf(req).Mkdir(parent, name, mode, CallerOf(req), &out), out);
 }
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   EntryOut out;
-  ReplyEntry(req, Fs(req).Symlink(link, parent, name, CallerOf(req), &out), out);
+  ReplyEntry(req, FsOf(req).Symlink(link, parent, name, CallerOf(req), &out), out);
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char* name) {
   EntryOut out;
-  ReplyEntry(req, Fs(req).Link(ino, parent, name, &out), out);
+  ReplyEntry(req, FsOf(req).Link(ino, parent, name, &out), out);
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  fuse_reply_err(req, -Fs(req).Unlink(parent, name));
+  fuse_reply_err(req, -FsOf(req).Unlink(parent, name));
 }
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  fuse_reply_err(req, -Fs(req).Rmdir(parent, name));
+  fuse_reply_err(req, -FsOf(req).Rmdir(parent, name));
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned int flags) {
-  fuse_reply_err(req, -Fs(req).Rename(parent, name, newparent, newname, flags));
+  fuse_reply_err(req, -FsOf(req).Rename(parent, name, newparent, newname, flags));
 }
 
 void SetOpenFlags(const FileHandle& h, int flags, struct fuse_file_info* fi) {
@@ -192,7 +190,7 @@ std::set<DirHandle*>& Held(FuseContext& c, DirHandle*) TBFS_REQUIRES(c.handles_m
 // The kernel holds h from here.
 template <typename Handle>
 Handle* HandOver(fuse_req_t req, std::unique_ptr<Handle> h) {
-  FuseContext& c = Context(req);
+  FuseContext& c = ContextOf(req);
   MutexLock lock(c.handles_mu);
   Held(c, h.get()).insert(h.get());
   return h.release();
@@ -200,7 +198,7 @@ Handle* HandOver(fuse_req_t req, std::unique_ptr<Handle> h) {
 
 template <typename Handle>
 std::unique_ptr<Handle> TakeBack(fuse_req_t req, Handle* h) {
-  FuseContext& c = Context(req);
+  FuseContext& c = ContextOf(req);
   MutexLock lock(c.handles_mu);
   Held(c, h).erase(h);
   return std::unique_ptr<Handle>(h);
@@ -209,23 +207,23 @@ std::unique_ptr<Handle> TakeBack(fuse_req_t req, Handle* h) {
 void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   if (ShouldFail("open.throws")) throw std::bad_alloc();  // tests: the daemon's last words
   std::unique_ptr<FileHandle> fh;
-  int err = Fs(req).Open(ino, fi->flags, &fh);
+  int err = FsOf(req).Open(ino, fi->flags, &fh);
   if (err != 0) {
     fuse_reply_err(req, -err);
     return;
   }
   // An O_TRUNC open truncates here (atomic O_TRUNC), not through setattr.
-  if (fi->flags & O_TRUNC) DropSetId(req, Fs(req), ino, fh.get(), SetIdCause::kData);
+  if (fi->flags & O_TRUNC) DropSetId(req, FsOf(req), ino, fh.get(), SetIdCause::kData);
   SetOpenFlags(*fh, fi->flags, fi);
   FileHandle* h = HandOver(req, std::move(fh));
-  if (fuse_reply_open(req, fi) != 0) Fs(req).Release(TakeBack(req, h));  // the opener is gone
+  if (fuse_reply_open(req, fi) != 0) FsOf(req).Release(TakeBack(req, h));  // the opener is gone
 }
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               struct fuse_file_info* fi) {
   std::unique_ptr<FileHandle> fh;
   EntryOut out;
-  int err = Fs(req).Create(parent, name, mode, fi->flags, CallerOf(req), &out, &fh);
+  int err = FsOf(req).Create(parent, name, mode, fi->flags, CallerOf(req), &out, &fh);
   if (err != 0) {
     fuse_reply_err(req, -err);
     return;
@@ -234,24 +232,24 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   struct fuse_entry_param e {};
   e.ino = out.id;
   e.attr = out.attr;
-  e.attr_timeout = e.entry_timeout = Fs(req).CacheTtl(out.id);
+  e.attr_timeout = e.entry_timeout = FsOf(req).CacheTtl(out.id);
   FileHandle* h = HandOver(req, std::move(fh));
   if (fuse_reply_create(req, &e, fi) != 0) {
-    Fs(req).Release(TakeBack(req, h));
-    Fs(req).Forget(out.id, 1);
+    FsOf(req).Release(TakeBack(req, h));
+    FsOf(req).Forget(out.id, 1);
   }
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
   OpLatency::Timer timer(Latency(req), FuseOp::kRead);
   FileHandle* h = Fh(fi);
-  const int fd = Fs(req).IoFd(h);
+  const int fd = FsOf(req).IoFd(h);
   if (fd < 0) {
     // Straight from the cached chunks: no copy before the kernel's.
     std::vector<Filesystem::ColdSlice> slices;
-    struct fuse_session* se = Context(req).session;
-    ssize_t n = Fs(req).ReadCold(h, size, off, &slices,
-                                 [se] { return se != nullptr && fuse_session_exited(se) != 0; });
+    struct fuse_session* se = ContextOf(req).session;
+    ssize_t n = FsOf(req).ReadCold(h, size, off, &slices,
+                                   [se] { return se != nullptr && fuse_session_exited(se) != 0; });
     if (n < 0) {
       fuse_reply_err(req, static_cast<int>(-n));
       return;
@@ -275,7 +273,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in, off_t of
                 struct fuse_file_info* fi) {
   OpLatency::Timer timer(Latency(req), FuseOp::kWrite);
   FileHandle* h = Fh(fi);
-  const int fd = Fs(req).IoFd(h);
+  const int fd = FsOf(req).IoFd(h);
   if (!h->writable || fd < 0) {
     fuse_reply_err(req, EBADF);
     return;
@@ -289,22 +287,22 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in, off_t of
     fuse_reply_err(req, static_cast<int>(-n));
     return;
   }
-  DropSetId(req, Fs(req), ino, h, SetIdCause::kData);
+  DropSetId(req, FsOf(req), ino, h, SetIdCause::kData);
   fuse_reply_write(req, static_cast<size_t>(n));
 }
 
 void OpFsync(fuse_req_t req, fuse_ino_t, int datasync, struct fuse_file_info* fi) {
-  fuse_reply_err(req, -Fs(req).Fsync(Fh(fi), datasync != 0));
+  fuse_reply_err(req, -FsOf(req).Fsync(Fh(fi), datasync != 0));
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-  Fs(req).Release(TakeBack(req, Fh(fi)));
+  FsOf(req).Release(TakeBack(req, Fh(fi)));
   fuse_reply_err(req, 0);
 }
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   std::unique_ptr<DirHandle> dh;
-  int err = Fs(req).OpenDir(ino, &dh);
+  int err = FsOf(req).OpenDir(ino, &dh);
   if (err != 0) {
     fuse_reply_err(req, -err);
     return;
@@ -315,14 +313,14 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   fi->cache_readdir = dh->cache_listing;
   fi->keep_cache = dh->keep_listing;
   DirHandle* h = HandOver(req, std::move(dh));
-  if (fuse_reply_open(req, fi) != 0) Fs(req).ReleaseDir(ino, TakeBack(req, h));  // opener gone
+  if (fuse_reply_open(req, fi) != 0) FsOf(req).ReleaseDir(ino, TakeBack(req, h));  // opener gone
 }
 
 void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi,
                bool plus) {
   OpLatency::Timer timer(Latency(req), FuseOp::kReadDir);
   DirHandle* dh = Dh(fi);
-  Filesystem& fs = Fs(req);
+  Filesystem& fs = FsOf(req);
   size_t first = 0;
   if (int err = fs.ReadDir(ino, dh, off, &first); err != 0) {
     fuse_reply_err(req, -err);
@@ -394,17 +392,17 @@ void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 void OpReleaseDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  Fs(req).ReleaseDir(ino, TakeBack(req, Dh(fi)));
+  FsOf(req).ReleaseDir(ino, TakeBack(req, Dh(fi)));
   fuse_reply_err(req, 0);
 }
 
 void OpFsyncDir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info*) {
-  fuse_reply_err(req, -Fs(req).FsyncDir(ino, datasync != 0));
+  fuse_reply_err(req, -FsOf(req).FsyncDir(ino, datasync != 0));
 }
 
 void OpStatFs(fuse_req_t req, fuse_ino_t) {
   struct statvfs st;
-  int err = Fs(req).StatFs(&st);
+  int err = FsOf(req).StatFs(&st);
   if (err != 0) {
     fuse_reply_err(req, -err);
     return;
@@ -414,8 +412,8 @@ void OpStatFs(fuse_req_t req, fuse_ino_t) {
 
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                  struct fuse_file_info* fi) {
-  const int err = Fs(req).Fallocate(Fh(fi), mode, offset, length);
-  if (err == 0) DropSetId(req, Fs(req), ino, Fh(fi), SetIdCause::kData);
+  const int err = FsOf(req).Fallocate(Fh(fi), mode, offset, length);
+  if (err == 0) DropSetId(req, FsOf(req), ino, Fh(fi), SetIdCause::kData);
   fuse_reply_err(req, -err);
 }
 

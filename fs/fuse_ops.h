@@ -37,4 +37,10 @@ struct FuseContext {
 
 const struct fuse_lowlevel_ops* TbfsOps();
 
+// A request's FuseContext and its Filesystem (the session's userdata).
+inline FuseContext& ContextOf(fuse_req_t req) {
+  return *static_cast<FuseContext*>(fuse_req_userdata(req));
+}
+inline Filesystem& FsOf(fuse_req_t req) { return *ContextOf(req).fs; }
+
 }  // namespace tbfs::fs

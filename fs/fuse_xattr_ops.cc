@@ -11,8 +11,6 @@ namespace tbfs::fs {
 
 namespace {
 
-Filesystem& Fs(fuse_req_t req) { return *static_cast<FuseContext*>(fuse_req_userdata(req))->fs; }
-
 void ReplyXattr(fuse_req_t req, int err, const std::string& value, size_t size) {
   if (err != 0) {
     fuse_reply_err(req, -err);
@@ -27,7 +25,7 @@ void ReplyXattr(fuse_req_t req, int err, const std::string& value, size_t size) 
 
 void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   std::string value;
-  int err = Fs(req).GetXattr(ino, name, &value);
+  int err = FsOf(req).GetXattr(ino, name, &value);
   ReplyXattr(req, err, value, size);
 }
 
@@ -36,21 +34,21 @@ void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   // trusted.* is for root (CAP_SYS_ADMIN) only, as on ext4: the kernel
   // refuses others its values but leaves listing to the filesystem.
   const bool trusted = fuse_req_ctx(req)->uid == 0;
-  int err = Fs(req).ListXattr(ino, trusted, &names);
+  int err = FsOf(req).ListXattr(ino, trusted, &names);
   ReplyXattr(req, err, names, size);
 }
 
 void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
                 int flags) {
-  const int err = Fs(req).SetXattr(ino, name, value, size, flags);
+  const int err = FsOf(req).SetXattr(ino, name, value, size, flags);
   if (err == 0 && std::strcmp(name, "system.posix_acl_access") == 0) {
-    DropSetId(req, Fs(req), ino, nullptr, SetIdCause::kAcl);
+    DropSetId(req, FsOf(req), ino, nullptr, SetIdCause::kAcl);
   }
   fuse_reply_err(req, -err);
 }
 
 void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  fuse_reply_err(req, -Fs(req).RemoveXattr(ino, name));
+  fuse_reply_err(req, -FsOf(req).RemoveXattr(ino, name));
 }
 
 }  // namespace

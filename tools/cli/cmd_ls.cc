@@ -23,8 +23,6 @@ struct LsArgs {
   bool json = false;
 };
 
-double Ratio(uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / b; }
-
 std::string TimeText(int64_t ns) {
   time_t secs = static_cast<time_t>(ns / 1'000'000'000);
   struct tm tm;

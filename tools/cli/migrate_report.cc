@@ -29,8 +29,6 @@ const char* OutcomeName(store::Outcome o) {
   return "?";
 }
 
-double Ratio(uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / b; }
-
 }  // namespace
 
 void PrintPlan(const std::vector<store::Candidate>& candidates,

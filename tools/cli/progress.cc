@@ -32,6 +32,8 @@ std::string HumanRate(double bytes_per_second) {
   return (h <= -1 ? "-" : "+") + HumanBytes(static_cast<uint64_t>(std::fabs(h))) + "/h";
 }
 
+double Ratio(uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / b; }
+
 std::string HumanBytes(uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

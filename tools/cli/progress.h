@@ -44,6 +44,8 @@ void PrintJson(const nlohmann::json& j);
 
 // "1.5 GiB", "312 KiB", "17 B".
 std::string HumanBytes(uint64_t bytes);
+// a / b as a compression ratio; 0 when b is 0 (nothing stored).
+double Ratio(uint64_t a, uint64_t b);
 // "45s", "12m", "3.5h", "2.1d".
 std::string HumanDuration(double seconds);
 // A rate in bytes per second as "+1.2 GiB/h" or "-3 MiB/h".
