@@ -10,11 +10,9 @@ source_dir=$(cd "$(dirname "$0")/.." && pwd)
 release=${1:-$source_dir/build/release}
 mkdir -p "$release" && release=$(cd "$release" && pwd)
 fail() { echo "package: $*" >&2; exit 1; }
-# One translation unit per few sources (CMake's unity build): the heavy
-# headers (RocksDB, CLI11, fmt, JSON) are compiled once per batch, not once
-# per file. Cold (ccache off) on 2 cores: 469 s -> 181 s for this tree,
-# which CI builds once from scratch on a fresh machine.
-args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON)
+# A unity build (TBFS_UNITY, CMakeLists.txt): cold (ccache off) on 2 cores,
+# 469 s -> 181 s for this tree, which CI builds once from scratch.
+args=(-DCMAKE_BUILD_TYPE=Release -DTBFS_UNITY=ON)
 [[ -n ${TBFS_MAINTAINER:-} ]] && args+=("-DTBFS_MAINTAINER=$TBFS_MAINTAINER")
 cmake -S "$source_dir" -B "$release" -G Ninja "${args[@]}" >/dev/null
 grep -q '^TBFS_FAILPOINTS:BOOL=OFF$' "$release/CMakeCache.txt" || fail "the Release build has failpoints on"
