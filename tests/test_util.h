@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,13 @@
 #include <vector>
 
 namespace tbfs::testing {
+
+// The chunk size the store tests open their stores with: small, so a few
+// hundred KiB of content spans several chunks.
+inline constexpr uint32_t kChunk = 64 << 10;
+
+// The shell command that runs the tbfs binary under test with `args`.
+inline std::string Tbfs(const std::string& args) { return std::string(TBFS_BINARY) + " " + args; }
 
 // A fresh folder under `base`, or else $TMPDIR (or /tmp), removed with
 // everything in it.

@@ -26,8 +26,6 @@
 
 namespace tbfs::testing {
 
-inline std::string Tbfs(const std::string& args) { return std::string(TBFS_BINARY) + " " + args; }
-
 // A path as one shell word.
 inline std::string Quote(const std::string& s) {
   std::string q = "'";

@@ -1267,8 +1267,6 @@ TEST_F(MountTest, BadArgumentsAreOneLineErrors) {
   }
 }
 
-}  // namespace
-
 // Red team: a cold file whose path is longer than PATH_MAX vanished from the
 // mount (its folder listed empty, a lookup was ENAMETOOLONG): the kernel
 // names no such path for a hot folder's fd.
@@ -1623,5 +1621,7 @@ TEST_F(MountTest, ARelativeStorePathServesColdFilesFromTheDaemon) {
   EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
   EXPECT_EQ(Status()["store"], dir_ / "rst");
 }
+
+}  // namespace
 
 }  // namespace tbfs::testing

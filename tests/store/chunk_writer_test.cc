@@ -8,11 +8,12 @@
 #include "base/work_pool.h"
 #include "store/format.h"
 #include "tests/store/store_fixture.h"
+#include "tests/test_util.h"
 
 namespace tbfs::store {
 namespace {
 
-constexpr uint32_t kChunk = 64 << 10;
+using testing::kChunk;
 
 std::string ChunkContent(uint64_t index) {
   std::string s(kChunk, '\0');

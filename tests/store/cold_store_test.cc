@@ -28,7 +28,7 @@ using testing::RunCommand;
 using testing::TempDir;
 using testing::WriteBytes;
 
-constexpr uint32_t kChunk = 64 << 10;
+using testing::kChunk;
 
 // Deterministic content that compresses somewhat, like a trace.
 std::string Content(size_t n, uint32_t seed) {

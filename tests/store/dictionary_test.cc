@@ -27,7 +27,7 @@ using testing::ReadBytes;
 using testing::TempDir;
 using testing::WriteBytes;
 
-constexpr uint32_t kChunk = 64 << 10;
+using testing::kChunk;
 
 class DictionaryTest : public ::testing::Test {
  protected:

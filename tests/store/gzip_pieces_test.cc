@@ -33,7 +33,7 @@ using testing::SharedData;
 using testing::TempDir;
 using testing::WriteBytes;
 
-constexpr uint32_t kChunk = 64 << 10;
+using testing::kChunk;
 
 // Equal bytes; else where they first differ (never the bytes themselves).
 ::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {

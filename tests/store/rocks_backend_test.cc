@@ -53,7 +53,7 @@ class CapturedLog {
 using testing::TempDir;
 using testing::WriteBytes;
 
-constexpr uint32_t kChunk = 64 << 10;
+using testing::kChunk;
 
 std::string Trace(size_t n, uint32_t seed) {
   std::string s;

@@ -391,8 +391,7 @@ TEST_F(SalvageTest, AManifestCutShortLosesNoFileToAWriter) {
     } else {
       for (const auto& name : before) {
         if (!name.ends_with(".sst") && !name.ends_with(".blob")) continue;
-        EXPECT_TRUE(after.count(name) ||
-                    !fs::is_empty(work + "/" + std::string(kLostFoundName)))
+        EXPECT_TRUE(after.count(name) || !fs::is_empty(work + "/" + std::string(kLostFoundName)))
             << name << " went, and nothing was set aside";
       }
       writer->reset();

@@ -5,13 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/events/event_files.h"
+#include "tests/test_util.h"
 
 namespace tbfs {
 namespace {
 
 using namespace tbfs::testing;
-
-std::string Tbfs(const std::string& args) { return std::string(TBFS_BINARY) + " " + args; }
 
 class CliTest : public ::testing::Test {
  protected:

@@ -22,8 +22,6 @@ namespace {
 
 using namespace tbfs::testing;
 
-std::string Tbfs(const std::string& args) { return std::string(TBFS_BINARY) + " " + args; }
-
 // path -> content, skipping the store.
 std::map<std::string, std::string> Tree(const std::string& root) {
   std::map<std::string, std::string> out;

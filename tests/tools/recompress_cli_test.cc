@@ -14,8 +14,6 @@ namespace {
 
 using namespace tbfs::testing;
 
-std::string Tbfs(const std::string& args) { return std::string(TBFS_BINARY) + " " + args; }
-
 // path -> content of every file beneath root.
 std::map<std::string, std::string> Files(const std::string& root) {
   std::map<std::string, std::string> out;

@@ -22,8 +22,6 @@ namespace {
 
 using namespace tbfs::testing;
 
-std::string Tbfs(const std::string& args) { return std::string(TBFS_BINARY) + " " + args; }
-
 constexpr uid_t kUser = 65534;  // an ordinary user
 
 // A logdir with one run owned by the user: a tfevents file and traces.
