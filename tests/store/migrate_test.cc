@@ -583,8 +583,9 @@ TEST_P(CrashTest, EveryFileIsPresentExactlyOnceAfterRecovery) {
 INSTANTIATE_TEST_SUITE_P(
     Phases, CrashTest,
     ::testing::Values(CrashCase{"migrate.journaled", false}, CrashCase{"migrate.copying", false},
-                      CrashCase{"migrate.stored", false}, CrashCase{"migrate.read_back", false},
-                      CrashCase{"migrate.aside", false}, CrashCase{"migrate.unlinked", false},
+                      CrashCase{"migrate.stored", false}, CrashCase{"migrate.two_in_flight", false},
+                      CrashCase{"migrate.read_back", false}, CrashCase{"migrate.aside", false},
+                      CrashCase{"migrate.unlinked", false},
                       CrashCase{"migrate.all_unlinked", false},
                       CrashCase{"migrate.verified", false}, CrashCase{"migrate.rollback_one", true},
                       CrashCase{"migrate.committed", false}),
@@ -598,8 +599,8 @@ INSTANTIATE_TEST_SUITE_P(
 // its path, where recovery keeps it), not also cold; one it unlinked is
 // cold. Every file is in exactly one place.
 TEST(ReadOnlyView, AFileOfAnUnfinishedBatchIsHotOrColdNeverBoth) {
-  for (const char* point : {"migrate.stored", "migrate.read_back", "migrate.aside",
-                            "migrate.unlinked", "migrate.all_unlinked"}) {
+  for (const char* point : {"migrate.stored", "migrate.two_in_flight", "migrate.read_back",
+                            "migrate.aside", "migrate.unlinked", "migrate.all_unlinked"}) {
     TempDir dir;
     std::string logdir = dir / "logdir";
     std::map<std::string, FileState> before;
