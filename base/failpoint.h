@@ -45,12 +45,11 @@ inline constexpr int kFailpointExitCode = 86;
 // The points, by the code they are in.
 inline constexpr std::string_view kFailpointNames[] = {
     // store/migrate.cc: a batch's steps, in order (crashes, pauses, faults)
-    "migrate.batch", "migrate.stored", "migrate.two_in_flight", "migrate.read_back",
-    "migrate.copied", "migrate.named", "migrate.staged", "migrate.aside", "migrate.unlinked",
-    "migrate.journaled", "migrate.flush", "migrate.flushed", "migrate.slow_file",
-    "migrate.before_folder_sync", "migrate.fsync_folder", "migrate.all_unlinked",
-    "migrate.before_verify", "migrate.verify", "migrate.verified", "migrate.commit",
-    "migrate.committed", "migrate.rollback_one",
+    "migrate.batch", "migrate.stored", "migrate.read_back", "migrate.copied", "migrate.named",
+    "migrate.staged", "migrate.aside", "migrate.unlinked", "migrate.journaled", "migrate.flush",
+    "migrate.flushed", "migrate.slow_file", "migrate.before_folder_sync", "migrate.fsync_folder",
+    "migrate.all_unlinked", "migrate.before_verify", "migrate.verify", "migrate.verified",
+    "migrate.commit", "migrate.committed", "migrate.rollback_one",
     // store/file_io.cc: a file's copy into the store
     "migrate.copying", "ingest.wave", "ingest.commit",
     // store/cold_store.cc, store/tree_conversion.cc: creation and format 4

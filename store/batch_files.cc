@@ -37,35 +37,6 @@ Status TakeReadLease(int fd) {
 bool LeaseHeld(int fd) { return ::fcntl(fd, F_GETLEASE) == F_RDLCK; }
 }  // namespace
 
-ReadBack::ReadBack(ColdStore& store, storepb::Manifest manifest, int fd)
-    : thread_([this, &store, m = std::move(manifest), fd] { Run(store, m, fd); }) {}
-
-void ReadBack::Run(ColdStore& store, const storepb::Manifest& manifest, int fd) {
-  WorkPool alone(1);  // the batch thread's pool copies the next file meanwhile
-  verified_ = VerifyStoredFile(store, manifest, &alone);
-  MutexLock lock(mu_);
-  while (!joining_) {
-    if (!LeaseHeld(fd)) {
-      // A writer waits for the lease: it gets the file now, which then
-      // stays in place (MoveAside sees no lease).
-      ::fcntl(fd, F_SETLEASE, F_UNLCK);
-      return;
-    }
-    joining_cv_.wait_for(lock, std::chrono::milliseconds(5));
-  }
-}
-
-Status ReadBack::Join() {
-  if (!thread_.joinable()) return verified_;
-  {
-    MutexLock lock(mu_);
-    joining_ = true;
-  }
-  joining_cv_.notify_all();
-  thread_.join();
-  return verified_;
-}
-
 // Who owns the cold file the hot file `st` (in folder dir_fd) would
 // replace, when the folder is sticky and its owner could not replace it
 // there ("uid N"); "" when it may.
@@ -81,8 +52,8 @@ std::string BatchRunner::StickyConflict(int dir_fd, const struct stat& st, const
   return fmt::format("uid {}", cold->uid());
 }
 
-std::optional<Copied> BatchRunner::Copy(const storepb::JournalEntry& entry, const Candidate& c,
-                                        size_t index, FileResult* result) {
+std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, const Candidate& c,
+                                         size_t index, FileResult* result) {
   const std::string path = JoinPath(logdir_, c.path);
   // Held from the checks before the file moves aside on; a copy given up
   // leaves the store under it too (the mount's renames and unlinks wait).
@@ -144,29 +115,18 @@ std::optional<Copied> BatchRunner::Copy(const storepb::JournalEntry& entry, cons
     return give_up(changed ? Outcome::kChanged : Outcome::kFailed, manifest.status().message());
   }
   MaybeCrash("migrate.stored");
-  return Copied{std::move(s), std::move(manifest).value(), nullptr};
-}
-
-std::optional<Staged> BatchRunner::Check(Copied c, const storepb::JournalEntry& entry,
-                                         FileResult* result) {
-  Status verified =
-      c.read_back ? c.read_back->Join() : VerifyStoredFile(store_, c.manifest, &pool_);
+  Status verified = VerifyStoredFile(store_, *manifest, &pool_);
   if (verified.ok() && ShouldFail("migrate.read_back")) {
-    verified = Status::Corruption(JoinPath(logdir_, result->path) +
-                                  ": read back wrong (failpoint migrate.read_back)");
+    verified = Status::Corruption(path + ": read back wrong (failpoint migrate.read_back)");
   }
-  if (!verified.ok()) {
-    auto lock = NamespaceLock();
-    GiveUp(entry.file_id(), &entry, result, Outcome::kFailed, verified.message());
-    return std::nullopt;
-  }
+  if (!verified.ok()) return give_up(Outcome::kFailed, verified.message());
   MaybeCrash("migrate.read_back");
   // Tests: a writer can appear here, after the copy, before the checks
   // that precede the unlink.
-  FailpointHook("migrate.copied", JoinPath(logdir_, result->path));
+  FailpointHook("migrate.copied", path);
 
-  auto lock = NamespaceLock();
-  return MoveAside(std::move(c.s), entry, std::move(c.manifest), result);
+  lock = NamespaceLock();
+  return MoveAside(std::move(s), entry, std::move(manifest).value(), result);
 }
 
 std::optional<Staged> BatchRunner::MoveAside(Staged s, const storepb::JournalEntry& entry,

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <set>
-#include <system_error>
 #include <thread>
 
 #include "base/failpoint.h"
@@ -174,22 +173,6 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
                                              BatchResult* result) {
   std::set<std::string> folders;
   std::vector<Staged> group;
-  // The file copied last: its read-back runs beside the next file's copy,
-  // and it moves aside once that copy has ended.
-  std::optional<Copied> pending;
-  auto check_pending = [&] {
-    if (!pending) return;
-    const size_t i = pending->s.index;
-    auto staged =
-        Check(std::move(*pending), record.entries(static_cast<int>(i)), &result->files[i]);
-    pending.reset();
-    if (staged) group.push_back(std::move(*staged));
-    if (!group.empty() &&
-        (group.size() >= kGroupFiles ||
-         std::chrono::steady_clock::now() - group.front().aside_at >= kGroupAge)) {
-      FinishGroup(&group, batch, &folders, moved, result);
-    }
-  };
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!present[i] || !store_full_.empty() || stopping()) {
       result->files[i].outcome = Outcome::kChanged;
@@ -201,26 +184,14 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
     // Tests: a pass that takes its time (a mount stopped in the middle).
     if (ShouldFail("migrate.slow_file"))
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    auto copied = Copy(record.entries(static_cast<int>(i)), batch[i], i, &result->files[i]);
-    if (copied && pending) MaybeCrash("migrate.two_in_flight");
-    check_pending();
-    if (!copied) continue;
-    pending = std::move(copied);
-    // Read back on a thread of its own while another file is copied; the
-    // last one (or a one-chunk file) is read back here, with the pool.
-    const bool more =
-        std::find(present.begin() + static_cast<long>(i) + 1, present.end(), true) != present.end();
-    if (more && pending->manifest.size() > pending->manifest.chunk_bytes()) {
-      try {
-        pending->read_back =
-            std::make_unique<ReadBack>(store_, pending->manifest, pending->s.file.get());
-      } catch (const std::system_error& e) {  // no thread to be had: read back here
-        spdlog::warn("migrate: {}: no thread for its read-back ({}); read back in turn",
-                     batch[i].path, e.what());
-      }
+    auto next = Stage(record.entries(static_cast<int>(i)), batch[i], i, &result->files[i]);
+    if (next) group.push_back(std::move(*next));
+    if (!group.empty() &&
+        (group.size() >= kGroupFiles ||
+         std::chrono::steady_clock::now() - group.front().aside_at >= kGroupAge)) {
+      FinishGroup(&group, batch, &folders, moved, result);
     }
   }
-  check_pending();
   FinishGroup(&group, batch, &folders, moved, result);
   return folders;
 }

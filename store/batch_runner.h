@@ -7,17 +7,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <memory>
 #include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/fs_util.h"
-#include "base/thread_annotations.h"
 #include "base/work_pool.h"
 #include "events/logdir_digest.h"
 #include "store/cold_store.h"
@@ -38,37 +34,6 @@ struct Staged {
   UniqueFd dir;   // its folder (O_PATH)
   UniqueFd file;  // the file, read-only, holding the read lease
   std::string name, aside;
-};
-
-// The read-back of a file's copy (I2) on a thread of its own, while the
-// batch thread copies the next file. Once read back it watches the file's
-// read lease until Join: a writer that opens the file meanwhile is let in
-// at once (the lease is let go, and the file then stays in place) rather
-// than after the next copy.
-class ReadBack {
- public:
-  ReadBack(ColdStore& store, storepb::Manifest manifest, int fd);
-  ~ReadBack() { (void)Join(); }
-  ReadBack(const ReadBack&) = delete;
-  ReadBack& operator=(const ReadBack&) = delete;
-  // Waits for the thread; the read-back's verdict.
-  Status Join();
-
- private:
-  void Run(ColdStore& store, const storepb::Manifest& manifest, int fd);
-
-  Mutex mu_;
-  std::condition_variable_any joining_cv_;
-  bool joining_ TBFS_GUARDED_BY(mu_) = false;
-  Status verified_;  // the thread's, read after it is joined
-  std::thread thread_;
-};
-
-// A file copied into the store, not yet read back or moved aside.
-struct Copied {
-  Staged s;
-  storepb::Manifest manifest;
-  std::unique_ptr<ReadBack> read_back;  // null: read back by the batch thread
 };
 
 class BatchRunner {
@@ -104,13 +69,10 @@ class BatchRunner {
               BatchResult* result);
   void CommitBatch(size_t files_checked, BatchResult* result);
 
-  // Copies one file into the store; nothing when it stays in place
+  // Copies one file and moves it aside; nothing when it stays in place
   // (*result says why).
-  std::optional<Copied> Copy(const storepb::JournalEntry& entry, const Candidate& c, size_t index,
-                             FileResult* result);
-  // Its copy read back (joined, or read here when c.read_back is null),
-  // then the file moved aside; nothing when it stays in place.
-  std::optional<Staged> Check(Copied c, const storepb::JournalEntry& entry, FileResult* result);
+  std::optional<Staged> Stage(const storepb::JournalEntry& entry, const Candidate& c, size_t index,
+                              FileResult* result);
   // With the namespace lock held, the checks of I2 once the copy is in the
   // store, then the file renamed aside; nothing when it stays in place.
   std::optional<Staged> MoveAside(Staged s, const storepb::JournalEntry& entry,

@@ -26,10 +26,9 @@
 // is in place and undone otherwise.
 //
 // Failpoints (base/failpoint.h) sit at every phase boundary:
-//   migrate.journaled, migrate.copying, migrate.stored,
-//   migrate.two_in_flight (a file stored while the one before it is read
-//   back), migrate.read_back, migrate.aside, migrate.unlinked, migrate.all_unlinked,
-//   migrate.verified, migrate.rollback_one, migrate.committed; and the pause point migrate.batch.
+//   migrate.journaled, migrate.copying, migrate.stored, migrate.read_back,
+//   migrate.aside, migrate.unlinked, migrate.all_unlinked, migrate.verified,
+//   migrate.rollback_one, migrate.committed; and the pause point migrate.batch.
 // Not thread-safe: one migration per store at a time (the store has one writer).
 #pragma once
 
