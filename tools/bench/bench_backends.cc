@@ -19,6 +19,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace backends_bench {
 
 struct Args {
   std::string conf;
@@ -118,9 +119,11 @@ int Run(const Args& args) {
   return 0;
 }
 
+}  // namespace backends_bench
 }  // namespace
 
 void RegisterBackendsBench(CLI::App& app, int* exit_code) {
+  using namespace backends_bench;  // its Args and Run
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "backends",

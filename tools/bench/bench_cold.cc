@@ -27,6 +27,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace cold_bench {
 
 namespace fs = std::filesystem;
 
@@ -328,9 +329,11 @@ int Run(const Args& a) {
   return MeasureReads(a, b);
 }
 
+}  // namespace cold_bench
 }  // namespace
 
 void RegisterColdBench(CLI::App& app, int* exit_code) {
+  using namespace cold_bench;  // its Args and Run
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("cold", "cold reads, memory and migration against references");
   cmd->add_option("--dir", a->dir, "scratch folder (wiped)")->capture_default_str();

@@ -35,6 +35,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace crashes_bench {
 
 namespace stdfs = std::filesystem;
 
@@ -235,9 +236,11 @@ void Check(const Args& a, const std::string& logdir,
   t->beside = beside;  // in the folder now (they stay: the user's to sort out)
 }
 
+}  // namespace crashes_bench
 }  // namespace
 
 namespace {
+namespace crashes_bench {
 
 const std::vector<std::string> kPoints = {
     "migrate.copying",   "migrate.stored",   "migrate.read_back",    "migrate.aside",
@@ -397,9 +400,11 @@ int RunCrashes(const Args& a) {
   return t.first_problem.empty() ? 0 : 1;
 }
 
+}  // namespace crashes_bench
 }  // namespace
 
 void RegisterCrashesBench(CLI::App& app, int* exit_code) {
+  using namespace crashes_bench;  // its Args and Run
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "crashes",

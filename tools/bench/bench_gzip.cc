@@ -28,6 +28,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace gzip_bench {
 
 namespace fs = std::filesystem;
 
@@ -229,9 +230,11 @@ int RunGzip() {
   return 0;
 }
 
+}  // namespace gzip_bench
 }  // namespace
 
 void RegisterGzipBench(CLI::App& app, int* exit_code) {
+  using namespace gzip_bench;  // its Args and Run
   CLI::App* cmd =
       app.add_subcommand("gzip", "gzip'd traces: made again by zlib? cost and gain by content");
   cmd->callback([exit_code] { *exit_code = RunGzip(); });

@@ -44,6 +44,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace hostile_bench {
 
 namespace stdfs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -334,9 +335,11 @@ int Run(const Args& a) {
   return Report(a, f);
 }
 
+}  // namespace hostile_bench
 }  // namespace
 
 void RegisterHostileBench(CLI::App& app, int* exit_code) {
+  using namespace hostile_bench;  // its Args and Run
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "hostile",

@@ -30,6 +30,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace migrate_bench {
 
 namespace fs = std::filesystem;
 
@@ -377,9 +378,11 @@ int RunDictionaries(double trace_mb, int variants) {
   return 0;
 }
 
+}  // namespace migrate_bench
 }  // namespace
 
 void RegisterMigrateBench(CLI::App& app, int* exit_code) {
+  using namespace migrate_bench;  // its Args and Run
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("migrate", "cold store vs the zstd command line");
   cmd->add_option("--dir", args->dir, "scratch folder (wiped)")->capture_default_str();

@@ -23,6 +23,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace mount_bench {
 
 namespace fs = std::filesystem;
 
@@ -179,9 +180,11 @@ int Run(const Args& a) {
   return 0;
 }
 
+}  // namespace mount_bench
 }  // namespace
 
 void RegisterMountBench(CLI::App& app, int* exit_code) {
+  using namespace mount_bench;  // its Args and Run
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("mount", "the mount vs the backing folder");
   cmd->add_option("--dir", a->dir, "scratch folder (wiped)")->capture_default_str();

@@ -36,6 +36,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace scale_bench {
 
 namespace fs = std::filesystem;
 
@@ -254,9 +255,11 @@ int Run(const Args& a) {
   return 0;
 }
 
+}  // namespace scale_bench
 }  // namespace
 
 void RegisterScaleBench(CLI::App& app, int* exit_code) {
+  using namespace scale_bench;  // its Args and Run
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("scale", "a big logdir: walks, memory, status, shutdown");
   cmd->add_option("--dir", a->dir, "scratch folder (wiped)")->capture_default_str();

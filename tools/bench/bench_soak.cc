@@ -51,6 +51,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace soak_bench {
 
 namespace stdfs = std::filesystem;
 using soak::Model;
@@ -469,9 +470,11 @@ int Run(const Args& a) {
   return tally.wrong_bytes() == 0 && tally.wrong_files() == 0 && errors == 0 ? 0 : 1;
 }
 
+}  // namespace soak_bench
 }  // namespace
 
 void RegisterSoakBench(CLI::App& app, int* exit_code) {
+  using namespace soak_bench;  // its Args and Run
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "soak",

@@ -22,6 +22,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace stores_bench {
 
 namespace fs = std::filesystem;
 
@@ -140,9 +141,11 @@ int Run(const Args& a) {
   return 0;
 }
 
+}  // namespace stores_bench
 }  // namespace
 
 void RegisterStoresBench(CLI::App& app, int* exit_code) {
+  using namespace stores_bench;  // its Args and Run
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "stores",

@@ -18,6 +18,7 @@
 namespace tbfs::bench {
 
 namespace {
+namespace verify_bench {
 
 struct Args {
   std::string dir = "/tmp/tbfs-bench-verify";
@@ -113,9 +114,11 @@ int Run(const Args& args) {
   return 0;
 }
 
+}  // namespace verify_bench
 }  // namespace
 
 void RegisterVerifyBench(CLI::App& app, int* exit_code) {
+  using namespace verify_bench;  // its Args and Run
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("verify", "verifier throughput vs plain reads");
   cmd->add_option("--dir", args->dir, "logdir to use; generated there when missing")
