@@ -93,6 +93,7 @@ Result<std::shared_ptr<const Dictionary>> BetterForFile(ColdStore& store,
 
 Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o) {
   RecompressReport report;
+  report.disk_before = store.DiskBytes();
   report.problems = store.CheckDictionaries();
   std::vector<storepb::Manifest> manifests;
   TBFS_RETURN_IF_ERROR(store.ForEachManifest([&](const storepb::Manifest& m) {
@@ -143,6 +144,10 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
     store.UpdateManifest(&batch, m);
     TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
   }
+  // The replaced chunks stay in the engine's files (beside the new ones)
+  // until a compaction collects them.
+  if (report.files > 0) TBFS_RETURN_IF_ERROR(store.Compact());
+  report.disk_after = store.DiskBytes();
   return report;
 }
 

@@ -38,6 +38,10 @@ struct RecompressReport {
   uint64_t bytes = 0;      // content of the files compressed again
   uint64_t stored_before = 0;
   uint64_t stored_after = 0;
+  // What the store's files take on disk before the run and after it
+  // (after the replaced chunks were collected: ColdStore::Compact).
+  uint64_t disk_before = 0;
+  uint64_t disk_after = 0;
   std::vector<std::pair<std::string, std::string>> failed;  // path, why
   // Damage to the store's dictionaries found before the run
   // (ColdStore::CheckDictionaries): not this run's doing, but worth a look.

@@ -106,6 +106,33 @@ TEST_F(RecompressTest, EachFileKeepsTheDictionaryThatDoesBetterOnIt) {
   EXPECT_EQ(again->unchanged, 2u);
 }
 
+// The chunks a recompress replaces leave the disk with it: before, the
+// store kept the old ones beside the new (in the engine's blob files,
+// which only a compaction collects), and took more room after a
+// recompress than before it.
+TEST_F(RecompressTest, TheChunksItReplacesLeaveTheDisk) {
+  for (int i = 0; i < 3; ++i) {
+    Ingest("run/t" + std::to_string(i) + ".pt.trace.json", TraceJson(2 << 20, 40 + i));
+  }
+  ASSERT_TRUE(store_->Flush().ok());
+  const uint64_t before = store_->DiskBytes();
+  RecompressOptions o;
+  o.level = 9;
+  o.dictionaries = false;
+  o.pool = &pool_;
+  auto r = Recompress(*store_, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->files, 3u);
+  ASSERT_LT(r->stored_after, r->stored_before);
+  EXPECT_EQ(r->disk_before, before);
+  EXPECT_EQ(r->disk_after, store_->DiskBytes());
+  // What the new chunks saved, at least half of it, is off the disk.
+  EXPECT_LT(store_->DiskBytes() + (r->stored_before - r->stored_after) / 2, before)
+      << "stored " << r->stored_before << " -> " << r->stored_after << ", on disk " << before
+      << " -> " << store_->DiskBytes();
+  ExpectEveryFileIntact();
+}
+
 TEST_F(RecompressTest, FilesComeBackAtTheLevelWithTheirFamilysDictionarySmallerAndIntact) {
   Ingest("run/big.pt.trace.json", TraceJson(kMinTrainingBytes + 4321, 1));
   Ingest("run/small.pt.trace.json", TraceJson(300 << 10, 2));

@@ -77,6 +77,8 @@ int RunRecompress(const RecompressArgs& args) {
               {"bytes", r->bytes},
               {"stored_before", r->stored_before},
               {"stored_after", r->stored_after},
+              {"disk_before", r->disk_before},
+              {"disk_after", r->disk_after},
               {"seconds", seconds},
               {"problems", r->problems},
               {"failed", json::array()}};
@@ -94,6 +96,8 @@ int RunRecompress(const RecompressArgs& args) {
         "there; {} failed\n",
         r->files, HumanBytes(r->bytes), args.level, HumanBytes(r->stored_before),
         HumanBytes(r->stored_after), seconds, r->unchanged, r->failed.size());
+    fmt::print("the store takes {} on disk (was {})\n", HumanBytes(r->disk_after),
+               HumanBytes(r->disk_before));
   }
   return r->failed.empty() ? kExitOk : kExitFinding;
 }
