@@ -42,6 +42,11 @@ struct RecompressReport {
   // (after the replaced chunks were collected: ColdStore::Compact).
   uint64_t disk_before = 0;
   uint64_t disk_after = 0;
+  // Why the replaced chunks are still on disk (the compaction failed: a
+  // full disk, a damaged engine file); empty when they are not, or when
+  // they are too few to be worth the compaction (ColdStore::Compact
+  // rewrites every chunk): a quarter of the store's size.
+  std::string compact_error;
   std::vector<std::pair<std::string, std::string>> failed;  // path, why
   // Damage to the store's dictionaries found before the run
   // (ColdStore::CheckDictionaries): not this run's doing, but worth a look.

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "store/dictionary.h"
 #include "store/file_io.h"
@@ -130,6 +131,37 @@ TEST_F(RecompressTest, TheChunksItReplacesLeaveTheDisk) {
   EXPECT_LT(store_->DiskBytes() + (r->stored_before - r->stored_after) / 2, before)
       << "stored " << r->stored_before << " -> " << r->stored_after << ", on disk " << before
       << " -> " << store_->DiskBytes();
+  ExpectEveryFileIntact();
+}
+
+// Red team: a compaction that failed (a full disk) lost the run's report
+// and left the replaced chunks on disk for good: a second run found every
+// file done and did not compact. Now the report says why, and the next
+// run takes them off.
+TEST_F(RecompressTest, ChunksLeftByAFailedCompactionLeaveWithTheNextRun) {
+  for (int i = 0; i < 3; ++i) {
+    Ingest("run/t" + std::to_string(i) + ".pt.trace.json", TraceJson(2 << 20, 50 + i));
+  }
+  ASSERT_TRUE(store_->Flush().ok());
+  const uint64_t before = store_->DiskBytes();
+  RecompressOptions o;
+  o.level = 9;
+  o.dictionaries = false;
+  o.pool = &pool_;
+  {
+    ScopedFailpoint fail("recompress.compact");
+    auto r = Recompress(*store_, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->files, 3u);
+    EXPECT_NE(r->compact_error.find("No space left"), std::string::npos) << r->compact_error;
+    EXPECT_GT(r->disk_after, before);
+  }
+  auto again = Recompress(*store_, o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->files, 0u);
+  EXPECT_EQ(again->unchanged, 3u);
+  EXPECT_EQ(again->compact_error, "");
+  EXPECT_LT(again->disk_after, before);
   ExpectEveryFileIntact();
 }
 

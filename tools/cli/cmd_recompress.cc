@@ -79,6 +79,7 @@ int RunRecompress(const RecompressArgs& args) {
               {"stored_after", r->stored_after},
               {"disk_before", r->disk_before},
               {"disk_after", r->disk_after},
+              {"compact_error", r->compact_error},
               {"seconds", seconds},
               {"problems", r->problems},
               {"failed", json::array()}};
@@ -98,8 +99,14 @@ int RunRecompress(const RecompressArgs& args) {
         HumanBytes(r->stored_after), seconds, r->unchanged, r->failed.size());
     fmt::print("the store takes {} on disk (was {})\n", HumanBytes(r->disk_after),
                HumanBytes(r->disk_before));
+    if (!r->compact_error.empty()) {
+      fmt::print(
+          "warning: the chunks replaced are still on disk ({}); every file is readable; "
+          "run tbfs recompress again to take them off\n",
+          Printable(r->compact_error));
+    }
   }
-  return r->failed.empty() ? kExitOk : kExitFinding;
+  return r->failed.empty() && r->compact_error.empty() ? kExitOk : kExitFinding;
 }
 
 }  // namespace
