@@ -90,7 +90,9 @@ int RunRecompress(const RecompressArgs& args) {
       fmt::print("warning: {} (tbfs fsck; tbfs salvage can copy the files out)\n", Printable(p));
     }
     for (const auto& [path, why] : r->failed) {
-      fmt::print("FAILED: {}: {} (left as it was)\n", Printable(path), Printable(why));
+      // The store's errors name the file already.
+      const std::string said = why.starts_with(path + ": ") ? why.substr(path.size() + 2) : why;
+      fmt::print("FAILED: {}: {} (left as it was)\n", Printable(path), Printable(said));
     }
     fmt::print(
         "recompressed {} file(s) ({}) at level {}: {} -> {} stored, in {:.1f} s; {} already "
