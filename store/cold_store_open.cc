@@ -221,16 +221,17 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
     }
     TBFS_RETURN_IF_ERROR(UndoCutShortCreation(dir));
   }
-  if (!options.read_only) {
+  struct stat current;
+  const bool existed = ::stat(JoinPath(dir, "CURRENT").c_str(), &current) == 0;
+  if (!options.read_only && (existed || options.create_if_missing)) {
     struct stat st;
     if (::stat(dir.c_str(), &st) == 0) {
-      // Only a store, or an empty folder that becomes one, is touched.
+      // Only a store, or an empty folder that becomes one, is touched: a
+      // folder that holds none and is not to become one is left as it is.
       TBFS_RETURN_IF_ERROR(CheckStoreFolder(dir));
       TBFS_RETURN_IF_ERROR(MakeStorePrivate(dir));
     }
   }
-  struct stat current;
-  const bool existed = ::stat(JoinPath(dir, "CURRENT").c_str(), &current) == 0;
   if (existed && !options.read_only) TBFS_RETURN_IF_ERROR(CheckBeforeWriterOpen(dir));
   const bool creating = !existed && !options.read_only && options.create_if_missing;
   if (creating) TBFS_RETURN_IF_ERROR(MarkCreation(dir));

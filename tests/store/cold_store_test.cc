@@ -367,6 +367,26 @@ TEST(StoreOpen, MissingStoreIsNotFoundAndAForeignFolderIsRefused) {
   EXPECT_EQ(ReadBytes(dir / "foreign/data.txt"), "mine");
 }
 
+// An empty folder named as the store by a command that does not make one
+// (`tbfs restore --store EMPTY --apply`) was made private (0755 -> 0700):
+// a command found no store there and changed the folder anyway.
+TEST(StoreOpen, AnEmptyFolderThatIsNotToBecomeAStoreIsLeftAsItIs) {
+  TempDir dir;
+  const std::string empty = dir / "empty";
+  ASSERT_EQ(::mkdir(empty.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(empty.c_str(), 0755), 0);
+  OpenOptions o;  // a writer, not creating
+  EXPECT_FALSE(ColdStore::Open(empty, o).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(empty.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  EXPECT_TRUE(std::filesystem::is_empty(empty));
+  o.create_if_missing = true;  // one that makes it: private, and a store
+  EXPECT_TRUE(ColdStore::Open(empty, o).ok());
+  ASSERT_EQ(::stat(empty.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
+
 // A writer killed while it made a new store (the engine's files half
 // written, or the store without its format record, or that record only in
 // the engine's log) left a folder no command would open ("damaged"). Now
