@@ -238,6 +238,16 @@ Result<SalvageReport> Salvage(const SalvageOptions& options) {
   if (::stat(options.store_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Status::NotFound("no store folder at " + options.store_dir);
   }
+  // A damaged store (its engine's files without CURRENT) is what salvage
+  // is for; an empty folder, or one of other files, holds none and is not
+  // touched (the scratch folder would be made in it).
+  if (::stat(JoinPath(options.store_dir, "CURRENT").c_str(), &st) != 0) {
+    Status folder = CheckStoreFolder(options.store_dir);
+    if (folder.ok()) {
+      return Status::NotFound("no tbfs store in " + options.store_dir + ": nothing to salvage");
+    }
+    if (folder.code() != Code::kCorruption) return folder;
+  }
   SalvageReport report;
   Salvager s(options, &report);
   TBFS_RETURN_IF_ERROR(s.Run());

@@ -211,6 +211,28 @@ TEST_F(SalvageTest, FilesDeletedFromTheStoreComeBackOnlyApart) {
   EXPECT_EQ(ReadBytes(to + "/" + kUnlisted + "/" + gone), originals_[gone]);
 }
 
+// Red team: pointed at a folder of other files, or an empty one, salvage
+// made its scratch folder in it, copied the files there, and said it
+// found nothing (exit 0). It is refused now, and left as it was.
+TEST_F(SalvageTest, AFolderThatHoldsNoStoreIsRefusedAndLeftAsItWas) {
+  const std::string foreign = dir_ / "foreign", empty = dir_ / "empty";
+  testing::WriteBytes(foreign + "/data.txt", "mine");
+  fs::create_directories(empty);
+  auto r = SalvageInto(foreign, dir_ / "out1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a tbfs store"), std::string::npos)
+      << r.status().message();
+  r = SalvageInto(empty, dir_ / "out2");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no tbfs store"), std::string::npos) << r.status().message();
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(foreign)) names.push_back(e.path().filename());
+  EXPECT_EQ(names, std::vector<std::string>{"data.txt"});
+  EXPECT_TRUE(fs::is_empty(empty));
+  EXPECT_FALSE(fs::exists(dir_ / "out1"));
+  EXPECT_FALSE(fs::exists(dir_ / "out2"));
+}
+
 TEST_F(SalvageTest, RefusesAFolderThatIsNotEmptyAndChangesNothingInTheStore) {
   auto listing = [&] {
     std::map<std::string, std::pair<uint64_t, int64_t>> out;
