@@ -606,6 +606,28 @@ TEST_F(MigrateCli, WatchByAnotherUserReadsAndWritesNothingOfTheStore) {
   EXPECT_EQ(ReadBytes(logdir_ + "/.tbfs/growth.jsonl"), before);
 }
 
+// Red team: watch kept its series in a folder of other files named as the
+// store, and made it and the user's files private (0644 -> 0600). The
+// series is not kept there now, and the folder is left as it was.
+TEST_F(MigrateCli, WatchLeavesAFolderOfOtherFilesAsItWas) {
+  const std::string other = dir_ / "other";
+  WriteBytes(other + "/notes.txt", "mine");
+  ASSERT_EQ(::chmod(other.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((other + "/notes.txt").c_str(), 0644), 0);
+  auto r = RunCommand(Tbfs("watch " + logdir_ + " --store " + other + " --interval 0 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(nlohmann::json::parse(r.out)["series_kept"].get<bool>()) << r.out;
+  struct stat st;
+  ASSERT_EQ(::stat(other.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  ASSERT_EQ(::stat((other + "/notes.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(other))
+    names.push_back(e.path().filename());
+  EXPECT_EQ(names, std::vector<std::string>{"notes.txt"});
+}
+
 // A folder the watching user cannot read (another user's private run) is
 // left out with a warning, as scan and verify leave it; the rest is still
 // counted and the exit status is the thresholds'.

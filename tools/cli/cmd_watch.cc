@@ -17,6 +17,7 @@
 #include "fmt/format.h"
 #include "fs/mount_table.h"
 #include "store/growth.h"
+#include "store/store_dir.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/growth_plot.h"
 #include "tools/cli/progress.h"
@@ -46,12 +47,19 @@ struct WatchArgs {
 // in a logdir), is this user's (a store refuses another owner's) and
 // writable. Otherwise the run keeps nothing and measures its rate from two
 // samples of its own.
-std::string WhyNotKept(const std::string& dir) {
+std::string WhyNotKept(const std::string& dir, bool store_folder) {
   struct stat st;
   if (::lstat(dir.c_str(), &st) != 0) return "does not exist, and watch makes no store folder";
   if (!S_ISDIR(st.st_mode)) return "is not a folder";
   if (st.st_uid != ::geteuid()) return fmt::format("belongs to uid {}", st.st_uid);
   if (::access(dir.c_str(), W_OK | X_OK) != 0) return "is not writable by this user";
+  // The series is kept as a store keeps its files (the folder made
+  // private): never in a folder of other files, nor in a damaged store.
+  if (store_folder) {
+    Status checked = store::CheckStoreFolder(dir);
+    if (checked.code() == Code::kCorruption) return "holds a damaged store (tbfs fsck)";
+    if (!checked.ok()) return "holds other files than a store's";
+  }
   return "";
 }
 
@@ -69,7 +77,7 @@ struct Watched {
 };
 bool TakeSamples(const WatchArgs& args, const StoreLocation& loc, int64_t interval, Watched* w) {
   store::Policy policy;
-  w->not_kept = WhyNotKept(loc.own_dir);
+  w->not_kept = WhyNotKept(loc.own_dir, loc.own_dir == loc.dir);
   if (w->keep()) w->series = store::LoadGrowthSeries(loc.own_dir);
   // A store this user cannot open (root's, 0700; damaged) leaves the cold
   // bytes out of both samples: the hot ones still show the growth, and
