@@ -54,6 +54,23 @@ class RecompressTest : public ::testing::Test {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
   }
 
+  // Three 2 MiB traces at level 3, flushed: their chunks in blob files.
+  void IngestThreeTraces(uint32_t seed) {
+    for (int i = 0; i < 3; ++i) {
+      Ingest("run/t" + std::to_string(i) + ".pt.trace.json",
+             TraceJson(2 << 20, seed + static_cast<uint32_t>(i)));
+    }
+    ASSERT_TRUE(store_->Flush().ok());
+  }
+
+  RecompressOptions AtLevel9() {
+    RecompressOptions o;
+    o.level = 9;
+    o.dictionaries = false;
+    o.pool = &pool_;
+    return o;
+  }
+
   void ExpectEveryFileIntact() {
     for (const auto& [rel, bytes] : originals_) {
       auto m = store_->Lookup(rel);
@@ -112,15 +129,10 @@ TEST_F(RecompressTest, EachFileKeepsTheDictionaryThatDoesBetterOnIt) {
 // which only a compaction collects), and took more room after a
 // recompress than before it.
 TEST_F(RecompressTest, TheChunksItReplacesLeaveTheDisk) {
-  for (int i = 0; i < 3; ++i) {
-    Ingest("run/t" + std::to_string(i) + ".pt.trace.json", TraceJson(2 << 20, 40 + i));
-  }
-  ASSERT_TRUE(store_->Flush().ok());
+  IngestThreeTraces(40);
+  if (HasFatalFailure()) return;
   const uint64_t before = store_->DiskBytes();
-  RecompressOptions o;
-  o.level = 9;
-  o.dictionaries = false;
-  o.pool = &pool_;
+  const RecompressOptions o = AtLevel9();
   auto r = Recompress(*store_, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->files, 3u);
@@ -139,15 +151,10 @@ TEST_F(RecompressTest, TheChunksItReplacesLeaveTheDisk) {
 // file done and did not compact. Now the report says why, and the next
 // run takes them off.
 TEST_F(RecompressTest, ChunksLeftByAFailedCompactionLeaveWithTheNextRun) {
-  for (int i = 0; i < 3; ++i) {
-    Ingest("run/t" + std::to_string(i) + ".pt.trace.json", TraceJson(2 << 20, 50 + i));
-  }
-  ASSERT_TRUE(store_->Flush().ok());
+  IngestThreeTraces(50);
+  if (HasFatalFailure()) return;
   const uint64_t before = store_->DiskBytes();
-  RecompressOptions o;
-  o.level = 9;
-  o.dictionaries = false;
-  o.pool = &pool_;
+  const RecompressOptions o = AtLevel9();
   {
     ScopedFailpoint fail("recompress.compact");
     auto r = Recompress(*store_, o);
