@@ -34,9 +34,25 @@ Status ParseRecord(std::string_view bytes, Msg* msg, const std::string& what) {
 // writes out every file that verifies.
 Status Damaged(const Status& st) {
   if (st.code() != Code::kCorruption) return st;
-  return Status::Corruption(st.message() +
-                            " (the store is damaged: tbfs fsck names what, and "
-                            "tbfs salvage writes out every intact file)");
+  const bool said = st.message().find("the store is damaged") != std::string::npos;
+  return Status::Corruption(st.message() + (said ? " (" : " (the store is damaged: ") +
+                            "tbfs fsck names what, and tbfs salvage writes out every intact file)");
+}
+
+// What a local writer checks before it takes the logdir's lock, so that a
+// command refused its store (none there and none to make, a folder of
+// other files, a damaged one) leaves the logdir as it was. Open checks
+// again under the lock.
+Status CheckBeforeLock(const std::string& dir, const OpenOptions& options) {
+  struct stat st;
+  if (::stat(JoinPath(dir, "CURRENT").c_str(), &st) == 0 || CreationCutShort(dir)) {
+    return Status::OK();
+  }
+  if (::stat(dir.c_str(), &st) == 0) TBFS_RETURN_IF_ERROR(Damaged(CheckStoreFolder(dir)));
+  if (!options.create_if_missing) {
+    return Status::NotFound("no cold store at " + dir + " (nothing has been migrated yet)");
+  }
+  return Status::OK();
 }
 
 // A writer's open changes the store (the engine may write a new MANIFEST
@@ -203,6 +219,7 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
   bo.read_only = options.read_only;
   UniqueFd lock;
   if (!options.read_only && !options.logdir.empty()) {
+    TBFS_RETURN_IF_ERROR(CheckBeforeLock(dir, options));
     auto taken = LockLogdir(options.logdir, options.holder);
     for (int waited = 0;
          !taken.ok() && taken.status().code() == Code::kBusy && waited < options.lock_wait_ms;

@@ -387,6 +387,37 @@ TEST(StoreOpen, AnEmptyFolderThatIsNotToBecomeAStoreIsLeftAsItIs) {
   EXPECT_EQ(st.st_mode & 07777, 0700u);
 }
 
+// A writer refused its store (none there and none to make, a folder of
+// other files, a damaged one) still made LOGDIR/.tbfs and the logdir's
+// lock in it: a command that did nothing changed the logdir.
+TEST(StoreOpen, AWriterRefusedItsStoreLeavesTheLogdirAsItWas) {
+  TempDir dir;
+  const std::string logdir = dir / "logdir";
+  WriteBytes(logdir + "/run/events.out.tfevents.1.host", "");
+  WriteBytes(dir / "foreign/data.txt", "mine");
+  WriteBytes(dir / "damaged/000012.blob", "engine bytes");
+  ASSERT_EQ(::mkdir((dir / "empty").c_str(), 0755), 0);
+  struct Case {
+    std::string store;
+    bool create;
+  };
+  for (const Case& c :
+       {Case{logdir + "/.tbfs", false}, Case{dir / "empty", false}, Case{dir / "foreign", true},
+        Case{dir / "foreign", false}, Case{dir / "damaged", true}, Case{dir / "damaged", false}}) {
+    OpenOptions o;
+    o.logdir = logdir;
+    o.holder = "test";
+    o.create_if_missing = c.create;
+    auto s = ColdStore::Open(c.store, o);
+    EXPECT_FALSE(s.ok()) << c.store;
+    EXPECT_FALSE(std::filesystem::exists(logdir + "/.tbfs"))
+        << c.store << (c.create ? " (creating)" : "") << ": " << s.status().ToString();
+    std::filesystem::remove_all(logdir + "/.tbfs");
+  }
+  EXPECT_EQ(ReadBytes(dir / "foreign/data.txt"), "mine");
+  EXPECT_EQ(ReadBytes(dir / "damaged/000012.blob"), "engine bytes");
+}
+
 // A writer killed while it made a new store (the engine's files half
 // written, or the store without its format record, or that record only in
 // the engine's log) left a folder no command would open ("damaged"). Now

@@ -628,6 +628,26 @@ TEST_F(MigrateCli, WatchLeavesAFolderOfOtherFilesAsItWas) {
   EXPECT_EQ(names, std::vector<std::string>{"notes.txt"});
 }
 
+// A writing command given a --store that holds other files was refused,
+// but had already made LOGDIR/.tbfs and the logdir's lock in it; migrate
+// with nothing to move printed "nothing to migrate" beside the refusal.
+TEST_F(MigrateCli, AWriterRefusedItsStoreSaysSoAloneAndLeavesTheLogdirAsItWas) {
+  const std::string other = dir_ / "other";
+  WriteBytes(other + "/notes.txt", "mine");
+  for (const std::string& command :
+       {"migrate " + logdir_ + " --older-than 0 --min-size 1T --apply",
+        "migrate " + logdir_ + " --older-than 0 --apply", "restore " + logdir_ + " --all --apply",
+        "gc " + logdir_ + " --garbage --apply", "recompress " + logdir_}) {
+    auto r = RunCommand(Tbfs(command + " --store " + other + " 2>&1"));
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.out;
+    EXPECT_NE(r.out.find("is not a tbfs store"), std::string::npos) << command << ": " << r.out;
+    EXPECT_EQ(r.out.find("nothing to migrate"), std::string::npos) << command << ": " << r.out;
+    EXPECT_EQ(Tree(logdir_), before_) << command;
+    EXPECT_FALSE(std::filesystem::exists(logdir_ + "/.tbfs")) << command;
+  }
+  EXPECT_EQ(ReadBytes(other + "/notes.txt"), "mine");
+}
+
 // A folder the watching user cannot read (another user's private run) is
 // left out with a warning, as scan and verify leave it; the rest is still
 // counted and the exit status is the thresholds'.

@@ -277,21 +277,22 @@ int RunMigrate(MigrateArgs args) {
     return kExitError;
   }
   if (found.count == 0) {
-    if (args.json) {
-      PrintJson(json{{"logdir", args.logdir}, {"files", 0}, {"dry_run", !apply}});
-    } else {
-      for (const auto& s : found.skipped)
-        fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
-      fmt::print("nothing to migrate in {}\n", args.logdir);
-    }
     // Still a writer: what a batch left unfinished (a crash, a commit the
-    // store refused) is recovered now, as the last run said it would be.
+    // store refused) is recovered now, as the last run said it would be;
+    // a store refused is said alone.
     if (apply) {
       auto store = OpenStoreForWrite(*loc, /*create=*/false, "migrate");
       if (!store.ok() && store.status().code() != Code::kBusy) {
         PrintError("migrate", store.status().message());
         return kExitError;
       }
+    }
+    if (args.json) {
+      PrintJson(json{{"logdir", args.logdir}, {"files", 0}, {"dry_run", !apply}});
+    } else {
+      for (const auto& s : found.skipped)
+        fmt::print("  skipped: {} ({})\n", Printable(s.path), Printable(s.reason));
+      fmt::print("nothing to migrate in {}\n", args.logdir);
     }
     return kExitOk;
   }
