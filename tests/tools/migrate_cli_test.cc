@@ -628,6 +628,29 @@ TEST_F(MigrateCli, WatchLeavesAFolderOfOtherFilesAsItWas) {
   EXPECT_EQ(names, std::vector<std::string>{"notes.txt"});
 }
 
+// fsck of a damaged store named by --store advised `tbfs salvage LOGDIR
+// --to DIR`, which salvages LOGDIR/.tbfs, another store (or none).
+TEST_F(MigrateCli, FsckAdvisesTheSalvageOfTheStoreItChecked) {
+  const std::string store = dir_ / "elsewhere";
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --store " + store +
+                            " --apply --older-than 0s >/dev/null"))
+                .exit_code,
+            0);
+  WriteBytes(store + "/CURRENT", "MANIFEST-99\n");
+  auto fsck = RunCommand(Tbfs("fsck --json " + logdir_ + " --store " + store));
+  EXPECT_EQ(fsck.exit_code, 1) << fsck.out;
+  std::string advice = nlohmann::json::parse(fsck.out)["advice"];
+  const std::string command = "tbfs salvage " + logdir_ + " --store " + store + " --to DIR";
+  ASSERT_NE(advice.find(command), std::string::npos) << advice;
+  const std::string out = dir_ / "out";
+  auto salvage = RunCommand(Tbfs(command.substr(5, command.size() - 8) + out));
+  EXPECT_EQ(salvage.exit_code, 0) << salvage.out;
+  for (const auto& [path, bytes] : before_) {
+    if (Tree(logdir_).count(path)) continue;  // still hot
+    EXPECT_EQ(ReadBytes(out + "/" + path), bytes) << path;
+  }
+}
+
 // A writing command given a --store that holds other files was refused,
 // but had already made LOGDIR/.tbfs and the logdir's lock in it; migrate
 // with nothing to move printed "nothing to migrate" beside the refusal.

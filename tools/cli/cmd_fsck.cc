@@ -68,7 +68,10 @@ int FsckUnopenable(const FsckArgs& args, const StoreLocation& loc, const Status&
   const std::string advice = fmt::format(
       "the store does not open ({}); tbfs salvage {} --to DIR writes out the {} file(s) that "
       "verify",
-      why.message(), args.logdir.empty() ? "--store " + loc.dir : args.logdir, r->files);
+      why.message(),
+      args.logdir.empty() ? "--store " + loc.dir
+                          : args.logdir + (loc.given ? " --store " + loc.dir : std::string()),
+      r->files);
   if (args.json) {
     json j = {{"files", r->files + r->lost.size()},
               {"bytes", r->bytes},
