@@ -246,6 +246,7 @@ Result<std::string> PlaceStoreDir(MountOptions* mc) {
     return Status::InvalidArgument(
         "state= is for a RADOS store; a mount of a store folder keeps its files there");
   }
+  if (mc->store_dir.empty()) TBFS_RETURN_IF_ERROR(store::CheckLogdirFolder(mc->logdir));
   std::string store_abs = mc->store_dir.empty() ? JoinPath(mc->logdir, store::kStoreDirName)
                                                 : ResolveExisting(mc->store_dir);
   if (Covers(mc->mountpoint, store_abs)) {

@@ -12,7 +12,25 @@
 
 namespace tbfs::store {
 
+Status CheckLogdirFolder(const std::string& logdir) {
+  const std::string path = JoinPath(logdir, kStoreDirName);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::OK();
+    return Status::FromErrno(errno, "lstat", path);
+  }
+  if (S_ISDIR(st.st_mode)) return Status::OK();
+  if (S_ISLNK(st.st_mode)) {
+    return Status::InvalidArgument(
+        path +
+        " is a symbolic link: tbfs never follows one there (whoever can write the logdir could "
+        "point its store anywhere); name the store's folder with --store");
+  }
+  return Status::InvalidArgument(path + " is not a folder: tbfs keeps its own files there");
+}
+
 Result<UniqueFd> LockLogdir(const std::string& logdir, const std::string& holder) {
+  TBFS_RETURN_IF_ERROR(CheckLogdirFolder(logdir));
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return root.status();
   if (::mkdirat(root->get(), kStoreDirName, 0700) != 0 && errno != EEXIST) {

@@ -19,6 +19,12 @@ inline constexpr char kLogdirLockName[] = "logdir.lock";
 // store folder beside the engine's files.
 inline constexpr char kGrowthFileName[] = "growth.jsonl";
 
+// OK when LOGDIR/.tbfs is a folder or is not there. It is never followed
+// when it is a symbolic link (whoever can write the logdir's top folder
+// could point the store, and the logdir's lock, anywhere): InvalidArgument
+// that says so, as for anything else that is not a folder.
+Status CheckLogdirFolder(const std::string& logdir);
+
 // Takes the logdir's lock (flock on LOGDIR/.tbfs/logdir.lock, made 0600
 // where missing) for as long as the returned fd stays open, and records
 // `holder` in it ("the tbfs mount on /mnt/x (pid 12)"). Busy, naming the

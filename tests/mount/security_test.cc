@@ -81,6 +81,26 @@ TEST_F(Confined, ANonEmptyMountPointIsRefusedUnlessAsked) {
   EXPECT_TRUE(IsMounted(mnt_));
 }
 
+// LOGDIR/.tbfs swapped for a symbolic link (by whoever can write the
+// logdir's top folder) was followed: the store, and the logdir's lock,
+// went where it pointed. Now the mount refuses it; a link named by
+// --store is the admin's and is followed.
+TEST_F(Confined, ALinkedStoreBesideTheLogdirIsRefusedAndANamedOneFollowed) {
+  std::filesystem::remove_all(L(".tbfs"));
+  std::filesystem::create_directory_symlink(outside_, L(".tbfs"));
+  auto r = RunCommand(Tbfs("mount " + logdir_ + " " + mnt_ + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find(L(".tbfs") + " is a symbolic link"), std::string::npos) << r.out;
+  EXPECT_FALSE(IsMounted(mnt_));
+  EXPECT_TRUE(std::filesystem::is_empty(outside_));
+  std::filesystem::remove(L(".tbfs"));
+  const std::string link = dir_ / "store-link";
+  std::filesystem::create_directory_symlink(outside_, link);
+  Mount("--no-migrate --store " + link);
+  EXPECT_TRUE(IsMounted(mnt_));
+  EXPECT_TRUE(std::filesystem::exists(outside_ + "/CURRENT"));
+}
+
 TEST_F(Confined, ASecondTbfsOnTheLogdirIsRefusedWhateverItsStore) {
   Mount("--no-migrate");
   std::string m2 = dir_ / "m2";

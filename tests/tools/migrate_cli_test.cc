@@ -651,6 +651,49 @@ TEST_F(MigrateCli, FsckAdvisesTheSalvageOfTheStoreItChecked) {
   }
 }
 
+// A store folder that is a symbolic link: read commands followed it and
+// writing ones failed with "open STORE: Not a directory". LOGDIR/.tbfs is
+// never followed (whoever can write the logdir could point the store and
+// the logdir's lock anywhere): every command refuses it and says why. A
+// link named by --store is the admin's, and every command follows it.
+TEST_F(MigrateCli, ALinkedStoreIsRefusedBesideTheLogdirAndFollowedWhenNamed) {
+  const std::string real = dir_ / "real", link = dir_ / "link";
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --store " + real +
+                            " --apply --older-than 0s >/dev/null"))
+                .exit_code,
+            0);
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  std::filesystem::remove_all(logdir_ + "/.tbfs");
+  ASSERT_EQ(::symlink(real.c_str(), (logdir_ + "/.tbfs").c_str()), 0);
+  const auto cold = Tree(logdir_);  // the link is in it, as a file
+  ASSERT_LE(cold.size(), before_.size());
+  for (const std::string& command :
+       {"ls", "fsck", "restore --all", "restore --all --apply", "gc --older-than 0 --apply",
+        "migrate --older-than 0 --apply", "recompress"}) {
+    const auto space = command.find(' ');
+    const std::string verb = command.substr(0, space);
+    const std::string rest = space == std::string::npos ? "" : command.substr(space);
+    auto r = RunCommand(Tbfs(verb + " " + logdir_ + rest + " 2>&1"));
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.out;
+    EXPECT_NE(r.out.find(logdir_ + "/.tbfs is a symbolic link"), std::string::npos)
+        << command << ": " << r.out;
+    EXPECT_TRUE(Tree(logdir_) == cold) << command;
+  }
+  std::filesystem::remove(logdir_ + "/.tbfs");
+  for (const std::string& command :
+       {"ls", "fsck", "recompress --level 5", "restore --all --apply"}) {
+    const auto space = command.find(' ');
+    const std::string verb = command.substr(0, space);
+    const std::string rest = space == std::string::npos ? "" : command.substr(space);
+    auto r = RunCommand(Tbfs(verb + " " + logdir_ + " --store " + link + rest + " 2>&1"));
+    EXPECT_EQ(r.exit_code, 0) << command << ": " << r.out;
+  }
+  EXPECT_TRUE(Tree(logdir_) == before_);
+  struct stat st;
+  ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+}
+
 // A writing command given a --store that holds other files was refused,
 // but had already made LOGDIR/.tbfs and the logdir's lock in it; migrate
 // with nothing to move printed "nothing to migrate" beside the refusal.

@@ -87,9 +87,22 @@ Result<StoreLocation> LocateStore(const std::string& logdir, const std::string& 
         fmt::format("{} is a store folder, not a logdir: give the logdir, or --store {} beside it",
                     logdir, logdir));
   }
+  if (store_flag.empty()) TBFS_RETURN_IF_ERROR(store::CheckLogdirFolder(logdir));
   StoreLocation loc;
   loc.logdir = logdir;
   loc.dir = store_flag.empty() ? JoinPath(logdir, store::kStoreDirName) : store_flag;
+  if (!store_flag.empty() && !store::IsRadosUrl(store_flag) &&
+      ::lstat(store_flag.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    // A link named by --store is the admin's: every command follows it,
+    // once, here (the store's own code never follows one).
+    char real[PATH_MAX];
+    if (::realpath(store_flag.c_str(), real) == nullptr) {
+      return Status::InvalidArgument(
+          fmt::format("--store {}: a symbolic link that leads nowhere ({})", Printable(store_flag),
+                      std::strerror(errno)));
+    }
+    loc.dir = real;
+  }
   loc.given = !store_flag.empty();
   loc.own_dir = store::IsRadosUrl(loc.dir) ? JoinPath(logdir, store::kStoreDirName) : loc.dir;
   // Whatever the store's name, a walk of the logdir must never enter it.
