@@ -46,6 +46,11 @@ TEST(RecompressCli, AKilledRunLeavesEveryFileReadableAndTheNextFinishesIt) {
   EXPECT_NE(r.out.find("--level must be 1..22"), std::string::npos) << r.out;
   r = RunCommand(Tbfs("recompress " + (dir / "missing") + " 2>&1"));
   EXPECT_EQ(r.exit_code, 2) << r.out;
+  // A folder with no store: nothing is cold, as restore says; nothing made.
+  r = RunCommand(Tbfs("recompress " + (dir / "before") + " 2>&1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("nothing is cold"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "before/.tbfs"));
 
   r = RunCommand("TBFS_FAILPOINT=recompress.chunks_synced " +
                  Tbfs("recompress " + logdir + " --level 6 2>&1"));

@@ -34,23 +34,22 @@ int RunRecompress(const RecompressArgs& args) {
     PrintError("recompress", loc.status().message());
     return kExitError;
   }
-  {
-    // Nothing to do, and nothing made (not even the writer's lock file),
-    // where there is no store.
-    auto existing = OpenStoreForRead(*loc);
-    if (existing.ok() && *existing == nullptr) {
-      PrintError("recompress", "no store at " + loc->dir + ": nothing is cold");
-      return kExitError;
-    }
-  }
+  // Where there is no store, nothing is cold: nothing to do, and nothing
+  // made (a writer that does not create a store takes no lock without one).
   auto store = OpenStoreForWrite(*loc, /*create=*/false, "recompress");
   if (!store.ok()) {
     PrintError("recompress", store.status().message());
     return kExitError;
   }
   if (*store == nullptr) {
-    PrintError("recompress", "no store at " + loc->dir + ": nothing is cold");
-    return kExitError;
+    if (args.json) {
+      PrintJson(json{
+          {"store", loc->dir}, {"level", args.level}, {"files", 0}, {"failed", json::array()}});
+    } else {
+      fmt::print("nothing is cold in {} (no store at {})\n", Printable(args.logdir),
+                 Printable(loc->dir));
+    }
+    return kExitOk;
   }
   auto totals = (*store)->GetTotals();
   WorkPool pool(0);
