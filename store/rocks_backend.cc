@@ -214,21 +214,41 @@ class RocksBackend final : public Backend {
 
   Status Compact() override {
     if (Status failed = Failed(); !failed.ok()) return failed;
-    // Blob garbage collection only here, over every blob file: chunks are
-    // deleted rarely (restore, gc, unlink), so ordinary compactions need not
-    // relocate blobs.
-    rocksdb::ColumnFamilyHandle* chunks = cf(Space::kChunks);
-    TBFS_RETURN_IF_ERROR(
-        FromRocks(db_->SetOptions(chunks, {{"enable_blob_garbage_collection", "true"},
-                                           {"blob_garbage_collection_age_cutoff", "1.0"}}),
-                  "configure store " + dir_));
+    // First the tables alone (keys and small records: cheap): deleted keys
+    // leave, and a blob file no key points into any more leaves with them.
     rocksdb::CompactRangeOptions options;
     options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-    Status result;
     for (auto* h : handles_) {
-      result = FromRocks(db_->CompactRange(options, h, nullptr, nullptr), "compact store " + dir_);
-      if (!result.ok()) break;
+      TBFS_RETURN_IF_ERROR(
+          FromRocks(db_->CompactRange(options, h, nullptr, nullptr), "compact store " + dir_));
     }
+    // Then the live chunks of the oldest blob files are copied out, as far
+    // as that frees more than it copies (blob garbage collection only here:
+    // chunks are deleted rarely, by restore, gc, unlink and recompress).
+    rocksdb::ColumnFamilyHandle* chunks = cf(Space::kChunks);
+    rocksdb::ColumnFamilyMetaData meta;
+    db_->GetColumnFamilyMetaData(chunks, &meta);
+    uint64_t free = 0, size = 0, kept = 0;
+    TBFS_RETURN_IF_ERROR(FreeBytes(&free, &size));
+    const size_t oldest = BlobFilesWorthCopying(meta.blob_files, free, &kept);
+    if (kept > 0) {
+      spdlog::warn(
+          "store {}: {:.1f} MiB of deleted chunks stay in its blob files until its "
+          "filesystem has room to copy the live chunks beside them out",
+          dir_, static_cast<double>(kept) / (1 << 20));
+    }
+    if (oldest == 0) return Status::OK();
+    // RocksDB copies out of the files older than the one at
+    // cutoff * count (rounded down).
+    const double cutoff =
+        (static_cast<double>(oldest) + 0.5) / static_cast<double>(meta.blob_files.size());
+    TBFS_RETURN_IF_ERROR(
+        FromRocks(db_->SetOptions(chunks, {{"enable_blob_garbage_collection", "true"},
+                                           {"blob_garbage_collection_age_cutoff",
+                                            fmt::format("{:.6f}", std::min(cutoff, 1.0))}}),
+                  "configure store " + dir_));
+    Status result =
+        FromRocks(db_->CompactRange(options, chunks, nullptr, nullptr), "compact store " + dir_);
     Status reset = FromRocks(db_->SetOptions(chunks, {{"enable_blob_garbage_collection", "false"}}),
                              "configure store " + dir_);
     return result.ok() ? reset : result;

@@ -216,6 +216,34 @@ bool TableIntact(const rocksdb::Options& options, const rocksdb::SstFileMetaData
 
 }  // namespace
 
+size_t BlobFilesWorthCopying(std::vector<rocksdb::BlobMetaData> files, uint64_t free_bytes,
+                             uint64_t* kept) {
+  // Room for the copies, and then some: the engine's own writes go on.
+  constexpr uint64_t kMargin = 64 << 20;
+  std::sort(files.begin(), files.end(),
+            [](const auto& a, const auto& b) { return a.blob_file_number < b.blob_file_number; });
+  *kept = 0;
+  size_t best = 0;
+  int64_t best_net = 0, net = 0;
+  uint64_t live = 0, garbage = 0;
+  for (size_t k = 1; k <= files.size(); ++k) {
+    const rocksdb::BlobMetaData& f = files[k - 1];
+    const uint64_t g = std::min(f.garbage_blob_bytes, f.total_blob_bytes);
+    live += f.total_blob_bytes - g;
+    garbage += g;
+    net += static_cast<int64_t>(g) - static_cast<int64_t>(f.total_blob_bytes - g);
+    if (net <= best_net) continue;
+    if (live + kMargin > free_bytes) {
+      *kept = garbage;
+      continue;
+    }
+    best = k;
+    best_net = net;
+    *kept = 0;
+  }
+  return best;
+}
+
 void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces,
                       const std::string& dir, std::set<uint64_t>* damaged) {
   constexpr uint64_t kSmallTable = 4 << 20, kMergeMostBytes = 64 << 20, kMergeMargin = 8 << 20;

@@ -4,6 +4,7 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
+#include <rocksdb/metadata.h>
 #include <rocksdb/options.h>
 
 #include <memory>
@@ -55,6 +56,16 @@ class OpeningWriter {
 // the next flush.
 void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces,
                       const std::string& dir, std::set<uint64_t>* damaged);
+
+// How many of the chunk space's oldest blob files a compaction should copy
+// the live chunks out of (RocksDB relocates blobs by age: every file older
+// than a cutoff), so that their garbage (deleted chunks) leaves the disk:
+// the k for which the garbage freed most exceeds the live chunks copied,
+// and those fit in `free_bytes` with a margin. 0 when none is worth it (a
+// file half garbage frees no more than it copies). *kept is set to the
+// garbage a larger k would have freed had there been room (0 otherwise).
+size_t BlobFilesWorthCopying(std::vector<rocksdb::BlobMetaData> files, uint64_t free_bytes,
+                             uint64_t* kept);
 
 // RocksDB's own log, into tbfs's at `level` (warnings and errors only;
 // RocksDB's LOG file is not used: on a full disk a write to it aborts the

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "base/fs_util.h"
@@ -123,6 +124,82 @@ std::vector<std::string> TableFiles(const std::string& dir) {
   }
   std::sort(tables.begin(), tables.end());
   return tables;
+}
+
+std::vector<std::string> BlobFiles(const std::string& dir) {
+  std::vector<std::string> blobs;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".blob") blobs.push_back(e.path().filename());
+  }
+  std::sort(blobs.begin(), blobs.end());
+  return blobs;
+}
+
+// A compaction after a delete (gc, restore, recompress) relocated every
+// chunk of every blob file: deleting one old run's traces rewrote the whole
+// store and needed as much free space. Now a blob file whose chunks are all
+// deleted just goes, and chunks are copied out of the oldest files only as
+// far as that frees more than it copies.
+TEST(RocksBackend, ACompactionCopiesOnlyTheChunksWhoseFilesItFrees) {
+  TempDir dir;
+  const std::string db = dir / "db";
+  auto opened = OpenRocksBackend(db, {.create_if_missing = true});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Backend& b = **opened;
+  // Four batches, a blob file each: 4 files of 8 chunks of 64 KiB.
+  auto chunk = [](uint64_t id, uint64_t i) { return RandomBytes(64 << 10, id * 100 + i); };
+  for (uint64_t batch = 0; batch < 4; ++batch) {
+    WriteBatch w;
+    for (uint64_t id = batch * 10; id < batch * 10 + 4; ++id) {
+      for (uint64_t i = 0; i < 8; ++i) w.Put(Space::kChunks, ChunkKey(id, i), chunk(id, i));
+    }
+    ASSERT_TRUE(b.Commit(w, true).ok());
+    ASSERT_TRUE(b.Flush().ok());
+  }
+  const std::vector<std::string> blobs = BlobFiles(db);
+  ASSERT_EQ(blobs.size(), 4u);
+  std::set<uint64_t> gone;
+  auto remove = [&](std::vector<uint64_t> ids) {
+    WriteBatch w;
+    for (uint64_t id : ids) {
+      for (uint64_t i = 0; i < 8; ++i) w.Delete(Space::kChunks, ChunkKey(id, i));
+      gone.insert(id);
+    }
+    ASSERT_TRUE(b.Commit(w, true).ok());
+    ASSERT_TRUE(b.Compact().ok());
+  };
+  // Every chunk of the first and the third batch: their files go, the
+  // others stay as they are.
+  const uint64_t before = b.DiskBytes();
+  remove({0, 1, 2, 3, 20, 21, 22, 23});
+  EXPECT_EQ(BlobFiles(db), (std::vector<std::string>{blobs[1], blobs[3]}));
+  EXPECT_LT(b.DiskBytes(), before - (7 << 19));  // 4 MiB freed, 3.5 at least
+  // Three quarters of the (now) oldest: its last quarter is copied and the
+  // file goes; the newest stays.
+  remove({10, 11, 12});
+  auto now = BlobFiles(db);
+  EXPECT_EQ(now.size(), 2u);
+  EXPECT_EQ(std::count(now.begin(), now.end(), blobs[1]), 0);
+  EXPECT_EQ(std::count(now.begin(), now.end(), blobs[3]), 1);
+  // A quarter of the newest: copying three quarters to free one is not
+  // worth it; it stays.
+  remove({30});
+  now = BlobFiles(db);
+  EXPECT_EQ(std::count(now.begin(), now.end(), blobs[3]), 1);
+  std::string value;
+  for (uint64_t batch = 0; batch < 4; ++batch) {
+    for (uint64_t id = batch * 10; id < batch * 10 + 4; ++id) {
+      for (uint64_t i = 0; i < 8; ++i) {
+        Status st = b.Get(Space::kChunks, ChunkKey(id, i), &value);
+        if (gone.count(id)) {
+          EXPECT_TRUE(st.IsNotFound()) << id << "/" << i;
+        } else {
+          ASSERT_TRUE(st.ok()) << id << "/" << i << ": " << st.ToString();
+          EXPECT_TRUE(value == chunk(id, i)) << id << "/" << i;
+        }
+      }
+    }
+  }
 }
 
 // Each flush leaves a table file in every space it wrote to. With keys
