@@ -222,26 +222,22 @@ size_t BlobFilesWorthCopying(std::vector<rocksdb::BlobMetaData> files, uint64_t 
   constexpr uint64_t kMargin = 64 << 20;
   std::sort(files.begin(), files.end(),
             [](const auto& a, const auto& b) { return a.blob_file_number < b.blob_file_number; });
-  *kept = 0;
-  size_t best = 0;
-  int64_t best_net = 0, net = 0;
-  uint64_t live = 0, garbage = 0;
+  size_t wanted = 0, fits = 0;
+  uint64_t total = 0, garbage = 0, wanted_garbage = 0, fits_garbage = 0;
   for (size_t k = 1; k <= files.size(); ++k) {
     const rocksdb::BlobMetaData& f = files[k - 1];
-    const uint64_t g = std::min(f.garbage_blob_bytes, f.total_blob_bytes);
-    live += f.total_blob_bytes - g;
-    garbage += g;
-    net += static_cast<int64_t>(g) - static_cast<int64_t>(f.total_blob_bytes - g);
-    if (net <= best_net) continue;
-    if (live + kMargin > free_bytes) {
-      *kept = garbage;
-      continue;
+    total += f.total_blob_bytes;
+    garbage += std::min(f.garbage_blob_bytes, f.total_blob_bytes);
+    if (garbage == 0 || 4 * garbage < total) continue;
+    wanted = k;
+    wanted_garbage = garbage;
+    if (total - garbage + kMargin <= free_bytes) {
+      fits = k;
+      fits_garbage = garbage;
     }
-    best = k;
-    best_net = net;
-    *kept = 0;
   }
-  return best;
+  *kept = wanted_garbage - fits_garbage;
+  return fits;
 }
 
 void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces,

@@ -57,12 +57,13 @@ class OpeningWriter {
 void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces,
                       const std::string& dir, std::set<uint64_t>* damaged);
 
-// How many of the chunk space's oldest blob files a compaction should copy
-// the live chunks out of (RocksDB relocates blobs by age: every file older
+// How many of the chunk space's oldest blob files a compaction copies the
+// live chunks out of (RocksDB relocates blobs by age: every file older
 // than a cutoff), so that their garbage (deleted chunks) leaves the disk:
-// the k for which the garbage freed most exceeds the live chunks copied,
-// and those fit in `free_bytes` with a margin. 0 when none is worth it (a
-// file half garbage frees no more than it copies). *kept is set to the
+// the largest k for which garbage is at least a quarter of the k oldest
+// files, so that what stays garbage is less than a quarter of the store,
+// and no more than 3 bytes are copied per byte freed; at most as many as
+// the copies fit in `free_bytes` with a margin. 0 when none. *kept: the
 // garbage a larger k would have freed had there been room (0 otherwise).
 size_t BlobFilesWorthCopying(std::vector<rocksdb::BlobMetaData> files, uint64_t free_bytes,
                              uint64_t* kept);

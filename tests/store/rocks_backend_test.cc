@@ -139,57 +139,58 @@ std::vector<std::string> BlobFiles(const std::string& dir) {
 // chunk of every blob file: deleting one old run's traces rewrote the whole
 // store and needed as much free space. Now a blob file whose chunks are all
 // deleted just goes, and chunks are copied out of the oldest files only as
-// far as that frees more than it copies.
+// far as deleted chunks make a quarter of them.
 TEST(RocksBackend, ACompactionCopiesOnlyTheChunksWhoseFilesItFrees) {
   TempDir dir;
   const std::string db = dir / "db";
   auto opened = OpenRocksBackend(db, {.create_if_missing = true});
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Backend& b = **opened;
-  // Four batches, a blob file each: 4 files of 8 chunks of 64 KiB.
+  // Six batches, a blob file each: 8 files of 4 chunks of 64 KiB (2 MiB).
   auto chunk = [](uint64_t id, uint64_t i) { return RandomBytes(64 << 10, id * 100 + i); };
-  for (uint64_t batch = 0; batch < 4; ++batch) {
+  for (uint64_t batch = 0; batch < 6; ++batch) {
     WriteBatch w;
-    for (uint64_t id = batch * 10; id < batch * 10 + 4; ++id) {
-      for (uint64_t i = 0; i < 8; ++i) w.Put(Space::kChunks, ChunkKey(id, i), chunk(id, i));
+    for (uint64_t id = batch * 10; id < batch * 10 + 8; ++id) {
+      for (uint64_t i = 0; i < 4; ++i) w.Put(Space::kChunks, ChunkKey(id, i), chunk(id, i));
     }
     ASSERT_TRUE(b.Commit(w, true).ok());
     ASSERT_TRUE(b.Flush().ok());
   }
   const std::vector<std::string> blobs = BlobFiles(db);
-  ASSERT_EQ(blobs.size(), 4u);
+  ASSERT_EQ(blobs.size(), 6u);
   std::set<uint64_t> gone;
-  auto remove = [&](std::vector<uint64_t> ids) {
+  auto remove = [&](uint64_t batch, uint64_t files) {
     WriteBatch w;
-    for (uint64_t id : ids) {
-      for (uint64_t i = 0; i < 8; ++i) w.Delete(Space::kChunks, ChunkKey(id, i));
+    for (uint64_t id = batch * 10; id < batch * 10 + files; ++id) {
+      for (uint64_t i = 0; i < 4; ++i) w.Delete(Space::kChunks, ChunkKey(id, i));
       gone.insert(id);
     }
     ASSERT_TRUE(b.Commit(w, true).ok());
-    ASSERT_TRUE(b.Compact().ok());
   };
   // Every chunk of the first and the third batch: their files go, the
   // others stay as they are.
   const uint64_t before = b.DiskBytes();
-  remove({0, 1, 2, 3, 20, 21, 22, 23});
-  EXPECT_EQ(BlobFiles(db), (std::vector<std::string>{blobs[1], blobs[3]}));
+  remove(0, 8);
+  remove(2, 8);
+  ASSERT_TRUE(b.Compact().ok());
+  EXPECT_EQ(BlobFiles(db), (std::vector<std::string>{blobs[1], blobs[3], blobs[4], blobs[5]}));
   EXPECT_LT(b.DiskBytes(), before - (7 << 19));  // 4 MiB freed, 3.5 at least
-  // Three quarters of the (now) oldest: its last quarter is copied and the
-  // file goes; the newest stays.
-  remove({10, 11, 12});
+  // An eighth of the newest: not worth copying the rest; all stay.
+  remove(5, 1);
+  ASSERT_TRUE(b.Compact().ok());
+  EXPECT_EQ(BlobFiles(db), (std::vector<std::string>{blobs[1], blobs[3], blobs[4], blobs[5]}));
+  // Three eighths of the oldest: its rest is copied and it goes (with the
+  // next oldest, deleted chunks would be under a quarter); the rest stay.
+  remove(1, 3);
+  ASSERT_TRUE(b.Compact().ok());
   auto now = BlobFiles(db);
-  EXPECT_EQ(now.size(), 2u);
+  EXPECT_EQ(now.size(), 4u);
   EXPECT_EQ(std::count(now.begin(), now.end(), blobs[1]), 0);
-  EXPECT_EQ(std::count(now.begin(), now.end(), blobs[3]), 1);
-  // A quarter of the newest: copying three quarters to free one is not
-  // worth it; it stays.
-  remove({30});
-  now = BlobFiles(db);
-  EXPECT_EQ(std::count(now.begin(), now.end(), blobs[3]), 1);
+  for (int i : {3, 4, 5}) EXPECT_EQ(std::count(now.begin(), now.end(), blobs[i]), 1) << i;
   std::string value;
-  for (uint64_t batch = 0; batch < 4; ++batch) {
-    for (uint64_t id = batch * 10; id < batch * 10 + 4; ++id) {
-      for (uint64_t i = 0; i < 8; ++i) {
+  for (uint64_t batch = 0; batch < 6; ++batch) {
+    for (uint64_t id = batch * 10; id < batch * 10 + 8; ++id) {
+      for (uint64_t i = 0; i < 4; ++i) {
         Status st = b.Get(Space::kChunks, ChunkKey(id, i), &value);
         if (gone.count(id)) {
           EXPECT_TRUE(st.IsNotFound()) << id << "/" << i;
@@ -200,6 +201,36 @@ TEST(RocksBackend, ACompactionCopiesOnlyTheChunksWhoseFilesItFrees) {
       }
     }
   }
+}
+
+// The choice itself: a quarter of the oldest files, within the room.
+TEST(RocksBackend, BlobFilesWorthCopyingLeaveUnderAQuarterGarbage) {
+  auto file = [](uint64_t n, uint64_t total, uint64_t garbage) {
+    rocksdb::BlobMetaData f;
+    f.blob_file_number = n;
+    f.total_blob_bytes = total;
+    f.garbage_blob_bytes = garbage;
+    return f;
+  };
+  constexpr uint64_t kMiB = 1 << 20, kRoom = 1ull << 40;
+  uint64_t kept = 0;
+  // Listed out of order: the oldest is the lowest number.
+  EXPECT_EQ(
+      BlobFilesWorthCopying({file(9, 100 * kMiB, 0), file(3, 100 * kMiB, 40 * kMiB)}, kRoom, &kept),
+      1u);
+  EXPECT_EQ(kept, 0u);
+  EXPECT_EQ(BlobFilesWorthCopying({file(3, 100 * kMiB, 20 * kMiB)}, kRoom, &kept), 0u);
+  EXPECT_EQ(BlobFilesWorthCopying({}, kRoom, &kept), 0u);
+  // 50 + 10 of 200: over a quarter with both.
+  EXPECT_EQ(BlobFilesWorthCopying({file(1, 100 * kMiB, 50 * kMiB), file(2, 100 * kMiB, 10 * kMiB)},
+                                  kRoom, &kept),
+            2u);
+  // No room for the 140 MiB both would copy: the oldest alone (50 MiB),
+  // and the 10 MiB of the other named as kept.
+  EXPECT_EQ(BlobFilesWorthCopying({file(1, 100 * kMiB, 50 * kMiB), file(2, 100 * kMiB, 10 * kMiB)},
+                                  130 * kMiB, &kept),
+            1u);
+  EXPECT_EQ(kept, 10 * kMiB);
 }
 
 // Each flush leaves a table file in every space it wrote to. With keys
