@@ -32,28 +32,31 @@ constexpr std::array<const char*, kNumSpaces> kSpaceNames = {"namespace", "manif
 // The one place a rocksdb::Status becomes a tbfs::Status.
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::OK();
-  std::string msg = what + ": " + s.ToString();
+  std::string msg = what + ": " + WithFolderPaths(s.ToString());
   if (s.IsNotFound()) return Status::NotFound(msg);
   if (s.IsCorruption()) return Status::Corruption(msg);
   if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
   if (s.IsNotSupported()) return Status::NotSupported(msg);
   if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-    return Status::Busy(what + ": the store is in use by another tbfs process (" + s.ToString() +
-                        ")");
+    return Status::Busy(what + ": the store is in use by another tbfs process (" +
+                        WithFolderPaths(s.ToString()) + ")");
   }
   if (s.IsNoSpace() || s.ToString().find("No space left") != std::string::npos) {
     return Status::FromErrno(ENOSPC, what, "no space left for the store");
   }
-  return Status::FromErrno(EIO, what, s.ToString());
+  return Status::FromErrno(EIO, what, WithFolderPaths(s.ToString()));
 }
 
 rocksdb::Slice ToSlice(std::string_view v) { return rocksdb::Slice(v.data(), v.size()); }
 
 class RocksBackend final : public Backend {
  public:
-  RocksBackend(std::string dir, std::unique_ptr<rocksdb::DB> db,
+  RocksBackend(std::string dir, EngineFolder folder, std::unique_ptr<rocksdb::DB> db,
                std::vector<rocksdb::ColumnFamilyHandle*> handles)
-      : dir_(std::move(dir)), db_(std::move(db)), handles_(std::move(handles)) {}
+      : dir_(std::move(dir)),
+        folder_(std::move(folder)),
+        db_(std::move(db)),
+        handles_(std::move(handles)) {}
 
   ~RocksBackend() override {
     for (auto* h : handles_) (void)db_->DestroyColumnFamilyHandle(h);
@@ -121,7 +124,8 @@ class RocksBackend final : public Backend {
 
   Status FreeBytes(uint64_t* free, uint64_t* size) override {
     struct statvfs vfs;
-    if (::statvfs(dir_.c_str(), &vfs) != 0) return Status::FromErrno(errno, "statvfs", dir_);
+    if (::statvfs(folder_.path.c_str(), &vfs) != 0)
+      return Status::FromErrno(errno, "statvfs", dir_);
     *free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     *size = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
     return Status::OK();
@@ -162,10 +166,10 @@ class RocksBackend final : public Backend {
   uint64_t DiskBytes() override {
     uint64_t total = 0;
     std::vector<std::string> files;
-    if (!db_->GetEnv()->GetChildren(dir_, &files).ok()) return 0;
+    if (!db_->GetEnv()->GetChildren(folder_.path, &files).ok()) return 0;
     for (const auto& f : files) {
       struct stat st;
-      if (::stat((dir_ + "/" + f).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      if (::stat((folder_.path + "/" + f).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
         total += static_cast<uint64_t>(st.st_blocks) * 512;
       }
     }
@@ -178,7 +182,7 @@ class RocksBackend final : public Backend {
     options.wait = true;
     TBFS_RETURN_IF_ERROR(FromRocks(db_->Flush(options, handles_), "flush store " + dir_));
     std::lock_guard<std::mutex> lock(merge_mu_);  // one merge at a time
-    MergeSmallTables(db_.get(), handles_, dir_, &unmergeable_);
+    MergeSmallTables(db_.get(), handles_, folder_.path, &unmergeable_);
     return Status::OK();
   }
 
@@ -261,7 +265,8 @@ class RocksBackend final : public Backend {
     return failed_;
   }
 
-  std::string dir_;
+  std::string dir_;      // for messages
+  EngineFolder folder_;  // where the engine works (closed after it)
   std::unique_ptr<rocksdb::DB> db_;
   std::mutex merge_mu_;
   std::set<uint64_t> unmergeable_;  // damaged table files (MergeSmallTables), under merge_mu_
@@ -293,20 +298,24 @@ std::vector<rocksdb::ColumnFamilyDescriptor> SpaceDescriptors() {
 
 Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
                                                  const BackendOptions& options) {
+  auto folder =
+      HoldEngineFolder(dir, options.create_if_missing && !options.read_only, !options.read_only);
+  if (!folder.ok()) return folder.status();
+  const std::string& at = folder->path;  // the engine's name for dir
   rocksdb::DBOptions db_options = EngineOptions(options);
   const std::vector<rocksdb::ColumnFamilyDescriptor> cfs = SpaceDescriptors();
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s;
   auto open = [&] {
-    if (options.read_only)
-      return rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw);
+    if (options.read_only) return rocksdb::DB::OpenForReadOnly(db_options, at, cfs, &handles, &raw);
     OpeningWriter opening;
-    return rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
+    return rocksdb::DB::Open(db_options, at, cfs, &handles, &raw);
   };
   s = open();
   std::string log_damage;
-  if (s.IsCorruption() && LooksLikeLogDamage(s.ToString())) log_damage = s.ToString();
+  if (s.IsCorruption() && LooksLikeLogDamage(s.ToString()))
+    log_damage = WithFolderPaths(s.ToString());
   if (!log_damage.empty() && options.read_only) {
     // A damaged record in the engine's log that its point-in-time replay
     // refuses: a reader skips what is damaged and replays the rest. The log
@@ -329,18 +338,7 @@ Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
     // A record whose fragments each check but do not form a batch stops
     // even that replay. A writer then sets the logs aside (kLostFoundName)
     // and opens at the last flush; it puts them back if that fails too.
-    std::vector<std::pair<std::string, std::string>> moved;
-    const std::string aside = dir + "/" + kLostFoundName;
-    std::vector<std::string> names;
-    (void)PrivateEnv()->GetChildren(dir, &names);
-    for (const auto& n : names) {
-      if (!n.ends_with(".log") || n.find_first_not_of("0123456789") != n.size() - 4) continue;
-      const std::string to = fmt::format("{}/{}-{}", aside, NowNs(), n);
-      if ((::mkdir(aside.c_str(), 0700) == 0 || errno == EEXIST) &&
-          ::rename((dir + "/" + n).c_str(), to.c_str()) == 0) {
-        moved.emplace_back(dir + "/" + n, to);
-      }
-    }
+    const auto moved = SetLogsAside(at);
     handles.clear();
     raw = nullptr;
     const rocksdb::Status without = moved.empty() ? s : open();
@@ -350,15 +348,15 @@ Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
           "store {}: the engine's log is damaged ({}): set aside in {}; the store opens as its "
           "last flush left it (every moved file's copy is there; changes made through a mount "
           "since, and copies of files still in place, are not)",
-          dir, log_damage, aside);
+          dir, log_damage, dir + "/" + kLostFoundName);
     } else {
       for (const auto& [from, to] : moved) (void)::rename(to.c_str(), from.c_str());
     }
   }
   if (!s.ok()) {
     if (!log_damage.empty()) {
-      s = rocksdb::Status::Corruption(
-          log_damage + "; and replaying around its damaged records: " + s.ToString());
+      s = rocksdb::Status::Corruption(log_damage + "; and replaying around its damaged records: " +
+                                      WithFolderPaths(s.ToString()));
     }
     if (s.IsInvalidArgument() &&
         s.ToString().find("Column family not found") != std::string::npos) {
@@ -366,17 +364,17 @@ Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
       return Status::Corruption("open store " + dir +
                                 ": its engine MANIFEST lacks some of the store's spaces (damaged, "
                                 "cut short, or its creation was cut short by a crash): " +
-                                s.ToString());
+                                WithFolderPaths(s.ToString()));
     }
     Status st = FromRocks(s, "open store " + dir);
     if (st.code() == Code::kInvalidArgument) {
       return Status::NotSupported("open store " + dir + ": not a tbfs store of a known layout (" +
-                                  s.ToString() + ")");
+                                  WithFolderPaths(s.ToString()) + ")");
     }
     return st;
   }
-  auto backend =
-      std::make_unique<RocksBackend>(dir, std::unique_ptr<rocksdb::DB>(raw), std::move(handles));
+  auto backend = std::make_unique<RocksBackend>(
+      dir, std::move(folder).value(), std::unique_ptr<rocksdb::DB>(raw), std::move(handles));
   backend->set_log_damage(std::move(log_damage));
   return backend;
 }
@@ -400,9 +398,12 @@ bool RebuildDerivedSpace(const std::string& dir, const BackendOptions& options, 
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s;
+  auto folder = HoldEngineFolder(dir, false, true);
+  if (!folder.ok()) return false;
+  const std::string& at = folder->path;
   {
     OpeningWriter opening;
-    s = rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
+    s = rocksdb::DB::Open(db_options, at, cfs, &handles, &raw);
   }
   if (!s.ok()) return false;
   std::unique_ptr<rocksdb::DB> db(raw);
@@ -417,12 +418,12 @@ bool RebuildDerivedSpace(const std::string& dir, const BackendOptions& options, 
   }
   bool rebuilt = false;
   if (known) {
-    const std::string aside = dir + "/" + kLostFoundName;
+    const std::string aside = at + "/" + kLostFoundName;
     const uint64_t now = NowNs();
     bool kept = ::mkdir(aside.c_str(), 0700) == 0 || errno == EEXIST;
     for (const auto& t : tables) {
       kept = kept &&
-             ::link((dir + "/" + t).c_str(), fmt::format("{}/{}-{}", aside, now, t).c_str()) == 0;
+             ::link((at + "/" + t).c_str(), fmt::format("{}/{}-{}", aside, now, t).c_str()) == 0;
     }
     rocksdb::ColumnFamilyHandle* fresh = nullptr;
     rebuilt = kept && db->DropColumnFamily(handles[static_cast<int>(space)]).ok() &&
@@ -432,7 +433,7 @@ bool RebuildDerivedSpace(const std::string& dir, const BackendOptions& options, 
       spdlog::warn(
           "store {}: the {} space is damaged ({}): its {} table file(s) set aside in {}, the "
           "space rebuilt empty (it holds only the last batch's verifier summary)",
-          dir, name, damage, tables.size(), aside);
+          dir, name, damage, tables.size(), dir + "/" + kLostFoundName);
     }
   }
   for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);

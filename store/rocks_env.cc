@@ -1,6 +1,7 @@
 // The engine's environment for tbfs's stores (store/rocks_env.h).
 #include "store/rocks_env.h"
 
+#include <fcntl.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/metadata.h>
@@ -8,11 +9,14 @@
 #include <rocksdb/table.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <set>
 
 #include "base/time_util.h"
@@ -215,6 +219,76 @@ bool TableIntact(const rocksdb::Options& options, const rocksdb::SstFileMetaData
 }
 
 }  // namespace
+
+namespace {
+std::mutex claims_mu;
+std::set<std::pair<dev_t, ino_t>> claims;  // under claims_mu: folders a writer holds
+}  // namespace
+
+Result<EngineFolder> HoldEngineFolder(const std::string& dir, bool create, bool writer) {
+  if (create && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::FromErrno(errno, "mkdir", dir);
+  }
+  EngineFolder folder;
+  folder.fd = UniqueFd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!folder.fd.valid()) {
+    if (errno == ELOOP || errno == ENOTDIR) {
+      struct stat st;
+      if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+        return Status::InvalidArgument("store " + dir +
+                                       " is a symbolic link: name the folder it points to");
+      }
+    }
+    return Status::FromErrno(errno, "open", dir);
+  }
+  folder.path = fmt::format("/proc/self/fd/{}", folder.fd.get());
+  if (!writer) return folder;
+  struct stat st;
+  if (::fstat(folder.fd.get(), &st) != 0) return Status::FromErrno(errno, "stat", dir);
+  const std::pair<dev_t, ino_t> key{st.st_dev, st.st_ino};
+  std::lock_guard<std::mutex> lock(claims_mu);
+  if (!claims.insert(key).second) {
+    return Status::Busy("open store " + dir +
+                        ": the store is in use by another tbfs process (its writer is open in "
+                        "this one)");
+  }
+  folder.claim = std::shared_ptr<void>(nullptr, [key](void*) {
+    std::lock_guard<std::mutex> lock(claims_mu);
+    claims.erase(key);
+  });
+  return folder;
+}
+
+std::string WithFolderPaths(std::string text) {
+  static constexpr std::string_view kProc = "/proc/self/fd/";
+  for (size_t at = text.find(kProc); at != std::string::npos; at = text.find(kProc, at + 1)) {
+    size_t end = at + kProc.size();
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+    if (end == at + kProc.size()) continue;
+    char real[PATH_MAX];
+    const std::string link = text.substr(at, end - at);
+    const ssize_t n = ::readlink(link.c_str(), real, sizeof(real) - 1);
+    if (n <= 0) continue;
+    text.replace(at, end - at, std::string(real, static_cast<size_t>(n)));
+  }
+  return text;
+}
+
+std::vector<std::pair<std::string, std::string>> SetLogsAside(const std::string& at) {
+  std::vector<std::pair<std::string, std::string>> moved;
+  const std::string aside = at + "/" + kLostFoundName;
+  std::vector<std::string> names;
+  (void)PrivateEnv()->GetChildren(at, &names);
+  for (const auto& n : names) {
+    if (!n.ends_with(".log") || n.find_first_not_of("0123456789") != n.size() - 4) continue;
+    const std::string to = fmt::format("{}/{}-{}", aside, NowNs(), n);
+    if ((::mkdir(aside.c_str(), 0700) == 0 || errno == EEXIST) &&
+        ::rename((at + "/" + n).c_str(), to.c_str()) == 0) {
+      moved.emplace_back(at + "/" + n, to);
+    }
+  }
+  return moved;
+}
 
 size_t BlobFilesWorthCopying(std::vector<rocksdb::BlobMetaData> files, uint64_t free_bytes,
                              uint64_t* kept) {

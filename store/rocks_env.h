@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "base/fs_util.h"
+#include "base/status.h"
 #include "spdlog/spdlog.h"
 #include "store/backend.h"
 
@@ -67,6 +69,31 @@ void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHa
 // garbage a larger k would have freed had there been room (0 otherwise).
 size_t BlobFilesWorthCopying(std::vector<rocksdb::BlobMetaData> files, uint64_t free_bytes,
                              uint64_t* kept);
+
+// The store folder as the engine names it: "/proc/self/fd/N" for a
+// descriptor of the folder opened once (never through a symbolic link;
+// made 0700 first when `create`). The engine makes its files by path: held
+// so, a store folder renamed, or swapped for a symbolic link, while the
+// store is open keeps every file the engine writes (a migration's chunks
+// went into the link's target, its originals were deleted, and the store
+// left in place no longer opened).
+// A writer's hold also claims the folder in this process: the engine's own
+// check for a second writer in one process goes by path, and each hold's
+// path is another (Busy when another hold of this process has it).
+struct EngineFolder {
+  UniqueFd fd;
+  std::string path;
+  std::shared_ptr<void> claim;  // a writer's, given up when the hold goes
+};
+Result<EngineFolder> HoldEngineFolder(const std::string& dir, bool create, bool writer);
+// `text` with every "/proc/self/fd/N/" of an EngineFolder written as the
+// folder's own path (the engine's messages name its files by its path).
+std::string WithFolderPaths(std::string text);
+
+// Moves the engine's log files (NNNNNN.log) of the folder the engine
+// names `at` into its kLostFoundName; returns each (from, to), to be
+// renamed back if the open without them fails too.
+std::vector<std::pair<std::string, std::string>> SetLogsAside(const std::string& at);
 
 // RocksDB's own log, into tbfs's at `level` (warnings and errors only;
 // RocksDB's LOG file is not used: on a full disk a write to it aborts the

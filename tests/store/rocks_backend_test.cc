@@ -233,6 +233,55 @@ TEST(RocksBackend, BlobFilesWorthCopyingLeaveUnderAQuarterGarbage) {
   EXPECT_EQ(kept, 10 * kMiB);
 }
 
+// The store folder renamed and a symbolic link put in its place while the
+// store was open: the engine made its next files by path, through the
+// link. A migration then "moved" files whose chunks were in the link's
+// target, deleted the originals, and the store left in place no longer
+// opened. Every file the engine writes now stays in the folder it opened.
+TEST(RocksBackend, AStoreFolderSwappedWhileOpenKeepsEveryFileTheEngineWrites) {
+  TempDir dir;
+  const std::string db = dir / "db", moved = dir / "moved", elsewhere = dir / "elsewhere";
+  ASSERT_EQ(::mkdir(elsewhere.c_str(), 0755), 0);
+  auto put = [](Backend& b, uint64_t id) {
+    WriteBatch w;
+    for (uint64_t i = 0; i < 4; ++i)
+      w.Put(Space::kChunks, ChunkKey(id, i), RandomBytes(64 << 10, id + i));
+    w.Put(Space::kManifests, EncodeId(id), fmt::format("manifest {}", id));
+    ASSERT_TRUE(b.Commit(w, true).ok());
+    ASSERT_TRUE(b.Flush().ok());
+  };
+  {
+    auto opened = OpenRocksBackend(db, {.create_if_missing = true});
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    put(**opened, 1);
+    ASSERT_EQ(::rename(db.c_str(), moved.c_str()), 0);
+    ASSERT_EQ(::symlink(elsewhere.c_str(), db.c_str()), 0);
+    for (uint64_t id = 2; id < 12; ++id) put(**opened, id);
+    EXPECT_TRUE((*opened)->Compact().ok());
+    EXPECT_TRUE(fs::is_empty(elsewhere));
+  }
+  EXPECT_TRUE(fs::is_empty(elsewhere));
+  ASSERT_EQ(::unlink(db.c_str()), 0);
+  ASSERT_EQ(::rename(moved.c_str(), db.c_str()), 0);
+  auto opened = OpenRocksBackend(db, {});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::string value;
+  for (uint64_t id = 1; id < 12; ++id) {
+    ASSERT_TRUE((*opened)->Get(Space::kManifests, EncodeId(id), &value).ok()) << id;
+    for (uint64_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE((*opened)->Get(Space::kChunks, ChunkKey(id, i), &value).ok()) << id;
+      EXPECT_TRUE(value == RandomBytes(64 << 10, id + i)) << id << "/" << i;
+    }
+  }
+  // A store folder that is a link is named by the folder it points to.
+  ASSERT_EQ(::symlink(db.c_str(), (dir / "link").c_str()), 0);
+  opened->reset();
+  auto linked = OpenRocksBackend(dir / "link", {});
+  ASSERT_FALSE(linked.ok());
+  EXPECT_NE(linked.status().message().find("symbolic link"), std::string::npos)
+      << linked.status().ToString();
+}
+
 // Each flush leaves a table file in every space it wrote to. With keys
 // that only grow (file ids), the engine moves those files down whole and
 // never merges them: left so, a store of 100,000 small cold files held 744
