@@ -48,9 +48,21 @@ Status CheckBeforeLock(const std::string& dir, const OpenOptions& options) {
   if (::stat(JoinPath(dir, "CURRENT").c_str(), &st) == 0 || CreationCutShort(dir)) {
     return Status::OK();
   }
-  if (::stat(dir.c_str(), &st) == 0) TBFS_RETURN_IF_ERROR(Damaged(CheckStoreFolder(dir)));
+  const int missing = ::stat(dir.c_str(), &st) == 0 ? 0 : errno;
+  if (missing == 0) TBFS_RETURN_IF_ERROR(Damaged(CheckStoreFolder(dir)));
   if (!options.create_if_missing) {
     return Status::NotFound("no cold store at " + dir + " (nothing has been migrated yet)");
+  }
+  // A folder to be made: nothing may stand in the way (a file on the path,
+  // a symbolic link that leads nowhere).
+  if (missing != 0 && missing != ENOENT) return Status::FromErrno(missing, "stat", dir);
+  for (std::string at = dir; missing == ENOENT && !at.empty(); at = ParentPath(at)) {
+    if (::lstat(at.c_str(), &st) != 0) continue;  // made on the way
+    if (::stat(at.c_str(), &st) != 0) {
+      return Status::InvalidArgument("store " + dir + ": " + at +
+                                     " is a symbolic link that leads nowhere");
+    }
+    break;  // the nearest that is there: a folder (or stat would have said ENOTDIR)
   }
   return Status::OK();
 }

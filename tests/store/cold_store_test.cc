@@ -397,13 +397,17 @@ TEST(StoreOpen, AWriterRefusedItsStoreLeavesTheLogdirAsItWas) {
   WriteBytes(dir / "foreign/data.txt", "mine");
   WriteBytes(dir / "damaged/000012.blob", "engine bytes");
   ASSERT_EQ(::mkdir((dir / "empty").c_str(), 0755), 0);
+  WriteBytes(dir / "afile", "mine");
+  ASSERT_EQ(::symlink((dir / "nowhere").c_str(), (dir / "dangling").c_str()), 0);
   struct Case {
     std::string store;
     bool create;
   };
   for (const Case& c :
        {Case{logdir + "/.tbfs", false}, Case{dir / "empty", false}, Case{dir / "foreign", true},
-        Case{dir / "foreign", false}, Case{dir / "damaged", true}, Case{dir / "damaged", false}}) {
+        Case{dir / "foreign", false}, Case{dir / "damaged", true}, Case{dir / "damaged", false},
+        Case{dir / "afile/store", true}, Case{dir / "dangling", true},
+        Case{dir / "dangling/store", true}}) {
     OpenOptions o;
     o.logdir = logdir;
     o.holder = "test";
