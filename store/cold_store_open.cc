@@ -261,7 +261,10 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
       TBFS_RETURN_IF_ERROR(MakeStorePrivate(dir));
     }
   }
-  if (existed && !options.read_only) TBFS_RETURN_IF_ERROR(CheckBeforeWriterOpen(dir));
+  if (existed && !options.read_only) {
+    RemoveStaleScratch(dir);
+    TBFS_RETURN_IF_ERROR(CheckBeforeWriterOpen(dir));
+  }
   const bool creating = !existed && !options.read_only && options.create_if_missing;
   if (creating) TBFS_RETURN_IF_ERROR(MarkCreation(dir));
   auto backend = OpenRocksBackend(dir, bo);

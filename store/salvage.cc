@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -52,10 +53,14 @@ Scratch::~Scratch() {
 }
 
 Status Scratch::Make(const std::string& store) {
-  std::string tmpl = store + "/salvage.XXXXXX";
+  RemoveStaleScratch(store);
+  std::string tmpl = store + "/" + kScratchPrefix + "XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr)
     return Status::FromErrno(errno, "make a scratch folder in", store);
   dir_ = tmpl;  // mkdtemp makes it 0700
+  held_ = UniqueFd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!held_.valid() || ::flock(held_.get(), LOCK_EX | LOCK_NB) != 0)
+    return Status::FromErrno(errno, "hold the scratch folder", dir_);
   std::vector<std::string> names;
   TBFS_RETURN_IF_ERROR(ListFiles(store, &names));
   for (const auto& n : names) {

@@ -30,11 +30,14 @@ class Scratch {
   // Inside the store's own folder: private (0700, root's), so no one can
   // swap it for a symlink between the calls below, and on the same
   // filesystem, so the links work. The engine ignores a folder there.
+  // Held (flock) while it lives: one left by a process killed before it
+  // removed it is found by RemoveStaleScratch (store/store_dir.h).
   Status Make(const std::string& store);
   const std::string& dir() const { return dir_; }
 
  private:
   std::string dir_;
+  UniqueFd held_;
 };
 
 // Where a value sits in a blob file.

@@ -6,6 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <vector>
+
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/classify.h"
@@ -75,6 +78,36 @@ Status CheckStoreFolder(const std::string& dir) {
                               " holds a store's files but no CURRENT file: the store is damaged");
   }
   return Status::InvalidArgument(dir + " exists and is not a tbfs store; refusing to use it");
+}
+
+void RemoveStaleScratch(const std::string& store) {
+  std::vector<std::string> stale;
+  if (DIR* d = ::opendir(store.c_str())) {
+    while (struct dirent* de = ::readdir(d)) {
+      if (std::string_view(de->d_name).starts_with(kScratchPrefix)) stale.emplace_back(de->d_name);
+    }
+    ::closedir(d);
+  }
+  for (const std::string& name : stale) {
+    const std::string path = JoinPath(store, name);
+    UniqueFd held(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!held.valid() || ::flock(held.get(), LOCK_EX | LOCK_NB) != 0) continue;  // in use
+    std::vector<std::string> files;
+    if (DIR* d = ::fdopendir(::dup(held.get()))) {
+      while (struct dirent* de = ::readdir(d)) {
+        if (de->d_name[0] != '.') files.emplace_back(de->d_name);
+      }
+      ::closedir(d);
+    }
+    for (const std::string& f : files) (void)::unlinkat(held.get(), f.c_str(), 0);
+    if (::rmdir(path.c_str()) == 0) {
+      spdlog::info("store {}: removed {}, left by a salvage or fsck that did not finish", store,
+                   name);
+    } else {
+      spdlog::warn("store {}: cannot remove {}, left by a salvage or fsck that did not finish: {}",
+                   store, name, std::strerror(errno));
+    }
+  }
 }
 
 bool CreationCutShort(const std::string& dir) {

@@ -44,6 +44,14 @@ Status CheckStoreFolder(const std::string& dir);
 // writer removes the engine's files and the marker, and makes it anew.
 inline constexpr char kCreatingName[] = "creating";
 bool CreationCutShort(const std::string& dir);
+
+// Salvage and fsck of a damaged store work on hard links of its files in a
+// scratch folder inside it (STORE/salvage.XXXXXX), held (flock) while in
+// use. One left by a process killed before it removed it held those links,
+// and the space of every file in them, for good: removed by the next
+// salvage or fsck of the store and by its next writer. Best effort (logged).
+inline constexpr char kScratchPrefix[] = "salvage.";
+void RemoveStaleScratch(const std::string& store);
 Status MarkCreation(const std::string& dir);
 Status EndCreation(const std::string& dir);
 // Busy while another process holds the engine's LOCK file there.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <xxhash.h>
 
@@ -16,6 +17,7 @@
 #include "store/file_io.h"
 #include "store/format.h"
 #include "store/maintenance.h"
+#include "store/store_dir.h"
 #include "tests/store/store_fixture.h"
 #include "tests/store/store_internals.h"
 #include "tests/test_util.h"
@@ -420,6 +422,35 @@ TEST(StoreOpen, AWriterRefusedItsStoreLeavesTheLogdirAsItWas) {
   }
   EXPECT_EQ(ReadBytes(dir / "foreign/data.txt"), "mine");
   EXPECT_EQ(ReadBytes(dir / "damaged/000012.blob"), "engine bytes");
+}
+
+// A salvage or fsck killed before it removed its scratch folder (hard
+// links to every engine file, inside the store) held their space for
+// good, deleted chunks included: no later command removed it. The next
+// writer does now, and leaves one still in use (held) alone.
+TEST(StoreOpen, AScratchFolderLeftByAKilledSalvageGoesWithTheNextWriter) {
+  TempDir dir;
+  const std::string store = dir / "store";
+  ASSERT_TRUE(ColdStore::Open(store, {.create_if_missing = true}).ok());
+  const std::string stale = store + "/salvage.k1LL3d", busy = store + "/salvage.busy01";
+  for (const std::string& scratch : {stale, busy}) {
+    ASSERT_EQ(::mkdir(scratch.c_str(), 0700), 0);
+    ASSERT_EQ(::link((store + "/CURRENT").c_str(), (scratch + "/CURRENT").c_str()), 0);
+    WriteBytes(scratch + "/000001.log", "engine bytes");
+  }
+  UniqueFd held(::open(busy.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_EQ(::flock(held.get(), LOCK_EX | LOCK_NB), 0);
+  OpenOptions reader;
+  reader.read_only = true;
+  ASSERT_TRUE(ColdStore::Open(store, reader).ok());
+  EXPECT_TRUE(std::filesystem::exists(stale));  // a reader changes nothing
+  ASSERT_TRUE(ColdStore::Open(store, {}).ok());
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(busy + "/CURRENT"));
+  held = UniqueFd();
+  RemoveStaleScratch(store);
+  EXPECT_FALSE(std::filesystem::exists(busy));
+  EXPECT_TRUE(ColdStore::Open(store, {}).ok());
 }
 
 // A writer killed while it made a new store (the engine's files half
