@@ -296,14 +296,13 @@ size_t BlobFilesWorthCopying(std::vector<rocksdb::BlobMetaData> files, uint64_t 
   constexpr uint64_t kMargin = 64 << 20;
   std::sort(files.begin(), files.end(),
             [](const auto& a, const auto& b) { return a.blob_file_number < b.blob_file_number; });
-  size_t wanted = 0, fits = 0;
+  size_t fits = 0;
   uint64_t total = 0, garbage = 0, wanted_garbage = 0, fits_garbage = 0;
   for (size_t k = 1; k <= files.size(); ++k) {
     const rocksdb::BlobMetaData& f = files[k - 1];
     total += f.total_blob_bytes;
     garbage += std::min(f.garbage_blob_bytes, f.total_blob_bytes);
     if (garbage == 0 || 4 * garbage < total) continue;
-    wanted = k;
     wanted_garbage = garbage;
     if (total - garbage + kMargin <= free_bytes) {
       fits = k;
