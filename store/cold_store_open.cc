@@ -56,13 +56,18 @@ Status CheckBeforeLock(const std::string& dir, const OpenOptions& options) {
   // A folder to be made: nothing may stand in the way (a file on the path,
   // a symbolic link that leads nowhere).
   if (missing != 0 && missing != ENOENT) return Status::FromErrno(missing, "stat", dir);
-  for (std::string at = dir; missing == ENOENT && !at.empty(); at = ParentPath(at)) {
-    if (::lstat(at.c_str(), &st) != 0) continue;  // made on the way
-    if (::stat(at.c_str(), &st) != 0) {
-      return Status::InvalidArgument("store " + dir + ": " + at +
-                                     " is a symbolic link that leads nowhere");
-    }
-    break;  // the nearest that is there: a folder (or stat would have said ENOTDIR)
+  if (missing == 0) return Status::OK();
+  std::string at = dir;
+  while (!at.empty() && ::lstat(at.c_str(), &st) != 0) at = ParentPath(at);  // made on the way
+  if (at.empty()) at = dir.starts_with("/") ? "/" : ".";
+  if (::stat(at.c_str(), &st) != 0) {
+    return Status::InvalidArgument("store " + dir + ": " + at +
+                                   " is a symbolic link that leads nowhere");
+  }
+  // The nearest that is there is a folder (or stat would have said
+  // ENOTDIR); this process must be able to make the store in it.
+  if (::faccessat(AT_FDCWD, at.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    return Status::FromErrno(errno, "make the store " + dir + " in", at);
   }
   return Status::OK();
 }
@@ -262,8 +267,8 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
     }
   }
   if (existed && !options.read_only) {
-    RemoveStaleScratch(dir);
     TBFS_RETURN_IF_ERROR(CheckBeforeWriterOpen(dir));
+    RemoveStaleScratch(dir);
   }
   const bool creating = !existed && !options.read_only && options.create_if_missing;
   if (creating) TBFS_RETURN_IF_ERROR(MarkCreation(dir));

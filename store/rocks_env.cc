@@ -84,7 +84,7 @@ class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
         spdlog::warn(
             "store: {} is not in the engine's MANIFEST; set aside in {} (a leftover of a "
             "crash, or data a damaged MANIFEST lost: tbfs salvage reads it)",
-            f, folder);
+            WithFolderPaths(f), WithFolderPaths(folder));
         return rocksdb::IOStatus::OK();
       }
     }
@@ -128,7 +128,7 @@ class EngineLog final : public rocksdb::Logger {
     // DB::VerifyChecksum at fsck), which has no unique id to check.
     const bool routine = std::strstr(line, "Shutdown in progress") != nullptr ||
                          std::strstr(line, "opened without unique ID to verify") != nullptr;
-    spdlog::log(routine ? spdlog::level::debug : level_, "store engine: {}", line);
+    spdlog::log(routine ? spdlog::level::debug : level_, "store engine: {}", WithFolderPaths(line));
   }
 
  private:
@@ -356,16 +356,16 @@ void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHa
         // fsck names it); the files around it merge at later flushes.
         if (!TableIntact(options, *f)) {
           damaged->insert(f->file_number);
-          spdlog::warn("store {}: table file {}{} of {} is damaged: not merged (tbfs fsck LOGDIR)",
-                       dir, f->db_path, f->name, meta.name);
+          spdlog::warn("store {}: table file {} of {} is damaged: not merged (tbfs fsck LOGDIR)",
+                       WithFolderPaths(dir), WithFolderPaths(f->db_path + f->name), meta.name);
           return;
         }
         names.push_back(f->name);
       }
       rocksdb::Status s = db->CompactFiles(merge, h, names, level.level);
       if (!s.ok()) {
-        spdlog::warn("store {}: merging {} small table files of {}: {}", dir, names.size(),
-                     meta.name, s.ToString());
+        spdlog::warn("store {}: merging {} small table files of {}: {}", WithFolderPaths(dir),
+                     names.size(), meta.name, WithFolderPaths(s.ToString()));
         return;
       }
       break;  // one merge per space and flush

@@ -61,6 +61,9 @@ Status Scratch::Make(const std::string& store) {
   held_ = UniqueFd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!held_.valid() || ::flock(held_.get(), LOCK_EX | LOCK_NB) != 0)
     return Status::FromErrno(errno, "hold the scratch folder", dir_);
+  UniqueFd marker(
+      ::openat(held_.get(), kScratchMarker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!marker.valid()) return Status::FromErrno(errno, "mark the scratch folder", dir_);
   std::vector<std::string> names;
   TBFS_RETURN_IF_ERROR(ListFiles(store, &names));
   for (const auto& n : names) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "fmt/format.h"
@@ -92,20 +93,18 @@ void RemoveStaleScratch(const std::string& store) {
     const std::string path = JoinPath(store, name);
     UniqueFd held(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!held.valid() || ::flock(held.get(), LOCK_EX | LOCK_NB) != 0) continue;  // in use
-    std::vector<std::string> files;
-    if (DIR* d = ::fdopendir(::dup(held.get()))) {
-      while (struct dirent* de = ::readdir(d)) {
-        if (de->d_name[0] != '.') files.emplace_back(de->d_name);
-      }
-      ::closedir(d);
-    }
-    for (const std::string& f : files) (void)::unlinkat(held.get(), f.c_str(), 0);
-    if (::rmdir(path.c_str()) == 0) {
+    // Only tbfs's own (its marker is made once it is held: a folder not
+    // marked yet is being made, or is someone else's).
+    struct stat st;
+    if (::fstatat(held.get(), kScratchMarker, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);  // the store's own folder: 0700, no one swaps in it
+    if (!ec) {
       spdlog::info("store {}: removed {}, left by a salvage or fsck that did not finish", store,
                    name);
     } else {
       spdlog::warn("store {}: cannot remove {}, left by a salvage or fsck that did not finish: {}",
-                   store, name, std::strerror(errno));
+                   store, name, ec.message());
     }
   }
 }

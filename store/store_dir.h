@@ -51,6 +51,9 @@ bool CreationCutShort(const std::string& dir);
 // and the space of every file in them, for good: removed by the next
 // salvage or fsck of the store and by its next writer. Best effort (logged).
 inline constexpr char kScratchPrefix[] = "salvage.";
+// Made in a scratch folder once it is held: only a folder with it is
+// removed (a folder of that name that tbfs did not make stays).
+inline constexpr char kScratchMarker[] = ".tbfs-scratch";
 void RemoveStaleScratch(const std::string& store);
 Status MarkCreation(const std::string& dir);
 Status EndCreation(const std::string& dir);

@@ -437,7 +437,11 @@ TEST(StoreOpen, AScratchFolderLeftByAKilledSalvageGoesWithTheNextWriter) {
     ASSERT_EQ(::mkdir(scratch.c_str(), 0700), 0);
     ASSERT_EQ(::link((store + "/CURRENT").c_str(), (scratch + "/CURRENT").c_str()), 0);
     WriteBytes(scratch + "/000001.log", "engine bytes");
+    WriteBytes(scratch + "/lost+found/000002.sst", "set aside by the engine");
+    WriteBytes(scratch + "/" + kScratchMarker, "");
   }
+  // Not made by tbfs (no marker): stays, whatever its name.
+  WriteBytes(store + "/salvage.mine/notes.txt", "mine");
   UniqueFd held(::open(busy.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   ASSERT_EQ(::flock(held.get(), LOCK_EX | LOCK_NB), 0);
   OpenOptions reader;
@@ -451,6 +455,7 @@ TEST(StoreOpen, AScratchFolderLeftByAKilledSalvageGoesWithTheNextWriter) {
   RemoveStaleScratch(store);
   EXPECT_FALSE(std::filesystem::exists(busy));
   EXPECT_TRUE(ColdStore::Open(store, {}).ok());
+  EXPECT_EQ(ReadBytes(store + "/salvage.mine/notes.txt"), "mine");
 }
 
 // A writer killed while it made a new store (the engine's files half

@@ -667,7 +667,7 @@ TEST_F(MigrateCli, ALinkedStoreIsRefusedBesideTheLogdirAndFollowedWhenNamed) {
   ASSERT_EQ(::symlink(real.c_str(), (logdir_ + "/.tbfs").c_str()), 0);
   const auto cold = Tree(logdir_);  // the link is in it, as a file
   ASSERT_LE(cold.size(), before_.size());
-  for (const std::string& command :
+  for (const std::string command :
        {"ls", "fsck", "restore --all", "restore --all --apply", "gc --older-than 0 --apply",
         "migrate --older-than 0 --apply", "recompress"}) {
     const auto space = command.find(' ');
@@ -680,7 +680,7 @@ TEST_F(MigrateCli, ALinkedStoreIsRefusedBesideTheLogdirAndFollowedWhenNamed) {
     EXPECT_TRUE(Tree(logdir_) == cold) << command;
   }
   std::filesystem::remove(logdir_ + "/.tbfs");
-  for (const std::string& command :
+  for (const std::string command :
        {"ls", "fsck", "recompress --level 5", "restore --all --apply"}) {
     const auto space = command.find(' ');
     const std::string verb = command.substr(0, space);
@@ -712,6 +712,23 @@ TEST_F(MigrateCli, AWriterRefusedItsStoreSaysSoAloneAndLeavesTheLogdirAsItWas) {
     EXPECT_FALSE(std::filesystem::exists(logdir_ + "/.tbfs")) << command;
   }
   EXPECT_EQ(ReadBytes(other + "/notes.txt"), "mine");
+}
+
+// A --store its user cannot make (a folder of root's on its path) was
+// refused only after the logdir's lock was taken: LOGDIR/.tbfs and the
+// lock stayed behind.
+TEST_F(MigrateCli, AStoreItsUserCannotMakeLeavesTheLogdirAsItWas) {
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  const std::string roots = dir_ / "roots";
+  ASSERT_EQ(::mkdir(roots.c_str(), 0755), 0);
+  ASSERT_EQ(RunCommand("chown -R 65534:65534 " + logdir_).exit_code, 0);
+  auto r = RunCommand(
+      "setpriv --reuid 65534 --regid 65534 --clear-groups " +
+      Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + roots + "/store 2>&1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("Permission denied"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(logdir_ + "/.tbfs"));
+  EXPECT_TRUE(std::filesystem::is_empty(roots));
 }
 
 // A folder the watching user cannot read (another user's private run) is
