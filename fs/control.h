@@ -4,8 +4,9 @@
 // lock of the mount is held while a migration runs, and the tree stays
 // usable meanwhile.
 //
-// Protocol: one request line ("status" or "migrate-now"), one reply line
-// of JSON, then the server closes the connection. Access: the socket is
+// Protocol: one request line ("status", "migrate-now", "gc-garbage[-apply]",
+// "recompress LEVEL DICTIONARIES"), one reply line of JSON, then the server
+// closes the connection. Access: the socket is
 // mode 0600 in the store's 0700 folder, and the server also checks the
 // peer's credentials (SO_PEERCRED): root and the mount's owner only; any
 // other peer gets {"error": "permission denied"}.

@@ -24,6 +24,7 @@
 #include "store/growth.h"
 #include "store/maintenance.h"
 #include "store/migrate.h"
+#include "store/recompress.h"
 
 namespace tbfs::fs {
 
@@ -125,6 +126,12 @@ class Migrator {
   // the mount serves (renames through it wait for the scan). With `apply`,
   // Busy on a reader (naming the writer) or a read-only store.
   Status CollectGarbage(bool apply, store::Garbage* out);
+  // `tbfs recompress MOUNTPOINT`: the cold files' chunks compressed again
+  // (store/recompress.h) while the mount serves them, a file at a time
+  // between passes, each file's last step under the namespace lock. Busy
+  // on a reader (naming the writer) or while another recompress runs;
+  // a stop (unmount) leaves the files not reached as they were.
+  Result<store::RecompressReport> Recompress(int level, bool dictionaries);
   MigratorStats stats();
   bool retention_enabled() const { return config_.retention.any(); }
   // The mount is read-only now (-o ro, or remounted so): nothing moves.
@@ -184,6 +191,7 @@ class Migrator {
   std::condition_variable_any cv_;
   bool stopping_ TBFS_GUARDED_BY(mu_) = false;
   std::atomic<bool> stop_flag_{false};
+  std::atomic<bool> recompressing_{false};
   MigratorStats stats_ TBFS_GUARDED_BY(mu_);
   std::vector<store::GrowthSample> series_ TBFS_GUARDED_BY(mu_);  // as kept
   std::optional<store::GrowthSample> latest_ TBFS_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 // The migrator's holds: runs whose check failed after their batch moved,
 // their owners' traces, and the runs a damaged tfevents file keeps hot;
-// and the batches whose end the store refused (fs/migrator.h).
+// the batches whose end the store refused; and the recompression it runs
+// between passes (fs/migrator.h).
 #include "fmt/format.h"
 #include "fs/migrator.h"
 #include "spdlog/spdlog.h"
@@ -104,6 +105,48 @@ MigratorStats Migrator::stats() {
   MutexLock lock(mu_);
   NoteRefusedLanded();
   return stats_;
+}
+
+Result<store::RecompressReport> Migrator::Recompress(int level, bool dictionaries) {
+  if (ReadOnly()) {
+    return Status::FromErrno(EROFS, "recompress",
+                             "the mount is read-only: nothing is compressed again (mount -o "
+                             "remount,rw MOUNTPOINT first)");
+  }
+  {
+    MutexLock one(pass_mu_);
+    if (!store_.writer()) {
+      return Status::Busy(store_.shared()
+                              ? "this mount reads the shared store " + store_.dir() +
+                                    "; run it on the writer's mount: " + store_.refusal()
+                              : "the store " + store_.dir() + " is " + store_.refusal());
+    }
+  }
+  if (recompressing_.exchange(true)) {
+    return Status::Busy("another tbfs recompress is running on this mount");
+  }
+  WorkPool pool(0);
+  store::RecompressOptions o;
+  o.level = level;
+  o.dictionaries = dictionaries;
+  o.pool = &pool;
+  o.file_lock = &pass_mu_;
+  o.namespace_lock = &ns_mu_;
+  o.stop = &stop_flag_;
+  spdlog::info("recompress: at level {}{}, a file at a time between passes", level,
+               dictionaries ? ", with dictionaries" : "");
+  auto r = store::Recompress(store_, o);
+  recompressing_ = false;
+  if (!r.ok()) {
+    spdlog::error("recompress: {}", r.status().message());
+  } else {
+    spdlog::info(
+        "recompress: {} file(s) compressed again, {} -> {} bytes stored; {} already "
+        "there, {} gone meanwhile, {} failed{}",
+        r->files, r->stored_before, r->stored_after, r->unchanged, r->gone, r->failed.size(),
+        r->stopped ? "; stopped by the unmount" : "");
+  }
+  return r;
 }
 
 }  // namespace tbfs::fs

@@ -1,6 +1,8 @@
 // A mount's status (tbfs status --json) and its control socket's requests.
 #include <sys/statvfs.h>
 
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -190,6 +192,43 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
   return Compact(j);
 }
 
+namespace {
+
+// "recompress LEVEL DICTIONARIES" (1..22, 0 or 1): Migrator::Recompress,
+// its report as `tbfs recompress --json` prints it.
+std::string RecompressJson(const std::string& request, const std::string& store_dir,
+                           Migrator& migrator) {
+  int level = 0, dictionaries = -1;
+  char extra = 0;
+  if (std::sscanf(request.c_str(), "recompress %d %d %c", &level, &dictionaries, &extra) != 2 ||
+      level < 1 || level > 22 || (dictionaries != 0 && dictionaries != 1)) {
+    return Compact({{"error", "bad request: " + request}});
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto r = migrator.Recompress(level, dictionaries == 1);
+  if (!r.ok()) return Compact({{"error", r.status().message()}});
+  nlohmann::json failed = nlohmann::json::array();
+  for (const auto& [path, why] : r->failed) failed.push_back({{"path", path}, {"why", why}});
+  return Compact(
+      {{"store", store_dir},
+       {"level", level},
+       {"files", r->files},
+       {"unchanged", r->unchanged},
+       {"gone", r->gone},
+       {"stopped", r->stopped},
+       {"bytes", r->bytes},
+       {"stored_before", r->stored_before},
+       {"stored_after", r->stored_after},
+       {"disk_before", r->disk_before},
+       {"disk_after", r->disk_after},
+       {"compact_error", r->compact_error},
+       {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()},
+       {"problems", r->problems},
+       {"failed", failed}});
+}
+
+}  // namespace
+
 // Answers the control socket's requests (fs/control.h).
 std::string Control(const std::string& request, const MountOptions& mc,
                     const std::string& store_dir, store::ColdStore& store, Filesystem& fs,
@@ -227,6 +266,7 @@ std::string Control(const std::string& request, const MountOptions& mc,
     if (!st.ok()) return Compact({{"error", st.message()}});
     return Compact({{"chunks", garbage.chunks.size()}, {"file_ids", garbage.files}});
   }
+  if (request.starts_with("recompress ")) return RecompressJson(request, store_dir, migrator);
   return Compact({{"error", "unknown request: " + request}});
 }
 

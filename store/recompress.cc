@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 
 #include "base/failpoint.h"
 #include "fmt/format.h"
@@ -97,66 +99,137 @@ bool HoldsGarbage(ColdStore& store) {
   return store.DiskBytes() > totals->stored_bytes + totals->stored_bytes / 4 + (256 << 10);
 }
 
+// A held lock, or none.
+std::unique_lock<Mutex> MaybeLock(Mutex* mu) {
+  return mu == nullptr ? std::unique_lock<Mutex>() : std::unique_lock<Mutex>(*mu);
+}
+std::unique_lock<SharedMutex> MaybeLockExclusive(SharedMutex* mu) {
+  return mu == nullptr ? std::unique_lock<SharedMutex>() : std::unique_lock<SharedMutex>(*mu);
+}
+
+bool SameContent(const storepb::Manifest& a, const storepb::Manifest& b) {
+  return a.file_id() == b.file_id() && a.size() == b.size() && a.hash_low() == b.hash_low() &&
+         a.hash_high() == b.hash_high() && a.chunk_bytes() == b.chunk_bytes() &&
+         a.chunks() == b.chunks();
+}
+
+// A file's last step: its manifest read again. Where it still names the
+// content compressed, the new level, dictionary and stored size go into it
+// as it is now (attributes changed meanwhile stay). Where the file is gone
+// (unlinked or made hot while its chunks were compressed: *gone), the
+// chunks written for it go too, unless its retired mark holds them for the
+// handles still reading it (they are its content: DropRetired takes them).
+Status Record(ColdStore& store, const storepb::Manifest& m, const std::vector<ChunkRun>& written,
+              int level, uint32_t dict_id, uint64_t stored, bool* gone) {
+  auto now = store.GetManifest(m.file_id());
+  if (!now.ok() && !now.status().IsNotFound()) return now.status();
+  *gone = !now.ok();
+  WriteBatch batch;
+  if (*gone) {
+    if (store.IsRetired(m.file_id())) return Status::OK();
+    store.RemoveChunks(&batch, m.file_id(), written);
+  } else if (!SameContent(*now, m)) {
+    // A file id names one content for good; a manifest that says otherwise
+    // is not this run's to touch.
+    return Status::Corruption(
+        fmt::format("{}: its manifest changed its content while it was compressed", m.path()));
+  } else if (now->level() == level && now->dictionary() == dict_id &&
+             now->stored_bytes() == stored) {
+    return Status::OK();
+  } else {
+    now->set_level(level);
+    now->set_dictionary(dict_id);
+    now->set_stored_bytes(stored);
+    store.UpdateManifest(&batch, *now);
+  }
+  return store.Commit(batch, true);
+}
+
+// Compresses one file again (m as the store holds it now).
+Status RecompressFile(ColdStore& store, const storepb::Manifest& m, const RecompressOptions& o,
+                      std::vector<std::unique_ptr<ChunkCodec>>& codecs, RecompressReport* report) {
+  // The chunks in the store: for a gzip file stored by its content, the
+  // content's (the file is made again from them, as before).
+  const storepb::Manifest content = ContentManifest(m);
+  auto dict = o.dictionaries
+                  ? store.DictionaryForFile(
+                        IsGzipContent(m) ? ContentPath(m.path()) : m.path(), m.file_class(),
+                        DataRuns(content), DataBytes(content), o.level, o.pool->size(),
+                        [&](uint64_t index, std::string* raw) {
+                          return store.ReadChunk(content, index, codecs[0].get(), raw);
+                        })
+                  : std::shared_ptr<const Dictionary>();
+  if (dict.ok()) dict = BetterForFile(store, content, *dict, o.level, codecs[0].get());
+  if (!dict.ok()) {
+    report->failed.emplace_back(m.path(), dict.status().message());
+    return Status::OK();
+  }
+  const uint32_t dict_id = *dict ? (*dict)->id() : 0;
+  if (m.level() == o.level && m.dictionary() == dict_id) {
+    report->unchanged++;
+    return Status::OK();
+  }
+  uint64_t stored = 0;
+  Status st = RecompressChunks(store, content, *dict, o, codecs, &stored);
+  // Tests: a crash with the new chunks durable and the manifest old.
+  if (st.ok()) MaybeCrash("recompress.chunks_synced");
+  if (st.ok()) st = VerifyStoredFile(store, m, o.pool);
+  // What was written stays only with its file (a failure part way wrote
+  // some chunks: whole and checked, each reads as the one it replaced).
+  // Tests: a file changed through a mount while its chunks were compressed.
+  MaybePause("recompress.before_record");
+  FailpointHook("recompress.before_record", m.path());
+  bool gone = false;
+  {
+    auto ns = MaybeLockExclusive(o.namespace_lock);
+    TBFS_RETURN_IF_ERROR(Record(store, m, DataRuns(content), st.ok() ? o.level : m.level(),
+                                st.ok() ? dict_id : m.dictionary(),
+                                st.ok() ? stored : m.stored_bytes(), &gone));
+  }
+  if (gone) {
+    report->gone++;
+  } else if (!st.ok()) {
+    report->failed.emplace_back(m.path(), st.message());
+  } else {
+    report->files++;
+    report->bytes += m.size();
+    report->stored_before += m.stored_bytes();
+    report->stored_after += stored;
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o) {
   RecompressReport report;
   report.disk_before = store.DiskBytes();
   report.problems = store.CheckDictionaries();
-  std::vector<storepb::Manifest> manifests;
+  std::vector<uint64_t> ids;
   TBFS_RETURN_IF_ERROR(store.ForEachManifest([&](const storepb::Manifest& m) {
-    manifests.push_back(m);
+    ids.push_back(m.file_id());
     return true;
   }));
   std::vector<std::unique_ptr<ChunkCodec>> codecs;
   for (int i = 0; i < o.pool->size(); ++i) codecs.push_back(std::make_unique<ChunkCodec>());
-  for (storepb::Manifest& m : manifests) {
-    // The chunks in the store: for a gzip file stored by its content, the
-    // content's (the file is made again from them, as before).
-    const storepb::Manifest content = ContentManifest(m);
-    auto dict = o.dictionaries
-                    ? store.DictionaryForFile(
-                          IsGzipContent(m) ? ContentPath(m.path()) : m.path(), m.file_class(),
-                          DataRuns(content), DataBytes(content), o.level, o.pool->size(),
-                          [&](uint64_t index, std::string* raw) {
-                            return store.ReadChunk(content, index, codecs[0].get(), raw);
-                          })
-                    : std::shared_ptr<const Dictionary>();
-    if (dict.ok()) dict = BetterForFile(store, content, *dict, o.level, codecs[0].get());
-    if (!dict.ok()) {
-      report.failed.emplace_back(m.path(), dict.status().message());
-      continue;
+  for (uint64_t id : ids) {
+    if (o.stop != nullptr && o.stop->load()) {
+      report.stopped = true;
+      break;
     }
-    const uint32_t dict_id = *dict ? (*dict)->id() : 0;
-    if (m.level() == o.level && m.dictionary() == dict_id) {
-      report.unchanged++;
-      continue;
-    }
-    uint64_t stored = 0;
-    Status st = RecompressChunks(store, content, *dict, o, codecs, &stored);
-    // Tests: a crash with the new chunks durable and the manifest old.
-    if (st.ok()) MaybeCrash("recompress.chunks_synced");
-    if (st.ok()) st = VerifyStoredFile(store, m, o.pool);
-    if (!st.ok()) {
-      report.failed.emplace_back(m.path(), st.message());
-      continue;
-    }
-    report.files++;
-    report.bytes += m.size();
-    report.stored_before += m.stored_bytes();
-    report.stored_after += stored;
-    m.set_level(o.level);
-    m.set_dictionary(dict_id);
-    m.set_stored_bytes(stored);
-    WriteBatch batch;
-    store.UpdateManifest(&batch, m);
-    TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
+    auto held = MaybeLock(o.file_lock);
+    // As it is now: a mount may have changed, moved or removed it since.
+    auto m = store.GetManifest(id);
+    if (m.status().IsNotFound()) continue;
+    TBFS_RETURN_IF_ERROR(m.status());
+    TBFS_RETURN_IF_ERROR(RecompressFile(store, *m, o, codecs, &report));
   }
   // The replaced chunks stay in the engine's files, beside the new ones,
   // until a compaction collects them; it rewrites every chunk, so it runs
   // once they are worth it (this run's or those of a run that ended
   // before its compaction did).
-  if (HoldsGarbage(store)) {
+  auto held = MaybeLock(o.file_lock);
+  if (!report.stopped && HoldsGarbage(store)) {
     Status compacted = ShouldFail("recompress.compact")
                            ? Status::FromErrno(ENOSPC, "compact", "failpoint recompress.compact")
                            : store.Compact();

@@ -11,7 +11,9 @@
 // records the new level, dictionary and stored size. A crash in between
 // leaves chunks of both kinds, each readable; the manifest still names
 // the old level, so the next run does the file again. Nothing is ever
-// decompressed to disk. Needs the store's writer (no mount running).
+// decompressed to disk. Needs the store's writer: the command's, or a
+// mount's daemon serving the store meanwhile (`tbfs recompress
+// MOUNTPOINT`; the options' locks below).
 #pragma once
 
 #include <atomic>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "base/work_pool.h"
 #include "store/cold_store.h"
 
@@ -30,12 +33,27 @@ struct RecompressOptions {
   bool dictionaries = true;                   // IngestOptions::dictionaries
   WorkPool* pool = nullptr;                   // required
   std::atomic<uint64_t>* progress = nullptr;  // bytes of content read, optional
+  // A mount's daemon, which serves the store while it recompresses. Held
+  // around each file's work: the mount's pass lock (its migration passes
+  // run between files, and no dictionary is trained by both at once).
+  Mutex* file_lock = nullptr;
+  // Held exclusively around each file's last step, a short one: its
+  // manifest read again and, where it still names the same content,
+  // written with the new level and dictionary as it is now (a chmod,
+  // rename, unlink or rehydration through the mount meanwhile keeps its
+  // effect). The mount's namespace lock.
+  SharedMutex* namespace_lock = nullptr;
+  const std::atomic<bool>* stop = nullptr;  // no further file starts once set
 };
 
 struct RecompressReport {
   uint64_t files = 0;      // compressed again
   uint64_t unchanged = 0;  // already at the level, with the dictionary chosen
-  uint64_t bytes = 0;      // content of the files compressed again
+  // Removed or made hot while their chunks were compressed: their new
+  // chunks went with them (left for a retired file's open handles).
+  uint64_t gone = 0;
+  bool stopped = false;  // options.stop was set: files were left as they were
+  uint64_t bytes = 0;    // content of the files compressed again
   uint64_t stored_before = 0;
   uint64_t stored_after = 0;
   // What the store's files take on disk before the run and after it

@@ -240,5 +240,102 @@ TEST_F(RecompressTest, AFileWithADamagedChunkIsNamedAndLeftAsItWas) {
   EXPECT_EQ(static_cast<uint8_t>(after[0]), kChunkZstd) << "nothing of it was written";
 }
 
+// What a mount does to a file while its chunks are compressed again (the
+// daemon recompresses while it serves): a chmod stays, and the file gets
+// its new level.
+TEST_F(RecompressTest, AFileChangedMeanwhileKeepsTheChangeAndGetsTheLevel) {
+  IngestThreeTraces(60);
+  if (HasFatalFailure()) return;
+  ScopedFailpoint chmod("recompress.before_record", [&](const std::string& rel) {
+    auto m = store_->Lookup(rel);
+    ASSERT_TRUE(m.ok());
+    m->set_mode(S_IFREG | 0600);
+    WriteBatch b;
+    store_->UpdateManifest(&b, *m);
+    ASSERT_TRUE(store_->Commit(b, true).ok());
+  });
+  auto r = Recompress(*store_, AtLevel9());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->files, 3u);
+  EXPECT_EQ(r->gone, 0u);
+  for (const auto& [rel, bytes] : originals_) {
+    auto m = store_->Lookup(rel);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->mode(), S_IFREG | 0600u) << rel;
+    EXPECT_EQ(m->level(), 9) << rel;
+  }
+  ExpectEveryFileIntact();
+}
+
+// A file removed (unlinked, made hot) while its chunks were compressed
+// again: the chunks written for it go with it, none is left as garbage, and
+// its manifest does not come back.
+TEST_F(RecompressTest, AFileRemovedMeanwhileTakesItsNewChunksWithIt) {
+  IngestThreeTraces(70);
+  if (HasFatalFailure()) return;
+  const std::string victim = "run/t1.pt.trace.json";
+  const uint64_t id = store_->Lookup(victim)->file_id();
+  ScopedFailpoint remove("recompress.before_record", [&](const std::string& rel) {
+    if (rel != victim) return;
+    auto m = store_->Lookup(rel);
+    ASSERT_TRUE(m.ok());
+    WriteBatch b;
+    ASSERT_TRUE(store_->RemoveFile(&b, *m).ok());
+    ASSERT_TRUE(store_->Commit(b, true).ok());
+  });
+  auto r = Recompress(*store_, AtLevel9());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->files, 2u);
+  EXPECT_EQ(r->gone, 1u);
+  EXPECT_TRUE(r->failed.empty());
+  EXPECT_TRUE(store_->Lookup(victim).status().IsNotFound());
+  EXPECT_TRUE(store_->GetManifest(id).status().IsNotFound());
+  uint64_t left = 0;
+  ASSERT_TRUE(store_
+                  ->ForEachChunkKey([&](uint64_t file_id, uint64_t) {
+                    left += file_id == id;
+                    return true;
+                  })
+                  .ok());
+  EXPECT_EQ(left, 0u);
+  Garbage garbage;
+  ASSERT_TRUE(FindGarbage(*store_, &garbage).ok());
+  EXPECT_TRUE(garbage.chunks.empty());
+  originals_.erase(victim);
+  ExpectEveryFileIntact();
+}
+
+// Unlinked while open (a mount retires it): its chunks, new ones included,
+// stay for the handles still reading it, and go with its mark.
+TEST_F(RecompressTest, ARetiredFileKeepsItsNewChunksForItsReaders) {
+  IngestThreeTraces(80);
+  if (HasFatalFailure()) return;
+  const std::string victim = "run/t2.pt.trace.json";
+  auto looked = store_->Lookup(victim);
+  ASSERT_TRUE(looked.ok());
+  const storepb::Manifest held = *looked;
+  ScopedFailpoint retire("recompress.before_record", [&](const std::string& rel) {
+    if (rel != victim) return;
+    WriteBatch b;
+    ASSERT_TRUE(store_->Retire(&b, held).ok());
+    ASSERT_TRUE(store_->Commit(b, true).ok());
+  });
+  auto r = Recompress(*store_, AtLevel9());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->gone, 1u);
+  ASSERT_TRUE(store_->IsRetired(held.file_id()));
+  std::string out(held.size(), '\0');
+  size_t got = 0;
+  ChunkCodec codec;
+  ASSERT_TRUE(store_->ReadRange(held, 0, held.size(), out.data(), &got, &codec).ok());
+  EXPECT_EQ(out, originals_[victim]);
+  WriteBatch drop;
+  ASSERT_TRUE(store_->DropRetired(&drop, held.file_id()).ok());
+  ASSERT_TRUE(store_->Commit(drop, true).ok());
+  Garbage garbage;
+  ASSERT_TRUE(FindGarbage(*store_, &garbage).ok());
+  EXPECT_TRUE(garbage.chunks.empty());
+}
+
 }  // namespace
 }  // namespace tbfs::store

@@ -143,6 +143,23 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForRead(const StoreLocation& 
 
 bool RecoveryFoundLosses() { return recovery_found_losses.load(); }
 
+namespace {
+
+// What to do instead of a writer's command that a mount is in the way of.
+std::string MountHint(const std::string& command, const std::string& mountpoint) {
+  if (command == "migrate") {
+    return "run the command on the mount point (tbfs migrate " + mountpoint +
+           " --now), or unmount it first";
+  }
+  if (command == "recompress") {
+    return "run it on the mount point (tbfs recompress " + mountpoint +
+           "), which does it while it serves, or unmount it first";
+  }
+  return "unmount it first";
+}
+
+}  // namespace
+
 Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation& loc, bool create,
                                                             const std::string& command) {
   store::OpenOptions options;
@@ -152,23 +169,25 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation&
   auto s = store::ColdStore::Open(loc.dir, options);
   if (!s.ok()) {
     if (s.status().IsNotFound() && !create) return NoStore(loc);
-    if (s.status().code() == Code::kBusy &&
-        s.status().message().find("tbfs mount on ") != std::string::npos) {
-      return Status::Busy(s.status().message() + ": unmount it first" +
-                          (command == "migrate"
-                               ? " (or have the mount migrate: tbfs migrate MOUNTPOINT --now)"
-                               : ""));
-    }
     if (s.status().code() == Code::kBusy) {
-      std::string holder;
+      // The logdir's lock names its holder; the store's folder, the mount
+      // that holds it.
+      const std::string& why = s.status().message();
+      const size_t on = why.find("tbfs mount on ");
+      std::string mountpoint, holder;
+      if (on != std::string::npos) {
+        mountpoint = why.substr(on + 14, why.rfind(" (pid ") - (on + 14));
+        // A shared store's holder is named host:mountpoint.
+        if (const size_t colon = mountpoint.find(":/"); colon != std::string::npos) {
+          mountpoint = mountpoint.substr(colon + 1);
+        }
+        return Status::Busy(why + ": " + MountHint(command, mountpoint));
+      }
       if (ReadFileToString(JoinPath(loc.dir, fs::kMountInfoFile), &holder).ok() &&
           !holder.empty()) {
-        std::string mountpoint = holder.substr(0, holder.find(' '));
+        mountpoint = holder.substr(0, holder.find(' '));
         return Status::Busy("the store " + loc.dir + " is held by the tbfs mount at " + mountpoint +
-                            (command == "migrate"
-                                 ? ": run the command on the mount point (tbfs migrate " +
-                                       mountpoint + " --now), or unmount it first"
-                                 : ": unmount it first"));
+                            ": " + MountHint(command, mountpoint));
       }
     }
     return s.status();

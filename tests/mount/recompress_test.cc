@@ -1,0 +1,175 @@
+// `tbfs recompress MOUNTPOINT`: the daemon compresses its cold files again
+// while it serves them (store/recompress.h, fs/migrator.h): readers never
+// see other bytes, and what the mount does to a file meanwhile (a chmod,
+// an unlink) keeps its effect.
+#include <sys/stat.h>
+
+#include <atomic>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <thread>
+
+#include "fmt/format.h"
+#include "tests/mount/mount_fixture.h"
+#include "tests/store/trace_json.h"
+
+namespace tbfs::testing {
+namespace {
+
+class MountedRecompress : public MountTest {
+ protected:
+  // `count` traces of 2 MiB moved into the store offline at level 3 (what
+  // a fast migration, or an older tbfs, leaves).
+  void MakeCold(int count) {
+    for (int i = 0; i < count; ++i) {
+      const std::string rel = fmt::format("run/t{}.pt.trace.json", i);
+      files_[rel] = store::TraceJson(2 << 20, static_cast<uint32_t>(90 + i));
+      std::filesystem::create_directories(L("run"));
+      WriteBytes(L(rel), files_[rel]);
+    }
+    auto r = RunCommand(Tbfs("migrate " + Quote(logdir_) +
+                             " --apply --older-than 0s --allow-no-events --level 3 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    for (const auto& [rel, bytes] : files_) ASSERT_FALSE(std::filesystem::exists(L(rel))) << rel;
+  }
+
+  // `tbfs ls --json` of the logdir (read-only beside the mount): path -> entry.
+  std::map<std::string, nlohmann::json> Cold() {
+    auto r = RunCommand(Tbfs("ls " + Quote(logdir_) + " --json"));
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    std::map<std::string, nlohmann::json> out;
+    for (const auto& e : nlohmann::json::parse(r.out, nullptr, false)) out[e["path"]] = e;
+    return out;
+  }
+
+  nlohmann::json Recompress(int* exit_code) {
+    auto r = RunCommand(Tbfs("recompress " + Quote(mnt_) + " --json"));
+    *exit_code = r.exit_code;
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.out;
+    return j;
+  }
+
+  // Pauses the daemon's recompress at its first file's last step
+  // (failpoint recompress.before_record): the mount starts with it armed.
+  void MountPausing() {
+    marker_ = dir_ / "pause";
+    WriteBytes(marker_, "");
+    ASSERT_EQ(::setenv("TBFS_PAUSE", ("recompress.before_record:" + marker_).c_str(), 1), 0);
+    Mount("--no-migrate");
+    ::unsetenv("TBFS_PAUSE");
+  }
+  bool Paused() {
+    return WaitUntil([&] { return std::filesystem::exists(marker_ + ".reached"); },
+                     std::chrono::milliseconds(20000));
+  }
+
+  std::map<std::string, std::string> files_;
+  std::string marker_;
+};
+
+TEST_F(MountedRecompress, ReadersSeeTheSameBytesWhileTheMountRecompresses) {
+  MakeCold(4);
+  if (HasFatalFailure()) return;
+  Mount("--no-migrate");
+  std::atomic<bool> done{false};
+  std::atomic<int> reads{0}, wrong{0};
+  std::thread reader([&] {
+    while (!done) {
+      for (const auto& [rel, bytes] : files_) {
+        // A fresh open each time: the kernel keeps what a cold file's
+        // handle read, so drop it to reach the store again.
+        std::string got = ReadBytes(M(rel));
+        if (got != bytes) wrong++;
+        reads++;
+        RunCommand("echo 1 > /proc/sys/vm/drop_caches");
+      }
+    }
+  });
+  int rc = -1;
+  nlohmann::json r = Recompress(&rc);
+  done = true;
+  reader.join();
+  EXPECT_EQ(rc, 0) << r.dump();
+  EXPECT_EQ(r["files"], 4) << r.dump();
+  EXPECT_EQ(r["level"], 15);
+  EXPECT_TRUE(r["failed"].empty()) << r.dump();
+  EXPECT_LT(r["stored_after"].get<uint64_t>(), r["stored_before"].get<uint64_t>());
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(wrong.load(), 0) << "of " << reads.load() << " whole-file reads";
+  for (const auto& [rel, e] : Cold()) EXPECT_EQ(e["level"], 15) << rel;
+  for (const auto& [rel, bytes] : files_) EXPECT_EQ(ReadBytes(M(rel)), bytes) << rel;
+
+  // Done is done; and the offline command says where to ask instead.
+  r = Recompress(&rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(r["files"], 0);
+  EXPECT_EQ(r["unchanged"], 4);
+  auto offline = RunCommand(Tbfs("recompress " + Quote(logdir_) + " 2>&1"));
+  EXPECT_EQ(offline.exit_code, 2) << offline.out;
+  EXPECT_NE(offline.out.find("recompress " + mnt_), std::string::npos) << offline.out;
+}
+
+// A chmod through the mount while the daemon compresses the file: the mode
+// stays (it wrote the manifest it had read before, which undid the chmod).
+TEST_F(MountedRecompress, AChmodMeanwhileStaysAndTheFileGetsItsLevel) {
+  MakeCold(1);
+  if (HasFatalFailure()) return;
+  MountPausing();
+  if (HasFatalFailure()) return;
+  const std::string rel = files_.begin()->first;
+  auto run = std::async(std::launch::async, [&] {
+    int rc = -1;
+    nlohmann::json j = Recompress(&rc);
+    return std::make_pair(rc, j);
+  });
+  const bool paused = Paused();
+  const int chmodded = ::chmod(M(rel).c_str(), 0640);
+  std::filesystem::remove(marker_);
+  auto [rc, r] = run.get();
+  ASSERT_TRUE(paused) << "the recompress never reached its file's last step";
+  ASSERT_EQ(chmodded, 0) << std::strerror(errno);
+  EXPECT_EQ(rc, 0) << r.dump();
+  EXPECT_EQ(r["files"], 1) << r.dump();
+  struct stat st;
+  ASSERT_EQ(::stat(M(rel).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  auto cold = Cold();
+  EXPECT_EQ(cold[rel]["mode"], 0640);
+  EXPECT_EQ(cold[rel]["level"], 15);
+  EXPECT_EQ(ReadBytes(M(rel)), files_[rel]);
+}
+
+// An unlink through the mount while the daemon compresses the file: it stays
+// gone, and the chunks written for it leave with it (no garbage).
+TEST_F(MountedRecompress, AFileUnlinkedMeanwhileStaysGoneAndLeavesNoChunks) {
+  MakeCold(1);
+  if (HasFatalFailure()) return;
+  MountPausing();
+  if (HasFatalFailure()) return;
+  const std::string rel = files_.begin()->first;
+  auto run = std::async(std::launch::async, [&] {
+    int rc = -1;
+    nlohmann::json j = Recompress(&rc);
+    return std::make_pair(rc, j);
+  });
+  const bool paused = Paused();
+  const int unlinked = ::unlink(M(rel).c_str());
+  std::filesystem::remove(marker_);
+  auto [rc, r] = run.get();
+  ASSERT_TRUE(paused) << "the recompress never reached its file's last step";
+  ASSERT_EQ(unlinked, 0) << std::strerror(errno);
+  EXPECT_EQ(rc, 0) << r.dump();
+  EXPECT_EQ(r["gone"], 1) << r.dump();
+  EXPECT_EQ(r["files"], 0) << r.dump();
+  struct stat st;
+  EXPECT_NE(::lstat(M(rel).c_str(), &st), 0);
+  EXPECT_TRUE(Cold().empty());
+  auto gc = RunCommand(Tbfs("gc " + Quote(mnt_) + " --garbage 2>&1"));
+  EXPECT_EQ(gc.exit_code, 0) << gc.out;
+  EXPECT_NE(gc.out.find("would remove 0 unreachable chunk(s)"), std::string::npos) << gc.out;
+}
+
+}  // namespace
+}  // namespace tbfs::testing
