@@ -125,7 +125,10 @@ Result<store::RecompressReport> Migrator::Recompress(int level, bool dictionarie
   if (recompressing_.exchange(true)) {
     return Status::Busy("another tbfs recompress is running on this mount");
   }
-  WorkPool pool(0);
+  // One thread, the control request's own: the other cores keep serving
+  // reads and migrating, and the daemon's memory grows by one zstd context
+  // and a wave of two chunks (README, `tbfs recompress`).
+  WorkPool pool(1);
   store::RecompressOptions o;
   o.level = level;
   o.dictionaries = dictionaries;

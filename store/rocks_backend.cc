@@ -217,6 +217,13 @@ class RocksBackend final : public Backend {
   }
 
   Status Compact() override {
+    Status st = CompactSpaces();
+    DeleteReplacedFiles(db_.get(), handles_);
+    return st;
+  }
+
+ private:
+  Status CompactSpaces() {
     if (Status failed = Failed(); !failed.ok()) return failed;
     // First the tables alone (keys and small records: cheap): deleted keys
     // leave, and a blob file no key points into any more leaves with them.
@@ -278,23 +285,7 @@ class RocksBackend final : public Backend {
 
 }  // namespace
 
-bool LooksLikeLogDamage(std::string_view error) {
-  return error.find("Write batch") != std::string_view::npos ||
-         error.find("WriteBatch") != std::string_view::npos ||
-         error.find("ahead of WAL") != std::string_view::npos ||
-         error.find(".log") != std::string_view::npos;
-}
-
 namespace {
-
-std::vector<rocksdb::ColumnFamilyDescriptor> SpaceDescriptors() {
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
-  for (int i = 0; i < kNumSpaces; ++i) {
-    std::string name = i == 0 ? rocksdb::kDefaultColumnFamilyName : kSpaceNames[i];
-    cfs.emplace_back(name, SpaceOptions(static_cast<Space>(i)));
-  }
-  return cfs;
-}
 
 Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
                                                  const BackendOptions& options) {

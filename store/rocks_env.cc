@@ -12,12 +12,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "base/time_util.h"
 #include "fmt/format.h"
@@ -378,6 +380,44 @@ OpeningWriter::~OpeningWriter() { g_opening_writers--; }
 
 std::shared_ptr<rocksdb::Logger> NewEngineLog(spdlog::level::level_enum level) {
   return std::make_shared<EngineLog>(level);
+}
+
+bool LooksLikeLogDamage(std::string_view error) {
+  return error.find("Write batch") != std::string_view::npos ||
+         error.find("WriteBatch") != std::string_view::npos ||
+         error.find("ahead of WAL") != std::string_view::npos ||
+         error.find(".log") != std::string_view::npos;
+}
+
+std::vector<rocksdb::ColumnFamilyDescriptor> SpaceDescriptors() {
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  for (int i = 0; i < kNumSpaces; ++i) {
+    std::string name = i == 0 ? rocksdb::kDefaultColumnFamilyName : kSpaceNames[i];
+    cfs.emplace_back(name, SpaceOptions(static_cast<Space>(i)));
+  }
+  return cfs;
+}
+
+void DeleteReplacedFiles(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    bool held = false;
+    for (auto* h : spaces) {
+      uint64_t versions = 0;
+      held |= db->GetIntProperty(h, rocksdb::DB::Properties::kNumLiveVersions, &versions) &&
+              versions > 1;
+    }
+    if (!held || std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // With deletions enabled (tbfs never disables them), this only has the
+  // engine look for the files no version needs and delete them.
+  uint64_t enabled = 0;
+  if (db->GetIntProperty(rocksdb::DB::Properties::kIsFileDeletionsEnabled, &enabled) &&
+      enabled == 1) {
+    rocksdb::Status s = db->EnableFileDeletions(/*force=*/false);
+    if (!s.ok()) spdlog::warn("store: deleting the files a compaction replaced: {}", s.ToString());
+  }
 }
 
 }  // namespace tbfs::store
