@@ -113,17 +113,19 @@ Result<store::RecompressReport> Migrator::Recompress(int level, bool dictionarie
                              "the mount is read-only: nothing is compressed again (mount -o "
                              "remount,rw MOUNTPOINT first)");
   }
+  // Before the pass lock, which a running one takes again after each file.
+  if (recompressing_.exchange(true)) {
+    return Status::Busy("another tbfs recompress is running on this mount");
+  }
   {
     MutexLock one(pass_mu_);
     if (!store_.writer()) {
+      recompressing_ = false;
       return Status::Busy(store_.shared()
                               ? "this mount reads the shared store " + store_.dir() +
                                     "; run it on the writer's mount: " + store_.refusal()
                               : "the store " + store_.dir() + " is " + store_.refusal());
     }
-  }
-  if (recompressing_.exchange(true)) {
-    return Status::Busy("another tbfs recompress is running on this mount");
   }
   // One thread, the control request's own: the other cores keep serving
   // reads and migrating, and the daemon's memory grows by one zstd context
@@ -136,6 +138,7 @@ Result<store::RecompressReport> Migrator::Recompress(int level, bool dictionarie
   o.file_lock = &pass_mu_;
   o.namespace_lock = &ns_mu_;
   o.stop = &stop_flag_;
+  o.read_only = config_.read_only;
   spdlog::info("recompress: at level {}{}, a file at a time between passes", level,
                dictionaries ? ", with dictionaries" : "");
   auto r = store::Recompress(store_, o);
@@ -147,7 +150,7 @@ Result<store::RecompressReport> Migrator::Recompress(int level, bool dictionarie
         "recompress: {} file(s) compressed again, {} -> {} bytes stored; {} already "
         "there, {} gone meanwhile, {} failed{}",
         r->files, r->stored_before, r->stored_after, r->unchanged, r->gone, r->failed.size(),
-        r->stopped ? "; stopped by the unmount" : "");
+        r->stopped ? "; stopped: the mount is stopping or read-only" : "");
   }
   return r;
 }

@@ -21,6 +21,10 @@ namespace {
 // last, synced commit makes them all durable.
 constexpr size_t kBatchBytes = 16 << 20;
 
+bool Stopped(const RecompressOptions& o) {
+  return (o.stop != nullptr && o.stop->load()) || (o.read_only != nullptr && o.read_only->load());
+}
+
 // Compresses m's chunks again and commits them; *stored: their new size.
 Status RecompressChunks(ColdStore& store, const storepb::Manifest& m,
                         const std::shared_ptr<const Dictionary>& dict, const RecompressOptions& o,
@@ -33,6 +37,9 @@ Status RecompressChunks(ColdStore& store, const storepb::Manifest& m,
   *stored = 0;
   for (const ChunkRun& run : DataRuns(m)) {
     for (uint64_t first = run.first; first < run.end; first += wave) {
+      // An unmount does not wait for a large file's end (what was written
+      // reads as before; the file stays at its old level).
+      if (Stopped(o)) return Status::Aborted("stopped");
       const size_t n = static_cast<size_t>(std::min<uint64_t>(wave, run.end - first));
       pool.ParallelFor(n, [&](size_t i, int worker) {
         ChunkCodec* codec = codecs[worker].get();
@@ -147,7 +154,8 @@ Status Record(ColdStore& store, const storepb::Manifest& m, const std::vector<Ch
 
 // Compresses one file again (m as the store holds it now).
 Status RecompressFile(ColdStore& store, const storepb::Manifest& m, const RecompressOptions& o,
-                      std::vector<std::unique_ptr<ChunkCodec>>& codecs, RecompressReport* report) {
+                      std::vector<std::unique_ptr<ChunkCodec>>& codecs, RecompressReport* report,
+                      bool* damaged) {
   // The chunks in the store: for a gzip file stored by its content, the
   // content's (the file is made again from them, as before).
   const storepb::Manifest content = ContentManifest(m);
@@ -188,8 +196,11 @@ Status RecompressFile(ColdStore& store, const storepb::Manifest& m, const Recomp
   }
   if (gone) {
     report->gone++;
+  } else if (st.code() == Code::kAborted && Stopped(o)) {
+    report->stopped = true;
   } else if (!st.ok()) {
     report->failed.emplace_back(m.path(), st.message());
+    *damaged = *damaged || st.code() == Code::kCorruption;
   } else {
     report->files++;
     report->bytes += m.size();
@@ -212,27 +223,37 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
   }));
   std::vector<std::unique_ptr<ChunkCodec>> codecs;
   for (int i = 0; i < o.pool->size(); ++i) codecs.push_back(std::make_unique<ChunkCodec>());
+  bool damaged = false;
   for (uint64_t id : ids) {
-    if (o.stop != nullptr && o.stop->load()) {
+    if (Stopped(o)) {
       report.stopped = true;
       break;
     }
     auto held = MaybeLock(o.file_lock);
     // As it is now: a mount may have changed, moved or removed it since.
     auto m = store.GetManifest(id);
-    if (m.status().IsNotFound()) continue;
+    if (m.status().IsNotFound()) {
+      report.gone++;
+      continue;
+    }
     TBFS_RETURN_IF_ERROR(m.status());
-    TBFS_RETURN_IF_ERROR(RecompressFile(store, *m, o, codecs, &report));
+    TBFS_RETURN_IF_ERROR(RecompressFile(store, *m, o, codecs, &report, &damaged));
   }
   // The replaced chunks stay in the engine's files, beside the new ones,
-  // until a compaction collects them; it rewrites every chunk, so it runs
-  // once they are worth it (this run's or those of a run that ended
-  // before its compaction did).
+  // until a compaction collects them (this run's, or those of a run that
+  // ended before its compaction did). Not beside a damaged chunk: the
+  // compaction would meet it, fail, and leave the engine refusing every
+  // write until the store is opened again (a mount's unlinks and chmods
+  // of other cold files failed with EIO until a remount).
   auto held = MaybeLock(o.file_lock);
   if (!report.stopped && HoldsGarbage(store)) {
-    Status compacted = ShouldFail("recompress.compact")
-                           ? Status::FromErrno(ENOSPC, "compact", "failpoint recompress.compact")
-                           : store.Compact();
+    Status compacted =
+        damaged ? Status::Corruption(
+                      "not compacted: the store holds damaged chunks (named above; tbfs fsck, "
+                      "tbfs salvage), which a compaction would meet")
+        : ShouldFail("recompress.compact")
+            ? Status::FromErrno(ENOSPC, "compact", "failpoint recompress.compact")
+            : store.Compact();
     if (!compacted.ok()) report.compact_error = compacted.message();
   }
   report.disk_after = store.DiskBytes();

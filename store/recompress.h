@@ -43,16 +43,20 @@ struct RecompressOptions {
   // rename, unlink or rehydration through the mount meanwhile keeps its
   // effect). The mount's namespace lock.
   SharedMutex* namespace_lock = nullptr;
-  const std::atomic<bool>* stop = nullptr;  // no further file starts once set
+  // No further file (nor wave of a file's chunks) starts once either is
+  // set: an unmount, a mount turned read-only.
+  const std::atomic<bool>* stop = nullptr;
+  const std::atomic<bool>* read_only = nullptr;
 };
 
 struct RecompressReport {
   uint64_t files = 0;      // compressed again
   uint64_t unchanged = 0;  // already at the level, with the dictionary chosen
-  // Removed or made hot while their chunks were compressed: their new
-  // chunks went with them (left for a retired file's open handles).
+  // Removed or made hot before their turn, or while their chunks were
+  // compressed: their new chunks went with them (left for a retired
+  // file's open handles).
   uint64_t gone = 0;
-  bool stopped = false;  // options.stop was set: files were left as they were
+  bool stopped = false;  // options.stop or read_only was set: files were left as they were
   uint64_t bytes = 0;    // content of the files compressed again
   uint64_t stored_before = 0;
   uint64_t stored_after = 0;
@@ -61,7 +65,9 @@ struct RecompressReport {
   uint64_t disk_before = 0;
   uint64_t disk_after = 0;
   // Why the replaced chunks are still on disk (the compaction failed: a
-  // full disk, a damaged engine file); empty when they are not, or when
+  // full disk, a damaged engine file; or it was not tried: a chunk failed
+  // its checksum, and a compaction that meets it stops the store's writes
+  // until it is opened again); empty when they are not, or when
   // they are too few to be worth the compaction (ColdStore::Compact
   // rewrites every chunk): a quarter of the store's size.
   std::string compact_error;

@@ -207,5 +207,90 @@ TEST_F(MountedRecompress, TheChunksItReplacedLeaveTheDiskWhileReadersRead) {
   EXPECT_LT(on_disk, stored + margin) << r.dump();
 }
 
+// Red team: a second request waited for the pass lock that a running
+// recompress takes again after each file, and one ran a whole recompress
+// at its own level once the first was done. It is refused at once.
+TEST_F(MountedRecompress, ASecondRequestIsRefusedAtOnceWhileOneRuns) {
+  MakeCold(1);
+  if (HasFatalFailure()) return;
+  MountPausing();
+  if (HasFatalFailure()) return;
+  auto first = std::async(std::launch::async, [&] {
+    int rc = -1;
+    nlohmann::json j = Recompress(&rc);
+    return std::make_pair(rc, j);
+  });
+  const bool paused = Paused();
+  auto second = std::async(std::launch::async, [&] {
+    return RunCommand(Tbfs("recompress " + Quote(mnt_) + " --level 5 2>&1"));
+  });
+  const bool answered = second.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  std::filesystem::remove(marker_);
+  auto [rc, r] = first.get();
+  ASSERT_TRUE(paused) << "the recompress never reached its file's last step";
+  ASSERT_TRUE(answered) << "the second request waited for the first";
+  CommandResult refused = second.get();
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("another tbfs recompress is running"), std::string::npos)
+      << refused.out;
+  EXPECT_EQ(rc, 0) << r.dump();
+  for (const auto& [rel, e] : Cold()) EXPECT_EQ(e["level"], 15) << rel;
+}
+
+// Red team: a mount remounted read-only went on recompressing (and trained
+// and stored a dictionary) and said it was done. It stops at the next file
+// and says so; the files not reached are as they were.
+TEST_F(MountedRecompress, ARemountToReadOnlyStopsItAtTheNextFile) {
+  MakeCold(3);
+  if (HasFatalFailure()) return;
+  MountPausing();
+  if (HasFatalFailure()) return;
+  auto run = std::async(std::launch::async, [&] {
+    int rc = -1;
+    nlohmann::json j = Recompress(&rc);
+    return std::make_pair(rc, j);
+  });
+  const bool paused = Paused();
+  const int remounted = RunCommand("mount -o remount,ro " + Quote(mnt_)).exit_code;
+  const bool seen = WaitUntil([&] { return Status()["read_only"] == true; },
+                              std::chrono::milliseconds(20000), std::chrono::milliseconds(50));
+  std::filesystem::remove(marker_);
+  auto [rc, r] = run.get();
+  ASSERT_TRUE(paused) << "the recompress never reached its file's last step";
+  ASSERT_EQ(remounted, 0);
+  ASSERT_TRUE(seen) << "the daemon never saw the remount";
+  EXPECT_EQ(rc, 1) << r.dump();
+  EXPECT_EQ(r["stopped"], true) << r.dump();
+  EXPECT_LE(r["files"].get<int>(), 1) << r.dump();
+  int at15 = 0;
+  for (const auto& [rel, e] : Cold()) at15 += e["level"] == 15;
+  EXPECT_LE(at15, 1);
+  for (const auto& [rel, bytes] : files_) EXPECT_EQ(ReadBytes(M(rel)), bytes) << rel;
+}
+
+// Red team: files removed before their turn were counted nowhere. They are
+// `gone`, as those removed while their chunks were compressed.
+TEST_F(MountedRecompress, FilesRemovedBeforeTheirTurnAreCountedGone) {
+  MakeCold(3);
+  if (HasFatalFailure()) return;
+  MountPausing();
+  if (HasFatalFailure()) return;
+  auto run = std::async(std::launch::async, [&] {
+    int rc = -1;
+    nlohmann::json j = Recompress(&rc);
+    return std::make_pair(rc, j);
+  });
+  const bool paused = Paused();
+  int unlinked = 0;
+  for (const auto& [rel, bytes] : files_) unlinked += ::unlink(M(rel).c_str()) == 0;
+  std::filesystem::remove(marker_);
+  auto [rc, r] = run.get();
+  ASSERT_TRUE(paused) << "the recompress never reached its file's last step";
+  ASSERT_EQ(unlinked, 3);
+  EXPECT_EQ(rc, 0) << r.dump();
+  EXPECT_EQ(r["gone"], 3) << r.dump();
+  EXPECT_EQ(r["files"], 0) << r.dump();
+}
+
 }  // namespace
 }  // namespace tbfs::testing

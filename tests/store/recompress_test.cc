@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 
 #include "base/failpoint.h"
@@ -240,6 +241,31 @@ TEST_F(RecompressTest, AFileWithADamagedChunkIsNamedAndLeftAsItWas) {
   EXPECT_EQ(static_cast<uint8_t>(after[0]), kChunkZstd) << "nothing of it was written";
 }
 
+// Red team: the compaction at the end of a run met the damaged chunk in the
+// engine's files, failed, and left the engine refusing every write until
+// the store was opened again (a mount's unlinks and chmods failed with
+// EIO). A run that found damage does not compact, and says why.
+TEST_F(RecompressTest, ARunThatFoundDamageLeavesTheCompactionAlone) {
+  IngestThreeTraces(100);
+  if (HasFatalFailure()) return;
+  auto a = store_->Lookup("run/t0.pt.trace.json");
+  ASSERT_TRUE(a.ok());
+  std::string value;
+  ASSERT_TRUE(
+      StoreInternals::Of(*store_).Get(Space::kChunks, ChunkKey(a->file_id(), 5), &value).ok());
+  value[value.size() / 2] ^= 0x04;
+  WriteBatch b;
+  b.Put(Space::kChunks, ChunkKey(a->file_id(), 5), value);
+  ASSERT_TRUE(store_->Commit(b, true).ok());
+  const uint64_t before = store_->DiskBytes();
+  auto r = Recompress(*store_, AtLevel9());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->failed.size(), 1u);
+  EXPECT_EQ(r->files, 2u);
+  EXPECT_NE(r->compact_error.find("not compacted"), std::string::npos) << r->compact_error;
+  EXPECT_GE(store_->DiskBytes(), before) << "a compaction ran";
+}
+
 // What a mount does to a file while its chunks are compressed again (the
 // daemon recompresses while it serves): a chmod stays, and the file gets
 // its new level.
@@ -335,6 +361,32 @@ TEST_F(RecompressTest, ARetiredFileKeepsItsNewChunksForItsReaders) {
   Garbage garbage;
   ASSERT_TRUE(FindGarbage(*store_, &garbage).ok());
   EXPECT_TRUE(garbage.chunks.empty());
+}
+
+// An unmount stops a mount's recompress at its next file (or wave): what
+// it did stays, the rest is as it was, and the report says so.
+TEST_F(RecompressTest, AStopLeavesTheFilesNotReachedAsTheyWere) {
+  IngestThreeTraces(90);
+  if (HasFatalFailure()) return;
+  std::atomic<bool> stop{false};
+  ScopedFailpoint stopper("recompress.before_record", [&](const std::string&) { stop = true; });
+  RecompressOptions o = AtLevel9();
+  o.stop = &stop;
+  auto r = Recompress(*store_, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->stopped);
+  EXPECT_EQ(r->files, 1u);
+  EXPECT_TRUE(r->failed.empty());
+  int at9 = 0, at3 = 0;
+  for (const auto& [rel, bytes] : originals_) {
+    auto m = store_->Lookup(rel);
+    ASSERT_TRUE(m.ok());
+    at9 += m->level() == 9;
+    at3 += m->level() == 3;
+  }
+  EXPECT_EQ(at9, 1);
+  EXPECT_EQ(at3, 2);
+  ExpectEveryFileIntact();
 }
 
 }  // namespace

@@ -68,13 +68,13 @@ int PrintReport(const RecompressArgs& args, const std::string& store, const Repo
         r.files, HumanBytes(r.bytes), args.level, HumanBytes(r.stored_before),
         HumanBytes(r.stored_after), r.seconds, r.unchanged, r.failed.size());
     if (r.gone > 0) {
-      fmt::print("{} file(s) were removed or rewritten through the mount meanwhile: left to it\n",
+      fmt::print("{} file(s) were removed or made hot through the mount meanwhile: left so\n",
                  r.gone);
     }
     if (r.stopped) {
       fmt::print(
-          "warning: the mount stopped: the files not reached are as they were; run "
-          "tbfs recompress again to do them\n");
+          "warning: the mount is stopping or turned read-only: the files not reached are as "
+          "they were; run tbfs recompress again to do them\n");
     }
     fmt::print("the store takes {} on disk (was {})\n", HumanBytes(r.disk_after),
                HumanBytes(r.disk_before));
