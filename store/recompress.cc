@@ -230,6 +230,10 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
       break;
     }
     auto held = MaybeLock(o.file_lock);
+    if (Stopped(o)) {  // while it waited for a pass to end
+      report.stopped = true;
+      break;
+    }
     // As it is now: a mount may have changed, moved or removed it since.
     auto m = store.GetManifest(id);
     if (m.status().IsNotFound()) {
