@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <thread>
@@ -60,9 +61,23 @@ class MountedRecompress : public MountTest {
     Mount("--no-migrate");
     ::unsetenv("TBFS_PAUSE");
   }
-  bool Paused() {
-    return WaitUntil([&] { return std::filesystem::exists(marker_ + ".reached"); },
-                     std::chrono::milliseconds(20000));
+  // `tbfs recompress MOUNTPOINT --json` on a mount made by MountPausing:
+  // `meanwhile` runs while the daemon is paused (when it got there), then
+  // the daemon goes on.
+  struct PausedRun {
+    bool reached = false;
+    int exit_code = -1;
+    nlohmann::json report;
+  };
+  PausedRun RecompressPausedFor(const std::function<void()>& meanwhile) {
+    PausedRun out;
+    auto run = std::async(std::launch::async, [&] { return Recompress(&out.exit_code); });
+    out.reached = WaitUntil([&] { return std::filesystem::exists(marker_ + ".reached"); },
+                            std::chrono::milliseconds(20000));
+    if (out.reached) meanwhile();
+    std::filesystem::remove(marker_);
+    out.report = run.get();
+    return out;
   }
 
   std::map<std::string, std::string> files_;
@@ -119,16 +134,11 @@ TEST_F(MountedRecompress, AChmodMeanwhileStaysAndTheFileGetsItsLevel) {
   MountPausing();
   if (HasFatalFailure()) return;
   const std::string rel = files_.begin()->first;
-  auto run = std::async(std::launch::async, [&] {
-    int rc = -1;
-    nlohmann::json j = Recompress(&rc);
-    return std::make_pair(rc, j);
-  });
-  const bool paused = Paused();
-  const int chmodded = ::chmod(M(rel).c_str(), 0640);
-  std::filesystem::remove(marker_);
-  auto [rc, r] = run.get();
-  ASSERT_TRUE(paused) << "the recompress never reached its file's last step";
+  int chmodded = -1;
+  PausedRun p = RecompressPausedFor([&] { chmodded = ::chmod(M(rel).c_str(), 0640); });
+  ASSERT_TRUE(p.reached) << "the recompress never reached its file's last step";
+  const int rc = p.exit_code;
+  const nlohmann::json& r = p.report;
   ASSERT_EQ(chmodded, 0) << std::strerror(errno);
   EXPECT_EQ(rc, 0) << r.dump();
   EXPECT_EQ(r["files"], 1) << r.dump();
@@ -149,16 +159,11 @@ TEST_F(MountedRecompress, AFileUnlinkedMeanwhileStaysGoneAndLeavesNoChunks) {
   MountPausing();
   if (HasFatalFailure()) return;
   const std::string rel = files_.begin()->first;
-  auto run = std::async(std::launch::async, [&] {
-    int rc = -1;
-    nlohmann::json j = Recompress(&rc);
-    return std::make_pair(rc, j);
-  });
-  const bool paused = Paused();
-  const int unlinked = ::unlink(M(rel).c_str());
-  std::filesystem::remove(marker_);
-  auto [rc, r] = run.get();
-  ASSERT_TRUE(paused) << "the recompress never reached its file's last step";
+  int unlinked = -1;
+  PausedRun p = RecompressPausedFor([&] { unlinked = ::unlink(M(rel).c_str()); });
+  ASSERT_TRUE(p.reached) << "the recompress never reached its file's last step";
+  const int rc = p.exit_code;
+  const nlohmann::json& r = p.report;
   ASSERT_EQ(unlinked, 0) << std::strerror(errno);
   EXPECT_EQ(rc, 0) << r.dump();
   EXPECT_EQ(r["gone"], 1) << r.dump();
@@ -215,19 +220,17 @@ TEST_F(MountedRecompress, ASecondRequestIsRefusedAtOnceWhileOneRuns) {
   if (HasFatalFailure()) return;
   MountPausing();
   if (HasFatalFailure()) return;
-  auto first = std::async(std::launch::async, [&] {
-    int rc = -1;
-    nlohmann::json j = Recompress(&rc);
-    return std::make_pair(rc, j);
+  bool answered = false;
+  std::future<CommandResult> second;
+  PausedRun p = RecompressPausedFor([&] {
+    second = std::async(std::launch::async, [&] {
+      return RunCommand(Tbfs("recompress " + Quote(mnt_) + " --level 5 2>&1"));
+    });
+    answered = second.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
   });
-  const bool paused = Paused();
-  auto second = std::async(std::launch::async, [&] {
-    return RunCommand(Tbfs("recompress " + Quote(mnt_) + " --level 5 2>&1"));
-  });
-  const bool answered = second.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  std::filesystem::remove(marker_);
-  auto [rc, r] = first.get();
-  ASSERT_TRUE(paused) << "the recompress never reached its file's last step";
+  ASSERT_TRUE(p.reached) << "the recompress never reached its file's last step";
+  const int rc = p.exit_code;
+  const nlohmann::json& r = p.report;
   ASSERT_TRUE(answered) << "the second request waited for the first";
   CommandResult refused = second.get();
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
@@ -245,18 +248,16 @@ TEST_F(MountedRecompress, ARemountToReadOnlyStopsItAtTheNextFile) {
   if (HasFatalFailure()) return;
   MountPausing();
   if (HasFatalFailure()) return;
-  auto run = std::async(std::launch::async, [&] {
-    int rc = -1;
-    nlohmann::json j = Recompress(&rc);
-    return std::make_pair(rc, j);
+  int remounted = -1;
+  bool seen = false;
+  PausedRun p = RecompressPausedFor([&] {
+    remounted = RunCommand("mount -o remount,ro " + Quote(mnt_)).exit_code;
+    seen = WaitUntil([&] { return Status()["read_only"] == true; },
+                     std::chrono::milliseconds(20000), std::chrono::milliseconds(50));
   });
-  const bool paused = Paused();
-  const int remounted = RunCommand("mount -o remount,ro " + Quote(mnt_)).exit_code;
-  const bool seen = WaitUntil([&] { return Status()["read_only"] == true; },
-                              std::chrono::milliseconds(20000), std::chrono::milliseconds(50));
-  std::filesystem::remove(marker_);
-  auto [rc, r] = run.get();
-  ASSERT_TRUE(paused) << "the recompress never reached its file's last step";
+  ASSERT_TRUE(p.reached) << "the recompress never reached its file's last step";
+  const int rc = p.exit_code;
+  const nlohmann::json& r = p.report;
   ASSERT_EQ(remounted, 0);
   ASSERT_TRUE(seen) << "the daemon never saw the remount";
   EXPECT_EQ(rc, 1) << r.dump();
@@ -275,17 +276,14 @@ TEST_F(MountedRecompress, FilesRemovedBeforeTheirTurnAreCountedGone) {
   if (HasFatalFailure()) return;
   MountPausing();
   if (HasFatalFailure()) return;
-  auto run = std::async(std::launch::async, [&] {
-    int rc = -1;
-    nlohmann::json j = Recompress(&rc);
-    return std::make_pair(rc, j);
+  int unlinked = -1;
+  PausedRun p = RecompressPausedFor([&] {
+    unlinked = 0;
+    for (const auto& [rel, bytes] : files_) unlinked += ::unlink(M(rel).c_str()) == 0;
   });
-  const bool paused = Paused();
-  int unlinked = 0;
-  for (const auto& [rel, bytes] : files_) unlinked += ::unlink(M(rel).c_str()) == 0;
-  std::filesystem::remove(marker_);
-  auto [rc, r] = run.get();
-  ASSERT_TRUE(paused) << "the recompress never reached its file's last step";
+  ASSERT_TRUE(p.reached) << "the recompress never reached its file's last step";
+  const int rc = p.exit_code;
+  const nlohmann::json& r = p.report;
   ASSERT_EQ(unlinked, 3);
   EXPECT_EQ(rc, 0) << r.dump();
   EXPECT_EQ(r["gone"], 3) << r.dump();
