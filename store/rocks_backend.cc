@@ -26,9 +26,6 @@ namespace tbfs::store {
 
 namespace {
 
-constexpr std::array<const char*, kNumSpaces> kSpaceNames = {"namespace", "manifests", "chunks",
-                                                             "journal",   "baselines", "meta"};
-
 // The one place a rocksdb::Status becomes a tbfs::Status.
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::OK();

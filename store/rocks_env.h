@@ -7,6 +7,7 @@
 #include <rocksdb/metadata.h>
 #include <rocksdb/options.h>
 
+#include <array>
 #include <memory>
 #include <set>
 #include <string>
@@ -69,6 +70,10 @@ void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHa
 // garbage a larger k would have freed had there been room (0 otherwise).
 size_t BlobFilesWorthCopying(std::vector<rocksdb::BlobMetaData> files, uint64_t free_bytes,
                              uint64_t* kept);
+
+// The engine's column family of each space (the first is RocksDB's default).
+inline constexpr std::array<const char*, kNumSpaces> kSpaceNames = {
+    "namespace", "manifests", "chunks", "journal", "baselines", "meta"};
 
 // The engine's spaces (column families), each with its options.
 std::vector<rocksdb::ColumnFamilyDescriptor> SpaceDescriptors();
