@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <set>
 #include <shared_mutex>
@@ -91,6 +92,11 @@ struct MigratorStats {
 // runs), said in one line: the count and a few examples, each cut short.
 // The line is logged when it differs from the last one or an hour after
 // it, so no one's files can flood the log.
+// A recompress's report as `tbfs recompress --json` prints it: the mount's
+// answer to a recompress request, and the command's own offline.
+nlohmann::json RecompressJson(const store::RecompressReport& r, const std::string& store_dir,
+                              int level, double seconds);
+
 class RepeatedWarning {
  public:
   explicit RepeatedWarning(std::string what) : what_(std::move(what)) {}
@@ -191,7 +197,7 @@ class Migrator {
   std::condition_variable_any cv_;
   bool stopping_ TBFS_GUARDED_BY(mu_) = false;
   std::atomic<bool> stop_flag_{false};
-  std::atomic<bool> recompressing_{false};
+  std::atomic<bool> recompressing_{false};  // a Recompress runs (one at a time)
   MigratorStats stats_ TBFS_GUARDED_BY(mu_);
   std::vector<store::GrowthSample> series_ TBFS_GUARDED_BY(mu_);  // as kept
   std::optional<store::GrowthSample> latest_ TBFS_GUARDED_BY(mu_);

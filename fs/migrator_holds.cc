@@ -2,6 +2,8 @@
 // their owners' traces, and the runs a damaged tfevents file keeps hot;
 // the batches whose end the store refused; and the recompression it runs
 // between passes (fs/migrator.h).
+#include <nlohmann/json.hpp>
+
 #include "fmt/format.h"
 #include "fs/migrator.h"
 #include "spdlog/spdlog.h"
@@ -153,6 +155,27 @@ Result<store::RecompressReport> Migrator::Recompress(int level, bool dictionarie
         r->stopped ? "; stopped: the mount is stopping or read-only" : "");
   }
   return r;
+}
+
+nlohmann::json RecompressJson(const store::RecompressReport& r, const std::string& store_dir,
+                              int level, double seconds) {
+  nlohmann::json failed = nlohmann::json::array();
+  for (const auto& [path, why] : r.failed) failed.push_back({{"path", path}, {"why", why}});
+  return {{"store", store_dir},
+          {"level", level},
+          {"files", r.files},
+          {"unchanged", r.unchanged},
+          {"gone", r.gone},
+          {"stopped", r.stopped},
+          {"bytes", r.bytes},
+          {"stored_before", r.stored_before},
+          {"stored_after", r.stored_after},
+          {"disk_before", r.disk_before},
+          {"disk_after", r.disk_after},
+          {"compact_error", r.compact_error},
+          {"seconds", seconds},
+          {"problems", r.problems},
+          {"failed", failed}};
 }
 
 }  // namespace tbfs::fs

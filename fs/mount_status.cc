@@ -194,10 +194,9 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
 
 namespace {
 
-// "recompress LEVEL DICTIONARIES" (1..22, 0 or 1): Migrator::Recompress,
-// its report as `tbfs recompress --json` prints it.
-std::string RecompressJson(const std::string& request, const std::string& store_dir,
-                           Migrator& migrator) {
+// "recompress LEVEL DICTIONARIES" (1..22, 0 or 1): Migrator::Recompress.
+std::string AnswerRecompress(const std::string& request, const std::string& store_dir,
+                             Migrator& migrator) {
   int level = 0, dictionaries = -1;
   char extra = 0;
   if (std::sscanf(request.c_str(), "recompress %d %d %c", &level, &dictionaries, &extra) != 2 ||
@@ -207,24 +206,9 @@ std::string RecompressJson(const std::string& request, const std::string& store_
   const auto start = std::chrono::steady_clock::now();
   auto r = migrator.Recompress(level, dictionaries == 1);
   if (!r.ok()) return Compact({{"error", r.status().message()}});
-  nlohmann::json failed = nlohmann::json::array();
-  for (const auto& [path, why] : r->failed) failed.push_back({{"path", path}, {"why", why}});
-  return Compact(
-      {{"store", store_dir},
-       {"level", level},
-       {"files", r->files},
-       {"unchanged", r->unchanged},
-       {"gone", r->gone},
-       {"stopped", r->stopped},
-       {"bytes", r->bytes},
-       {"stored_before", r->stored_before},
-       {"stored_after", r->stored_after},
-       {"disk_before", r->disk_before},
-       {"disk_after", r->disk_after},
-       {"compact_error", r->compact_error},
-       {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()},
-       {"problems", r->problems},
-       {"failed", failed}});
+  return Compact(RecompressJson(
+      *r, store_dir, level,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
 }
 
 }  // namespace
@@ -266,7 +250,7 @@ std::string Control(const std::string& request, const MountOptions& mc,
     if (!st.ok()) return Compact({{"error", st.message()}});
     return Compact({{"chunks", garbage.chunks.size()}, {"file_ids", garbage.files}});
   }
-  if (request.starts_with("recompress ")) return RecompressJson(request, store_dir, migrator);
+  if (request.starts_with("recompress ")) return AnswerRecompress(request, store_dir, migrator);
   return Compact({{"error", "unknown request: " + request}});
 }
 

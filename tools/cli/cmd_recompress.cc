@@ -5,6 +5,7 @@
 #include "base/text.h"
 #include "base/work_pool.h"
 #include "fmt/format.h"
+#include "fs/migrator.h"
 #include "store/recompress.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/progress.h"
@@ -24,68 +25,47 @@ struct RecompressArgs {
   bool json = false;
 };
 
-struct Report {
-  uint64_t files = 0, unchanged = 0, gone = 0, bytes = 0, stored_before = 0, stored_after = 0,
-           disk_before = 0, disk_after = 0;
-  bool stopped = false;
-  std::string compact_error;
-  double seconds = 0;
-  std::vector<std::string> problems;
-  std::vector<std::pair<std::string, std::string>> failed;  // path, why
-};
-
-int PrintReport(const RecompressArgs& args, const std::string& store, const Report& r) {
+// Prints a report (fs::RecompressJson: the command's own, or the mount's).
+int PrintReport(const RecompressArgs& args, const json& r) {
   if (args.json) {
-    json j = {{"store", store},
-              {"level", args.level},
-              {"files", r.files},
-              {"unchanged", r.unchanged},
-              {"gone", r.gone},
-              {"stopped", r.stopped},
-              {"bytes", r.bytes},
-              {"stored_before", r.stored_before},
-              {"stored_after", r.stored_after},
-              {"disk_before", r.disk_before},
-              {"disk_after", r.disk_after},
-              {"compact_error", r.compact_error},
-              {"seconds", r.seconds},
-              {"problems", r.problems},
-              {"failed", json::array()}};
-    for (const auto& [path, why] : r.failed) j["failed"].push_back({{"path", path}, {"why", why}});
-    PrintJson(j);
+    PrintJson(r);
   } else {
-    for (const auto& p : r.problems) {
-      fmt::print("warning: {} (tbfs fsck; tbfs salvage can copy the files out)\n", Printable(p));
+    for (const auto& p : r["problems"]) {
+      fmt::print("warning: {} (tbfs fsck; tbfs salvage can copy the files out)\n",
+                 Printable(p.get<std::string>()));
     }
-    for (const auto& [path, why] : r.failed) {
+    for (const auto& f : r["failed"]) {
       // The store's errors name the file already.
+      const std::string path = f["path"], why = f["why"];
       const std::string said = why.starts_with(path + ": ") ? why.substr(path.size() + 2) : why;
       fmt::print("FAILED: {}: {} (left as it was)\n", Printable(path), Printable(said));
     }
     fmt::print(
         "recompressed {} file(s) ({}) at level {}: {} -> {} stored, in {:.1f} s; {} already "
         "there; {} failed\n",
-        r.files, HumanBytes(r.bytes), args.level, HumanBytes(r.stored_before),
-        HumanBytes(r.stored_after), r.seconds, r.unchanged, r.failed.size());
-    if (r.gone > 0) {
+        r["files"].get<uint64_t>(), HumanBytes(r["bytes"]), r["level"].get<int>(),
+        HumanBytes(r["stored_before"]), HumanBytes(r["stored_after"]), r["seconds"].get<double>(),
+        r["unchanged"].get<uint64_t>(), r["failed"].size());
+    if (r["gone"] > 0) {
       fmt::print("{} file(s) were removed or made hot through the mount meanwhile: left so\n",
-                 r.gone);
+                 r["gone"].get<uint64_t>());
     }
-    if (r.stopped) {
+    if (r["stopped"] == true) {
       fmt::print(
           "warning: the mount is stopping or turned read-only: the files not reached are as "
           "they were; run tbfs recompress again to do them\n");
     }
-    fmt::print("the store takes {} on disk (was {})\n", HumanBytes(r.disk_after),
-               HumanBytes(r.disk_before));
-    if (!r.compact_error.empty()) {
+    fmt::print("the store takes {} on disk (was {})\n", HumanBytes(r["disk_after"]),
+               HumanBytes(r["disk_before"]));
+    if (r["compact_error"] != "") {
       fmt::print(
           "warning: the chunks replaced are still on disk ({}); every file is readable; "
           "run tbfs recompress again to take them off\n",
-          Printable(r.compact_error));
+          Printable(r["compact_error"].get<std::string>()));
     }
   }
-  return r.failed.empty() && r.compact_error.empty() && !r.stopped ? kExitOk : kExitFinding;
+  return r["failed"].empty() && r["compact_error"] == "" && r["stopped"] == false ? kExitOk
+                                                                                  : kExitFinding;
 }
 
 // `tbfs recompress MOUNTPOINT`: the mount's daemon, the store's writer,
@@ -93,14 +73,14 @@ int PrintReport(const RecompressArgs& args, const std::string& store, const Repo
 int RecompressThroughMount(const RecompressArgs& args) {
   if (!args.store.empty()) {
     PrintError("recompress", args.logdir +
-                                 " is a tbfs mount: it recompresses its own store; "
-                                 "--store is for a logdir");
+                                 " is a tbfs mount: it recompresses its own store; --store is "
+                                 "for a logdir");
     return kExitError;
   }
   if (!args.json) {
     fmt::print(stderr,
-               "the mount on {} compresses its cold files again while it serves; this "
-               "takes a while...\n",
+               "the mount on {} compresses its cold files again while it serves; this takes a "
+               "while...\n",
                Printable(args.logdir));
   }
   std::string reply;
@@ -111,24 +91,7 @@ int RecompressThroughMount(const RecompressArgs& args) {
     PrintError("recompress", e);
     return kExitError;
   }
-  const json j = json::parse(reply);
-  Report r;
-  r.files = j.value("files", uint64_t{0});
-  r.unchanged = j.value("unchanged", uint64_t{0});
-  r.gone = j.value("gone", uint64_t{0});
-  r.stopped = j.value("stopped", false);
-  r.bytes = j.value("bytes", uint64_t{0});
-  r.stored_before = j.value("stored_before", uint64_t{0});
-  r.stored_after = j.value("stored_after", uint64_t{0});
-  r.disk_before = j.value("disk_before", uint64_t{0});
-  r.disk_after = j.value("disk_after", uint64_t{0});
-  r.compact_error = j.value("compact_error", std::string());
-  r.seconds = j.value("seconds", 0.0);
-  r.problems = j.value("problems", std::vector<std::string>());
-  for (const auto& f : j.value("failed", json::array())) {
-    r.failed.emplace_back(f.value("path", std::string()), f.value("why", std::string()));
-  }
-  return PrintReport(args, j.value("store", std::string()), r);
+  return PrintReport(args, json::parse(reply));
 }
 
 int RunRecompress(const RecompressArgs& args) {
@@ -176,21 +139,7 @@ int RunRecompress(const RecompressArgs& args) {
     PrintError("recompress", r.status().message());
     return kExitError;
   }
-  Report report;
-  report.files = r->files;
-  report.unchanged = r->unchanged;
-  report.gone = r->gone;
-  report.stopped = r->stopped;
-  report.bytes = r->bytes;
-  report.stored_before = r->stored_before;
-  report.stored_after = r->stored_after;
-  report.disk_before = r->disk_before;
-  report.disk_after = r->disk_after;
-  report.compact_error = r->compact_error;
-  report.seconds = seconds;
-  report.problems = r->problems;
-  report.failed = r->failed;
-  return PrintReport(args, loc->dir, report);
+  return PrintReport(args, fs::RecompressJson(*r, loc->dir, args.level, seconds));
 }
 
 }  // namespace

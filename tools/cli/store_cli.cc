@@ -177,8 +177,10 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation&
       std::string mountpoint, holder;
       if (on != std::string::npos) {
         mountpoint = why.substr(on + 14, why.rfind(" (pid ") - (on + 14));
-        // A shared store's holder is named host:mountpoint.
-        if (const size_t colon = mountpoint.find(":/"); colon != std::string::npos) {
+        // A shared store's holder is named host:mountpoint (a mount point
+        // is an absolute path, whatever colons it holds).
+        if (const size_t colon = mountpoint.find(":/");
+            !mountpoint.starts_with("/") && colon != std::string::npos) {
           mountpoint = mountpoint.substr(colon + 1);
         }
         return Status::Busy(why + ": " + MountHint(command, mountpoint));
