@@ -16,6 +16,7 @@ namespace tbfs::store {
 
 namespace {
 
+constexpr size_t kFileHeaderBytes = 30, kFileFooterBytes = 32;
 constexpr size_t kRecordHeaderBytes = 32;
 constexpr size_t kKeyBytes = 16;
 constexpr uint64_t kMaxValueBytes = uint64_t{1} << 31;
@@ -48,18 +49,71 @@ uint64_t LengthFromValue(const unsigned char* v, uint64_t avail) {
   return 0;
 }
 
+// A blob file mapped read-only for the life of the object.
+class MappedFile {
+ public:
+  Status Open(const std::string& path) {
+    auto fd = OpenFile(path, O_RDONLY | O_NOFOLLOW);
+    if (!fd.ok()) return fd.status();
+    struct stat st;
+    if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(errno, "stat", path);
+    size_ = static_cast<uint64_t>(st.st_size);
+    if (size_ == 0) return Status::OK();
+    void* map = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd->get(), 0);
+    if (map == MAP_FAILED) return Status::FromErrno(errno, "mmap", path);
+    data_ = static_cast<const unsigned char*>(map);
+    ::madvise(map, size_, MADV_SEQUENTIAL);
+    return Status::OK();
+  }
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
+  }
+  const unsigned char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  const unsigned char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
 }  // namespace
 
+Status CheckBlobRecords(const std::string& path) {
+  MappedFile file;
+  TBFS_RETURN_IF_ERROR(file.Open(path));
+  const unsigned char* data = file.data();
+  const uint64_t size = file.size();
+  auto damaged = [&](uint64_t at, const char* what) {
+    return Status::Corruption("check blob file " + path + ": " + what + " at byte " +
+                              std::to_string(at));
+  };
+  if (size < kFileHeaderBytes + kFileFooterBytes) return damaged(0, "too short");
+  const uint64_t end = size - kFileFooterBytes;
+  uint64_t pos = kFileHeaderBytes;
+  while (pos < end) {
+    if (end - pos < kRecordHeaderBytes) return damaged(pos, "a cut record header");
+    const unsigned char* h = data + pos;
+    if (events::MaskCrc(events::Crc32c(h, 24)) != Le32(h + 24)) {
+      return damaged(pos, "a damaged record header");
+    }
+    const uint64_t key_len = Le64(h), value_len = Le64(h + 8);
+    const uint64_t body = end - pos - kRecordHeaderBytes;
+    if (key_len > body || value_len > body - key_len) return damaged(pos, "a record past the end");
+    if (events::MaskCrc(events::Crc32c(h + kRecordHeaderBytes, key_len + value_len)) !=
+        Le32(h + 28)) {
+      return damaged(pos, "a damaged record");
+    }
+    pos += kRecordHeaderBytes + key_len + value_len;
+  }
+  return Status::OK();
+}
+
 Status ScanBlobFile(const std::string& path, const std::function<void(const BlobCandidate&)>& fn) {
-  auto fd = OpenFile(path, O_RDONLY | O_NOFOLLOW);
-  if (!fd.ok()) return fd.status();
-  struct stat st;
-  if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(errno, "stat", path);
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  MappedFile file;
+  TBFS_RETURN_IF_ERROR(file.Open(path));
+  const uint64_t size = file.size();
   if (size < kRecordHeaderBytes + kKeyBytes) return Status::OK();
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd->get(), 0);
-  if (map == MAP_FAILED) return Status::FromErrno(errno, "mmap", path);
-  const auto* data = static_cast<const unsigned char*>(map);
+  const unsigned char* data = file.data();
   static constexpr unsigned char kKeyLength[8] = {kKeyBytes, 0, 0, 0, 0, 0, 0, 0};
   uint64_t pos = 0;
   while (pos + kRecordHeaderBytes + kKeyBytes <= size) {
@@ -89,7 +143,6 @@ Status ScanBlobFile(const std::string& path, const std::function<void(const Blob
     // pattern, which then fails its own checks).
     pos = header_ok ? value_at + len : rec + 1;
   }
-  ::munmap(map, size);
   return Status::OK();
 }
 

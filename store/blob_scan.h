@@ -38,4 +38,11 @@ struct BlobCandidate {
 // in file order. IOError when the file cannot be read.
 Status ScanBlobFile(const std::string& path, const std::function<void(const BlobCandidate&)>& fn);
 
+// Whether every record of the finished blob file at `path` checks out, as
+// the engine reads it: each header's CRC, each key and value's CRC, and
+// the records ending where the footer begins. Corruption naming the file
+// and the offset of the first record that does not; IOError when the file
+// cannot be read.
+Status CheckBlobRecords(const std::string& path);
+
 }  // namespace tbfs::store

@@ -19,30 +19,13 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/backend.h"
+#include "store/rocks_compact.h"
 #include "store/rocks_env.h"
 #include "store/store_dir.h"
 
 namespace tbfs::store {
 
 namespace {
-
-// The one place a rocksdb::Status becomes a tbfs::Status.
-Status FromRocks(const rocksdb::Status& s, const std::string& what) {
-  if (s.ok()) return Status::OK();
-  std::string msg = what + ": " + WithFolderPaths(s.ToString());
-  if (s.IsNotFound()) return Status::NotFound(msg);
-  if (s.IsCorruption()) return Status::Corruption(msg);
-  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
-  if (s.IsNotSupported()) return Status::NotSupported(msg);
-  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-    return Status::Busy(what + ": the store is in use by another tbfs process (" +
-                        WithFolderPaths(s.ToString()) + ")");
-  }
-  if (s.IsNoSpace() || s.ToString().find("No space left") != std::string::npos) {
-    return Status::FromErrno(ENOSPC, what, "no space left for the store");
-  }
-  return Status::FromErrno(EIO, what, WithFolderPaths(s.ToString()));
-}
 
 rocksdb::Slice ToSlice(std::string_view v) { return rocksdb::Slice(v.data(), v.size()); }
 
@@ -214,52 +197,16 @@ class RocksBackend final : public Backend {
   }
 
   Status Compact() override {
-    Status st = CompactSpaces();
+    if (Status failed = Failed(); !failed.ok()) return failed;
+    uint64_t free = 0, size = 0;
+    TBFS_RETURN_IF_ERROR(FreeBytes(&free, &size));
+    Status st;
+    {
+      std::lock_guard<std::mutex> lock(merge_mu_);  // shares the damaged tables' set
+      st = CompactStore(db_.get(), handles_, cf(Space::kChunks), folder_.path, free, &unmergeable_);
+    }
     DeleteReplacedFiles(db_.get(), handles_);
     return st;
-  }
-
- private:
-  Status CompactSpaces() {
-    if (Status failed = Failed(); !failed.ok()) return failed;
-    // First the tables alone (keys and small records: cheap): deleted keys
-    // leave, and a blob file no key points into any more leaves with them.
-    rocksdb::CompactRangeOptions options;
-    options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-    for (auto* h : handles_) {
-      TBFS_RETURN_IF_ERROR(
-          FromRocks(db_->CompactRange(options, h, nullptr, nullptr), "compact store " + dir_));
-    }
-    // Then the live chunks of the oldest blob files are copied out, as far
-    // as that frees more than it copies (blob garbage collection only here:
-    // chunks are deleted rarely, by restore, gc, unlink and recompress).
-    rocksdb::ColumnFamilyHandle* chunks = cf(Space::kChunks);
-    rocksdb::ColumnFamilyMetaData meta;
-    db_->GetColumnFamilyMetaData(chunks, &meta);
-    uint64_t free = 0, size = 0, kept = 0;
-    TBFS_RETURN_IF_ERROR(FreeBytes(&free, &size));
-    const size_t oldest = BlobFilesWorthCopying(meta.blob_files, free, &kept);
-    if (kept > 0) {
-      spdlog::warn(
-          "store {}: {:.1f} MiB of deleted chunks stay in its blob files until its "
-          "filesystem has room to copy the live chunks beside them out",
-          dir_, static_cast<double>(kept) / (1 << 20));
-    }
-    if (oldest == 0) return Status::OK();
-    // RocksDB copies out of the files older than the one at
-    // cutoff * count (rounded down).
-    const double cutoff =
-        (static_cast<double>(oldest) + 0.5) / static_cast<double>(meta.blob_files.size());
-    TBFS_RETURN_IF_ERROR(
-        FromRocks(db_->SetOptions(chunks, {{"enable_blob_garbage_collection", "true"},
-                                           {"blob_garbage_collection_age_cutoff",
-                                            fmt::format("{:.6f}", std::min(cutoff, 1.0))}}),
-                  "configure store " + dir_));
-    Status result =
-        FromRocks(db_->CompactRange(options, chunks, nullptr, nullptr), "compact store " + dir_);
-    Status reset = FromRocks(db_->SetOptions(chunks, {{"enable_blob_garbage_collection", "false"}}),
-                             "configure store " + dir_);
-    return result.ok() ? reset : result;
   }
 
  private:
@@ -273,7 +220,8 @@ class RocksBackend final : public Backend {
   EngineFolder folder_;  // where the engine works (closed after it)
   std::unique_ptr<rocksdb::DB> db_;
   std::mutex merge_mu_;
-  std::set<uint64_t> unmergeable_;  // damaged table files (MergeSmallTables), under merge_mu_
+  std::set<uint64_t>
+      unmergeable_;  // damaged table files (MergeSmallTables, Compact), under merge_mu_
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::mutex failed_mu_;
   Status failed_;           // guarded by failed_mu_: the first failed write, until resumed

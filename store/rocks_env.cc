@@ -210,19 +210,6 @@ rocksdb::DBOptions EngineOptions(const BackendOptions& options) {
 }
 
 namespace {
-
-// Whether every block of a table file checks out. A merge that reads a
-// damaged block fails with Corruption, which the engine takes as an error
-// it cannot recover from: it would refuse every write after it.
-bool TableIntact(const rocksdb::Options& options, const rocksdb::SstFileMetaData& f) {
-  rocksdb::SstFileReader reader(options);
-  const std::string path = f.db_path + f.name;  // the name starts with '/'
-  return reader.Open(path).ok() && reader.VerifyChecksum().ok();
-}
-
-}  // namespace
-
-namespace {
 std::mutex claims_mu;
 std::set<std::pair<dev_t, ino_t>> claims;  // under claims_mu: folders a writer holds
 }  // namespace
@@ -292,87 +279,21 @@ std::vector<std::pair<std::string, std::string>> SetLogsAside(const std::string&
   return moved;
 }
 
-size_t BlobFilesWorthCopying(std::vector<rocksdb::BlobMetaData> files, uint64_t free_bytes,
-                             uint64_t* kept) {
-  // Room for the copies, and then some: the engine's own writes go on.
-  constexpr uint64_t kMargin = 64 << 20;
-  std::sort(files.begin(), files.end(),
-            [](const auto& a, const auto& b) { return a.blob_file_number < b.blob_file_number; });
-  size_t fits = 0;
-  uint64_t total = 0, garbage = 0, wanted_garbage = 0, fits_garbage = 0;
-  for (size_t k = 1; k <= files.size(); ++k) {
-    const rocksdb::BlobMetaData& f = files[k - 1];
-    total += f.total_blob_bytes;
-    garbage += std::min(f.garbage_blob_bytes, f.total_blob_bytes);
-    if (garbage == 0 || 4 * garbage < total) continue;
-    wanted_garbage = garbage;
-    if (total - garbage + kMargin <= free_bytes) {
-      fits = k;
-      fits_garbage = garbage;
-    }
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::OK();
+  std::string msg = what + ": " + WithFolderPaths(s.ToString());
+  if (s.IsNotFound()) return Status::NotFound(msg);
+  if (s.IsCorruption()) return Status::Corruption(msg);
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
+  if (s.IsNotSupported()) return Status::NotSupported(msg);
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+    return Status::Busy(what + ": the store is in use by another tbfs process (" +
+                        WithFolderPaths(s.ToString()) + ")");
   }
-  *kept = wanted_garbage - fits_garbage;
-  return fits;
-}
-
-void MergeSmallTables(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces,
-                      const std::string& dir, std::set<uint64_t>* damaged) {
-  constexpr uint64_t kSmallTable = 4 << 20, kMergeMostBytes = 64 << 20, kMergeMargin = 8 << 20;
-  constexpr size_t kMergeAt = 8, kMergeMost = 64;
-  rocksdb::CompactionOptions merge;
-  merge.compression = rocksdb::kDisableCompressionOption;  // the space's own (default: snappy)
-  // Never the write that fills the store's filesystem: a merge writes its
-  // files whole before it drops the old ones.
-  struct statvfs vfs;
-  if (::statvfs(dir.c_str(), &vfs) != 0) return;
-  const uint64_t room = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  // The first run of a space's level worth merging: neighbours in key
-  // order (levels 1+ are sorted), small, not at work, not known damaged.
-  auto first_run = [&](const rocksdb::LevelMetaData& level) {
-    std::vector<const rocksdb::SstFileMetaData*> run;
-    uint64_t bytes = 0;
-    for (const rocksdb::SstFileMetaData& f : level.files) {
-      if (f.size < kSmallTable && !f.being_compacted && !damaged->count(f.file_number)) {
-        run.push_back(&f);
-        bytes += f.size;
-        if (run.size() < kMergeMost && bytes < kMergeMostBytes) continue;
-      }
-      if (run.size() >= kMergeAt) break;
-      run.clear();
-      bytes = 0;
-    }
-    if (run.size() < kMergeAt || room < 2 * bytes + kMergeMargin) run.clear();
-    return run;
-  };
-  for (auto* h : spaces) {
-    rocksdb::ColumnFamilyMetaData meta;
-    db->GetColumnFamilyMetaData(h, &meta);
-    const rocksdb::Options options(db->GetDBOptions(), db->GetOptions(h));
-    for (const rocksdb::LevelMetaData& level : meta.levels) {
-      if (level.level == 0) continue;  // the engine's own compactions empty level 0
-      std::vector<const rocksdb::SstFileMetaData*> run = first_run(level);
-      if (run.empty()) continue;
-      std::vector<std::string> names;
-      for (const rocksdb::SstFileMetaData* f : run) {
-        // A damaged table stays as it is (the reads that need it fail,
-        // fsck names it); the files around it merge at later flushes.
-        if (!TableIntact(options, *f)) {
-          damaged->insert(f->file_number);
-          spdlog::warn("store {}: table file {} of {} is damaged: not merged (tbfs fsck LOGDIR)",
-                       WithFolderPaths(dir), WithFolderPaths(f->db_path + f->name), meta.name);
-          return;
-        }
-        names.push_back(f->name);
-      }
-      rocksdb::Status s = db->CompactFiles(merge, h, names, level.level);
-      if (!s.ok()) {
-        spdlog::warn("store {}: merging {} small table files of {}: {}", WithFolderPaths(dir),
-                     names.size(), meta.name, WithFolderPaths(s.ToString()));
-        return;
-      }
-      break;  // one merge per space and flush
-    }
+  if (s.IsNoSpace() || s.ToString().find("No space left") != std::string::npos) {
+    return Status::FromErrno(ENOSPC, what, "no space left for the store");
   }
+  return Status::FromErrno(EIO, what, WithFolderPaths(s.ToString()));
 }
 
 OpeningWriter::OpeningWriter() { g_opening_writers++; }
@@ -396,28 +317,6 @@ std::vector<rocksdb::ColumnFamilyDescriptor> SpaceDescriptors() {
     cfs.emplace_back(name, SpaceOptions(static_cast<Space>(i)));
   }
   return cfs;
-}
-
-void DeleteReplacedFiles(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& spaces) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  for (;;) {
-    bool held = false;
-    for (auto* h : spaces) {
-      uint64_t versions = 0;
-      held |= db->GetIntProperty(h, rocksdb::DB::Properties::kNumLiveVersions, &versions) &&
-              versions > 1;
-    }
-    if (!held || std::chrono::steady_clock::now() >= until) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  // With deletions enabled (tbfs never disables them), this only has the
-  // engine look for the files no version needs and delete them.
-  uint64_t enabled = 0;
-  if (db->GetIntProperty(rocksdb::DB::Properties::kIsFileDeletionsEnabled, &enabled) &&
-      enabled == 1) {
-    rocksdb::Status s = db->EnableFileDeletions(/*force=*/false);
-    if (!s.ok()) spdlog::warn("store: deleting the files a compaction replaced: {}", s.ToString());
-  }
 }
 
 }  // namespace tbfs::store
