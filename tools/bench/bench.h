@@ -14,19 +14,22 @@ void RegisterMigrateBench(CLI::App& app, int* exit_code);  // migrate and chunki
 void RegisterMountBench(CLI::App& app, int* exit_code);
 void RegisterSoakBench(CLI::App& app, int* exit_code);
 void RegisterFaultsBench(CLI::App& app, int* exit_code);
-void RegisterBackendsBench(CLI::App& app, int* exit_code);  // RocksDB vs RADOS
-void RegisterStoresBench(CLI::App& app, int* exit_code);    // the same, through a mount
-void RegisterScaleBench(CLI::App& app, int* exit_code);     // a big logdir
-void RegisterHostileBench(CLI::App& app, int* exit_code);   // one user against the rest
-void RegisterColdBench(CLI::App& app, int* exit_code);      // issue 23's table
-void RegisterGzipBench(CLI::App& app, int* exit_code);      // gzip'd traces by content
-void RegisterCrashesBench(CLI::App& app, int* exit_code);   // crashes beside a writer
+void RegisterBackendsBench(CLI::App& app, int* exit_code);    // RocksDB vs RADOS
+void RegisterStoresBench(CLI::App& app, int* exit_code);      // the same, through a mount
+void RegisterScaleBench(CLI::App& app, int* exit_code);       // a big logdir
+void RegisterHostileBench(CLI::App& app, int* exit_code);     // one user against the rest
+void RegisterColdBench(CLI::App& app, int* exit_code);        // issue 23's table
+void RegisterGzipBench(CLI::App& app, int* exit_code);        // gzip'd traces by content
+void RegisterCrashesBench(CLI::App& app, int* exit_code);     // crashes beside a writer
+void RegisterRecompressBench(CLI::App& app, int* exit_code);  // recompress in a mount
 
 // What the mount benchmarks share (bench_util.cc).
 // Drops the page cache (root only; a no-op otherwise).
 void DropCaches();
 // Reads the files sequentially with 1 MiB reads; returns seconds.
 double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes);
+// What `command` (run by the shell) prints on its standard output.
+std::string CommandOutput(const std::string& command);
 // `tbfs status --json MOUNTPOINT`'s output ("{}" when it cannot run).
 std::string MountStatus(const std::string& tbfs, const std::string& mnt);
 // A process's peak resident set (VmHWM), in KiB; 0 when unknown.

@@ -30,15 +30,20 @@ double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes) {
   return cli::NowSeconds() - t0;
 }
 
-std::string MountStatus(const std::string& tbfs, const std::string& mnt) {
+std::string CommandOutput(const std::string& command) {
   std::string out;
-  FILE* p = ::popen(fmt::format("{} status --json {}", tbfs, mnt).c_str(), "r");
-  if (p == nullptr) return "{}";
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return out;
   char buf[4096];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   ::pclose(p);
   return out;
+}
+
+std::string MountStatus(const std::string& tbfs, const std::string& mnt) {
+  std::string out = CommandOutput(fmt::format("{} status --json {}", tbfs, mnt));
+  return out.empty() ? "{}" : out;
 }
 
 uint64_t ProcStatusKb(int pid, std::string_view field) {
