@@ -10,13 +10,16 @@
 
 #include "base/fs_util.h"
 #include "events/crc32c.h"
+#include "fmt/format.h"
 #include "store/format.h"
 
 namespace tbfs::store {
 
 namespace {
 
+// RocksDB's blob log format (db/blob/blob_log_format.h), version 1.
 constexpr size_t kFileHeaderBytes = 30, kFileFooterBytes = 32;
+constexpr uint32_t kBlobMagic = 2395959, kBlobVersion = 1;
 constexpr size_t kRecordHeaderBytes = 32;
 constexpr size_t kKeyBytes = 16;
 constexpr uint64_t kMaxValueBytes = uint64_t{1} << 31;
@@ -78,33 +81,66 @@ class MappedFile {
 
 }  // namespace
 
-Status CheckBlobRecords(const std::string& path) {
-  MappedFile file;
-  TBFS_RETURN_IF_ERROR(file.Open(path));
-  const unsigned char* data = file.data();
-  const uint64_t size = file.size();
-  auto damaged = [&](uint64_t at, const char* what) {
-    return Status::Corruption("check blob file " + path + ": " + what + " at byte " +
-                              std::to_string(at));
+Status CheckBlobFile(const std::string& path, uint32_t space_id,
+                     const std::function<bool(std::string_view key)>& still_read) {
+  auto fd = OpenFile(path, O_RDONLY | O_NOFOLLOW);
+  if (!fd.ok()) return fd.status();
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(errno, "stat", path);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  auto damaged = [&](uint64_t at, const std::string& what) {
+    return Status::Corruption(fmt::format("check blob file {}: {} at byte {}", path, what, at));
   };
-  if (size < kFileHeaderBytes + kFileFooterBytes) return damaged(0, "too short");
+  std::string buf;
+  auto read = [&](uint64_t at, uint64_t n) -> Status {
+    buf.resize(n);
+    uint64_t got = 0;
+    while (got < n) {
+      ssize_t r = ::pread(fd->get(), buf.data() + got, n - got, static_cast<off_t>(at + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return Status::FromErrno(errno, "read", path);
+      if (r == 0) return damaged(at + got, "an end of file");
+      got += static_cast<uint64_t>(r);
+    }
+    return Status::OK();
+  };
+  auto bytes = [&] { return reinterpret_cast<const unsigned char*>(buf.data()); };
+  if (size < kFileHeaderBytes + kFileFooterBytes) return damaged(0, "too short a file");
+  TBFS_RETURN_IF_ERROR(read(0, kFileHeaderBytes));
+  const unsigned char* h = bytes();
+  if (Le32(h) != kBlobMagic || Le32(h + 4) != kBlobVersion) return damaged(0, "a damaged header");
+  if (Le32(h + 8) != space_id) return damaged(8, "another column family");
+  if (h[12] != 0 || h[13] != 0 || Le64(h + 14) != 0 || Le64(h + 22) != 0) {
+    return damaged(12, "a damaged header (compression, expiration)");
+  }
   const uint64_t end = size - kFileFooterBytes;
-  uint64_t pos = kFileHeaderBytes;
-  while (pos < end) {
+  TBFS_RETURN_IF_ERROR(read(end, kFileFooterBytes));
+  const unsigned char* f = bytes();
+  if (Le32(f) != kBlobMagic || events::MaskCrc(events::Crc32c(f, 28)) != Le32(f + 28) ||
+      Le64(f + 12) != 0 || Le64(f + 20) != 0) {
+    return damaged(end, "a damaged footer");
+  }
+  const uint64_t count = Le64(f + 4);
+  uint64_t records = 0;
+  for (uint64_t pos = kFileHeaderBytes; pos < end; ++records) {
     if (end - pos < kRecordHeaderBytes) return damaged(pos, "a cut record header");
-    const unsigned char* h = data + pos;
-    if (events::MaskCrc(events::Crc32c(h, 24)) != Le32(h + 24)) {
+    TBFS_RETURN_IF_ERROR(read(pos, kRecordHeaderBytes));
+    const unsigned char* r = bytes();
+    if (events::MaskCrc(events::Crc32c(r, 24)) != Le32(r + 24)) {
       return damaged(pos, "a damaged record header");
     }
-    const uint64_t key_len = Le64(h), value_len = Le64(h + 8);
+    const uint64_t key_len = Le64(r), value_len = Le64(r + 8), crc = Le32(r + 28);
     const uint64_t body = end - pos - kRecordHeaderBytes;
     if (key_len > body || value_len > body - key_len) return damaged(pos, "a record past the end");
-    if (events::MaskCrc(events::Crc32c(h + kRecordHeaderBytes, key_len + value_len)) !=
-        Le32(h + 28)) {
-      return damaged(pos, "a damaged record");
+    TBFS_RETURN_IF_ERROR(read(pos + kRecordHeaderBytes, key_len + value_len));
+    if (events::MaskCrc(events::Crc32c(buf.data(), buf.size())) != crc &&
+        still_read(std::string_view(buf.data(), key_len))) {
+      return damaged(pos, "a damaged record of a live chunk");
     }
     pos += kRecordHeaderBytes + key_len + value_len;
   }
+  if (records != count)
+    return damaged(end, fmt::format("{} records, its footer says {}", records, count));
   return Status::OK();
 }
 

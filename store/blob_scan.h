@@ -38,11 +38,17 @@ struct BlobCandidate {
 // in file order. IOError when the file cannot be read.
 Status ScanBlobFile(const std::string& path, const std::function<void(const BlobCandidate&)>& fn);
 
-// Whether every record of the finished blob file at `path` checks out, as
-// the engine reads it: each header's CRC, each key and value's CRC, and
-// the records ending where the footer begins. Corruption naming the file
-// and the offset of the first record that does not; IOError when the file
-// cannot be read.
-Status CheckBlobRecords(const std::string& path);
+// Whether the finished blob file at `path` reads as the engine reads it
+// when a compaction copies its live chunks out: its header (magic number,
+// version, column family `space_id`, no compression, no expiration), its
+// footer (magic number, CRC, no expiration, the count of its records), and
+// every record a header CRC holds for, ending where the footer begins. A
+// record whose key and value fail their CRC counts only when
+// `still_read(key)` says the engine still reads it (the chunk it holds is
+// live): the engine never reads a deleted chunk's record again. Corruption
+// naming the file and what is wrong where; IOError when it cannot be read.
+// Read with pread: an I/O error is an error, never a signal.
+Status CheckBlobFile(const std::string& path, uint32_t space_id,
+                     const std::function<bool(std::string_view key)>& still_read);
 
 }  // namespace tbfs::store

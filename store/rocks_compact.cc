@@ -166,10 +166,19 @@ Status CompactStore(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHand
         "filesystem has room to copy the live chunks beside them out",
         store, static_cast<double>(kept) / (1 << 20));
   }
+  // A damaged record counts when its key still reads from it: a read of
+  // the key fails (a key rewritten since, or deleted, reads elsewhere or
+  // not at all).
+  auto still_read = [&](std::string_view key) {
+    std::string value;
+    rocksdb::Status s =
+        db->Get(rocksdb::ReadOptions(), chunks, rocksdb::Slice(key.data(), key.size()), &value);
+    return !s.ok() && !s.IsNotFound();
+  };
   for (size_t i = 0; i < oldest; ++i) {
     const std::string& name = files[i].blob_file_name;  // "/000012.blob" in RocksDB 7.8
     const std::string path = files[i].blob_file_path + (name.starts_with('/') ? "" : "/") + name;
-    if (Status st = CheckBlobRecords(path); !st.ok()) {
+    if (Status st = CheckBlobFile(path, chunks->GetID(), still_read); !st.ok()) {
       spdlog::warn(
           "store {}: {}: the chunks beside the damage are not copied out, and the deleted "
           "chunks this file and the newer ones hold stay on disk (tbfs fsck LOGDIR)",

@@ -212,6 +212,61 @@ TEST(RocksBackend, ACompactionCopiesOnlyTheChunksWhoseFilesItFrees) {
   }
 }
 
+// Where a byte of the oldest of three blob files is flipped, after half
+// of its chunks (files 0-3) were deleted, so that a compaction copies the
+// rest out: records are in key order, each a 32-byte header and the
+// 16-byte key before its 64 KiB value, after the file's 30-byte header,
+// and a 32-byte footer ends the file.
+uint64_t ValueByte(uint64_t id, uint64_t i) {
+  return 30 + (id * 4 + i) * (32 + 16 + (64 << 10)) + 48 + 100;
+}
+enum class From { kStart, kEnd };
+
+// Flips the byte, compacts; returns whether the damaged file went (its
+// live chunks copied out). Every write works after it, and every read of
+// a chunk the damage did not touch: the first of files 4, 5 and 7, in the
+// damaged file, unless `whole_file` (its header or footer damaged, the
+// engine reads none of it: fsck names them, salvage reads them without
+// the engine), and those of files 10 and 27 in the others.
+bool CompactAfterDamage(uint64_t at, From from, bool whole_file, std::string* log_text) {
+  CapturedLog log;
+  TempDir dir;
+  const std::string db = dir / "db";
+  auto opened = OpenRocksBackend(db, {.create_if_missing = true});
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  if (!opened.ok()) return false;
+  Backend& b = **opened;
+  WriteBlobFiles(b, 3);
+  const std::vector<std::string> blobs = BlobFiles(db);
+  EXPECT_EQ(blobs.size(), 3u);
+  WriteBatch del;
+  for (uint64_t id = 0; id < 4; ++id) {
+    for (uint64_t i = 0; i < 4; ++i) del.Delete(Space::kChunks, ChunkKey(id, i));
+  }
+  EXPECT_TRUE(b.Commit(del, true).ok());
+  const std::string victim = db + "/" + blobs[0];
+  std::string bytes = testing::ReadBytes(victim);
+  const uint64_t offset = from == From::kStart ? at : bytes.size() - at;
+  EXPECT_LT(offset, bytes.size());
+  bytes[offset] ^= 0x55;
+  WriteBytes(victim, bytes);
+  Status compacted = b.Compact();
+  EXPECT_TRUE(compacted.ok()) << compacted.ToString();
+  WriteBatch more;
+  more.Put(Space::kChunks, ChunkKey(99, 0), BlobChunk(99, 0));
+  Status wrote = b.Commit(more, true);
+  EXPECT_TRUE(wrote.ok()) << wrote.ToString();
+  std::string value;
+  for (uint64_t id : {4, 5, 7, 10, 27, 99}) {
+    if (whole_file && id < 10) continue;
+    Status st = b.Get(Space::kChunks, ChunkKey(id, 0), &value);
+    EXPECT_TRUE(st.ok()) << id << ": " << st.ToString();
+    EXPECT_TRUE(value == BlobChunk(id, 0)) << id;
+  }
+  *log_text = log.text();
+  return !fs::exists(victim);
+}
+
 // One flipped byte in a live chunk of a blob file a compaction would copy
 // out (gc, restore, unlink and a mount's retention all compact): the copy
 // meets the damage. RocksDB counts that as an error it cannot recover from
@@ -220,49 +275,37 @@ TEST(RocksBackend, ACompactionCopiesOnlyTheChunksWhoseFilesItFrees) {
 // the damaged file is left out of the copying, said in a warning, and
 // writes go on.
 TEST(RocksBackend, ADamagedChunkInABlobFileToCopyLeavesTheFileAndWritesGoOn) {
-  CapturedLog log;
-  TempDir dir;
-  const std::string db = dir / "db";
-  auto opened = OpenRocksBackend(db, {.create_if_missing = true});
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  Backend& b = **opened;
-  auto chunk = BlobChunk;
-  WriteBlobFiles(b, 3);
-  const std::vector<std::string> blobs = BlobFiles(db);
-  ASSERT_EQ(blobs.size(), 3u);
-  // Half of the oldest file's chunks deleted: the rest is worth copying.
-  WriteBatch del;
-  for (uint64_t id = 0; id < 4; ++id) {
-    for (uint64_t i = 0; i < 4; ++i) del.Delete(Space::kChunks, ChunkKey(id, i));
+  std::string log;
+  EXPECT_FALSE(CompactAfterDamage(ValueByte(6, 1), From::kStart, false, &log))
+      << "the damaged file was copied out";
+  EXPECT_NE(log.find("a damaged record of a live chunk"), std::string::npos) << log;
+}
+
+// The same for the file's own header and footer, which the engine reads
+// as it opens the file to copy out of it (red team: each of these bytes
+// stopped every write as a damaged chunk did).
+TEST(RocksBackend, ADamagedHeaderOrFooterOfABlobFileToCopyLeavesTheFileAndWritesGoOn) {
+  const std::pair<uint64_t, From> places[] = {
+      {0, From::kStart},  {4, From::kStart},  {8, From::kStart}, {12, From::kStart},
+      {13, From::kStart}, {20, From::kStart}, {32, From::kEnd},  {27, From::kEnd},
+      {15, From::kEnd},   {4, From::kEnd}};
+  for (const auto& [at, from] : places) {
+    const std::string where =
+        fmt::format("{} {}", at, from == From::kStart ? "from the start" : "from the end");
+    std::string log;
+    EXPECT_FALSE(CompactAfterDamage(at, from, true, &log))
+        << where << ": the damaged file was copied";
+    EXPECT_NE(log.find("check blob file"), std::string::npos) << where << log;
   }
-  ASSERT_TRUE(b.Commit(del, true).ok());
-  // A byte in the value of chunk (6, 1), which stays: records are in key
-  // order, a 32-byte header and the 16-byte key before each value, after
-  // the file's 30-byte header.
-  const std::string victim = db + "/" + blobs[0];
-  {
-    const uint64_t record = 6 * 4 + 1, value_at = 30 + record * (32 + 16 + (64 << 10)) + 48;
-    std::string bytes = testing::ReadBytes(victim);
-    ASSERT_GT(bytes.size(), value_at + 100);
-    bytes[value_at + 100] ^= 0x55;
-    WriteBytes(victim, bytes);
-  }
-  Status compacted = b.Compact();
-  EXPECT_TRUE(compacted.ok()) << compacted.ToString();
-  EXPECT_TRUE(fs::exists(victim)) << "the damaged file was copied out";
-  EXPECT_NE(log.text().find(blobs[0]), std::string::npos) << log.text();
-  // Writes go on, and so do reads of every chunk the damage did not touch.
-  WriteBatch more;
-  more.Put(Space::kChunks, ChunkKey(99, 0), chunk(99, 0));
-  Status wrote = b.Commit(more, true);
-  ASSERT_TRUE(wrote.ok()) << wrote.ToString();
-  std::string value;
-  for (uint64_t id : {4, 5, 7, 10, 27, 99}) {
-    Status st = b.Get(Space::kChunks, ChunkKey(id, 0), &value);
-    ASSERT_TRUE(st.ok()) << id << ": " << st.ToString();
-    EXPECT_TRUE(value == chunk(id, 0)) << id;
-  }
-  EXPECT_FALSE(b.Get(Space::kChunks, ChunkKey(6, 1), &value).ok());
+}
+
+// A damaged record of a deleted chunk is never read again: the file's live
+// chunks are copied out and it goes (red team: it stayed, and fsck, which
+// reads live chunks, found nothing to name).
+TEST(RocksBackend, ADamagedDeletedChunkDoesNotKeepItsFileFromBeingCopiedOut) {
+  std::string log;
+  EXPECT_TRUE(CompactAfterDamage(ValueByte(1, 2), From::kStart, false, &log)) << log;
+  EXPECT_EQ(log.find("check blob file"), std::string::npos) << log;
 }
 
 // The choice itself: a quarter of the oldest files, within the room.
