@@ -56,8 +56,8 @@ inline constexpr std::string_view kFailpointNames[] = {
     "store.create.engine", "store.create.record", "store.convert.before_switch",
     "store.convert.after_switch",
     // store/store_dictionaries.cc, store/recompress.cc, store/restore.cc
-    "store.dict_records", "recompress.chunks_synced", "recompress.before_record",
-    "recompress.compact", "restore.in_place",
+    "store.dict_records", "recompress.chunks_synced", "recompress.before_record", "store.compact",
+    "restore.in_place",
     // store/recovery.cc: a file written back, its store copy not yet dropped
     "recovery.written_back",
     // store/rados_backend.cc: either side of a batch's commit point

@@ -251,4 +251,11 @@ Status ColdStore::ListJournal(std::vector<storepb::JournalRecord>* out) {
   return inner;
 }
 
+Status ColdStore::Compact() {
+  if (ShouldFail("store.compact")) {
+    return Status::FromErrno(ENOSPC, "compact store " + dir(), "failpoint store.compact");
+  }
+  return backend_->Compact();
+}
+
 }  // namespace tbfs::store

@@ -297,7 +297,8 @@ class ColdStore {
   // Damaged records of the engine's log its open skipped ("" when none).
   std::string LogDamage() { return backend_->LogDamage(); }
   // Returns the space of deleted data (compaction, blob garbage collection).
-  Status Compact() { return backend_->Compact(); }
+  // (Tests: the failpoint store.compact fails it as a full disk would.)
+  Status Compact();
   // Bytes the store's files take on disk.
   uint64_t DiskBytes() { return backend_->DiskBytes(); }
   // What the engine holds in memory, by holder.

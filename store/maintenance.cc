@@ -227,7 +227,8 @@ Status SelectForRetention(ColdStore& store, const Retention& policy,
   return Status::OK();
 }
 
-Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files) {
+Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files,
+                  std::string* compact_error) {
   WriteBatch batch;
   for (const storepb::Manifest& m : files) {
     TBFS_RETURN_IF_ERROR(store.RemoveFile(&batch, m));
@@ -237,7 +238,9 @@ Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files)
     }
   }
   TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
-  return store.Compact();
+  Status compacted = store.Compact();
+  compact_error->assign(compacted.ok() ? "" : compacted.message());
+  return Status::OK();
 }
 
 }  // namespace tbfs::store

@@ -79,6 +79,9 @@ std::string ProfileOf(const std::string& path);
 std::string RunOfProfile(const std::string& profile);
 
 // Deletes cold files for good, then compacts so the space is returned.
-Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files);
+// *compact_error: the compaction after it that failed (the files are
+// deleted; the space they held is not given back yet).
+Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files,
+                  std::string* compact_error);
 
 }  // namespace tbfs::store

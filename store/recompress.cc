@@ -154,8 +154,7 @@ Status Record(ColdStore& store, const storepb::Manifest& m, const std::vector<Ch
 
 // Compresses one file again (m as the store holds it now).
 Status RecompressFile(ColdStore& store, const storepb::Manifest& m, const RecompressOptions& o,
-                      std::vector<std::unique_ptr<ChunkCodec>>& codecs, RecompressReport* report,
-                      bool* damaged) {
+                      std::vector<std::unique_ptr<ChunkCodec>>& codecs, RecompressReport* report) {
   // The chunks in the store: for a gzip file stored by its content, the
   // content's (the file is made again from them, as before).
   const storepb::Manifest content = ContentManifest(m);
@@ -200,7 +199,6 @@ Status RecompressFile(ColdStore& store, const storepb::Manifest& m, const Recomp
     report->stopped = true;
   } else if (!st.ok()) {
     report->failed.emplace_back(m.path(), st.message());
-    *damaged = *damaged || st.code() == Code::kCorruption;
   } else {
     report->files++;
     report->bytes += m.size();
@@ -223,7 +221,6 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
   }));
   std::vector<std::unique_ptr<ChunkCodec>> codecs;
   for (int i = 0; i < o.pool->size(); ++i) codecs.push_back(std::make_unique<ChunkCodec>());
-  bool damaged = false;
   for (uint64_t id : ids) {
     if (Stopped(o)) {
       report.stopped = true;
@@ -241,23 +238,16 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
       continue;
     }
     TBFS_RETURN_IF_ERROR(m.status());
-    TBFS_RETURN_IF_ERROR(RecompressFile(store, *m, o, codecs, &report, &damaged));
+    TBFS_RETURN_IF_ERROR(RecompressFile(store, *m, o, codecs, &report));
   }
   // The replaced chunks stay in the engine's files, beside the new ones,
   // until a compaction collects them (this run's, or those of a run that
-  // ended before its compaction did). Not beside a damaged chunk: the
-  // compaction would meet it, fail, and leave the engine refusing every
-  // write until the store is opened again (a mount's unlinks and chmods
-  // of other cold files failed with EIO until a remount).
+  // ended before its compaction did). A damaged chunk found on the way
+  // is no reason not to: the compaction leaves out what it cannot read
+  // (docs/format.md, "Compaction").
   auto held = MaybeLock(o.file_lock);
   if (!report.stopped && HoldsGarbage(store)) {
-    Status compacted =
-        damaged ? Status::Corruption(
-                      "not compacted: the store holds damaged chunks (named above; tbfs fsck, "
-                      "tbfs salvage), which a compaction would meet")
-        : ShouldFail("recompress.compact")
-            ? Status::FromErrno(ENOSPC, "compact", "failpoint recompress.compact")
-            : store.Compact();
+    Status compacted = store.Compact();
     if (!compacted.ok()) report.compact_error = compacted.message();
   }
   report.disk_after = store.DiskBytes();

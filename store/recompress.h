@@ -65,9 +65,7 @@ struct RecompressReport {
   uint64_t disk_before = 0;
   uint64_t disk_after = 0;
   // Why the replaced chunks are still on disk (the compaction failed: a
-  // full disk, a damaged engine file; or it was not tried: a chunk failed
-  // its checksum, and a compaction that meets it stops the store's writes
-  // until it is opened again); empty when they are not, or when
+  // full disk, the engine's files unreadable); empty when they are not, or when
   // they are too few to be worth the compaction (ColdStore::Compact
   // rewrites every chunk): a quarter of the store's size.
   std::string compact_error;

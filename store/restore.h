@@ -42,6 +42,9 @@ struct CopyResult {
   uint64_t bytes = 0;
   std::vector<std::pair<std::string, std::string>> failed;  // path, reason
   int first_errno = 0;  // of the first failure, when a syscall failed
+  // The compaction after a restore (RestoreOptions::compact) that failed:
+  // the files are restored; the space they held is not given back yet.
+  std::string compact_error;
 };
 
 struct RestoreOptions {

@@ -307,7 +307,8 @@ int GcThroughMount(const FsckArgs& args, const store::Retention& policy) {
 }
 
 void PrintGc(const FsckArgs& args, const std::vector<storepb::Manifest>& old,
-             const std::vector<std::string>& why, const store::Garbage& garbage) {
+             const std::vector<std::string>& why, const store::Garbage& garbage,
+             const std::string& compact_error) {
   uint64_t bytes = 0, stored = 0;
   for (const auto& m : old) {
     bytes += m.size();
@@ -319,6 +320,7 @@ void PrintGc(const FsckArgs& args, const std::vector<storepb::Manifest>& old,
               {"bytes", bytes},
               {"stored_bytes", stored},
               {"deleted", json::array()}};
+    if (args.apply) j["compact_error"] = compact_error;
     if (args.garbage)
       j["garbage"] = {{"chunks", garbage.chunks.size()}, {"file_ids", garbage.files}};
     for (size_t i = 0; i < old.size(); ++i) {
@@ -340,6 +342,7 @@ void PrintGc(const FsckArgs& args, const std::vector<storepb::Manifest>& old,
                args.apply ? "deleted" : "would delete", old.size(), HumanBytes(bytes),
                HumanBytes(stored),
                args.apply ? "" : "\ndry run: nothing changed. Run again with --apply to delete.");
+    if (!compact_error.empty()) fmt::print("{}\n", CompactWarning(compact_error));
   }
 }
 
@@ -392,8 +395,9 @@ int RunGc(const FsckArgs& args) {
                    garbage.files);
     }
   }
+  std::string compact_error;
   if (args.apply && !old.empty()) {
-    Status st = store::DeleteCold(**store, old);
+    Status st = store::DeleteCold(**store, old, &compact_error);
     if (!st.ok()) {
       PrintError("gc", st.message());
       return kExitError;
@@ -401,8 +405,8 @@ int RunGc(const FsckArgs& args) {
     for (size_t i = 0; i < old.size(); ++i)
       spdlog::info("gc: deleted {} ({})", old[i].path(), why[i]);
   }
-  PrintGc(args, old, why, garbage);
-  return kExitOk;
+  PrintGc(args, old, why, garbage, compact_error);
+  return compact_error.empty() ? kExitOk : kExitFinding;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // tbfs gen OUTDIR: writes a deterministic, realistic logdir (tools/gen/gen.h).
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "fmt/format.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/progress.h"
@@ -79,6 +80,13 @@ namespace {
 std::string first_error;
 bool json_printed = false;
 }  // namespace
+
+std::string CompactWarning(const std::string& error) {
+  return fmt::format(
+      "warning: the space of what was deleted or replaced is still on disk: the store was not "
+      "compacted ({}); the next gc, restore or recompress compacts it again",
+      Printable(error));
+}
 
 void PrintError(const std::string& command, const std::string& message) {
   if (first_error.empty()) first_error = message;

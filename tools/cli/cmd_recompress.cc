@@ -58,10 +58,7 @@ int PrintReport(const RecompressArgs& args, const json& r) {
     fmt::print("the store takes {} on disk (was {})\n", HumanBytes(r["disk_after"]),
                HumanBytes(r["disk_before"]));
     if (r["compact_error"] != "") {
-      fmt::print(
-          "warning: the chunks replaced are still on disk ({}); every file is readable; "
-          "run tbfs recompress again to take them off\n",
-          Printable(r["compact_error"].get<std::string>()));
+      fmt::print("{}\n", CompactWarning(r["compact_error"].get<std::string>()));
     }
   }
   return r["failed"].empty() && r["compact_error"] == "" && r["stopped"] == false ? kExitOk

@@ -85,14 +85,16 @@ int Prepare(const std::string& cmd, const CopyArgs& args, bool write, StoreLocat
 int Report(const std::string& verb, const CopyArgs& args, const store::CopyResult& r) {
   if (args.json) {
     json j = {{"files", r.files}, {"bytes", r.bytes}, {"failed", json::array()}};
+    if (verb == "restored") j["compact_error"] = r.compact_error;
     for (const auto& [p, why] : r.failed) j["failed"].push_back({{"path", p}, {"reason", why}});
     PrintJson(j);
   } else {
     for (const auto& [p, why] : r.failed) fmt::print("  {}: {}\n", Printable(p), Printable(why));
     fmt::print("{} {} files, {}{}\n", verb, r.files, HumanBytes(r.bytes),
                r.failed.empty() ? "" : fmt::format("; {} failed", r.failed.size()));
+    if (!r.compact_error.empty()) fmt::print("{}\n", CompactWarning(r.compact_error));
   }
-  return r.failed.empty() ? kExitOk : kExitFinding;
+  return r.failed.empty() && r.compact_error.empty() ? kExitOk : kExitFinding;
 }
 
 int RunRestore(const CopyArgs& args) {

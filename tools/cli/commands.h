@@ -37,6 +37,9 @@ bool IsTbfsMount(const std::string& path);
 // Prints "tbfs <command>: <message>" on stderr. The first message of a
 // run is kept for FinishJsonRun.
 void PrintError(const std::string& command, const std::string& message);
+// The line that says a compaction after a change failed: what was deleted
+// or replaced still takes its space on disk (`error` says why).
+std::string CompactWarning(const std::string& error);
 // {"ok": false, "error": message} on stdout: what a --json run prints
 // where its report would be, beside PrintError's line on stderr.
 void PrintJsonError(const std::string& message);
