@@ -199,7 +199,7 @@ void ChunkCache::EvictLocked() {
   // kept free buffers and the chunks readers hold (a mix of chunk sizes
   // could otherwise strand as much again as the cache holds).
   auto it = lru_.end();
-  while (bytes_ + buffers_->StrandedBytes() > capacity_ && it != lru_.begin()) {
+  while (bytes_ + buffers_->StrandedBytes() > capacity_ - lent_ && it != lru_.begin()) {
     --it;
     auto slot = slots_.find(*it);
     if (slot->second.bytes == 0) continue;  // still loading
@@ -207,6 +207,19 @@ void ChunkCache::EvictLocked() {
     slots_.erase(slot);
     it = lru_.erase(it);
   }
+}
+
+uint64_t ChunkCache::Lend(uint64_t bytes) {
+  MutexLock lock(mu_);
+  const uint64_t lent = std::min(bytes, capacity_ / 2 - std::min(lent_, capacity_ / 2));
+  lent_ += lent;
+  EvictLocked();
+  return lent;
+}
+
+void ChunkCache::Return(uint64_t bytes) {
+  MutexLock lock(mu_);
+  lent_ -= std::min(bytes, lent_);
 }
 
 void ChunkCache::Drop(uint64_t file_id) {
@@ -285,6 +298,7 @@ ChunkCache::Stats ChunkCache::stats() {
     MutexLock lock(mu_);
     s = stats_;
     s.bytes = bytes_;
+    s.lent = lent_;
   }
   s.buffers = buffers_->stats();
   MutexLock lock(codecs_mu_);

@@ -76,11 +76,20 @@ class ChunkCache {
   void WaitForPrefetches();
   // Drops every cached chunk of a file (it left the store).
   void Drop(uint64_t file_id);
+  // Lends up to `bytes` of the capacity (at most half of it in all) to
+  // other work of the daemon until Return() of what it lent: the cache
+  // evicts down to what is left at once, so that the daemon's memory stays
+  // within the capacity's budget while that work runs (tbfs recompress
+  // through a mount: a level-15 context, its buffers and the memtables it
+  // fills). Returns what it lent.
+  uint64_t Lend(uint64_t bytes);
+  void Return(uint64_t bytes);
 
   struct Stats {
     uint64_t hits = 0;
     uint64_t misses = 0;
     uint64_t bytes = 0;
+    uint64_t lent = 0;  // of the capacity, to other work (Lend)
     uint64_t errors = 0;
     ChunkBuffers::Stats buffers;
     uint64_t codecs = 0;             // zstd contexts made (at most max_loads())
@@ -125,6 +134,7 @@ class ChunkCache {
   std::unordered_map<Key, Slot, KeyHash> slots_ TBFS_GUARDED_BY(mu_);
   std::list<Key> lru_ TBFS_GUARDED_BY(mu_);  // front = newest
   uint64_t bytes_ TBFS_GUARDED_BY(mu_) = 0;
+  uint64_t lent_ TBFS_GUARDED_BY(mu_) = 0;  // of capacity_, at most half
   Stats stats_ TBFS_GUARDED_BY(mu_);
 
   std::condition_variable_any prefetch_cv_;

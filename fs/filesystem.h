@@ -360,13 +360,13 @@ class Filesystem : public store::MoveObserver {
   // Retention (the daemon's own gc): deletes the cold file `m` names if its
   // path still holds that very file (not rehydrated, renamed or replaced
   // since it was chosen). Open handles keep reading it until their release;
-  // the kernel forgets the name at once. 0, -ENOENT when the file is no
-  // longer there, or -errno.
+  // the kernel forgets the name at once. 0, -ENOENT when gone, or -errno.
   int DeleteColdFile(const storepb::Manifest& m);
   // Tells the kernel to forget the name `rel` (relative to the logdir): the
   // file there changed behind the mount's back (recovery made it hot, or
   // dropped its cold copy). Not under the namespace lock.
   void ForgetName(const std::string& rel);
+  ChunkCache& chunk_cache() { return cache_; }  // thread-safe; lends to a recompress
 
   Stats stats();
   const FsOptions& options() const { return options_; }

@@ -239,6 +239,7 @@ Result<RecompressReport> Recompress(ColdStore& store, const RecompressOptions& o
     }
     TBFS_RETURN_IF_ERROR(m.status());
     TBFS_RETURN_IF_ERROR(RecompressFile(store, *m, o, codecs, &report));
+    if (o.after_file) o.after_file();
   }
   // The replaced chunks stay in the engine's files, beside the new ones,
   // until a compaction collects them (this run's, or those of a run that

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,9 @@ struct RecompressOptions {
   // set: an unmount, a mount turned read-only.
   const std::atomic<bool>* stop = nullptr;
   const std::atomic<bool>* read_only = nullptr;
+  // Called after each file, under file_lock (a mount's daemon hands the
+  // pages the file's work freed back to the system).
+  std::function<void()> after_file;
 };
 
 struct RecompressReport {

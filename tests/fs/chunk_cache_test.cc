@@ -67,6 +67,29 @@ TEST_F(ChunkCacheTest, ServesExactChunksAndStaysWithinCapacity) {
   EXPECT_GT(cache.stats().hits, 0u);
 }
 
+// Capacity lent to other work of the daemon (a recompress through the
+// mount) is given up at once and kept out of use until it comes back; no
+// more than half of it is ever lent.
+TEST_F(ChunkCacheTest, LentCapacityIsGivenUpAtOnceAndComesBack) {
+  ChunkCache cache(store_.get(), 8 * kChunk, 0);
+  auto fill = [&] {
+    for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(cache.Get(manifest_, i).ok());
+  };
+  fill();
+  EXPECT_GT(cache.stats().bytes, 4 * kChunk);
+  EXPECT_EQ(cache.Lend(3 * kChunk), 3 * kChunk);
+  EXPECT_LE(cache.stats().bytes, 5 * kChunk) << "not given up at once";
+  EXPECT_EQ(cache.Lend(3 * kChunk), kChunk) << "more than half lent";
+  EXPECT_EQ(cache.stats().lent, 4 * kChunk);
+  fill();
+  EXPECT_LE(cache.stats().bytes, 4 * kChunk);
+  cache.Return(kChunk);
+  cache.Return(3 * kChunk);
+  EXPECT_EQ(cache.stats().lent, 0u);
+  fill();
+  EXPECT_GT(cache.stats().bytes, 5 * kChunk) << "the capacity did not come back";
+}
+
 TEST_F(ChunkCacheTest, ConcurrentMissesDecompressOnce) {
   ChunkCache cache(store_.get(), 64 * kChunk, 0);
   std::vector<std::thread> threads;

@@ -151,6 +151,23 @@ TEST_F(MountedRecompress, AChmodMeanwhileStaysAndTheFileGetsItsLevel) {
   EXPECT_EQ(ReadBytes(M(rel)), files_[rel]);
 }
 
+// Its memory comes out of the chunk cache's: the cache lends 48 MiB of its
+// capacity while it runs (the daemon's heap grew by 40-45 MiB), and has it
+// back after.
+TEST_F(MountedRecompress, ItBorrowsItsMemoryFromTheChunkCacheWhileItRuns) {
+  MakeCold(1);
+  if (HasFatalFailure()) return;
+  MountPausing();
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(Status()["memory"]["chunk_cache"]["lent_bytes"], 0);
+  nlohmann::json during;
+  PausedRun p = RecompressPausedFor([&] { during = Status(); });
+  ASSERT_TRUE(p.reached) << "the recompress never reached its file's last step";
+  EXPECT_EQ(p.exit_code, 0) << p.report.dump();
+  EXPECT_EQ(during["memory"]["chunk_cache"]["lent_bytes"], 48 << 20) << during.dump();
+  EXPECT_EQ(Status()["memory"]["chunk_cache"]["lent_bytes"], 0);
+}
+
 // An unlink through the mount while the daemon compresses the file: it stays
 // gone, and the chunks written for it leave with it (no garbage).
 TEST_F(MountedRecompress, AFileUnlinkedMeanwhileStaysGoneAndLeavesNoChunks) {

@@ -200,13 +200,16 @@ void PrintMemory(const nlohmann::json& m) {
   const nlohmann::json& e = m["engine"];
   // A daemon from before the allocator was named says none.
   const std::string allocator = m["heap"].value("allocator", "");
+  // A daemon from before the cache lent its capacity says none.
+  const uint64_t lent = m["chunk_cache"].value("lent_bytes", uint64_t{0});
   fmt::print(
-      "memory: {} resident (peak {}); heap {} in use, {} free{}; chunk cache {} of {}; engine {} "
+      "memory: {} resident (peak {}); heap {} in use, {} free{}; chunk cache {} of {}{}; engine {} "
       "(table files {}, block cache {} of {}, memtables {})\n",
       HumanBytes(m["rss_bytes"].get<uint64_t>()), HumanBytes(m["peak_rss_bytes"].get<uint64_t>()),
       b("heap", "in_use_bytes"), b("heap", "free_bytes"),
       allocator.empty() ? "" : fmt::format(" ({})", allocator), b("chunk_cache", "bytes"),
       b("chunk_cache", "capacity_bytes"),
+      lent == 0 ? "" : fmt::format(" ({} of it lent to a recompress)", HumanBytes(lent)),
       HumanBytes(e["table_readers_bytes"].get<uint64_t>() + e["block_cache_bytes"].get<uint64_t>() +
                  e["memtables_bytes"].get<uint64_t>()),
       b("engine", "table_readers_bytes"), b("engine", "block_cache_bytes"),
