@@ -52,17 +52,28 @@ uint64_t LengthFromValue(const unsigned char* v, uint64_t avail) {
   return 0;
 }
 
+// The file at `path` opened for reading, never blocking (a FIFO in its
+// place would hang the open) nor through a symbolic link; IOError when it
+// is no regular file.
+Status OpenRegular(const std::string& path, UniqueFd* fd, struct stat* st) {
+  auto opened = OpenFile(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  if (!opened.ok()) return opened.status();
+  if (::fstat(opened->get(), st) != 0) return Status::FromErrno(errno, "stat", path);
+  if (!S_ISREG(st->st_mode)) return Status::FromErrno(EIO, "open", path + ": not a regular file");
+  *fd = std::move(opened).value();
+  return Status::OK();
+}
+
 // A blob file mapped read-only for the life of the object.
 class MappedFile {
  public:
   Status Open(const std::string& path) {
-    auto fd = OpenFile(path, O_RDONLY | O_NOFOLLOW);
-    if (!fd.ok()) return fd.status();
+    UniqueFd fd;
     struct stat st;
-    if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(errno, "stat", path);
+    TBFS_RETURN_IF_ERROR(OpenRegular(path, &fd, &st));
     size_ = static_cast<uint64_t>(st.st_size);
     if (size_ == 0) return Status::OK();
-    void* map = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd->get(), 0);
+    void* map = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
     if (map == MAP_FAILED) return Status::FromErrno(errno, "mmap", path);
     data_ = static_cast<const unsigned char*>(map);
     ::madvise(map, size_, MADV_SEQUENTIAL);
@@ -81,12 +92,10 @@ class MappedFile {
 
 }  // namespace
 
-Status CheckBlobFile(const std::string& path, uint32_t space_id,
-                     const std::function<bool(std::string_view key)>& still_read) {
-  auto fd = OpenFile(path, O_RDONLY | O_NOFOLLOW);
-  if (!fd.ok()) return fd.status();
+Status CheckBlobFile(const std::string& path, uint32_t space_id) {
+  UniqueFd fd;
   struct stat st;
-  if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(errno, "stat", path);
+  TBFS_RETURN_IF_ERROR(OpenRegular(path, &fd, &st));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   auto damaged = [&](uint64_t at, const std::string& what) {
     return Status::Corruption(fmt::format("check blob file {}: {} at byte {}", path, what, at));
@@ -96,7 +105,7 @@ Status CheckBlobFile(const std::string& path, uint32_t space_id,
     buf.resize(n);
     uint64_t got = 0;
     while (got < n) {
-      ssize_t r = ::pread(fd->get(), buf.data() + got, n - got, static_cast<off_t>(at + got));
+      ssize_t r = ::pread(fd.get(), buf.data() + got, n - got, static_cast<off_t>(at + got));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) return Status::FromErrno(errno, "read", path);
       if (r == 0) return damaged(at + got, "an end of file");
@@ -133,9 +142,8 @@ Status CheckBlobFile(const std::string& path, uint32_t space_id,
     const uint64_t body = end - pos - kRecordHeaderBytes;
     if (key_len > body || value_len > body - key_len) return damaged(pos, "a record past the end");
     TBFS_RETURN_IF_ERROR(read(pos + kRecordHeaderBytes, key_len + value_len));
-    if (events::MaskCrc(events::Crc32c(buf.data(), buf.size())) != crc &&
-        still_read(std::string_view(buf.data(), key_len))) {
-      return damaged(pos, "a damaged record of a live chunk");
+    if (events::MaskCrc(events::Crc32c(buf.data(), buf.size())) != crc) {
+      return damaged(pos, "a damaged record");
     }
     pos += kRecordHeaderBytes + key_len + value_len;
   }

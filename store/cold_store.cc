@@ -253,7 +253,7 @@ Status ColdStore::ListJournal(std::vector<storepb::JournalRecord>* out) {
 
 Status ColdStore::Compact() {
   if (ShouldFail("store.compact")) {
-    return Status::FromErrno(ENOSPC, "compact store " + dir(), "failpoint store.compact");
+    return Status::FromErrno(ENOSPC, "compact (failpoint store.compact) store", dir());
   }
   return backend_->Compact();
 }

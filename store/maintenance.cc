@@ -227,6 +227,12 @@ Status SelectForRetention(ColdStore& store, const Retention& policy,
   return Status::OK();
 }
 
+bool HoldsGarbage(ColdStore& store) {
+  auto totals = store.GetTotals();
+  if (!totals.ok()) return true;
+  return store.DiskBytes() > totals->stored_bytes + totals->stored_bytes / 4 + (256 << 10);
+}
+
 Status DeleteCold(ColdStore& store, const std::vector<storepb::Manifest>& files,
                   std::string* compact_error) {
   WriteBatch batch;

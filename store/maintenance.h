@@ -78,6 +78,11 @@ Status SelectForRetention(ColdStore& store, const Retention& policy,
 std::string ProfileOf(const std::string& path);
 std::string RunOfProfile(const std::string& profile);
 
+// True when the store's files take a quarter more than its cold files'
+// chunks (and 256 KiB of the engine's own beside them): deleted or
+// replaced chunks a compaction would give back.
+bool HoldsGarbage(ColdStore& store);
+
 // Deletes cold files for good, then compacts so the space is returned.
 // *compact_error: the compaction after it that failed (the files are
 // deleted; the space they held is not given back yet).

@@ -12,6 +12,7 @@
 #include "store/file_io.h"
 #include "store/format.h"
 #include "store/gzip_pieces.h"
+#include "store/maintenance.h"
 
 namespace tbfs::store {
 
@@ -96,14 +97,6 @@ Result<std::shared_ptr<const Dictionary>> BetterForFile(ColdStore& store,
   codec->Encode(raw, level, {m.file_id(), index}, &with_own, own.get());
   codec->Encode(raw, level, {m.file_id(), index}, &with_newest, newest.get());
   return with_own.size() <= with_newest.size() ? own : newest;
-}
-
-// True when the store's files take a quarter more than its cold files'
-// chunks (and 256 KiB of the engine's own beside them).
-bool HoldsGarbage(ColdStore& store) {
-  auto totals = store.GetTotals();
-  if (!totals.ok()) return true;
-  return store.DiskBytes() > totals->stored_bytes + totals->stored_bytes / 4 + (256 << 10);
 }
 
 // A held lock, or none.

@@ -3,6 +3,7 @@
 
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_reader.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -24,6 +25,9 @@ namespace {
 bool TableIntact(const rocksdb::Options& options, const rocksdb::SstFileMetaData& f) {
   rocksdb::SstFileReader reader(options);
   const std::string path = f.db_path + f.name;  // the name starts with '/'
+  // No regular file (a FIFO would hang the engine's open) is no table.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   return reader.Open(path).ok() && reader.VerifyChecksum().ok();
 }
 
@@ -36,7 +40,11 @@ const rocksdb::SstFileMetaData* FirstDamagedTable(rocksdb::DB* db,
   const rocksdb::Options options(db->GetDBOptions(), db->GetOptions(space));
   for (const rocksdb::LevelMetaData& level : meta.levels) {
     for (const rocksdb::SstFileMetaData& f : level.files) {
-      if (damaged->count(f.file_number) || !TableIntact(options, f)) {
+      if (damaged->count(f.file_number)) return &f;
+      // A file the engine's own compactions replaced since the listing
+      // (gone: it cannot be opened) is no damage.
+      struct stat st;
+      if (!TableIntact(options, f) && ::lstat((f.db_path + f.name).c_str(), &st) == 0) {
         damaged->insert(f.file_number);
         return &f;
       }
@@ -166,22 +174,14 @@ Status CompactStore(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHand
         "filesystem has room to copy the live chunks beside them out",
         store, static_cast<double>(kept) / (1 << 20));
   }
-  // A damaged record counts when its key still reads from it: a read of
-  // the key fails (a key rewritten since, or deleted, reads elsewhere or
-  // not at all).
-  auto still_read = [&](std::string_view key) {
-    std::string value;
-    rocksdb::Status s =
-        db->Get(rocksdb::ReadOptions(), chunks, rocksdb::Slice(key.data(), key.size()), &value);
-    return !s.ok() && !s.IsNotFound();
-  };
   for (size_t i = 0; i < oldest; ++i) {
     const std::string& name = files[i].blob_file_name;  // "/000012.blob" in RocksDB 7.8
     const std::string path = files[i].blob_file_path + (name.starts_with('/') ? "" : "/") + name;
-    if (Status st = CheckBlobFile(path, chunks->GetID(), still_read); !st.ok()) {
+    if (Status st = CheckBlobFile(path, chunks->GetID()); !st.ok()) {
       spdlog::warn(
-          "store {}: {}: the chunks beside the damage are not copied out, and the deleted "
-          "chunks this file and the newer ones hold stay on disk (tbfs fsck LOGDIR)",
+          "store {}: {}: no chunk of it or of a newer blob file is copied out, so the deleted "
+          "chunks they hold stay on disk until this file holds no live one (tbfs fsck LOGDIR "
+          "names the cold file the damage is in, when it is a live one's)",
           store, WithFolderPaths(st.message()));
       files.resize(i);
       oldest = BlobFilesWorthCopying(files, free_bytes, &kept);
@@ -189,13 +189,17 @@ Status CompactStore(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHand
     }
   }
   if (oldest == 0) return Status::OK();
-  // The files older than the one at cutoff * count (rounded down).
+  // The files older than the one at cutoff * count (rounded down, by the
+  // count when the compaction starts): just above `oldest`, so that a file
+  // a flush adds meanwhile (the newest) does not move the cutoff past an
+  // unchecked file (but when every file was to be copied out of: then the
+  // new one too, just written).
   const double cutoff =
-      (static_cast<double>(oldest) + 0.5) / static_cast<double>(meta.blob_files.size());
+      (static_cast<double>(oldest) + 1e-3) / static_cast<double>(meta.blob_files.size());
   TBFS_RETURN_IF_ERROR(
       FromRocks(db->SetOptions(chunks, {{"enable_blob_garbage_collection", "true"},
                                         {"blob_garbage_collection_age_cutoff",
-                                         fmt::format("{:.6f}", std::min(cutoff, 1.0))}}),
+                                         fmt::format("{:.9f}", std::min(cutoff, 1.0))}}),
                 "configure store " + store));
   Status result =
       FromRocks(db->CompactRange(options, chunks, nullptr, nullptr), "compact store " + store);

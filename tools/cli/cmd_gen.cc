@@ -84,7 +84,7 @@ bool json_printed = false;
 std::string CompactWarning(const std::string& error) {
   return fmt::format(
       "warning: the space of what was deleted or replaced is still on disk: the store was not "
-      "compacted ({}); the next gc, restore or recompress compacts it again",
+      "compacted ({}); a later gc --apply, restore or recompress compacts it again",
       Printable(error));
 }
 
