@@ -60,6 +60,8 @@ inline constexpr std::string_view kFailpointNames[] = {
     "restore.in_place",
     // store/recovery.cc: a file written back, its store copy not yet dropped
     "recovery.written_back",
+    // store/rocks_compact.cc: a compaction's files checked, not yet read
+    "compact.checked",
     // store/rados_backend.cc: either side of a batch's commit point
     "rados.before_commit_point", "rados.after_commit_point",
     // base/fs_util.cc: between a path's check and its open

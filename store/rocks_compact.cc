@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "base/failpoint.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "store/blob_scan.h"
@@ -201,6 +202,8 @@ Status CompactStore(rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHand
                                         {"blob_garbage_collection_age_cutoff",
                                          fmt::format("{:.9f}", std::min(cutoff, 1.0))}}),
                 "configure store " + store));
+  FailpointHook("compact.checked", dir);  // a test's own process
+  MaybePause("compact.checked");          // a daemon or a command (TBFS_PAUSE)
   Status result =
       FromRocks(db->CompactRange(options, chunks, nullptr, nullptr), "compact store " + store);
   Status reset = FromRocks(db->SetOptions(chunks, {{"enable_blob_garbage_collection", "false"}}),

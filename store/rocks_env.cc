@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/file_system.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/metadata.h>
 #include <rocksdb/sst_file_reader.h>
 #include <rocksdb/table.h>
@@ -179,6 +180,28 @@ rocksdb::ColumnFamilyOptions SpaceOptions(Space space) {
   return o;
 }
 
+namespace {
+
+// A compaction that meets damage (a flipped byte the checks before it
+// could not see: it came after them) fails, and the files it read stay as
+// they were: nothing is lost, and the caller hears of the failure. RocksDB
+// would also refuse every write from then on, an error it cannot recover
+// from short of opening the store again: in a mount, every migration,
+// chmod and unlink of cold files. This keeps the writes going.
+class CompactionDamageStopsNoWrite final : public rocksdb::EventListener {
+ public:
+  void OnBackgroundError(rocksdb::BackgroundErrorReason reason, rocksdb::Status* error) override {
+    if (reason != rocksdb::BackgroundErrorReason::kCompaction || !error->IsCorruption()) return;
+    spdlog::warn(
+        "store: a compaction met damage and failed; writes go on ({}; tbfs fsck names "
+        "the damaged files)",
+        WithFolderPaths(error->ToString()));
+    *error = rocksdb::Status::OK();
+  }
+};
+
+}  // namespace
+
 rocksdb::DBOptions EngineOptions(const BackendOptions& options) {
   rocksdb::DBOptions db_options;
   // The store's files are 0600, its folder 0700 (MakeStorePrivate).
@@ -206,6 +229,7 @@ rocksdb::DBOptions EngineOptions(const BackendOptions& options) {
   // one fail only the reads that need it.
   db_options.paranoid_checks = !options.read_only;
   db_options.best_efforts_recovery = options.best_efforts;
+  db_options.listeners.push_back(std::make_shared<CompactionDamageStopsNoWrite>());
   return db_options;
 }
 

@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "base/work_pool.h"
 #include "fmt/format.h"
@@ -225,6 +226,25 @@ uint64_t KeyByte(uint64_t id, uint64_t i, uint64_t byte) {
 }
 enum class From { kStart, kEnd };
 
+// Deletes the chunks of files 0 to 3 (WriteBlobFiles): the oldest blob
+// file holds only deleted chunks then, and the next ones are worth
+// copying out of.
+Status DeleteFilesZeroToThree(Backend& b) {
+  WriteBatch del;
+  for (uint64_t id = 0; id < 4; ++id) {
+    for (uint64_t i = 0; i < 4; ++i) del.Delete(Space::kChunks, ChunkKey(id, i));
+  }
+  return b.Commit(del, true);
+}
+
+// A synced write of one more chunk (file 99's first): whether the store
+// still takes writes.
+Status WriteFile99(Backend& b) {
+  WriteBatch more;
+  more.Put(Space::kChunks, ChunkKey(99, 0), BlobChunk(99, 0));
+  return b.Commit(more, true);
+}
+
 // Flips the byte, compacts; returns whether the damaged file went (its
 // live chunks copied out). Every write works after it, and every read of
 // a chunk the damage did not touch: the first of files 4, 5 and 7, in the
@@ -242,11 +262,7 @@ bool CompactAfterDamage(uint64_t at, From from, bool whole_file, std::string* lo
   WriteBlobFiles(b, 3);
   const std::vector<std::string> blobs = BlobFiles(db);
   EXPECT_EQ(blobs.size(), 3u);
-  WriteBatch del;
-  for (uint64_t id = 0; id < 4; ++id) {
-    for (uint64_t i = 0; i < 4; ++i) del.Delete(Space::kChunks, ChunkKey(id, i));
-  }
-  EXPECT_TRUE(b.Commit(del, true).ok());
+  EXPECT_TRUE(DeleteFilesZeroToThree(b).ok());
   const std::string victim = db + "/" + blobs[0];
   std::string bytes = testing::ReadBytes(victim);
   const uint64_t offset = from == From::kStart ? at : bytes.size() - at;
@@ -255,9 +271,7 @@ bool CompactAfterDamage(uint64_t at, From from, bool whole_file, std::string* lo
   WriteBytes(victim, bytes);
   Status compacted = b.Compact();
   EXPECT_TRUE(compacted.ok()) << compacted.ToString();
-  WriteBatch more;
-  more.Put(Space::kChunks, ChunkKey(99, 0), BlobChunk(99, 0));
-  Status wrote = b.Commit(more, true);
+  Status wrote = WriteFile99(b);
   EXPECT_TRUE(wrote.ok()) << wrote.ToString();
   std::string value;
   for (uint64_t id : {4, 5, 7, 10, 27, 99}) {
@@ -325,20 +339,54 @@ TEST(RocksBackend, AFifoWhereABlobFileWasIsLeftOutWithoutWaiting) {
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Backend& b = **opened;
   WriteBlobFiles(b, 3);
-  WriteBatch del;
-  for (uint64_t id = 0; id < 4; ++id) {
-    for (uint64_t i = 0; i < 4; ++i) del.Delete(Space::kChunks, ChunkKey(id, i));
-  }
-  ASSERT_TRUE(b.Commit(del, true).ok());
+  ASSERT_TRUE(DeleteFilesZeroToThree(b).ok());
   const std::string victim = db + "/" + BlobFiles(db)[0];
   ASSERT_EQ(::rename(victim.c_str(), (dir / "saved.blob").c_str()), 0);
   ASSERT_EQ(::mkfifo(victim.c_str(), 0600), 0);
   Status compacted = b.Compact();
   EXPECT_TRUE(compacted.ok()) << compacted.ToString();
   EXPECT_NE(log.text().find("not a regular file"), std::string::npos) << log.text();
-  WriteBatch more;
-  more.Put(Space::kChunks, ChunkKey(99, 0), BlobChunk(99, 0));
-  EXPECT_TRUE(b.Commit(more, true).ok());
+  EXPECT_TRUE(WriteFile99(b).ok());
+}
+
+// Damage that comes after the checks, before the compaction reads it (a
+// byte flipped in between): the compaction fails on it, and RocksDB
+// counted that as an error it cannot recover from: every write was refused
+// until the store was opened again (every migration, chmod and unlink of a
+// mount). Now only the compaction fails; the files stay as they were and
+// writes go on.
+TEST(RocksBackend, DamageAfterTheChecksFailsTheCompactionNotTheWrites) {
+  CapturedLog log;
+  TempDir dir;
+  const std::string db = dir / "db";
+  auto opened = OpenRocksBackend(db, {.create_if_missing = true});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Backend& b = **opened;
+  WriteBlobFiles(b, 3);
+  ASSERT_TRUE(DeleteFilesZeroToThree(b).ok());
+  const std::string victim = db + "/" + BlobFiles(db)[0];
+  bool flipped = false;
+  {
+    ScopedFailpoint between("compact.checked", [&](const std::string&) {
+      std::string bytes = testing::ReadBytes(victim);
+      bytes[ValueByte(6, 1)] ^= 0x55;
+      WriteBytes(victim, bytes);
+      flipped = true;
+    });
+    Status compacted = b.Compact();
+    EXPECT_FALSE(compacted.ok()) << "the compaction read no damage";
+  }
+  ASSERT_TRUE(flipped) << "the point between the checks and the compaction was not reached";
+  Status wrote = WriteFile99(b);
+  EXPECT_TRUE(wrote.ok()) << wrote.ToString();
+  std::string value;
+  for (uint64_t id : {4, 5, 7, 10, 27, 99}) {
+    Status st = b.Get(Space::kChunks, ChunkKey(id, 0), &value);
+    EXPECT_TRUE(st.ok()) << id << ": " << st.ToString();
+    EXPECT_TRUE(value == BlobChunk(id, 0)) << id;
+  }
+  EXPECT_TRUE(fs::exists(victim));
+  EXPECT_NE(log.text().find("writes go on"), std::string::npos) << log.text();
 }
 
 // The choice itself: a quarter of the oldest files, within the room.
