@@ -182,20 +182,21 @@ rocksdb::ColumnFamilyOptions SpaceOptions(Space space) {
 
 namespace {
 
-// A compaction that meets damage (a flipped byte the checks before it
-// could not see: it came after them) fails, and the files it read stay as
-// they were: nothing is lost, and the caller hears of the failure. RocksDB
-// would also refuse every write from then on, an error it cannot recover
-// from short of opening the store again: in a mount, every migration,
-// chmod and unlink of cold files. This keeps the writes going.
-class CompactionDamageStopsNoWrite final : public rocksdb::EventListener {
+// A compaction that fails (on damage the checks before it could not see,
+// since it came after them, or on an I/O error: a blob file gone or
+// unreadable at that instant) drops what it wrote and leaves the files it
+// read as they were: nothing is lost, and its caller hears of the failure.
+// RocksDB would also refuse every write from then on, an error it cannot
+// recover from short of opening the store again: in a mount, every
+// migration, chmod and unlink of cold files. This keeps the writes going,
+// as RocksDB itself does when its paranoid checks are off. A full disk is
+// left to RocksDB: it recovers from that on its own.
+class FailedCompactionStopsNoWrite final : public rocksdb::EventListener {
  public:
   void OnBackgroundError(rocksdb::BackgroundErrorReason reason, rocksdb::Status* error) override {
-    if (reason != rocksdb::BackgroundErrorReason::kCompaction || !error->IsCorruption()) return;
-    spdlog::warn(
-        "store: a compaction met damage and failed; writes go on ({}; tbfs fsck names "
-        "the damaged files)",
-        WithFolderPaths(error->ToString()));
+    if (reason != rocksdb::BackgroundErrorReason::kCompaction || error->IsNoSpace()) return;
+    spdlog::warn("store: a compaction failed; writes go on ({}; tbfs fsck names damaged files)",
+                 WithFolderPaths(error->ToString()));
     *error = rocksdb::Status::OK();
   }
 };
@@ -229,7 +230,7 @@ rocksdb::DBOptions EngineOptions(const BackendOptions& options) {
   // one fail only the reads that need it.
   db_options.paranoid_checks = !options.read_only;
   db_options.best_efforts_recovery = options.best_efforts;
-  db_options.listeners.push_back(std::make_shared<CompactionDamageStopsNoWrite>());
+  db_options.listeners.push_back(std::make_shared<FailedCompactionStopsNoWrite>());
   return db_options;
 }
 
@@ -317,7 +318,7 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.IsNoSpace() || s.ToString().find("No space left") != std::string::npos) {
     return Status::FromErrno(ENOSPC, what, "no space left for the store");
   }
-  return Status::FromErrno(EIO, what, WithFolderPaths(s.ToString()));
+  return Status::FromErrno(EIO, what + ":", WithFolderPaths(s.ToString()));
 }
 
 OpeningWriter::OpeningWriter() { g_opening_writers++; }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -349,13 +350,13 @@ TEST(RocksBackend, AFifoWhereABlobFileWasIsLeftOutWithoutWaiting) {
   EXPECT_TRUE(WriteFile99(b).ok());
 }
 
-// Damage that comes after the checks, before the compaction reads it (a
-// byte flipped in between): the compaction fails on it, and RocksDB
-// counted that as an error it cannot recover from: every write was refused
-// until the store was opened again (every migration, chmod and unlink of a
-// mount). Now only the compaction fails; the files stay as they were and
-// writes go on.
-TEST(RocksBackend, DamageAfterTheChecksFailsTheCompactionNotTheWrites) {
+// Runs `at_instant` on the oldest blob file between the compaction's
+// checks and the compaction itself, then `after` once the compaction
+// returned, which must have failed: every write works after it, and every
+// read of a chunk left whole (those of files 4, 5 and 7 in that file, and
+// of files 10 and 27 in the others).
+void CompactionFailsAtTheInstant(const std::function<void(const std::string&)>& at_instant,
+                                 const std::function<void(const std::string&)>& after) {
   CapturedLog log;
   TempDir dir;
   const std::string db = dir / "db";
@@ -365,18 +366,19 @@ TEST(RocksBackend, DamageAfterTheChecksFailsTheCompactionNotTheWrites) {
   WriteBlobFiles(b, 3);
   ASSERT_TRUE(DeleteFilesZeroToThree(b).ok());
   const std::string victim = db + "/" + BlobFiles(db)[0];
-  bool flipped = false;
+  bool reached = false;
   {
     ScopedFailpoint between("compact.checked", [&](const std::string&) {
-      std::string bytes = testing::ReadBytes(victim);
-      bytes[ValueByte(6, 1)] ^= 0x55;
-      WriteBytes(victim, bytes);
-      flipped = true;
+      at_instant(victim);
+      reached = true;
     });
     Status compacted = b.Compact();
-    EXPECT_FALSE(compacted.ok()) << "the compaction read no damage";
+    EXPECT_FALSE(compacted.ok()) << "the compaction met nothing wrong";
+    EXPECT_NE(compacted.ToString().find("compact store " + db + ": "), std::string::npos)
+        << compacted.ToString();
   }
-  ASSERT_TRUE(flipped) << "the point between the checks and the compaction was not reached";
+  ASSERT_TRUE(reached) << "the point between the checks and the compaction was not reached";
+  after(victim);
   Status wrote = WriteFile99(b);
   EXPECT_TRUE(wrote.ok()) << wrote.ToString();
   std::string value;
@@ -387,6 +389,35 @@ TEST(RocksBackend, DamageAfterTheChecksFailsTheCompactionNotTheWrites) {
   }
   EXPECT_TRUE(fs::exists(victim));
   EXPECT_NE(log.text().find("writes go on"), std::string::npos) << log.text();
+}
+
+// Damage that comes after the checks, before the compaction reads it (a
+// byte flipped in between): the compaction fails on it, and RocksDB
+// counted that as an error it cannot recover from: every write was refused
+// until the store was opened again (every migration, chmod and unlink of a
+// mount). Now only the compaction fails; the files stay as they were and
+// writes go on.
+TEST(RocksBackend, DamageAfterTheChecksFailsTheCompactionNotTheWrites) {
+  CompactionFailsAtTheInstant(
+      [](const std::string& victim) {
+        std::string bytes = testing::ReadBytes(victim);
+        bytes[ValueByte(6, 1)] ^= 0x55;
+        WriteBytes(victim, bytes);
+      },
+      [](const std::string&) {});
+}
+
+// The same for an I/O error: the file gone at that instant, back after
+// (red team: the compaction's IOError stopped every write of a mount as
+// a Corruption did).
+TEST(RocksBackend, AnIoErrorAfterTheChecksFailsTheCompactionNotTheWrites) {
+  CompactionFailsAtTheInstant(
+      [](const std::string& victim) {
+        ASSERT_EQ(::rename(victim.c_str(), (victim + ".away").c_str()), 0);
+      },
+      [](const std::string& victim) {
+        ASSERT_EQ(::rename((victim + ".away").c_str(), victim.c_str()), 0);
+      });
 }
 
 // The choice itself: a quarter of the oldest files, within the room.
