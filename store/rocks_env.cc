@@ -194,7 +194,10 @@ namespace {
 class FailedCompactionStopsNoWrite final : public rocksdb::EventListener {
  public:
   void OnBackgroundError(rocksdb::BackgroundErrorReason reason, rocksdb::Status* error) override {
-    if (reason != rocksdb::BackgroundErrorReason::kCompaction || error->IsNoSpace()) return;
+    if (reason != rocksdb::BackgroundErrorReason::kCompaction || error->IsNoSpace() ||
+        error->IsShutdownInProgress()) {  // a merge the store's close cut short
+      return;
+    }
     spdlog::warn("store: a compaction failed; writes go on ({}; tbfs fsck names damaged files)",
                  WithFolderPaths(error->ToString()));
     *error = rocksdb::Status::OK();

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/metadata.h>
 #include <rocksdb/table_properties.h>
 #include <rocksdb/utilities/options_util.h>
@@ -418,6 +419,31 @@ TEST(RocksBackend, AnIoErrorAfterTheChecksFailsTheCompactionNotTheWrites) {
       [](const std::string& victim) {
         ASSERT_EQ(::rename((victim + ".away").c_str(), victim.c_str()), 0);
       });
+}
+
+// What the engine's listener takes back: a failed compaction's error, but
+// neither a full disk's (RocksDB recovers from it), nor a merge the close
+// cut short (no warning then: AMergeCutShortByTheCloseIsNoWarning), nor
+// any error of a flush or a write.
+TEST(RocksBackend, OnlyAFailedCompactionsErrorIsTakenBack) {
+  using Reason = rocksdb::BackgroundErrorReason;
+  const rocksdb::DBOptions options = EngineOptions({.create_if_missing = true});
+  ASSERT_EQ(options.listeners.size(), 1u);
+  auto taken_back = [&](Reason reason, rocksdb::Status error, std::string* said) {
+    CapturedLog log;
+    options.listeners[0]->OnBackgroundError(reason, &error);
+    *said = log.text();
+    return error.ok();
+  };
+  std::string said;
+  EXPECT_TRUE(taken_back(Reason::kCompaction, rocksdb::Status::Corruption("blob"), &said));
+  EXPECT_NE(said.find("writes go on"), std::string::npos) << said;
+  EXPECT_TRUE(taken_back(Reason::kCompaction, rocksdb::Status::IOError("gone"), &said));
+  EXPECT_FALSE(taken_back(Reason::kCompaction, rocksdb::Status::NoSpace("full"), &said));
+  EXPECT_FALSE(taken_back(Reason::kCompaction, rocksdb::Status::ShutdownInProgress(), &said));
+  EXPECT_EQ(said, "");
+  EXPECT_FALSE(taken_back(Reason::kFlush, rocksdb::Status::Corruption("blob"), &said));
+  EXPECT_FALSE(taken_back(Reason::kWriteCallback, rocksdb::Status::IOError("log"), &said));
 }
 
 // The choice itself: a quarter of the oldest files, within the room.
