@@ -49,7 +49,7 @@ inline constexpr std::string_view kFailpointNames[] = {
     "migrate.staged", "migrate.aside", "migrate.unlinked", "migrate.journaled", "migrate.flush",
     "migrate.flushed", "migrate.slow_file", "migrate.before_folder_sync", "migrate.fsync_folder",
     "migrate.all_unlinked", "migrate.before_verify", "migrate.verify", "migrate.verified",
-    "migrate.commit", "migrate.committed", "migrate.rollback_one",
+    "migrate.commit", "migrate.committed", "migrate.rollback_one", "migrate.journal",
     // store/file_io.cc: a file's copy into the store
     "migrate.copying", "ingest.wave", "ingest.commit",
     // store/cold_store.cc, store/tree_conversion.cc: creation and format 4

@@ -378,6 +378,13 @@ Status Migrator::NoteMoved(const store::MigrateResult& result, bool over_budget,
                              "the pass stopped, the store is full: " + result.store_full_reason +
                                  "; hot files stay hot until there is room");
   }
+  if (result.refused_batches > 0) {
+    // Not one file of those batches moved (a store that takes no writes
+    // refuses them all): a pass that says it is done would hide it.
+    return Status::FromErrno(EIO, "migrate",
+                             fmt::format("{} batch(es) not run, the first: {}",
+                                         result.refused_batches, result.first_refusal));
+  }
   if (result.unsynced_batches > 0) {
     return Status::FromErrno(EIO, "migrate",
                              stats_.last_error + " (the next start's recovery undoes the batch)");

@@ -147,7 +147,9 @@ bool BatchRunner::Journal(const std::vector<Candidate>& batch, storepb::JournalR
       (*present)[i] = true;
     }
   }
-  Status st = store_.PutJournal(*record);
+  Status st = ShouldFail("migrate.journal")
+                  ? Status::FromErrno(EIO, "write to store", "(failpoint migrate.journal)")
+                  : store_.PutJournal(*record);
   // In the engine's tables before the first file moves aside: recovery
   // finds the files aside by their journal record, and a damaged log must
   // not take it with it.
@@ -159,8 +161,9 @@ bool BatchRunner::Journal(const std::vector<Candidate>& batch, storepb::JournalR
     }
   }
   if (!st.ok()) {
-    result->not_run = st.message();
-    for (FileResult& f : result->files) f.reason = st.message();
+    result->not_run = "the store refused its journal record: " + st.message();
+    result->journal_refused = true;
+    for (FileResult& f : result->files) f.reason = result->not_run;
     return false;
   }
   return true;

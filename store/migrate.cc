@@ -215,6 +215,7 @@ void Migration::Account(BatchResult&& b) {
   result_.unsynced_batches += b.unsynced.empty() ? 0 : 1;
   result_.uncommitted_batches += b.uncommitted.empty() ? 0 : 1;
   result_.unrun_batches += b.not_run.empty() ? 0 : 1;
+  if (b.journal_refused && result_.refused_batches++ == 0) result_.first_refusal = b.not_run;
   result_.flushes += b.flushes;
   result_.flush_seconds += b.flush_seconds;
   if (options_.keep_batches) result_.batches.push_back(std::move(b));

@@ -188,7 +188,8 @@ struct BatchResult {
   // Why the batch did not run at all (its baseline or its journal record
   // could not be taken): every file stayed in place. Empty when it ran.
   std::string not_run;
-  bool store_full = false;  // the store ran out of room: the rest stayed in place
+  bool journal_refused = false;  // not_run: the store refused the journal record
+  bool store_full = false;       // the store ran out of room: the rest stayed in place
   // A folder of the moved files could not be synced: the batch's journal
   // record stays, and recovery (at the next start of a writer) decides it
   // whichever way the disk kept the unlinks. Empty when all were synced.
@@ -232,6 +233,8 @@ struct MigrateResult {
   uint64_t unsynced_batches = 0;     // BatchResult::unsynced
   uint64_t uncommitted_batches = 0;  // BatchResult::uncommitted
   uint64_t unrun_batches = 0;        // BatchResult::not_run
+  uint64_t refused_batches = 0;      // BatchResult::journal_refused
+  std::string first_refusal;         // the first of those batches' not_run
   uint64_t flushes = 0;              // BatchResult::flushes, summed
   double flush_seconds = 0;
   uint64_t files_moved = 0;

@@ -545,6 +545,28 @@ TEST_F(Mounted, ARemountToReadOnlyStopsAPassInFlight) {
   for (const auto& [rel, bytes] : files) EXPECT_EQ(ReadBytes(M(rel)), bytes) << rel;
 }
 
+// A store that refuses a batch's journal record (its engine takes no
+// writes: a failed compaction did that until 2026-12-06; a log it cannot
+// write still does): the batch does not run, and the pass says so (red
+// team: `migrate --now` exited 0 having moved nothing, and `tbfs status`
+// showed no error). The failpoint fails the record's commit.
+TEST_F(Mounted, ABatchWhoseJournalTheStoreRefusedFailsThePass) {
+  const auto files = WriteTinyTraces("refused", 3);
+  MountFailing("migrate.journal", "--no-migrate --cold-after 0");
+  const CommandResult r = RunCommand(Tbfs("migrate --now " + Quote(mnt_) + " 2>&1"));
+  EXPECT_NE(r.exit_code, 0) << "a pass that moved nothing said it was done: " << r.out;
+  EXPECT_NE(r.out.find("journal record"), std::string::npos) << r.out;
+  const auto status = Status();
+  EXPECT_NE(status["migrations"]["last_error"].get<std::string>().find("journal record"),
+            std::string::npos)
+      << status.dump();
+  EXPECT_EQ(status["cold"]["files"].get<uint64_t>(), 0u);
+  for (const auto& [rel, bytes] : files) {
+    EXPECT_TRUE(std::filesystem::exists(L(rel))) << rel;
+    EXPECT_EQ(ReadBytes(M(rel)), bytes) << rel;
+  }
+}
+
 // The same for the retention policy after a pass (red team: 581 cold files
 // deleted after the remount); the failpoint slows each deletion to 100 ms.
 TEST_F(Mounted, ARemountToReadOnlyStopsRetentionInFlight) {
