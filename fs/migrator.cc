@@ -92,7 +92,13 @@ void Migrator::Loop() {
     }
     if (read_only) continue;
     Status st = config_.background ? Pass() : KeepWriterRole();
-    if (!st.ok() && !stop_flag_) spdlog::error("migrator: {}", st.message());
+    if (!st.ok() && !stop_flag_) {
+      // Said in the status too, as after `migrate --now` (red team: a
+      // background pass's error was only in the log).
+      spdlog::error("migrator: {}", st.message());
+      MutexLock lock(mu_);
+      stats_.last_error = st.message();
+    }
     // A pass (and the cold reads since the last) leave freed blocks
     // behind: hand their pages back (base/heap.h).
     ReleaseFreeHeap();

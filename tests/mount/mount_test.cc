@@ -567,6 +567,20 @@ TEST_F(Mounted, ABatchWhoseJournalTheStoreRefusedFailsThePass) {
   }
 }
 
+// The same in a background pass: its error is the status's last error
+// (red team: only the log said it, pass after pass).
+TEST_F(Mounted, ABackgroundPassThatFailedSaysItInTheStatus) {
+  WriteTinyTraces("refused", 3);
+  MountFailing("migrate.journal", "--cold-after 0 -o migrate_interval=1s");
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Status()["migrations"]["last_error"].get<std::string>().find("journal record") !=
+               std::string::npos;
+      },
+      std::chrono::seconds(20)))
+      << Status().dump();
+}
+
 // The same for the retention policy after a pass (red team: 581 cold files
 // deleted after the remount); the failpoint slows each deletion to 100 ms.
 TEST_F(Mounted, ARemountToReadOnlyStopsRetentionInFlight) {
