@@ -314,6 +314,11 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.IsCorruption()) return Status::Corruption(msg);
   if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
   if (s.IsNotSupported()) return Status::NotSupported(msg);
+  // A store on a filesystem mounted read-only fails at its lock file
+  // first: that is no other process holding it (red team).
+  if (s.ToString().find("Read-only file system") != std::string::npos) {
+    return Status::FromErrno(EROFS, what + ":", "the store's filesystem is read-only");
+  }
   if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
     return Status::Busy(what + ": the store is in use by another tbfs process (" +
                         WithFolderPaths(s.ToString()) + ")");

@@ -446,6 +446,24 @@ TEST(RocksBackend, OnlyAFailedCompactionsErrorIsTakenBack) {
   EXPECT_FALSE(taken_back(Reason::kWriteCallback, rocksdb::Status::IOError("log"), &said));
 }
 
+// The engine's errors as tbfs says them: a lock held by another process
+// is Busy; a store whose filesystem is read-only, which fails at the lock
+// file first, is said to be that (red team: "in use by another tbfs
+// process" for a read-only filesystem).
+TEST(RocksBackend, ALockFileOnAReadOnlyFilesystemIsNoOtherProcess) {
+  const Status ro =
+      FromRocks(rocksdb::Status::IOError("While lock file: /s/.tbfs/LOCK: Read-only file system"),
+                "open store /s/.tbfs");
+  EXPECT_EQ(ro.sys_errno(), EROFS) << ro.ToString();
+  EXPECT_EQ(ro.ToString().find("another"), std::string::npos) << ro.ToString();
+  EXPECT_NE(ro.ToString().find("read-only"), std::string::npos) << ro.ToString();
+  const Status held = FromRocks(
+      rocksdb::Status::IOError("lock hold by current process, acquire time 1 acquiring thread 2: "
+                               "/s/.tbfs/LOCK: No locks available"),
+      "open store /s/.tbfs");
+  EXPECT_EQ(held.code(), Code::kBusy) << held.ToString();
+}
+
 // The choice itself: a quarter of the oldest files, within the room.
 TEST(RocksBackend, BlobFilesWorthCopyingLeaveUnderAQuarterGarbage) {
   auto file = [](uint64_t n, uint64_t total, uint64_t garbage) {
