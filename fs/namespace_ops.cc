@@ -9,6 +9,7 @@
 #include <set>
 
 #include "base/failpoint.h"
+#include "base/text.h"
 #include "base/time_util.h"
 #include "fs/filesystem.h"
 #include "spdlog/spdlog.h"
@@ -415,7 +416,19 @@ int Filesystem::RenameHot(const RenameArgs& a, const struct stat& sst) {
     store::WriteBatch b;
     Status st = store_->Rename(&b, a.src, a.dst, store::LogdirFolders(options_.logdir));
     if (st.ok()) st = store_->Commit(b, true);
-    if (!st.ok()) return StoreError(st, EioSite::kRenameColdChildren);
+    if (!st.ok()) {
+      // The folder goes back, so that it stays whole where it was (red
+      // team: its hot part moved, its cold files stayed at the old path,
+      // the run split in two for good). An empty folder it replaced stays
+      // replaced.
+      if (::renameat2(npfd->get(), a.newname, pv.fd->get(), a.name, RENAME_NOREPLACE) != 0) {
+        spdlog::error(
+            "rename {} -> {}: the store did not take the move of its cold files, and the "
+            "folder could not go back: {} (its cold files stay under {})",
+            Printable(a.src), Printable(a.dst), std::strerror(errno), Printable(a.src));
+      }
+      return StoreError(st, EioSite::kRenameColdChildren);
+    }
     inodes_.RenameColdDirs(a.src, a.dst);
   }
   return 0;

@@ -134,6 +134,29 @@ TEST_F(NoRoom, TheMountKeepsServingWhenTheStoreIsFull) {
   EXPECT_EQ(ReadBytes(L("r/new.txt")), "still writable");
 }
 
+// A folder renamed while the store cannot take the move of its cold files
+// (its disk full): the rename fails and the folder stays where it was,
+// hot and cold files together (red team: the backing folder moved, its
+// cold files stayed at the old name, and the run was split for good).
+TEST_F(NoRoom, AFolderRenameTheStoreRefusesLeavesTheFolderWhole) {
+  SmallFs("40m");
+  WriteTraces(logdir_, 3, 1 << 20);
+  Mount("--no-migrate --cold-after 0 --store " + small_ + "/store");
+  ASSERT_EQ(RunCommand(Tbfs("migrate --now " + mnt_ + " >/dev/null 2>&1")).exit_code, 0);
+  for (const auto& [rel, bytes] : traces_) ASSERT_EQ(State(M(rel)), "cold") << rel;
+  RunCommand("dd if=/dev/zero of=" + small_ + "/filler bs=64K 2>/dev/null");
+  EXPECT_NE(::rename(M("r").c_str(), M("moved").c_str()), 0) << "the store took it";
+  EXPECT_FALSE(std::filesystem::exists(L("moved")));
+  EXPECT_TRUE(std::filesystem::exists(M("r/events.out.tfevents.1.host")));
+  for (const auto& [rel, bytes] : traces_) EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
+  ASSERT_EQ(::unlink((small_ + "/filler").c_str()), 0);
+  ASSERT_EQ(::rename(M("r").c_str(), M("moved").c_str()), 0) << std::strerror(errno);
+  EXPECT_TRUE(std::filesystem::exists(M("moved/events.out.tfevents.1.host")));
+  for (const auto& [rel, bytes] : traces_) {
+    EXPECT_TRUE(ReadBytes(M("moved" + rel.substr(1))) == bytes) << rel;
+  }
+}
+
 // A mount (re)started on a full disk: the engine cannot write as it opens,
 // so the store is served read-only (hot files, cold reads), migration
 // waits and says why, and once there is room the mount writes again.
