@@ -331,19 +331,36 @@ TEST(RocksBackend, ADamagedKeyOrADeletedChunkLeavesTheFileToo) {
   }
 }
 
+// A store of three blob files, the chunks of files 0 to 3 deleted
+// (WriteBlobFiles, DeleteFilesZeroToThree); `victim`: the oldest blob file.
+struct ThreeBlobFiles {
+  TempDir dir;
+  std::string db = dir / "db";
+  std::unique_ptr<Backend> backend;
+  std::string victim;
+
+  // False, with the failure said, when it could not be made.
+  bool Make() {
+    auto opened = OpenRocksBackend(db, {.create_if_missing = true});
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    if (!opened.ok()) return false;
+    backend = std::move(*opened);
+    WriteBlobFiles(*backend, 3);
+    EXPECT_TRUE(DeleteFilesZeroToThree(*backend).ok());
+    victim = db + "/" + BlobFiles(db)[0];
+    return true;
+  }
+};
+
 // A FIFO where a blob file was: the check does not hang on it (its open
 // would wait for a writer), and the file is left out.
 TEST(RocksBackend, AFifoWhereABlobFileWasIsLeftOutWithoutWaiting) {
   CapturedLog log;
-  TempDir dir;
-  const std::string db = dir / "db";
-  auto opened = OpenRocksBackend(db, {.create_if_missing = true});
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  Backend& b = **opened;
-  WriteBlobFiles(b, 3);
-  ASSERT_TRUE(DeleteFilesZeroToThree(b).ok());
-  const std::string victim = db + "/" + BlobFiles(db)[0];
-  ASSERT_EQ(::rename(victim.c_str(), (dir / "saved.blob").c_str()), 0);
+  ThreeBlobFiles store;
+  ASSERT_TRUE(store.Make());
+  Backend& b = *store.backend;
+  const std::string& victim = store.victim;
+  ASSERT_EQ(::rename(victim.c_str(), (store.dir / "saved.blob").c_str()), 0);
   ASSERT_EQ(::mkfifo(victim.c_str(), 0600), 0);
   Status compacted = b.Compact();
   EXPECT_TRUE(compacted.ok()) << compacted.ToString();
@@ -359,14 +376,10 @@ TEST(RocksBackend, AFifoWhereABlobFileWasIsLeftOutWithoutWaiting) {
 void CompactionFailsAtTheInstant(const std::function<void(const std::string&)>& at_instant,
                                  const std::function<void(const std::string&)>& after) {
   CapturedLog log;
-  TempDir dir;
-  const std::string db = dir / "db";
-  auto opened = OpenRocksBackend(db, {.create_if_missing = true});
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  Backend& b = **opened;
-  WriteBlobFiles(b, 3);
-  ASSERT_TRUE(DeleteFilesZeroToThree(b).ok());
-  const std::string victim = db + "/" + BlobFiles(db)[0];
+  ThreeBlobFiles store;
+  ASSERT_TRUE(store.Make());
+  Backend& b = *store.backend;
+  const std::string& victim = store.victim;
   bool reached = false;
   {
     ScopedFailpoint between("compact.checked", [&](const std::string&) {
@@ -375,7 +388,7 @@ void CompactionFailsAtTheInstant(const std::function<void(const std::string&)>& 
     });
     Status compacted = b.Compact();
     EXPECT_FALSE(compacted.ok()) << "the compaction met nothing wrong";
-    EXPECT_NE(compacted.ToString().find("compact store " + db + ": "), std::string::npos)
+    EXPECT_NE(compacted.ToString().find("compact store " + store.db + ": "), std::string::npos)
         << compacted.ToString();
   }
   ASSERT_TRUE(reached) << "the point between the checks and the compaction was not reached";
