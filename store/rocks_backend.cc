@@ -142,9 +142,8 @@ class RocksBackend final : public Backend {
   }
 
   Status FreeBytes(uint64_t* free, uint64_t* size) override {
-    struct statvfs vfs;
-    if (::statvfs(folder_.path.c_str(), &vfs) != 0)
-      return Status::FromErrno(errno, "statvfs", dir_);
+    struct statvfs vfs;  // on the folder held (an O_PATH fd: fstatfs works on it)
+    if (::fstatvfs(folder_.fd.get(), &vfs) != 0) return Status::FromErrno(errno, "statvfs", dir_);
     *free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     *size = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
     return Status::OK();
