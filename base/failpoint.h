@@ -62,6 +62,9 @@ inline constexpr std::string_view kFailpointNames[] = {
     "recovery.written_back",
     // store/rocks_compact.cc: a compaction's files checked, not yet read
     "compact.checked",
+    // store/local_engine.cc: a write's room checked (armed to fail: passed
+    // whatever the room), the engine's log not yet written
+    "store.room_checked",
     // store/rados_backend.cc: either side of a batch's commit point
     "rados.before_commit_point", "rados.after_commit_point",
     // base/fs_util.cc: between a path's check and its open

@@ -29,6 +29,7 @@
 #define TBFS_REQUIRES(...) TBFS_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #define TBFS_EXCLUDES(...) TBFS_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define TBFS_ACQUIRE(...) TBFS_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
+#define TBFS_TRY_ACQUIRE(...) TBFS_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define TBFS_RELEASE(...) TBFS_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
 #define TBFS_NO_THREAD_SAFETY_ANALYSIS TBFS_THREAD_ANNOTATION(no_thread_safety_analysis)
 
@@ -64,6 +65,7 @@ class TBFS_CAPABILITY("shared_mutex") SharedMutex {
  public:
   void lock() TBFS_ACQUIRE() { mu_.lock(); }
   void unlock() TBFS_RELEASE() { mu_.unlock(); }
+  bool try_lock() TBFS_TRY_ACQUIRE(true) { return mu_.try_lock(); }
   void lock_shared() TBFS_ACQUIRE_SHARED() { mu_.lock_shared(); }
   void unlock_shared() TBFS_RELEASE_SHARED() { mu_.unlock_shared(); }
 

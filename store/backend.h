@@ -88,8 +88,9 @@ class Backend {
 
   // Applies the batch atomically; with sync, durably (WAL synced) on return.
   // After a failed write (no space, an I/O error) the engine takes no more
-  // writes until it has recovered: Commit tries that first, and fails with
-  // the first error (ENOSPC for no space) while it cannot. Reads go on.
+  // writes until it has recovered (LocalEngine: reopened): Commit tries that
+  // first, and fails with the first error (ENOSPC for no space) while it
+  // cannot. Reads go on.
   virtual Status Commit(const WriteBatch& batch, bool sync) = 0;
   // NotFound when the key is absent.
   virtual Status Get(Space space, std::string_view key, std::string* value) = 0;
@@ -143,7 +144,8 @@ struct BackendOptions {
 };
 
 // Opens (or creates) the RocksDB store in `dir`. Busy when another process
-// holds it; NotFound when missing and !create_if_missing.
+// holds it; NotFound when missing and !create_if_missing. A writer's (not
+// read-only, not best efforts) is a LocalEngine.
 Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
                                                   const BackendOptions& options);
 
@@ -152,13 +154,26 @@ Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
 // open then sets the log aside and opens at the last flush.
 bool LooksLikeLogDamage(std::string_view error);
 
-// The RocksDB store in `dir` opened read-only because its filesystem had no
-// room for a writer's open (the engine writes as it opens): reads go on,
-// writes fail with EROFS, until OpenWriter() opens it read-write and puts
-// that in the reader's place (calls in flight finish first).
-class ReadOnlyUntilRoom final : public Backend {
+// The RocksDB store in `dir` as a writer holds it (OpenRocksBackend's, for
+// a writer): writable while its filesystem has room.
+//
+// - A write the engine fails (its log could not take it: a full disk, an
+//   I/O error) leaves RocksDB's log writer broken: another write into it
+//   aborts the process (an assertion of RocksDB 7.8, whose own recovery
+//   from a full disk keeps that writer). No write goes into that engine
+//   again: the next Commit, Flush or Compact reopens the engine first, once
+//   its filesystem has room for that (a reader in its place meanwhile, so
+//   that reads go on), and fails with the write's error until then.
+// - No write goes into the engine's log without room for it (RoomForLog):
+//   ENOSPC before the log is touched.
+// - OpenReader: opened read-only because its filesystem had no room for a
+//   writer's open (the engine writes as it opens): reads go on, writes fail
+//   with EROFS, until OpenWriter() opens it read-write and puts that in the
+//   reader's place. Calls in flight finish first.
+class LocalEngine final : public Backend {
  public:
-  static Result<std::unique_ptr<ReadOnlyUntilRoom>> Open(const std::string& dir);
+  static std::unique_ptr<LocalEngine> Writing(std::string dir, std::unique_ptr<Backend> writer);
+  static Result<std::unique_ptr<LocalEngine>> OpenReader(const std::string& dir);
   // ENOSPC (no room yet) or the engine's error; OK once writable.
   Status OpenWriter();
   bool writable() const;
@@ -178,14 +193,27 @@ class ReadOnlyUntilRoom final : public Backend {
   Memory MemoryUse() override;
 
  private:
-  ReadOnlyUntilRoom(std::string dir, std::unique_ptr<Backend> reader)
-      : dir_(std::move(dir)), inner_(std::move(reader)) {}
+  LocalEngine(std::string dir, std::unique_ptr<Backend> engine, bool writable)
+      : dir_(std::move(dir)), inner_(std::move(engine)), writable_(writable) {}
   Status ReadOnly() const;
+  Status RoomForLog(uint64_t bytes);
+  Status Failed() const;
+  // Reopens the engine after a failed write; the write's error while it
+  // cannot.
+  Status Renew();
+  // Puts `next` in the engine's place (the one it replaces comes back in
+  // it, to be closed outside the lock); false when calls in flight kept
+  // the engine for 5 s (a caller inside a Scan's callback would wait on
+  // itself).
+  bool Replace(std::unique_ptr<Backend>* next, bool writable);
 
   const std::string dir_;
-  mutable SharedMutex mu_;  // shared by every call, exclusive for the switch
+  mutable SharedMutex mu_;  // shared by every call, exclusive for a switch
   std::unique_ptr<Backend> inner_ TBFS_GUARDED_BY(mu_);
   bool writable_ TBFS_GUARDED_BY(mu_) = false;
+  Mutex renew_mu_;  // one renewal (or OpenWriter) at a time
+  mutable Mutex failed_mu_;
+  Status failed_ TBFS_GUARDED_BY(failed_mu_);  // a failed write's, until renewed
 };
 
 }  // namespace tbfs::store

@@ -443,7 +443,7 @@ class ColdStore {
   std::atomic<bool> read_only_{false};  // local stores: opened read-only
   // Local stores opened read-only for want of room: the backend, which
   // becomes writable in place (owned by backend_).
-  ReadOnlyUntilRoom* until_room_ = nullptr;
+  LocalEngine* until_room_ = nullptr;
   std::shared_ptr<RadosFence> fence_;  // shared stores: the writer's lease, when held
   RadosLocation rados_;
   std::string refusal_ TBFS_GUARDED_BY(role_mu_);

@@ -277,9 +277,9 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
   const int err = backend.ok() ? 0 : backend.status().sys_errno();
   if (!backend.ok() && existed && options.read_only_when_full && (err == ENOSPC || err == EDQUOT)) {
     // No room for the engine's open: read-only, until there is.
-    auto reader = ReadOnlyUntilRoom::Open(dir);
+    auto reader = LocalEngine::OpenReader(dir);
     if (!reader.ok()) return Damaged(reader.status());
-    ReadOnlyUntilRoom* until_room = reader->get();
+    LocalEngine* until_room = reader->get();
     std::unique_ptr<ColdStore> store(new ColdStore(dir, std::move(reader).value()));
     store->until_room_ = until_room;
     store->read_only_ = true;

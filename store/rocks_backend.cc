@@ -76,19 +76,9 @@ class RocksBackend final : public Backend {
     (void)db_->Close();
   }
 
+  // The engine's write: LocalEngine's checks come first (room in the
+  // engine's log; never a write after one that failed).
   Status Commit(const WriteBatch& batch, bool sync) override {
-    {
-      // A write that failed leaves RocksDB's log writer broken: another write
-      // into it aborts the process (an assertion of the engine). Only a
-      // successful Resume() (after space came back) clears that.
-      std::lock_guard<std::mutex> lock(failed_mu_);
-      if (!failed_.ok()) {
-        Status resumed = FromRocks(db_->Resume(), "resume writes to store " + dir_);
-        if (!resumed.ok()) return failed_;
-        failed_ = Status::OK();
-      }
-    }
-    if (Status room = RoomForLog(batch.bytes()); !room.ok()) return room;
     rocksdb::WriteBatch wb;
     for (const auto& op : batch.ops()) {
       if (op.is_delete) {
@@ -104,12 +94,7 @@ class RocksBackend final : public Backend {
       [[maybe_unused]] EngineAccessesUnchecked unchecked;
       written = db_->Write(wo, &wb);
     }
-    Status st = FromRocks(written, "write to store " + dir_);
-    if (!st.ok()) {
-      std::lock_guard<std::mutex> lock(failed_mu_);
-      if (failed_.ok()) failed_ = st;
-    }
-    return st;
+    return FromRocks(written, "write to store " + dir_);
   }
 
   uint64_t UnflushedBytes() override {
@@ -147,22 +132,6 @@ class RocksBackend final : public Backend {
     *free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     *size = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
     return Status::OK();
-  }
-
-  // No write into a filesystem without room for it in the engine's log.
-  // One that fails there leaves the log's writer broken, and RocksDB 7.8,
-  // recovering from the full disk by itself once room comes back, keeps
-  // that writer when nothing waited to be flushed: the next write aborted
-  // the process (an assertion of the engine; a mount went "Transport
-  // endpoint is not connected"). The reserve covers the record's framing
-  // and what other writers take between this check and the write.
-  Status RoomForLog(uint64_t bytes) {
-    constexpr uint64_t kLogReserve = 1 << 20;
-    uint64_t free = 0, size = 0;
-    if (!FreeBytes(&free, &size).ok() || free >= bytes + kLogReserve) return Status::OK();
-    return Status::FromErrno(
-        ENOSPC, "write to store " + dir_ + ":",
-        fmt::format("{} bytes free, {} needed for the engine's log", free, bytes + kLogReserve));
   }
 
   Status Get(Space space, std::string_view key, std::string* value) override {
@@ -211,7 +180,6 @@ class RocksBackend final : public Backend {
   }
 
   Status Flush() override {
-    if (Status failed = Failed(); !failed.ok()) return failed;
     rocksdb::FlushOptions options;
     options.wait = true;
     TBFS_RETURN_IF_ERROR(FromRocks(db_->Flush(options, handles_), "flush store " + dir_));
@@ -251,7 +219,6 @@ class RocksBackend final : public Backend {
   }
 
   Status Compact() override {
-    if (Status failed = Failed(); !failed.ok()) return failed;
     uint64_t free = 0, size = 0;
     TBFS_RETURN_IF_ERROR(FreeBytes(&free, &size));
     Status st;
@@ -265,10 +232,6 @@ class RocksBackend final : public Backend {
 
  private:
   rocksdb::ColumnFamilyHandle* cf(Space s) { return handles_[static_cast<int>(s)]; }
-  Status Failed() {
-    std::lock_guard<std::mutex> lock(failed_mu_);
-    return failed_;
-  }
 
   std::string dir_;      // for messages
   EngineFolder folder_;  // where the engine works (closed after it)
@@ -277,8 +240,6 @@ class RocksBackend final : public Backend {
   std::set<uint64_t>
       unmergeable_;  // damaged table files (MergeSmallTables, Compact), under merge_mu_
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
-  std::mutex failed_mu_;
-  Status failed_;           // guarded by failed_mu_: the first failed write, until resumed
   std::string log_damage_;  // set once, before the backend is shared
 };
 
@@ -435,6 +396,13 @@ bool RebuildDerivedSpace(const std::string& dir, const BackendOptions& options, 
 
 Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
                                                   const BackendOptions& options) {
+  auto engine = OpenRocksEngine(dir, options);
+  if (!engine.ok() || options.read_only || options.best_efforts) return engine;
+  return std::unique_ptr<Backend>(LocalEngine::Writing(dir, std::move(engine).value()));
+}
+
+Result<std::unique_ptr<Backend>> OpenRocksEngine(const std::string& dir,
+                                                 const BackendOptions& options) {
   struct stat st;
   bool exists = ::stat((dir + "/CURRENT").c_str(), &st) == 0;
   if (!exists && ::stat(dir.c_str(), &st) == 0) {

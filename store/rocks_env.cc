@@ -324,7 +324,7 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
                         WithFolderPaths(s.ToString()) + ")");
   }
   if (s.IsNoSpace() || s.ToString().find("No space left") != std::string::npos) {
-    return Status::FromErrno(ENOSPC, what, "no space left for the store");
+    return Status::FromErrno(ENOSPC, what + ":", "its filesystem is full");
   }
   return Status::FromErrno(EIO, what + ":", WithFolderPaths(s.ToString()));
 }

@@ -82,4 +82,9 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what);
 // process).
 std::shared_ptr<rocksdb::Logger> NewEngineLog(spdlog::level::level_enum level);
 
+// OpenRocksBackend without the LocalEngine around a writer: the engine
+// alone (LocalEngine's own opens).
+Result<std::unique_ptr<Backend>> OpenRocksEngine(const std::string& dir,
+                                                 const BackendOptions& options);
+
 }  // namespace tbfs::store

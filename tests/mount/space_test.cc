@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "fmt/format.h"
 #include "store/backend.h"
@@ -90,6 +91,18 @@ class NoRoom : public MountTest {
         EXPECT_TRUE(ReadBytes(logdir + "/" + rel) == bytes) << rel;
       }
     }
+  }
+  // Writes a file into the small filesystem until it is full: its path.
+  std::string FillSmallFs() {
+    const std::string filler = small_ + "/filler";
+    const std::string block(1 << 16, 'f');
+    std::FILE* f = std::fopen(filler.c_str(), "w");
+    EXPECT_NE(f, nullptr) << filler << ": " << std::strerror(errno);
+    if (f == nullptr) return filler;
+    while (std::fwrite(block.data(), 1, block.size(), f) == block.size() && std::fflush(f) == 0) {
+    }
+    std::fclose(f);
+    return filler;
   }
   std::string small_;
   std::map<std::string, std::string> traces_;
@@ -327,15 +340,7 @@ TEST_F(NoRoom, AStoreWhoseDiskFilledTakesWritesWhenRoomComesBack) {
   first.Put(store::Space::kChunks, "k0", RandomBytes(256 << 10, 1));
   ASSERT_TRUE((*backend)->Commit(first, true).ok());
   ASSERT_TRUE((*backend)->Flush().ok());
-  const std::string filler = small_ + "/filler";
-  {
-    const std::string block(1 << 16, 'f');
-    std::FILE* f = std::fopen(filler.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    while (std::fwrite(block.data(), 1, block.size(), f) == block.size() && std::fflush(f) == 0) {
-    }
-    std::fclose(f);
-  }
+  const std::string filler = FillSmallFs();
   store::WriteBatch small;
   small.Put(store::Space::kMeta, "x", std::string(8 << 10, 'y'));
   tbfs::Status refused = tbfs::Status::OK();
@@ -354,6 +359,97 @@ TEST_F(NoRoom, AStoreWhoseDiskFilledTakesWritesWhenRoomComesBack) {
   std::string got;
   EXPECT_TRUE((*backend)->Get(store::Space::kMeta, "x", &got).ok());
   EXPECT_TRUE(got == small.ops()[0].value);
+}
+
+// Another process fills the disk between the store's check for room and
+// its write (red team: a grabber of huge pages on the tmpfs): the write
+// into the engine's log fails and leaves the log's writer broken. Once room
+// comes back, writes land, on a log that works (before, the first one
+// aborted the process: RocksDB's own recovery had kept the broken writer),
+// and what was written stays written after the store is reopened.
+TEST_F(NoRoom, AStoreWhoseLogWriteFailedTakesWritesWhenRoomComesBack) {
+  SmallFs("16m");
+  const std::string db = small_ + "/db";
+  auto backend = store::OpenRocksBackend(db, {.create_if_missing = true});
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  store::WriteBatch first;
+  first.Put(store::Space::kChunks, "k0", RandomBytes(256 << 10, 1));
+  ASSERT_TRUE((*backend)->Commit(first, true).ok());
+  ASSERT_TRUE((*backend)->Flush().ok());
+  std::string filler;
+  store::WriteBatch big;  // more than the reserve, so that the log cannot take it
+  big.Put(store::Space::kMeta, "big", RandomBytes(2 << 20, 2));
+  {
+    ScopedFailpoint race("store.room_checked", [&](const std::string&) {
+      if (filler.empty()) filler = FillSmallFs();
+    });
+    const tbfs::Status refused = (*backend)->Commit(big, true);
+    ASSERT_FALSE(refused.ok()) << "the disk never filled";
+    EXPECT_EQ(refused.sys_errno(), ENOSPC) << refused.ToString();
+  }
+  store::WriteBatch small;
+  small.Put(store::Space::kMeta, "x", std::string(8 << 10, 'y'));
+  EXPECT_FALSE((*backend)->Commit(small, true).ok()) << "a write with no room landed";
+  std::string got;
+  EXPECT_TRUE((*backend)->Get(store::Space::kChunks, "k0", &got).ok()) << "reads stopped";
+  ASSERT_EQ(::unlink(filler.c_str()), 0);
+  tbfs::Status again = (*backend)->Commit(small, true);
+  for (int i = 0; i < 150 && !again.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    again = (*backend)->Commit(small, true);
+  }
+  ASSERT_TRUE(again.ok()) << again.ToString();
+  ASSERT_TRUE((*backend)->Commit(big, true).ok());
+  EXPECT_TRUE((*backend)->Get(store::Space::kMeta, "x", &got).ok());
+  EXPECT_TRUE(got == small.ops()[0].value);
+  backend->reset();
+  auto reopened = store::OpenRocksBackend(db, {});
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_TRUE((*reopened)->Get(store::Space::kMeta, "x", &got).ok());
+  EXPECT_TRUE(got == small.ops()[0].value);
+  EXPECT_TRUE((*reopened)->Get(store::Space::kMeta, "big", &got).ok());
+  EXPECT_TRUE(got == big.ops()[0].value);
+  EXPECT_TRUE((*reopened)->Get(store::Space::kChunks, "k0", &got).ok());
+  EXPECT_TRUE(got == first.ops()[0].value);
+}
+
+// The same race in a mount (the room check armed to pass whatever the
+// room, as when another process takes it after the check): chmods of a cold
+// file on the full store fail, reads go on, and once room comes back the
+// next chmod lands with the mount alive (before: the daemon aborted on it)
+// and stays after a remount.
+TEST_F(NoRoom, AMountWhoseStoreLogWriteFailedWritesWhenRoomComesBack) {
+  SmallFs("24m");
+  WriteTraces(logdir_, 3, 1 << 20);
+  const std::string store = small_ + "/store";
+  ASSERT_EQ(RunCommand(Tbfs("migrate " + logdir_ + " --older-than 0 --apply --store " + store +
+                            " >/dev/null 2>&1"))
+                .exit_code,
+            0);
+  MountFailing("store.room_checked", "--no-migrate --cold-after 0 --store " + store);
+  const std::string rel = traces_.begin()->first;
+  ASSERT_EQ(State(M(rel)), "cold");
+  RunCommand("dd if=/dev/zero of=" + small_ + "/filler bs=64K 2>/dev/null");
+  // A small record fits the log's last page until it does not.
+  int err = 0;
+  for (int i = 0; i < 400 && err == 0; ++i) {
+    if (::chmod(M(rel).c_str(), i % 2 == 0 ? 0600 : 0640) != 0) err = errno;
+  }
+  ASSERT_NE(err, 0) << "the store's log never met the full disk";
+  EXPECT_TRUE(err == ENOSPC || err == EIO) << std::strerror(err);
+  for (const auto& [r, bytes] : traces_) EXPECT_TRUE(ReadBytes(M(r)) == bytes) << r;
+  ASSERT_EQ(::unlink((small_ + "/filler").c_str()), 0);
+  ASSERT_EQ(::chmod(M(rel).c_str(), 0604), 0) << std::strerror(errno);
+  struct stat st;
+  ASSERT_EQ(::stat(M(rel).c_str(), &st), 0) << "the mount is gone: " << std::strerror(errno);
+  EXPECT_EQ(st.st_mode & 07777, 0604u);
+  for (const auto& [r, bytes] : traces_) EXPECT_TRUE(ReadBytes(M(r)) == bytes) << r;
+  Unmount();
+  Mount("--no-migrate --cold-after 0 --store " + store);
+  ASSERT_EQ(::stat(M(rel).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0604u);
+  EXPECT_EQ(State(M(rel)), "cold");
+  EXPECT_EQ(Status()["lost"]["files"].get<int>(), 0);
 }
 
 }  // namespace
