@@ -8,11 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
 #include "base/text.h"
+#include "fmt/format.h"
 
 namespace tbfs {
 
@@ -96,6 +98,32 @@ bool StderrIsJournal() {
   struct stat st;
   return ::fstat(STDERR_FILENO, &st) == 0 && static_cast<unsigned long long>(st.st_dev) == dev &&
          static_cast<unsigned long long>(st.st_ino) == ino;
+}
+
+bool LogLimiter::Allow(uint64_t* held_back) {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  return Allow(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(), held_back);
+}
+
+bool LogLimiter::Allow(int64_t now_ns, uint64_t* held_back) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t window = now_ns / 1'000'000'000;
+  if (window != window_) {
+    window_ = window;
+    in_window_ = 0;
+  }
+  if (in_window_ >= per_second_) {
+    held_back_++;
+    return false;
+  }
+  in_window_++;
+  *held_back = held_back_;
+  held_back_ = 0;
+  return true;
+}
+
+std::string HeldBack(uint64_t n) {
+  return n == 0 ? std::string() : fmt::format(" ({} more like it held back)", n);
 }
 
 std::string Shorten(std::string_view s, size_t max) {

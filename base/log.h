@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -39,6 +40,29 @@ std::shared_ptr<spdlog::logger> StderrLogger(const std::string& name);
 // that fd 2 is (a child whose stderr was redirected inherits the variable,
 // not the stream).
 bool StderrIsJournal();
+
+// Keeps one kind of line (a failing request's, which a loop of requests
+// repeats) to at most `per_second` a second: the rest are held back and
+// counted, and the next line let through says how many. What the line
+// counts is counted elsewhere, in full (tbfs status, metrics).
+class LogLimiter {
+ public:
+  explicit LogLimiter(int per_second = 10) : per_second_(per_second) {}
+  // Whether to log a line at monotonic time `now_ns` (default: now);
+  // *held_back is then the number of lines held back since the last one.
+  bool Allow(uint64_t* held_back);
+  bool Allow(int64_t now_ns, uint64_t* held_back);
+
+ private:
+  const int per_second_;
+  std::mutex mu_;
+  int64_t window_ = -1;     // under mu_: the second being counted
+  int in_window_ = 0;       // under mu_
+  uint64_t held_back_ = 0;  // under mu_
+};
+
+// " (N more like it held back)" when n > 0, else "".
+std::string HeldBack(uint64_t n);
 
 // s cut to at most `max` bytes (its head and tail, "..." between), for a
 // name quoted as an example in an aggregated line.

@@ -144,7 +144,10 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
     raw->data = buffers_->Take(raw->size);
     Status st = store_->ReadChunkInto(*m, index, codec.get(), raw->data.get());
     GiveCodec(std::move(codec));
-    if (!st.ok()) spdlog::error("[EIO:cold-chunk] {}", st.message());
+    uint64_t held = 0;
+    if (!st.ok() && error_log_.Allow(&held)) {
+      spdlog::error("[EIO:cold-chunk] {}{}", st.message(), HeldBack(held));
+    }
     promise.set_value({st, st.ok() ? std::shared_ptr<const Chunk>(raw) : nullptr});
     MutexLock lock(mu_);
     if (!refill_ && !prefetchers_.empty() && buffers_->ReserveLow()) {

@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/log.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "fs/chunk_buffers.h"
@@ -128,6 +129,7 @@ class ChunkCache {
   store::ColdStore* store_;
   const uint64_t capacity_;
   const std::shared_ptr<ChunkBuffers> buffers_;
+  LogLimiter error_log_;  // the lines of chunks that failed to load
   // Nothing but ChunkBuffers' own lock (a chunk dropped here returns its
   // buffer) is taken while it is held.
   Mutex mu_;

@@ -51,17 +51,23 @@ Filesystem::Filesystem(const FsOptions& options, store::ColdStore* store, Unique
       ns_mu_(*namespace_lock) {}
 
 int Filesystem::Eio(EioSite site, std::string_view what) {
-  counters_.eio_by_site[static_cast<int>(site)]++;
-  spdlog::error("[EIO:{}] {}", kEioSiteNames[static_cast<int>(site)], what);
+  const int i = static_cast<int>(site);
+  counters_.eio_by_site[i]++;
+  uint64_t held = 0;
+  if (eio_log_[i].Allow(&held))
+    spdlog::error("[EIO:{}] {}{}", kEioSiteNames[i], what, HeldBack(held));
   return -EIO;
 }
 
 int Filesystem::StoreError(const Status& st, EioSite site) {
   const char* tag = kEioSiteNames[static_cast<int>(site)];
   if (st.IsNotFound()) return -ENOENT;
+  uint64_t held = 0;
   if (st.sys_errno() == EROFS) {
     // A shared store this mount does not write (fs/mount.h): not an error of the store.
-    spdlog::info("{}: {}", tag, st.message());
+    if (eio_log_[static_cast<int>(site)].Allow(&held)) {
+      spdlog::info("{}: {}{}", tag, st.message(), HeldBack(held));
+    }
     return -EROFS;
   }
   const StoreFault fault = ClassifyStoreFault(st);
@@ -71,7 +77,9 @@ int Filesystem::StoreError(const Status& st, EioSite site) {
   // network said.
   const int err = fault == StoreFault::kUnreachable ? EIO : st.ToErrno();
   if (err == EIO) return Eio(site, st.message());
-  spdlog::error("[{}:{}] {}", std::strerror(err), tag, st.message());
+  if (eio_log_[static_cast<int>(site)].Allow(&held)) {
+    spdlog::error("[{}:{}] {}{}", std::strerror(err), tag, st.message(), HeldBack(held));
+  }
   return -err;
 }
 

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "base/fs_util.h"
+#include "base/log.h"
 #include "base/thread_annotations.h"
 #include "fs/chunk_cache.h"
 #include "fs/inode_table.h"
@@ -429,7 +430,8 @@ class Filesystem : public store::MoveObserver {
   // The answer to a failed store operation at `site`: ENOENT, EROFS (a
   // shared store this mount only reads), or an error counted and logged.
   int StoreError(const Status& st, EioSite site);
-  // Logs "[EIO:site] what", counts it, returns -EIO.
+  // Logs "[EIO:site] what" (a few lines a second per site at most: a loop of
+  // failing requests does not flood the log), counts it, returns -EIO.
   int Eio(EioSite site, std::string_view what);
   int UnlinkCold(const std::string& rel);
   // Rename's two cases, under the namespace lock held exclusively: the
@@ -478,6 +480,7 @@ class Filesystem : public store::MoveObserver {
   InodeTable inodes_;
   ChunkCache cache_;
   Counters counters_;
+  LogLimiter eio_log_[kNumEioSites];  // StoreError's and Eio's lines, by site
   Placements placements_;
   ListingGrants listing_grants_;
   // Lock order: see the constructor. None is held across a FUSE reply.

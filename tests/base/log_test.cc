@@ -26,6 +26,24 @@ TEST(EscapingSink, ANameCannotForgeALine) {
   EXPECT_EQ(out.str(), "[info] retention: left alice/x\\x0a[info] retention: deleted bob/y\n");
 }
 
+// A loop of failing requests logs a few lines a second, not one each; the
+// next line let through says how many were held back.
+TEST(LogLimiter, LetsAFewLinesASecondThroughAndCountsTheRest) {
+  LogLimiter limiter(3);
+  const int64_t second = 1'000'000'000;
+  uint64_t held = 99;
+  int allowed = 0;
+  for (int i = 0; i < 100; ++i) allowed += limiter.Allow(5 * second + i, &held) ? 1 : 0;
+  EXPECT_EQ(allowed, 3);
+  EXPECT_EQ(held, 0u);
+  ASSERT_TRUE(limiter.Allow(6 * second, &held));
+  EXPECT_EQ(held, 97u);
+  ASSERT_TRUE(limiter.Allow(6 * second + 1, &held));
+  EXPECT_EQ(held, 0u);
+  EXPECT_EQ(HeldBack(97), " (97 more like it held back)");
+  EXPECT_EQ(HeldBack(0), "");
+}
+
 TEST(Shorten, KeepsHeadAndTail) {
   EXPECT_EQ(Shorten("abcdef", 10), "abcdef");
   EXPECT_EQ(Shorten(std::string(100, 'a') + "END", 13), "aaaaa...aaEND");
