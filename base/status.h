@@ -39,6 +39,9 @@ class [[nodiscard]] Status {
   static Status NotSupported(std::string msg) { return {Code::kNotSupported, std::move(msg)}; }
   static Status Busy(std::string msg) { return {Code::kBusy, std::move(msg)}; }
   static Status Aborted(std::string msg) { return {Code::kAborted, std::move(msg)}; }
+  // `msg` as it is, an I/O error whose errno (what a POSIX caller sees) is
+  // `err`: for a sentence that names its cause (the strerror would repeat it).
+  static Status IOError(int err, std::string msg) { return {Code::kIOError, std::move(msg), err}; }
   // "op path: strerror(err)"; ENOENT becomes kNotFound so callers can test it.
   static Status FromErrno(int err, const std::string& op, const std::string& path);
 

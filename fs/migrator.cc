@@ -257,9 +257,10 @@ Status Migrator::Pass() {
   }
   if (stop_flag_) return Status::Aborted("the mount is stopping; the pass stopped at a file");
   if (writer && ReadOnly() && st.ok()) {
-    st = Status::FromErrno(EROFS, "migrate",
-                           "the mount turned read-only during the pass: it stopped at its next "
-                           "file (what moved is cold, the rest stays hot until the mount is rw)");
+    st = Status::IOError(
+        EROFS,
+        "migrate: the mount turned read-only during the pass: it stopped at its next "
+        "file (what moved is cold, the rest stays hot until the mount is rw)");
   }
   // After what the pass changed: hot and cold as they are now. Folders the
   // walk cannot enter were named by the candidates' walk already.
@@ -380,27 +381,25 @@ Status Migrator::NoteMoved(const store::MigrateResult& result, bool over_budget,
     // The pass stopped: said (status, migrate --now, the log), not a success.
     stats_.stopped_store_full++;
     stats_.last_error = "the store is full: " + result.store_full_reason;
-    return Status::FromErrno(ENOSPC, "migrate",
-                             "the pass stopped, the store is full: " + result.store_full_reason +
-                                 "; hot files stay hot until there is room");
+    return Status::IOError(
+        ENOSPC, "migrate: the pass stopped, the store is full: " + result.store_full_reason +
+                    "; hot files stay hot until there is room");
   }
   if (result.refused_batches > 0) {
     // Not one file of those batches moved (a store that takes no writes
     // refuses them all): a pass that says it is done would hide it.
-    return Status::FromErrno(EIO, "migrate",
-                             fmt::format("{} batch(es) not run, the first: {}",
-                                         result.refused_batches, result.first_refusal));
+    return Status::IOError(EIO, fmt::format("migrate: {} batch(es) not run, the first: {}",
+                                            result.refused_batches, result.first_refusal));
   }
   if (result.unsynced_batches > 0) {
-    return Status::FromErrno(EIO, "migrate",
-                             stats_.last_error + " (the next start's recovery undoes the batch)");
+    return Status::IOError(
+        EIO, "migrate: " + stats_.last_error + " (the next start's recovery undoes the batch)");
   }
   if (result.uncommitted_batches > 0) {
-    return Status::FromErrno(EIO, "migrate",
-                             stats_.last_error +
-                                 " (committed with the store's next write: the next pass, or a "
-                                 "change through the mount; a restart before that undoes the "
-                                 "batch)");
+    return Status::IOError(EIO, "migrate: " + stats_.last_error +
+                                    " (committed with the store's next write: the next pass, or a "
+                                    "change through the mount; a restart before that undoes the "
+                                    "batch)");
   }
   return Status::OK();
 }
