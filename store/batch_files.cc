@@ -104,7 +104,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
     const int err = manifest.status().sys_errno();
     if (err == ENOSPC || err == EDQUOT) {
       store_full_ = manifest.status().message();
-      return give_up(Outcome::kChanged, "the store has no room; left in place");
+      return give_up(Outcome::kChanged, "the store has no room");
     }
     if (err == E2BIG) {  // the file's to keep as it is, not a failure of the store
       return give_up(Outcome::kChanged, manifest.status().message() +

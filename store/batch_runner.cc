@@ -181,7 +181,7 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
       result->files[i].outcome = Outcome::kChanged;
       result->files[i].reason = !present[i]           ? "gone before the batch began"
                                 : store_full_.empty() ? kStoppedReason
-                                                      : "the store has no room; left in place";
+                                                      : "the store has no room";
       continue;
     }
     // Tests: a pass that takes its time (a mount stopped in the middle).

@@ -126,12 +126,21 @@ class EngineLog final : public rocksdb::Logger {
   void Logv(const char* format, va_list ap) override {
     char line[1024];
     std::vsnprintf(line, sizeof(line), format, ap);
-    // Not warnings: a merge cut short by the close, and a table opened
-    // outside the engine's manifest (a merge's check of a table,
-    // DB::VerifyChecksum at fsck), which has no unique id to check.
+    // Not warnings: a merge cut short by the close, a table opened outside
+    // the engine's manifest (a merge's check of a table, DB::VerifyChecksum
+    // at fsck), which has no unique id to check, and a failed open (its
+    // caller says why, naming the store).
     const bool routine = std::strstr(line, "Shutdown in progress") != nullptr ||
-                         std::strstr(line, "opened without unique ID to verify") != nullptr;
-    spdlog::log(routine ? spdlog::level::debug : level_, "store engine: {}", WithFolderPaths(line));
+                         std::strstr(line, "opened without unique ID to verify") != nullptr ||
+                         std::strstr(line, "DB::Open() failed") != nullptr;
+    // One line: what follows the first is a dump of the engine's records
+    // (a failed MANIFEST write lists every edit it held).
+    std::string text = WithFolderPaths(line);
+    if (size_t nl = text.find('\n'); nl != std::string::npos) {
+      text.resize(nl);
+      while (!text.empty() && (text.back() == ':' || text.back() == ' ')) text.pop_back();
+    }
+    spdlog::log(routine ? spdlog::level::debug : level_, "store engine: {}", text);
   }
 
  private:

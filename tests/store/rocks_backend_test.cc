@@ -794,5 +794,24 @@ TEST(RocksBackend, AMergeCutShortByTheCloseIsNoWarning) {
       "least one SST file opened without unique ID to verify: 0.sst\n");
 }
 
+// A writer's open on a full disk: the tool's one line says it (`tbfs
+// migrate: open store S: its filesystem is full`), not the engine's dump of
+// every record of the MANIFEST write that failed, nor its own "DB::Open()
+// failed" before it.
+TEST(RocksBackend, AFailedOpenIsTheCallersLineNotTheEnginesDump) {
+  CapturedLog captured;
+  const auto log = NewEngineLog(spdlog::level::warn);
+  rocksdb::Log(rocksdb::InfoLogLevel::ERROR_LEVEL, log, "[db/version_set.cc:5250] %s",
+               "Error in committing version edit to MANIFEST: \nVersionEdit {\n  PrevLogNumber: "
+               "0\n  NextFileNumber: 54\n}\n");
+  rocksdb::Log(rocksdb::InfoLogLevel::WARN_LEVEL, log, "[db/db_impl/db_impl_open.cc:2086] %s",
+               "DB::Open() failed: IO error: No space left on device");
+  EXPECT_EQ(captured.text(),
+            "[warning] store engine: [ERROR] [db/version_set.cc:5250] Error in committing version "
+            "edit to MANIFEST\n"
+            "[debug] store engine: [WARN] [db/db_impl/db_impl_open.cc:2086] DB::Open() failed: IO "
+            "error: No space left on device\n");
+}
+
 }  // namespace
 }  // namespace tbfs::store
