@@ -376,6 +376,9 @@ TEST_F(NoRoom, AStoreWhoseLogWriteFailedTakesWritesWhenRoomComesBack) {
   first.Put(store::Space::kChunks, "k0", RandomBytes(256 << 10, 1));
   ASSERT_TRUE((*backend)->Commit(first, true).ok());
   ASSERT_TRUE((*backend)->Flush().ok());
+  store::WriteBatch unflushed;  // only in the engine's log when its write fails
+  unflushed.Put(store::Space::kMeta, "unflushed", std::string(4 << 10, 'u'));
+  ASSERT_TRUE((*backend)->Commit(unflushed, true).ok());
   std::string filler;
   store::WriteBatch big;  // more than the reserve, so that the log cannot take it
   big.Put(store::Space::kMeta, "big", RandomBytes(2 << 20, 2));
@@ -399,6 +402,8 @@ TEST_F(NoRoom, AStoreWhoseLogWriteFailedTakesWritesWhenRoomComesBack) {
     again = (*backend)->Commit(small, true);
   }
   ASSERT_TRUE(again.ok()) << again.ToString();
+  EXPECT_TRUE((*backend)->Get(store::Space::kMeta, "unflushed", &got).ok())
+      << "the reopened engine lost what its log held";
   ASSERT_TRUE((*backend)->Commit(big, true).ok());
   EXPECT_TRUE((*backend)->Get(store::Space::kMeta, "x", &got).ok());
   EXPECT_TRUE(got == small.ops()[0].value);
@@ -411,6 +416,8 @@ TEST_F(NoRoom, AStoreWhoseLogWriteFailedTakesWritesWhenRoomComesBack) {
   EXPECT_TRUE(got == big.ops()[0].value);
   EXPECT_TRUE((*reopened)->Get(store::Space::kChunks, "k0", &got).ok());
   EXPECT_TRUE(got == first.ops()[0].value);
+  EXPECT_TRUE((*reopened)->Get(store::Space::kMeta, "unflushed", &got).ok());
+  EXPECT_TRUE(got == unflushed.ops()[0].value);
 }
 
 // The same race in a mount (the room check armed to pass whatever the
