@@ -177,22 +177,12 @@ enum class EioSite {
   kXattr,
   kCount,  // not a site: the number of them
 };
-inline constexpr const char* kEioSiteNames[] = {"lookup",
-                                                "lookup-manifest",
-                                                "setattr",
-                                                "unlink",
-                                                "retention",
-                                                "rmdir",
-                                                "rename",
-                                                "rename-replace",
-                                                "rename-cold-children",
-                                                "rehydrate",
-                                                "open",
-                                                "readdir",
-                                                "cold-chunk",
-                                                "backing-dir",
-                                                "inode-kind",
-                                                "xattr"};
+// clang-format off
+inline constexpr const char* kEioSiteNames[] = {
+    "lookup", "lookup-manifest", "setattr", "unlink", "retention", "rmdir", "rename",
+    "rename-replace", "rename-cold-children", "rehydrate", "open", "readdir", "cold-chunk",
+    "backing-dir", "inode-kind", "xattr"};
+// clang-format on
 inline constexpr int kNumEioSites = static_cast<int>(std::size(kEioSiteNames));
 static_assert(kNumEioSites == static_cast<int>(EioSite::kCount),
               "every EioSite needs its name in kEioSiteNames, in order");

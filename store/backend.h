@@ -10,6 +10,7 @@
 // engine's own status types never leave the implementation.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/fs_util.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
 
@@ -141,6 +143,12 @@ struct BackendOptions {
   // to the newest state the engine's files still describe, leaving out
   // table files it cannot read. Writes to the folder.
   bool best_efforts = false;
+  // A writer's reopen of an engine this process closed after a write it
+  // failed (LocalEngine): the table and blob files its MANIFEST does not
+  // list are that engine's cut-short flushes and merges, deleted as RocksDB
+  // does, not set aside as a crash's leftovers (red team: lost+found grew
+  // at each reopen, on a store short of room).
+  bool after_failed_write = false;
 };
 
 // Opens (or creates) the RocksDB store in `dir`. Busy when another process
@@ -172,7 +180,9 @@ bool LooksLikeLogDamage(std::string_view error);
 //   reader's place. Calls in flight finish first.
 class LocalEngine final : public Backend {
  public:
-  static std::unique_ptr<LocalEngine> Writing(std::string dir, std::unique_ptr<Backend> writer);
+  // `hold`: HoldStoreForWriting's, kept for the LocalEngine's life.
+  static std::unique_ptr<LocalEngine> Writing(std::string dir, UniqueFd hold,
+                                              std::unique_ptr<Backend> writer);
   static Result<std::unique_ptr<LocalEngine>> OpenReader(const std::string& dir);
   // ENOSPC (no room yet) or the engine's error; OK once writable.
   Status OpenWriter();
@@ -193,14 +203,21 @@ class LocalEngine final : public Backend {
   Memory MemoryUse() override;
 
  private:
-  LocalEngine(std::string dir, std::unique_ptr<Backend> engine, bool writable)
-      : dir_(std::move(dir)), inner_(std::move(engine)), writable_(writable) {}
+  LocalEngine(std::string dir, UniqueFd hold, std::unique_ptr<Backend> engine, bool writable)
+      : dir_(std::move(dir)),
+        hold_(std::move(hold)),
+        inner_(std::move(engine)),
+        writable_(writable) {}
   Status ReadOnly() const;
   Status RoomForLog(uint64_t bytes);
   Status Failed() const;
   // Reopens the engine after a failed write; the write's error while it
   // cannot.
   Status Renew();
+  // `failed`, after saying why the reopen did not happen (once a minute
+  // for one reason).
+  Status StaysFailed(const Status& failed, const std::string& why,
+                     std::chrono::steady_clock::time_point now) TBFS_REQUIRES(renew_mu_);
   // Puts `next` in the engine's place (the one it replaces comes back in
   // it, to be closed outside the lock); false when calls in flight kept
   // the engine for 5 s (a caller inside a Scan's callback would wait on
@@ -208,10 +225,19 @@ class LocalEngine final : public Backend {
   bool Replace(std::unique_ptr<Backend>* next, bool writable);
 
   const std::string dir_;
+  // The store held for this writer while it has a reader, or no engine,
+  // open (a reopen's window, a full disk): no other writer takes it then.
+  const UniqueFd hold_;
   mutable SharedMutex mu_;  // shared by every call, exclusive for a switch
   std::unique_ptr<Backend> inner_ TBFS_GUARDED_BY(mu_);
   bool writable_ TBFS_GUARDED_BY(mu_) = false;
   Mutex renew_mu_;  // one renewal (or OpenWriter) at a time
+  // A renewal that failed is not tried again before this (each try opens
+  // the engine: red team, a disk out of inodes, not bytes, had every write
+  // try it), nor its reason said again within a minute.
+  std::chrono::steady_clock::time_point next_renewal_ TBFS_GUARDED_BY(renew_mu_);
+  std::string said_ TBFS_GUARDED_BY(renew_mu_);
+  std::chrono::steady_clock::time_point said_at_ TBFS_GUARDED_BY(renew_mu_);
   mutable Mutex failed_mu_;
   Status failed_ TBFS_GUARDED_BY(failed_mu_);  // a failed write's, until renewed
 };

@@ -14,17 +14,21 @@
 
 namespace tbfs::store {
 
-std::unique_ptr<LocalEngine> LocalEngine::Writing(std::string dir,
+std::unique_ptr<LocalEngine> LocalEngine::Writing(std::string dir, UniqueFd hold,
                                                   std::unique_ptr<Backend> writer) {
-  return std::unique_ptr<LocalEngine>(new LocalEngine(std::move(dir), std::move(writer), true));
+  return std::unique_ptr<LocalEngine>(
+      new LocalEngine(std::move(dir), std::move(hold), std::move(writer), true));
 }
 
 Result<std::unique_ptr<LocalEngine>> LocalEngine::OpenReader(const std::string& dir) {
+  auto hold = HoldStoreForWriting(dir, false);
+  if (!hold.ok()) return hold.status();
   BackendOptions o;
   o.read_only = true;
   auto reader = OpenRocksEngine(dir, o);
   if (!reader.ok()) return reader.status();
-  return std::unique_ptr<LocalEngine>(new LocalEngine(dir, std::move(reader).value(), false));
+  return std::unique_ptr<LocalEngine>(
+      new LocalEngine(dir, std::move(hold).value(), std::move(reader).value(), false));
 }
 
 bool LocalEngine::Replace(std::unique_ptr<Backend>* next, bool writable) {
@@ -62,10 +66,18 @@ Status LocalEngine::Renew() {
   MutexLock one(renew_mu_);
   const Status failed = Failed();
   if (failed.ok()) return Status::OK();  // another call renewed it
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_renewal_) return failed;
+  next_renewal_ = now + std::chrono::seconds(1);
+  auto stays = [&](const std::string& why)
+                   TBFS_REQUIRES(renew_mu_) { return StaysFailed(failed, why, now); };
   // Room for the engine's open: a new log and MANIFEST, and the tables of
   // what its log replays (its memtables now).
   uint64_t free = 0, size = 0;
-  if (FreeBytes(&free, &size).ok() && free < UnflushedBytes() + (8u << 20)) return failed;
+  if (FreeBytes(&free, &size).ok() && free < UnflushedBytes() + (8u << 20)) {
+    return stays(
+        fmt::format("{} bytes free, {} needed to reopen it", free, UnflushedBytes() + (8u << 20)));
+  }
   bool writable = false;
   {
     ReaderMutexLock lock(mu_);
@@ -77,30 +89,36 @@ Status LocalEngine::Renew() {
     BackendOptions o;
     o.read_only = true;
     auto reader = OpenRocksEngine(dir_, o);
-    if (!reader.ok()) {
-      spdlog::warn("store {}: its engine stays as it is after a failed write: {}", dir_,
-                   reader.status().message());
-      return failed;
-    }
+    if (!reader.ok()) return stays(reader.status().message());
     std::unique_ptr<Backend> engine = std::move(reader).value();
-    if (!Replace(&engine, false)) return failed;
+    if (!Replace(&engine, false)) return stays("calls in flight held the engine for 5 s");
     // `engine`, the broken writer, closes here.
   }
-  auto writer = OpenRocksEngine(dir_, BackendOptions());
-  if (!writer.ok()) {
-    spdlog::warn("store {}: read-only until its engine reopens (after a failed write: {}): {}",
-                 dir_, failed.message(), writer.status().message());
-    return failed;
-  }
+  BackendOptions o;
+  o.after_failed_write = true;
+  auto writer = OpenRocksEngine(dir_, o);
+  if (!writer.ok()) return stays(writer.status().message());
   std::unique_ptr<Backend> engine = std::move(writer).value();
-  if (!Replace(&engine, true)) return failed;
+  if (!Replace(&engine, true)) return stays("calls in flight held the engine for 5 s");
   {
     MutexLock lock(failed_mu_);
     failed_ = Status::OK();
   }
+  said_.clear();
   spdlog::warn("store {}: its engine reopened after a failed write ({}): writable again", dir_,
                failed.message());
   return Status::OK();
+}
+
+Status LocalEngine::StaysFailed(const Status& failed, const std::string& why,
+                                std::chrono::steady_clock::time_point now) {
+  if (why != said_ || now - said_at_ >= std::chrono::minutes(1)) {
+    spdlog::warn("store {}: read-only until its engine reopens (after a failed write: {}): {}",
+                 dir_, failed.message(), why);
+    said_ = why;
+    said_at_ = now;
+  }
+  return failed;
 }
 
 bool LocalEngine::writable() const {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "base/time_util.h"
@@ -260,7 +261,8 @@ Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
   rocksdb::Status s;
   auto open = [&] {
     if (options.read_only) return rocksdb::DB::OpenForReadOnly(db_options, at, cfs, &handles, &raw);
-    OpeningWriter opening;
+    std::optional<OpeningWriter> opening;
+    if (!options.after_failed_write) opening.emplace();
     return rocksdb::DB::Open(db_options, at, cfs, &handles, &raw);
   };
   s = open();
@@ -396,9 +398,17 @@ bool RebuildDerivedSpace(const std::string& dir, const BackendOptions& options, 
 
 Result<std::unique_ptr<Backend>> OpenRocksBackend(const std::string& dir,
                                                   const BackendOptions& options) {
+  if (options.read_only || options.best_efforts) return OpenRocksEngine(dir, options);
+  struct stat st;
+  if (!options.create_if_missing && ::stat(dir.c_str(), &st) != 0) {
+    return OpenRocksEngine(dir, options);  // says what is missing
+  }
+  auto hold = HoldStoreForWriting(dir, options.create_if_missing);
+  if (!hold.ok()) return hold.status();
   auto engine = OpenRocksEngine(dir, options);
-  if (!engine.ok() || options.read_only || options.best_efforts) return engine;
-  return std::unique_ptr<Backend>(LocalEngine::Writing(dir, std::move(engine).value()));
+  if (!engine.ok()) return engine.status();
+  return std::unique_ptr<Backend>(
+      LocalEngine::Writing(dir, std::move(hold).value(), std::move(engine).value()));
 }
 
 Result<std::unique_ptr<Backend>> OpenRocksEngine(const std::string& dir,

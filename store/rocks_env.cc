@@ -8,6 +8,7 @@
 #include <rocksdb/metadata.h>
 #include <rocksdb/sst_file_reader.h>
 #include <rocksdb/table.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -249,24 +250,31 @@ rocksdb::DBOptions EngineOptions(const BackendOptions& options) {
 namespace {
 std::mutex claims_mu;
 std::set<std::pair<dev_t, ino_t>> claims;  // under claims_mu: folders a writer holds
-}  // namespace
 
-Result<EngineFolder> HoldEngineFolder(const std::string& dir, bool create, bool writer) {
+// The store folder `dir` opened with `flags` (never through a symbolic
+// link), made first (0700) when `create`.
+Result<UniqueFd> OpenStoreFolder(const std::string& dir, bool create, int flags) {
   if (create && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status::FromErrno(errno, "mkdir", dir);
   }
-  EngineFolder folder;
-  folder.fd = UniqueFd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!folder.fd.valid()) {
-    if (errno == ELOOP || errno == ENOTDIR) {
-      struct stat st;
-      if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-        return Status::InvalidArgument("store " + dir +
-                                       " is a symbolic link: name the folder it points to");
-      }
+  UniqueFd fd(::open(dir.c_str(), flags | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.valid()) return fd;
+  if (errno == ELOOP || errno == ENOTDIR) {
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return Status::InvalidArgument("store " + dir +
+                                     " is a symbolic link: name the folder it points to");
     }
-    return Status::FromErrno(errno, "open", dir);
   }
+  return Status::FromErrno(errno, "open", dir);
+}
+}  // namespace
+
+Result<EngineFolder> HoldEngineFolder(const std::string& dir, bool create, bool writer) {
+  auto opened = OpenStoreFolder(dir, create, O_PATH);
+  if (!opened.ok()) return opened.status();
+  EngineFolder folder;
+  folder.fd = std::move(opened).value();
   folder.path = fmt::format("/proc/self/fd/{}", folder.fd.get());
   if (!writer) return folder;
   struct stat st;
@@ -283,6 +291,19 @@ Result<EngineFolder> HoldEngineFolder(const std::string& dir, bool create, bool 
     claims.erase(key);
   });
   return folder;
+}
+
+Result<UniqueFd> HoldStoreForWriting(const std::string& dir, bool create) {
+  auto opened = OpenStoreFolder(dir, create, O_RDONLY);
+  if (!opened.ok()) return opened.status();
+  UniqueFd fd = std::move(opened).value();
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return Status::FromErrno(errno, "lock", dir);
+    return Status::Busy("open store " + dir +
+                        ": the store is in use by another tbfs process (its writer, or one "
+                        "waiting for room to write)");
+  }
+  return fd;
 }
 
 std::string WithFolderPaths(std::string text) {

@@ -82,6 +82,16 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what);
 // process).
 std::shared_ptr<rocksdb::Logger> NewEngineLog(spdlog::level::level_enum level);
 
+// A writer's hold of the store folder `dir` (an exclusive flock of the
+// folder itself) for as long as the fd lives. Every writer of a local store
+// takes it before the engine's own lock, and a LocalEngine keeps it while
+// it has only a reader open, or no engine (a reopen, a full disk): the
+// engine's LOCK is held only by an open writer (red team: a second mount
+// took a store whose writer was reopening, and its recovery called the
+// first one's files lost). Busy when another holds it; made (0700) when
+// `create` and missing.
+Result<UniqueFd> HoldStoreForWriting(const std::string& dir, bool create);
+
 // OpenRocksBackend without the LocalEngine around a writer: the engine
 // alone (LocalEngine's own opens).
 Result<std::unique_ptr<Backend>> OpenRocksEngine(const std::string& dir,

@@ -1,6 +1,7 @@
 // Full disks (issue 9): a store filesystem that fills up stops a migration
 // cleanly and never takes the process (or the mount) down; a full logdir
 // filesystem makes a rehydration fail with ENOSPC, as a write would.
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -418,6 +419,65 @@ TEST_F(NoRoom, AStoreWhoseLogWriteFailedTakesWritesWhenRoomComesBack) {
   EXPECT_TRUE(got == first.ops()[0].value);
   EXPECT_TRUE((*reopened)->Get(store::Space::kMeta, "unflushed", &got).ok());
   EXPECT_TRUE(got == unflushed.ops()[0].value);
+}
+
+// After the failed write the disk has bytes again but no inodes: the
+// engine's reopen gets as far as the reader in the writer's place (the
+// engine's own lock then held by no one), and no further until inodes come
+// back. Meanwhile no other writer takes the store (red team: a second
+// mount did, and its recovery called the first one's files lost), writes
+// fail with the first write's error, reads go on; then writes land, and no
+// reopen left its cut-short files set aside as a crash's.
+TEST_F(NoRoom, AStoreWhoseEngineIsReopeningIsNoOtherWritersToTake) {
+  SmallFs("16m,nr_inodes=64");
+  const std::string db = small_ + "/db";
+  auto backend = store::OpenRocksBackend(db, {.create_if_missing = true});
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  store::WriteBatch first;
+  first.Put(store::Space::kChunks, "k0", RandomBytes(256 << 10, 1));
+  ASSERT_TRUE((*backend)->Commit(first, true).ok());
+  ASSERT_TRUE((*backend)->Flush().ok());
+  std::string filler;
+  store::WriteBatch big;
+  big.Put(store::Space::kMeta, "big", RandomBytes(2 << 20, 2));
+  {
+    ScopedFailpoint race("store.room_checked", [&](const std::string&) {
+      if (filler.empty()) filler = FillSmallFs();
+    });
+    ASSERT_FALSE((*backend)->Commit(big, true).ok()) << "the disk never filled";
+  }
+  ASSERT_EQ(::unlink(filler.c_str()), 0);
+  std::vector<std::string> inodes;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = fmt::format("{}/inode{}", small_, i);
+    const int fd = ::open(name.c_str(), O_CREAT | O_WRONLY, 0600);
+    if (fd < 0) break;
+    ::close(fd);
+    inodes.push_back(name);
+  }
+  store::WriteBatch small;
+  small.Put(store::Space::kMeta, "x", "y");
+  EXPECT_FALSE((*backend)->Commit(small, true).ok()) << "a write with no inode landed";
+  const auto second = store::OpenRocksBackend(db, {});
+  ASSERT_FALSE(second.ok()) << "a second writer took the store while its engine reopened";
+  EXPECT_EQ(second.status().code(), Code::kBusy) << second.status().ToString();
+  std::string got;
+  EXPECT_TRUE((*backend)->Get(store::Space::kChunks, "k0", &got).ok()) << "reads stopped";
+  for (const std::string& name : inodes) ::unlink(name.c_str());
+  // What a flush the failed engine cut short leaves: a table file its
+  // MANIFEST does not list.
+  WriteBytes(db + "/000999.sst", std::string(4096, 's'));
+  tbfs::Status again = (*backend)->Commit(small, true);
+  for (int i = 0; i < 150 && !again.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    again = (*backend)->Commit(small, true);
+  }
+  ASSERT_TRUE(again.ok()) << again.ToString();
+  EXPECT_TRUE((*backend)->Get(store::Space::kMeta, "x", &got).ok());
+  EXPECT_FALSE(std::filesystem::exists(db + "/lost+found") &&
+               !std::filesystem::is_empty(db + "/lost+found"))
+      << "a reopen set its own cut-short files aside";
+  EXPECT_FALSE(std::filesystem::exists(db + "/000999.sst"));
 }
 
 // The same race in a mount (the room check armed to pass whatever the
