@@ -59,14 +59,16 @@ int Filesystem::Eio(EioSite site, std::string_view what) {
   return -EIO;
 }
 
-int Filesystem::StoreError(const Status& st, EioSite site) {
+int Filesystem::StoreError(const Status& st, EioSite site, std::string_view path) {
   const char* tag = kEioSiteNames[static_cast<int>(site)];
   if (st.IsNotFound()) return -ENOENT;
+  // The file first (red team: the store's path alone named no file).
+  const std::string what = path.empty() ? st.message() : fmt::format("{}: {}", path, st.message());
   uint64_t held = 0;
   if (st.sys_errno() == EROFS) {
     // A shared store this mount does not write (fs/mount.h): not an error of the store.
     if (eio_log_[static_cast<int>(site)].Allow(&held)) {
-      spdlog::info("{}: {}{}", tag, st.message(), HeldBack(held));
+      spdlog::info("{}: {}{}", tag, what, HeldBack(held));
     }
     return -EROFS;
   }
@@ -79,10 +81,10 @@ int Filesystem::StoreError(const Status& st, EioSite site) {
     // counted as EIO, 190,948 of them, with no EIO answered).
     counters_.eio_store++;
     counters_.eio_store_by[static_cast<int>(fault)]++;
-    return Eio(site, st.message());
+    return Eio(site, what);
   }
   if (eio_log_[static_cast<int>(site)].Allow(&held)) {
-    spdlog::error("[{}:{}] {}{}", std::strerror(err), tag, st.message(), HeldBack(held));
+    spdlog::error("[{}:{}] {}{}", std::strerror(err), tag, what, HeldBack(held));
   }
   return -err;
 }

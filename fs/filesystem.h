@@ -419,7 +419,7 @@ class Filesystem : public store::MoveObserver {
   bool Unmakeable(uint64_t parent, const char* name);  // hidden, or a temporary name of tbfs's
   // The answer to a failed store operation at `site`: ENOENT, EROFS (a
   // shared store this mount only reads), or an error counted and logged.
-  int StoreError(const Status& st, EioSite site);
+  int StoreError(const Status& st, EioSite site, std::string_view path = {});  // path: in the log
   // Logs "[EIO:site] what" (a few lines a second per site at most: a loop of
   // failing requests does not flood the log), counts it, returns -EIO.
   int Eio(EioSite site, std::string_view what);

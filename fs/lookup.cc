@@ -202,7 +202,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     store::WriteBatch batch;
     store_->UpdateManifest(&batch, *m);
     Status st = store_->Commit(batch, true);
-    if (!st.ok()) return StoreError(st, EioSite::kSetattr);
+    if (!st.ok()) return StoreError(st, EioSite::kSetattr, m->path());
     inodes_.UpdateManifest(*m);
     ColdAttr(ColdAttrs::Of(*m), v.shown_ino, out);
     return 0;

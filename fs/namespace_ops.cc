@@ -184,15 +184,15 @@ int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* 
 
 int Filesystem::UnlinkCold(const std::string& rel) {
   auto entry = store_->GetEntry(rel);
-  if (!entry.ok()) return StoreError(entry.status(), EioSite::kUnlink);
+  if (!entry.ok()) return StoreError(entry.status(), EioSite::kUnlink, rel);
   if (entry->kind() == storepb::Entry::DIR) return -EISDIR;
   auto m = store_->GetManifest(entry->file_id());
-  if (!m.ok()) return StoreError(m.status(), EioSite::kUnlink);
+  if (!m.ok()) return StoreError(m.status(), EioSite::kUnlink, rel);
   // A file still open keeps its chunks until the last release.
   store::WriteBatch batch;
   Status st = store_->Retire(&batch, *m);
   if (st.ok()) st = store_->Commit(batch, true);
-  if (!st.ok()) return StoreError(st, EioSite::kUnlink);
+  if (!st.ok()) return StoreError(st, EioSite::kUnlink, rel);
   ReapRetired(m->file_id());
   return 0;
 }
@@ -202,12 +202,12 @@ int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
     MutexLock one(rehydrate_mu_);  // not while it is being rehydrated
     ReaderMutexLock ns(ns_mu_);
     auto entry = store_->GetEntry(m.path());
-    if (!entry.ok()) return StoreError(entry.status(), EioSite::kRetention);
+    if (!entry.ok()) return StoreError(entry.status(), EioSite::kRetention, m.path());
     if (entry->kind() != storepb::Entry::FILE || entry->file_id() != m.file_id()) return -ENOENT;
     store::WriteBatch batch;
     Status st = store_->Retire(&batch, m);
     if (st.ok()) st = store_->Commit(batch, true);
-    if (!st.ok()) return StoreError(st, EioSite::kRetention);
+    if (!st.ok()) return StoreError(st, EioSite::kRetention, m.path());
   }
   ReapRetired(m.file_id());
   ForgetName(m.path());
@@ -307,7 +307,7 @@ int Filesystem::Rmdir(uint64_t parent, const char* name) {
   if (int r = RelPath(parent, &prel); r != 0) return r;
   std::string rel = JoinPath(prel, name);
   auto has_cold = store_->HasChildren(rel);
-  if (!has_cold.ok()) return StoreError(has_cold.status(), EioSite::kRmdir);
+  if (!has_cold.ok()) return StoreError(has_cold.status(), EioSite::kRmdir, rel);
   if (!store_->writer() && store_->GetEntry(rel).ok()) return -EROFS;  // see Rename
   InodeView v = inodes_.View(parent);
   bool hot_gone = false;
@@ -320,18 +320,18 @@ int Filesystem::Rmdir(uint64_t parent, const char* name) {
     }
   }
   auto entry = store_->GetEntry(rel);
-  if (!entry.ok()) return hot_gone ? 0 : StoreError(entry.status(), EioSite::kRmdir);
+  if (!entry.ok()) return hot_gone ? 0 : StoreError(entry.status(), EioSite::kRmdir, rel);
   if (entry->kind() != storepb::Entry::DIR) return -ENOTDIR;
   if (*has_cold) return -ENOTEMPTY;
   store::WriteBatch batch;
   Status st = store_->RemoveEntry(&batch, rel);
   if (st.ok()) st = store_->Commit(batch, true);
-  return st.ok() ? 0 : StoreError(st, EioSite::kRmdir);
+  return st.ok() ? 0 : StoreError(st, EioSite::kRmdir, rel);
 }
 
 int Filesystem::ColdChildren(const std::string& dst) {
   auto kids = store_->HasChildren(dst);
-  if (!kids.ok()) return StoreError(kids.status(), EioSite::kRename);
+  if (!kids.ok()) return StoreError(kids.status(), EioSite::kRename, dst);
   return *kids ? -ENOTEMPTY : 0;
 }
 
@@ -404,7 +404,7 @@ int Filesystem::RenameHot(const RenameArgs& a, const struct stat& sst) {
       store::WriteBatch b;
       Status st = store_->RemoveEntry(&b, a.dst);
       if (st.ok()) st = store_->Commit(b, true);
-      if (!st.ok()) r = StoreError(st, EioSite::kRenameReplace);
+      if (!st.ok()) r = StoreError(st, EioSite::kRenameReplace, a.dst);
     }
     if (r != 0)
       spdlog::error("rename over cold {}: its store entry stays: {}", a.dst, std::strerror(-r));
@@ -427,7 +427,7 @@ int Filesystem::RenameHot(const RenameArgs& a, const struct stat& sst) {
             "folder could not go back: {} (its cold files stay under {})",
             Printable(a.src), Printable(a.dst), std::strerror(errno), Printable(a.src));
       }
-      return StoreError(st, EioSite::kRenameColdChildren);
+      return StoreError(st, EioSite::kRenameColdChildren, a.src);
     }
     inodes_.RenameColdDirs(a.src, a.dst);
   }
@@ -437,7 +437,7 @@ int Filesystem::RenameHot(const RenameArgs& a, const struct stat& sst) {
 int Filesystem::RenameCold(const RenameArgs& a) {
   if (a.flags & RENAME_EXCHANGE) return -EINVAL;
   auto src_entry = store_->GetEntry(a.src);
-  if (!src_entry.ok()) return StoreError(src_entry.status(), EioSite::kRename);
+  if (!src_entry.ok()) return StoreError(src_entry.status(), EioSite::kRename, a.src);
   const bool src_dir = src_entry->kind() == storepb::Entry::DIR;
   InodeView npv = inodes_.View(a.newparent);
   if (npv.kind == Kind::kColdFile) return -ENOTDIR;
@@ -469,7 +469,7 @@ int Filesystem::RenameCold(const RenameArgs& a) {
       store::WriteBatch b;
       Status st = store_->RemoveEntry(&b, a.dst);
       if (st.ok()) st = store_->Commit(b, true);
-      if (!st.ok()) return StoreError(st, EioSite::kRename);
+      if (!st.ok()) return StoreError(st, EioSite::kRename, a.src);
     } else if (int r = UnlinkCold(a.dst); r != 0) {
       return r;
     }
@@ -477,7 +477,7 @@ int Filesystem::RenameCold(const RenameArgs& a) {
   store::WriteBatch batch;
   Status st = store_->Rename(&batch, a.src, a.dst, store::LogdirFolders(options_.logdir));
   if (st.ok()) st = store_->Commit(batch, true);
-  if (!st.ok()) return StoreError(st, EioSite::kRename);
+  if (!st.ok()) return StoreError(st, EioSite::kRename, a.src);
   // The hot file it replaces goes only now: a store that failed the
   // rename has left it in place.
   if (dst_hot_file && ::unlinkat(npv.fd->get(), a.newname, 0) != 0 && errno != ENOENT) {

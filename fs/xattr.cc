@@ -142,7 +142,7 @@ int Filesystem::SetColdXattr(uint64_t ino, const InodeView& v, const char* name,
   store::WriteBatch batch;
   store_->UpdateManifest(&batch, *m);
   Status st = store_->Commit(batch, true);
-  if (!st.ok()) return StoreError(st, EioSite::kXattr);
+  if (!st.ok()) return StoreError(st, EioSite::kXattr, m->path());
   inodes_.UpdateManifest(*m);
   Invalidate(ino);  // an ACL changes the mode
   return 0;
