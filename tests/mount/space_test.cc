@@ -105,6 +105,37 @@ class NoRoom : public MountTest {
     std::fclose(f);
     return filler;
   }
+  // A store at `db` holding one flushed chunk ("k0", the value of *first).
+  std::unique_ptr<store::Backend> StoreWithAFlushedChunk(const std::string& db,
+                                                         store::WriteBatch* first) {
+    auto backend = store::OpenRocksBackend(db, {.create_if_missing = true});
+    EXPECT_TRUE(backend.ok()) << backend.status().ToString();
+    if (!backend.ok()) return nullptr;
+    first->Put(store::Space::kChunks, "k0", RandomBytes(256 << 10, 1));
+    EXPECT_TRUE((*backend)->Commit(*first, true).ok());
+    EXPECT_TRUE((*backend)->Flush().ok());
+    return std::move(backend).value();
+  }
+  // Commits `batch` while another process fills the small filesystem
+  // between the store's check for room and its write: the write's status;
+  // *filler is the filling file.
+  tbfs::Status CommitAsTheDiskFills(store::Backend& b, const store::WriteBatch& batch,
+                                    std::string* filler) {
+    ScopedFailpoint race("store.room_checked", [&](const std::string&) {
+      if (filler->empty()) *filler = FillSmallFs();
+    });
+    return b.Commit(batch, true);
+  }
+  // Commits `batch` until it lands, for 30 s at most (RocksDB's own
+  // recovery polls for room; a failed reopen is tried again after 1 s).
+  tbfs::Status CommitUntilItLands(store::Backend& b, const store::WriteBatch& batch) {
+    tbfs::Status st = b.Commit(batch, true);
+    for (int i = 0; i < 150 && !st.ok(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      st = b.Commit(batch, true);
+    }
+    return st;
+  }
   std::string small_;
   std::map<std::string, std::string> traces_;
 };
@@ -335,30 +366,23 @@ TEST_F(NoRoom, AWriteThatFailsForSpaceLeavesTheStoreUsable) {
 // own: an abort fails this one.
 TEST_F(NoRoom, AStoreWhoseDiskFilledTakesWritesWhenRoomComesBack) {
   SmallFs("16m");
-  auto backend = store::OpenRocksBackend(small_ + "/db", {.create_if_missing = true});
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   store::WriteBatch first;
-  first.Put(store::Space::kChunks, "k0", RandomBytes(256 << 10, 1));
-  ASSERT_TRUE((*backend)->Commit(first, true).ok());
-  ASSERT_TRUE((*backend)->Flush().ok());
+  auto backend = StoreWithAFlushedChunk(small_ + "/db", &first);
+  ASSERT_NE(backend, nullptr);
   const std::string filler = FillSmallFs();
   store::WriteBatch small;
   small.Put(store::Space::kMeta, "x", std::string(8 << 10, 'y'));
   tbfs::Status refused = tbfs::Status::OK();
-  for (int i = 0; i < 8 && refused.ok(); ++i) refused = (*backend)->Commit(small, true);
+  for (int i = 0; i < 8 && refused.ok(); ++i) refused = backend->Commit(small, true);
   ASSERT_FALSE(refused.ok()) << "the disk never filled";
   EXPECT_EQ(refused.sys_errno(), ENOSPC) << refused.ToString();
   ASSERT_EQ(::unlink(filler.c_str()), 0);
   // RocksDB recovers from a full disk on its own, polling for room (every
   // few seconds): the writes may wait for that, but no longer.
-  tbfs::Status again = (*backend)->Commit(small, true);
-  for (int i = 0; i < 150 && !again.ok(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    again = (*backend)->Commit(small, true);
-  }
+  const tbfs::Status again = CommitUntilItLands(*backend, small);
   ASSERT_TRUE(again.ok()) << again.ToString();
   std::string got;
-  EXPECT_TRUE((*backend)->Get(store::Space::kMeta, "x", &got).ok());
+  EXPECT_TRUE(backend->Get(store::Space::kMeta, "x", &got).ok());
   EXPECT_TRUE(got == small.ops()[0].value);
 }
 
@@ -371,54 +395,39 @@ TEST_F(NoRoom, AStoreWhoseDiskFilledTakesWritesWhenRoomComesBack) {
 TEST_F(NoRoom, AStoreWhoseLogWriteFailedTakesWritesWhenRoomComesBack) {
   SmallFs("16m");
   const std::string db = small_ + "/db";
-  auto backend = store::OpenRocksBackend(db, {.create_if_missing = true});
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   store::WriteBatch first;
-  first.Put(store::Space::kChunks, "k0", RandomBytes(256 << 10, 1));
-  ASSERT_TRUE((*backend)->Commit(first, true).ok());
-  ASSERT_TRUE((*backend)->Flush().ok());
+  auto backend = StoreWithAFlushedChunk(db, &first);
+  ASSERT_NE(backend, nullptr);
   store::WriteBatch unflushed;  // only in the engine's log when its write fails
   unflushed.Put(store::Space::kMeta, "unflushed", std::string(4 << 10, 'u'));
-  ASSERT_TRUE((*backend)->Commit(unflushed, true).ok());
+  ASSERT_TRUE(backend->Commit(unflushed, true).ok());
   std::string filler;
   store::WriteBatch big;  // more than the reserve, so that the log cannot take it
   big.Put(store::Space::kMeta, "big", RandomBytes(2 << 20, 2));
-  {
-    ScopedFailpoint race("store.room_checked", [&](const std::string&) {
-      if (filler.empty()) filler = FillSmallFs();
-    });
-    const tbfs::Status refused = (*backend)->Commit(big, true);
-    ASSERT_FALSE(refused.ok()) << "the disk never filled";
-    EXPECT_EQ(refused.sys_errno(), ENOSPC) << refused.ToString();
-  }
+  const tbfs::Status refused = CommitAsTheDiskFills(*backend, big, &filler);
+  ASSERT_FALSE(refused.ok()) << "the disk never filled";
+  EXPECT_EQ(refused.sys_errno(), ENOSPC) << refused.ToString();
   store::WriteBatch small;
   small.Put(store::Space::kMeta, "x", std::string(8 << 10, 'y'));
-  EXPECT_FALSE((*backend)->Commit(small, true).ok()) << "a write with no room landed";
+  EXPECT_FALSE(backend->Commit(small, true).ok()) << "a write with no room landed";
   std::string got;
-  EXPECT_TRUE((*backend)->Get(store::Space::kChunks, "k0", &got).ok()) << "reads stopped";
+  EXPECT_TRUE(backend->Get(store::Space::kChunks, "k0", &got).ok()) << "reads stopped";
   ASSERT_EQ(::unlink(filler.c_str()), 0);
-  tbfs::Status again = (*backend)->Commit(small, true);
-  for (int i = 0; i < 150 && !again.ok(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    again = (*backend)->Commit(small, true);
-  }
+  const tbfs::Status again = CommitUntilItLands(*backend, small);
   ASSERT_TRUE(again.ok()) << again.ToString();
-  EXPECT_TRUE((*backend)->Get(store::Space::kMeta, "unflushed", &got).ok())
+  EXPECT_TRUE(backend->Get(store::Space::kMeta, "unflushed", &got).ok())
       << "the reopened engine lost what its log held";
-  ASSERT_TRUE((*backend)->Commit(big, true).ok());
-  EXPECT_TRUE((*backend)->Get(store::Space::kMeta, "x", &got).ok());
+  ASSERT_TRUE(backend->Commit(big, true).ok());
+  EXPECT_TRUE(backend->Get(store::Space::kMeta, "x", &got).ok());
   EXPECT_TRUE(got == small.ops()[0].value);
-  backend->reset();
+  backend.reset();
   auto reopened = store::OpenRocksBackend(db, {});
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
-  EXPECT_TRUE((*reopened)->Get(store::Space::kMeta, "x", &got).ok());
-  EXPECT_TRUE(got == small.ops()[0].value);
-  EXPECT_TRUE((*reopened)->Get(store::Space::kMeta, "big", &got).ok());
-  EXPECT_TRUE(got == big.ops()[0].value);
-  EXPECT_TRUE((*reopened)->Get(store::Space::kChunks, "k0", &got).ok());
-  EXPECT_TRUE(got == first.ops()[0].value);
-  EXPECT_TRUE((*reopened)->Get(store::Space::kMeta, "unflushed", &got).ok());
-  EXPECT_TRUE(got == unflushed.ops()[0].value);
+  for (const store::WriteBatch* b : {&small, &big, &first, &unflushed}) {
+    const auto& op = b->ops()[0];
+    EXPECT_TRUE((*reopened)->Get(op.space, op.key, &got).ok()) << op.key;
+    EXPECT_TRUE(got == op.value) << op.key;
+  }
 }
 
 // After the failed write the disk has bytes again but no inodes: the
@@ -431,21 +440,13 @@ TEST_F(NoRoom, AStoreWhoseLogWriteFailedTakesWritesWhenRoomComesBack) {
 TEST_F(NoRoom, AStoreWhoseEngineIsReopeningIsNoOtherWritersToTake) {
   SmallFs("16m,nr_inodes=64");
   const std::string db = small_ + "/db";
-  auto backend = store::OpenRocksBackend(db, {.create_if_missing = true});
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   store::WriteBatch first;
-  first.Put(store::Space::kChunks, "k0", RandomBytes(256 << 10, 1));
-  ASSERT_TRUE((*backend)->Commit(first, true).ok());
-  ASSERT_TRUE((*backend)->Flush().ok());
+  auto backend = StoreWithAFlushedChunk(db, &first);
+  ASSERT_NE(backend, nullptr);
   std::string filler;
   store::WriteBatch big;
   big.Put(store::Space::kMeta, "big", RandomBytes(2 << 20, 2));
-  {
-    ScopedFailpoint race("store.room_checked", [&](const std::string&) {
-      if (filler.empty()) filler = FillSmallFs();
-    });
-    ASSERT_FALSE((*backend)->Commit(big, true).ok()) << "the disk never filled";
-  }
+  ASSERT_FALSE(CommitAsTheDiskFills(*backend, big, &filler).ok()) << "the disk never filled";
   ASSERT_EQ(::unlink(filler.c_str()), 0);
   std::vector<std::string> inodes;
   for (int i = 0; i < 1000; ++i) {
@@ -457,23 +458,19 @@ TEST_F(NoRoom, AStoreWhoseEngineIsReopeningIsNoOtherWritersToTake) {
   }
   store::WriteBatch small;
   small.Put(store::Space::kMeta, "x", "y");
-  EXPECT_FALSE((*backend)->Commit(small, true).ok()) << "a write with no inode landed";
+  EXPECT_FALSE(backend->Commit(small, true).ok()) << "a write with no inode landed";
   const auto second = store::OpenRocksBackend(db, {});
   ASSERT_FALSE(second.ok()) << "a second writer took the store while its engine reopened";
   EXPECT_EQ(second.status().code(), Code::kBusy) << second.status().ToString();
   std::string got;
-  EXPECT_TRUE((*backend)->Get(store::Space::kChunks, "k0", &got).ok()) << "reads stopped";
+  EXPECT_TRUE(backend->Get(store::Space::kChunks, "k0", &got).ok()) << "reads stopped";
   for (const std::string& name : inodes) ::unlink(name.c_str());
   // What a flush the failed engine cut short leaves: a table file its
   // MANIFEST does not list.
   WriteBytes(db + "/000999.sst", std::string(4096, 's'));
-  tbfs::Status again = (*backend)->Commit(small, true);
-  for (int i = 0; i < 150 && !again.ok(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    again = (*backend)->Commit(small, true);
-  }
+  const tbfs::Status again = CommitUntilItLands(*backend, small);
   ASSERT_TRUE(again.ok()) << again.ToString();
-  EXPECT_TRUE((*backend)->Get(store::Space::kMeta, "x", &got).ok());
+  EXPECT_TRUE(backend->Get(store::Space::kMeta, "x", &got).ok());
   EXPECT_FALSE(std::filesystem::exists(db + "/lost+found") &&
                !std::filesystem::is_empty(db + "/lost+found"))
       << "a reopen set its own cut-short files aside";
