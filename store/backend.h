@@ -223,6 +223,8 @@ class LocalEngine final : public Backend {
   // the engine for 5 s (a caller inside a Scan's callback would wait on
   // itself).
   bool Replace(std::unique_ptr<Backend>* next, bool writable);
+  // Opens the engine with `options` and puts it in the one's place (Replace).
+  Status OpenInPlace(const BackendOptions& options, bool writable);
 
   const std::string dir_;
   // The store held for this writer while it has a reader, or no engine,

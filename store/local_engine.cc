@@ -43,6 +43,17 @@ bool LocalEngine::Replace(std::unique_ptr<Backend>* next, bool writable) {
   return true;
 }
 
+Status LocalEngine::OpenInPlace(const BackendOptions& options, bool writable) {
+  auto opened = OpenRocksEngine(dir_, options);
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<Backend> engine = std::move(opened).value();
+  if (!Replace(&engine, writable)) {
+    return Status::FromErrno(EBUSY, "reopen store " + dir_ + ":",
+                             "calls in flight held its engine for 5 s; tried again later");
+  }
+  return Status::OK();  // the engine replaced closes here, outside the lock
+}
+
 Status LocalEngine::OpenWriter() {
   MutexLock one(renew_mu_);
   {
@@ -51,15 +62,7 @@ Status LocalEngine::OpenWriter() {
   }
   // Opened beside the reader (a read-only engine takes no lock), then put
   // in its place: no call sees the store missing.
-  BackendOptions o;
-  auto writer = OpenRocksEngine(dir_, o);
-  if (!writer.ok()) return writer.status();
-  std::unique_ptr<Backend> engine = std::move(writer).value();
-  if (!Replace(&engine, true)) {
-    return Status::FromErrno(EBUSY, "reopen store " + dir_ + ":",
-                             "calls in flight held its engine for 5 s; tried again later");
-  }
-  return Status::OK();  // the reader closes here, outside the lock
+  return OpenInPlace(BackendOptions(), true);
 }
 
 Status LocalEngine::Renew() {
@@ -69,14 +72,13 @@ Status LocalEngine::Renew() {
   const auto now = std::chrono::steady_clock::now();
   if (now < next_renewal_) return failed;
   next_renewal_ = now + std::chrono::seconds(1);
-  auto stays = [&](const std::string& why)
-                   TBFS_REQUIRES(renew_mu_) { return StaysFailed(failed, why, now); };
   // Room for the engine's open: a new log and MANIFEST, and the tables of
   // what its log replays (its memtables now).
   uint64_t free = 0, size = 0;
-  if (FreeBytes(&free, &size).ok() && free < UnflushedBytes() + (8u << 20)) {
-    return stays(
-        fmt::format("{} bytes free, {} needed to reopen it", free, UnflushedBytes() + (8u << 20)));
+  const uint64_t need = UnflushedBytes() + (8u << 20);
+  if (FreeBytes(&free, &size).ok() && free < need) {
+    return StaysFailed(failed, fmt::format("{} bytes free, {} needed to reopen it", free, need),
+                       now);
   }
   bool writable = false;
   {
@@ -84,22 +86,19 @@ Status LocalEngine::Renew() {
     writable = writable_;
   }
   if (writable) {
-    // A reader in the broken writer's place first: reads go on while the
-    // writer is closed and opened anew (which only one engine can be).
-    BackendOptions o;
-    o.read_only = true;
-    auto reader = OpenRocksEngine(dir_, o);
-    if (!reader.ok()) return stays(reader.status().message());
-    std::unique_ptr<Backend> engine = std::move(reader).value();
-    if (!Replace(&engine, false)) return stays("calls in flight held the engine for 5 s");
-    // `engine`, the broken writer, closes here.
+    // A reader in the broken writer's place first (the broken writer closes
+    // as it goes): reads go on while the writer is opened anew (which only
+    // one engine can be).
+    BackendOptions reader;
+    reader.read_only = true;
+    if (Status st = OpenInPlace(reader, false); !st.ok()) {
+      return StaysFailed(failed, st.message(), now);
+    }
   }
-  BackendOptions o;
-  o.after_failed_write = true;
-  auto writer = OpenRocksEngine(dir_, o);
-  if (!writer.ok()) return stays(writer.status().message());
-  std::unique_ptr<Backend> engine = std::move(writer).value();
-  if (!Replace(&engine, true)) return stays("calls in flight held the engine for 5 s");
+  BackendOptions writer;
+  writer.after_failed_write = true;
+  if (Status st = OpenInPlace(writer, true); !st.ok())
+    return StaysFailed(failed, st.message(), now);
   {
     MutexLock lock(failed_mu_);
     failed_ = Status::OK();
