@@ -11,6 +11,7 @@
 #include "fs/filesystem.h"
 #include "spdlog/spdlog.h"
 #include "store/format.h"
+#include "store/manifest.h"
 #include "store/restore.h"
 
 namespace tbfs::fs {
@@ -300,12 +301,12 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off, std::vector
   uint64_t file_size = m->size();
   if (static_cast<uint64_t>(off) >= file_size) return 0;
   size = static_cast<size_t>(std::min<uint64_t>(size, file_size - static_cast<uint64_t>(off)));
-  const uint64_t cb = m->chunk_bytes();
+  const store::ChunkGeometry g = store::GeometryOf(*m);
   size_t done = 0;
   uint64_t last_index = 0;
   while (done < size) {
     uint64_t pos = static_cast<uint64_t>(off) + done;
-    uint64_t index = pos / cb;
+    uint64_t index = g.IndexAt(pos);
     if (done > 0 && stopping && stopping()) return -EINTR;  // a unmount waits for this read
     auto chunk = cache_.Get(m, index);
     if (!chunk.ok()) {
@@ -314,7 +315,7 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off, std::vector
       counters_.eio_by_site[static_cast<int>(EioSite::kColdChunk)]++;
       return -EIO;  // logged with its tag ([EIO:cold-chunk]) by the cache
     }
-    size_t within = static_cast<size_t>(pos - index * cb);
+    size_t within = static_cast<size_t>(pos - g.Start(index));
     size_t n = std::min((*chunk)->size - within, size - done);
     slices->push_back({*chunk, within, n});
     done += n;
@@ -326,7 +327,7 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off, std::vector
   uint64_t expected = fh->next_offset.exchange(static_cast<uint64_t>(off) + done);
   uint64_t distance = expected > static_cast<uint64_t>(off) ? expected - static_cast<uint64_t>(off)
                                                             : static_cast<uint64_t>(off) - expected;
-  if (distance <= 2 * cb) {
+  if (distance <= 2 * uint64_t{m->chunk_bytes()}) {
     for (uint64_t ahead = 1; ahead <= kReadaheadChunks; ++ahead)
       cache_.Prefetch(m, last_index + ahead);
   }

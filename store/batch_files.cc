@@ -90,6 +90,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
 
   IngestOptions io;
   io.chunk_bytes = options_.chunk_bytes;
+  io.head_chunk_bytes = options_.head_chunk_bytes;
   io.level = options_.level;
   io.dictionaries = options_.dictionaries;
   io.file_class = std::string(ClassName(c.cls));

@@ -28,8 +28,8 @@ void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::stri
   value->resize(kChunkHeaderBytes + bound);
   char* out = value->data();
   uint32_t len = static_cast<uint32_t>(raw.size());
-  uint64_t hash =
-      XXH3_64bits_withSeed(raw.data(), raw.size(), ChunkSeed(pos.file_id, pos.index, len));
+  uint64_t hash = XXH3_64bits_withSeed(raw.data(), raw.size(),
+                                       ChunkSeed(pos.file_id, pos.index, len, pos.head));
   std::memcpy(out + 1, &len, 4);
   std::memcpy(out + 5, &hash, 8);
   // The level's match-finder tables are sized for inputs of any length: at
@@ -102,8 +102,9 @@ Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected
   } else {
     return Status::Corruption("chunk has unknown codec " + std::to_string(codec));
   }
-  uint64_t want = v1 ? XXH3_64bits(out, len)
-                     : XXH3_64bits_withSeed(out, len, ChunkSeed(pos.file_id, pos.index, len));
+  uint64_t want =
+      v1 ? XXH3_64bits(out, len)
+         : XXH3_64bits_withSeed(out, len, ChunkSeed(pos.file_id, pos.index, len, pos.head));
   if (want != hash) {
     return Status::Corruption(
         v1 ? "chunk checksum mismatch"
@@ -135,8 +136,8 @@ Status ChunkCodec::Rebind(std::string_view value, size_t expected, ChunkPos pos,
   if (codec != kChunkRawV1 && codec != kChunkZstdV1) return Status::OK();
   (*out)[0] = static_cast<char>(codec == kChunkRawV1 ? kChunkRaw : kChunkZstd);
   uint32_t len = static_cast<uint32_t>(expected);
-  uint64_t hash =
-      XXH3_64bits_withSeed(raw.data(), raw.size(), ChunkSeed(pos.file_id, pos.index, len));
+  uint64_t hash = XXH3_64bits_withSeed(raw.data(), raw.size(),
+                                       ChunkSeed(pos.file_id, pos.index, len, pos.head));
   std::memcpy(out->data() + 5, &hash, 8);
   return Status::OK();
 }

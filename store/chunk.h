@@ -26,10 +26,12 @@
 
 namespace tbfs::store {
 
-// Where a chunk belongs.
+// Where a chunk belongs: its key, and the head chunk's length of its file
+// (Manifest.head_chunk_bytes, 0 for none), bound into its checksum.
 struct ChunkPos {
   uint64_t file_id = 0;
   uint64_t index = 0;
+  uint32_t head = 0;
 };
 
 // The dictionary with a zstd id, or null when there is none. Thread-safe.

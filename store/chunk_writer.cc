@@ -20,11 +20,13 @@ constexpr size_t kBatchBytes = 4 << 20;
 }  // namespace
 
 ChunkWriter::ChunkWriter(ColdStore& store, const std::string& path, uint64_t file_id,
-                         uint64_t chunks, const Dictionary* dict, const IngestOptions& options)
+                         uint64_t chunks, uint32_t head, const Dictionary* dict,
+                         const IngestOptions& options)
     : store_(store),
       path_(path),
       file_id_(file_id),
       chunks_(chunks),
+      head_(head),
       dict_(dict),
       options_(options),
       codecs_(Codecs(*options.pool)),
@@ -50,7 +52,7 @@ Status ChunkWriter::WriteAll(const NextChunk& next) {
         if (side.ok()) side = Fill(next, other);
         return;
       }
-      codecs_[worker]->Encode(now->raw[i - 1], options_.level, {file_id_, now->index[i - 1]},
+      codecs_[worker]->Encode(now->raw[i - 1], options_.level, {file_id_, now->index[i - 1], head_},
                               &now->value[i - 1], dict_);
     });
     TBFS_RETURN_IF_ERROR(side);

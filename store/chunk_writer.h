@@ -25,9 +25,10 @@ using NextChunk = std::function<Result<bool>(std::string* raw, uint64_t* index)>
 
 class ChunkWriter {
  public:
-  // `chunks`: how many the file has (holes included).
+  // `chunks`: how many the file has (holes included); `head`: its
+  // Manifest.head_chunk_bytes.
   ChunkWriter(ColdStore& store, const std::string& path, uint64_t file_id, uint64_t chunks,
-              const Dictionary* dict, const IngestOptions& options);
+              uint32_t head, const Dictionary* dict, const IngestOptions& options);
 
   // Compresses every chunk `next` gives and puts it in batch(), committed
   // (not synced) whenever the batch grows big; the caller commits the
@@ -55,6 +56,7 @@ class ChunkWriter {
   const std::string& path_;
   const uint64_t file_id_;
   const uint64_t chunks_;
+  const uint32_t head_;
   const Dictionary* const dict_;
   const IngestOptions& options_;
   std::vector<std::unique_ptr<ChunkCodec>> codecs_;

@@ -155,7 +155,8 @@ Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, Chun
     return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
   }
   TBFS_RETURN_IF_ERROR(st);
-  st = codec->DecodeInto(value, out, ChunkLength(m, index), {m.file_id(), index},
+  st = codec->DecodeInto(value, out, ChunkLength(m, index),
+                         {m.file_id(), index, m.head_chunk_bytes()},
                          info_.format_version() == kFormatVersionV1, find_dict_);
   if (!st.ok())
     return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
@@ -173,13 +174,13 @@ Status ColdStore::ReadRange(const storepb::Manifest& m, uint64_t offset, size_t 
   *got = 0;
   if (offset >= m.size() || length == 0) return Status::OK();
   length = static_cast<size_t>(std::min<uint64_t>(length, m.size() - offset));
-  const uint64_t cb = m.chunk_bytes();
+  const ChunkGeometry g = GeometryOf(m);
   std::string raw;
   while (*got < length) {
     uint64_t pos = offset + *got;
-    uint64_t index = pos / cb;
+    uint64_t index = g.IndexAt(pos);
     TBFS_RETURN_IF_ERROR(ReadChunk(m, index, codec, &raw));
-    size_t within = static_cast<size_t>(pos - index * cb);
+    size_t within = static_cast<size_t>(pos - g.Start(index));
     size_t n = std::min(raw.size() - within, length - *got);
     std::memcpy(out + *got, raw.data() + within, n);
     *got += n;

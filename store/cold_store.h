@@ -45,6 +45,9 @@ namespace tbfs::store {
 // Defaults for new files; chosen by `tbfs-bench migrate` (see README).
 inline constexpr uint32_t kDefaultChunkBytes = 1 << 20;
 inline constexpr int kDefaultZstdLevel = 9;
+// Chunk 0 of a new file larger than this holds only this much (format 7,
+// store/manifest.h; why: docs/format.md, "head chunk").
+inline constexpr uint32_t kHeadChunkBytes = 128 << 10;
 
 struct OpenOptions {
   bool create_if_missing = false;

@@ -31,11 +31,11 @@ namespace {
 // it as zeros), a chunk with none is a hole. The cost is one pair of seeks
 // per run of data, whatever the size: a 15 TB file that takes no disk is
 // not read at all.
-Status FindDataRuns(int fd, const std::string& path, const struct stat& st, uint32_t cb,
+Status FindDataRuns(int fd, const std::string& path, const struct stat& st, const ChunkGeometry& g,
                     std::vector<ChunkRun>* runs) {
   runs->clear();
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  const uint64_t chunks = ChunkCount(size, cb);
+  const uint64_t chunks = g.Count();
   if (!MayBeSparse(st)) {
     if (chunks > 0) runs->push_back({0, chunks});
     return Status::OK();
@@ -48,15 +48,15 @@ Status FindDataRuns(int fd, const std::string& path, const struct stat& st, uint
     if (static_cast<uint64_t>(data) >= size) break;
     const off_t hole = ::lseek(fd, data, SEEK_HOLE);
     if (hole < 0) return Status::FromErrno(errno, "find the holes (SEEK_HOLE) of", path);
-    const uint64_t first = static_cast<uint64_t>(data) / cb;
+    const uint64_t first = g.IndexAt(static_cast<uint64_t>(data));
     const uint64_t end =
-        std::clamp<uint64_t>(ChunkCount(static_cast<uint64_t>(hole), cb), first + 1, chunks);
+        std::clamp<uint64_t>(g.ChunksBefore(static_cast<uint64_t>(hole)), first + 1, chunks);
     if (!runs->empty() && runs->back().end >= first) {
       runs->back().end = std::max(runs->back().end, end);
     } else {
       runs->push_back({first, end});
     }
-    pos = end * cb;
+    pos = g.Start(end);
   }
   return Status::OK();
 }
@@ -65,18 +65,18 @@ Status FindDataRuns(int fd, const std::string& path, const struct stat& st, uint
 // that cannot be made costs the file nothing but the attempt.
 std::shared_ptr<const Dictionary> DictionaryFor(ColdStore& store, const std::string& rel_path,
                                                 int fd, const std::string& path,
-                                                const std::vector<ChunkRun>& data, uint64_t size,
+                                                const std::vector<ChunkRun>& data,
+                                                const ChunkGeometry& g,
                                                 const IngestOptions& options) {
   if (!options.dictionaries) return nullptr;
-  const uint64_t cb = options.chunk_bytes;
   uint64_t data_bytes = 0;
-  for (const ChunkRun& r : data) data_bytes += std::min(r.end * cb, size) - r.first * cb;
+  for (const ChunkRun& r : data) data_bytes += std::min(g.Start(r.end), g.size) - g.Start(r.first);
   auto d = store.DictionaryForFile(
       rel_path, options.file_class, data, data_bytes, options.level, options.pool->size(),
       [&](uint64_t index, std::string* raw) {
-        raw->resize(static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb)));
+        raw->resize(g.Length(index));
         size_t got = 0;
-        TBFS_RETURN_IF_ERROR(PreadFull(fd, raw->data(), raw->size(), index * cb, &got, path));
+        TBFS_RETURN_IF_ERROR(PreadFull(fd, raw->data(), raw->size(), g.Start(index), &got, path));
         raw->resize(got);
         return Status::OK();
       });
@@ -112,10 +112,12 @@ Status StartManifest(int fd, const std::string& path, const std::string& rel_pat
   m->set_mtime_ns(ToNs(st.st_mtim));
   m->set_ctime_ns(ToNs(st.st_ctim));
   m->set_ino(st.st_ino);
-  m->set_chunk_bytes(options.chunk_bytes);
+  const ChunkGeometry g = NewGeometry(m->size(), options.chunk_bytes, options.head_chunk_bytes);
+  m->set_chunk_bytes(g.chunk_bytes);
+  m->set_head_chunk_bytes(g.head);
   m->set_codec(kCodecZstd);
   m->set_level(options.level);
-  m->set_chunks(ChunkCount(m->size(), options.chunk_bytes));
+  m->set_chunks(g.Count());
   m->set_file_class(options.file_class);
   m->set_migrated_ns(NowNs());
   // ACLs and every other attribute go with the file (a change after the
@@ -285,6 +287,7 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
                     kGzipProbeBytes >> 20, kGzipContentMustSave * 100));
   }
   m.set_chunk_bytes(kGzipPieceBytes);  // the file's bytes, in pieces
+  m.clear_head_chunk_bytes();          // all of them alike
   m.set_chunks(ChunkCount(m.size(), kGzipPieceBytes));
   if (dict != nullptr) m.set_dictionary(dict->id());
   storepb::GzipContent* g = m.mutable_gzip();
@@ -296,7 +299,7 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
   Xxh128 content_hash;
   // The file's piece count stands for the content's chunk count, not known
   // yet (it decides only whether the first wave is committed on its own).
-  ChunkWriter writer(store, path, m.file_id(), m.chunks(), dict.get(), options);
+  ChunkWriter writer(store, path, m.file_id(), m.chunks(), 0, dict.get(), options);
   z_stream z{};
   if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return Status::Corruption(path + ": inflateInit2");
   struct End {
@@ -386,11 +389,11 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
                                      const std::string& rel_path, int fd, const struct stat& st,
                                      uint64_t file_id, const IngestOptions& options) {
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  const uint32_t cb = options.chunk_bytes;
-  const uint64_t chunks = ChunkCount(size, cb);
+  const ChunkGeometry g = NewGeometry(size, options.chunk_bytes, options.head_chunk_bytes);
+  const uint64_t chunks = g.Count();
   const std::string path = JoinPath(logdir, rel_path);
   std::vector<ChunkRun> data;
-  TBFS_RETURN_IF_ERROR(FindDataRuns(fd, path, st, cb, &data));
+  TBFS_RETURN_IF_ERROR(FindDataRuns(fd, path, st, g, &data));
   storepb::Manifest m;
   TBFS_RETURN_IF_ERROR(StartManifest(fd, path, rel_path, st, file_id, options, &m));
   const bool dense = data.size() == 1 && data[0].first == 0 && data[0].end == chunks;
@@ -401,7 +404,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   }
 
   const std::shared_ptr<const Dictionary> dict =
-      DictionaryFor(store, rel_path, fd, path, data, size, options);
+      DictionaryFor(store, rel_path, fd, path, data, g, options);
   if (dict != nullptr) m.set_dictionary(dict->id());
   uint64_t after = 0;  // the holes are what lies between the runs of data
   for (const ChunkRun& r : data) {
@@ -416,7 +419,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
     m.add_hole_runs(chunks);
   }
 
-  ChunkWriter writer(store, path, file_id, chunks, dict.get(), options);
+  ChunkWriter writer(store, path, file_id, chunks, g.head, dict.get(), options);
   Xxh128 hash;
   size_t run = 0;
   uint64_t index = data.empty() ? 0 : data[0].first;
@@ -426,10 +429,10 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
       if (++run < data.size()) index = data[run].first;
     }
     if (run == data.size()) return false;
-    const size_t len = static_cast<size_t>(std::min<uint64_t>(cb, size - index * cb));
+    const size_t len = g.Length(index);
     raw->resize(len);
     size_t got = 0;
-    TBFS_RETURN_IF_ERROR(PreadFull(fd, raw->data(), len, index * cb, &got, path));
+    TBFS_RETURN_IF_ERROR(PreadFull(fd, raw->data(), len, g.Start(index), &got, path));
     if (got != len) return Status::Aborted(path + " shrank while it was copied");
     hash.Update(*raw);
     if (options.progress) options.progress->fetch_add(len, std::memory_order_relaxed);

@@ -24,6 +24,9 @@ namespace tbfs::store {
 
 struct IngestOptions {
   uint32_t chunk_bytes = kDefaultChunkBytes;
+  // Chunk 0's bytes when the file is longer (NewGeometry); 0: as the rest.
+  // A gzip file stored by its content has none.
+  uint32_t head_chunk_bytes = kHeadChunkBytes;
   int level = kDefaultZstdLevel;
   std::string file_class;
   // Compress with the dictionary of the file's family (store/dictionary.h),

@@ -20,9 +20,10 @@ bool DecodeId(std::string_view key, uint64_t* id) {
   return true;
 }
 
-uint64_t ChunkSeed(uint64_t file_id, uint64_t index, uint32_t raw_len) {
+uint64_t ChunkSeed(uint64_t file_id, uint64_t index, uint32_t raw_len, uint32_t head) {
   std::string key = EncodeId(file_id) + EncodeId(index);
   for (int i = 0; i < 4; ++i) key.push_back(static_cast<char>(raw_len >> (8 * i)));
+  for (int i = 0; head != 0 && i < 4; ++i) key.push_back(static_cast<char>(head >> (8 * i)));
   return XXH3_64bits(key.data(), key.size());
 }
 
@@ -41,7 +42,7 @@ namespace {
 uint64_t CopyChecksum(uint64_t file_id, std::string_view manifest) {
   const uint32_t len = static_cast<uint32_t>(manifest.size());
   return XXH3_64bits_withSeed(manifest.data(), manifest.size(),
-                              ChunkSeed(file_id, kManifestCopyIndex, len));
+                              ChunkSeed(file_id, kManifestCopyIndex, len, 0));
 }
 
 }  // namespace

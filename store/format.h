@@ -30,8 +30,12 @@ inline constexpr uint32_t kFormatVersionDict = 5;
 // store/gzip_pieces.h), which a tbfs that reads 5 would serve inflated. A
 // store becomes 6 with the first such file (ColdStore::PutFormat).
 inline constexpr uint32_t kFormatVersionGzip = 6;
+// Format 7: a file's chunk 0 may be shorter than the others
+// (Manifest.head_chunk_bytes), which a tbfs that reads 6 would take for a
+// whole chunk. A store becomes 7 with the first such file.
+inline constexpr uint32_t kFormatVersionHead = 7;
 inline constexpr uint32_t kNewStoreFormatVersion = kFormatVersionTree;
-inline constexpr uint32_t kNewestFormatVersion = kFormatVersionGzip;
+inline constexpr uint32_t kNewestFormatVersion = kFormatVersionHead;
 
 inline constexpr char kMetaInfoKey[] = "info";
 // Above every file id ever handed out (8 bytes big endian), written with
@@ -53,8 +57,11 @@ inline constexpr char kLastBaselineKey[] = "last";
 // Chunk value: [codec u8][raw_len u32 LE][checksum u64 LE][payload]. The
 // checksum is XXH3-64 of the raw bytes seeded with ChunkSeed(file id, chunk
 // index, raw_len): a chunk read at another key (another file, another
-// index) or of another length fails it. Format 1 chunks (codecs 0 and 1)
-// had an unseeded XXH3-64; they are read in a format-1 store only.
+// index) or of another length fails it. A chunk of a file with a head
+// chunk (format 7, Manifest.head_chunk_bytes) has the head's length in its
+// seed too: a tbfs that knows only whole first chunks would read chunk i
+// at i * chunk_bytes, and fails it instead. Format 1 chunks (codecs 0 and
+// 1) had an unseeded XXH3-64; they are read in a format-1 store only.
 inline constexpr size_t kChunkHeaderBytes = 13;
 inline constexpr uint8_t kChunkRawV1 = 0;   // payload is the raw bytes (format 1)
 inline constexpr uint8_t kChunkZstdV1 = 1;  // payload is one zstd frame (format 1)
@@ -63,7 +70,7 @@ inline constexpr uint8_t kChunkZstd = 3;    // payload is one zstd frame
 // Format 5: payload is one zstd frame made with a dictionary, whose id the
 // frame header carries (ZSTD_getDictID_fromFrame): store/dictionary.h.
 inline constexpr uint8_t kChunkZstdDict = 7;
-uint64_t ChunkSeed(uint64_t file_id, uint64_t index, uint32_t raw_len);
+uint64_t ChunkSeed(uint64_t file_id, uint64_t index, uint32_t raw_len, uint32_t head);
 
 inline constexpr uint32_t kCodecZstd = 1;  // Manifest.codec
 

@@ -8,9 +8,7 @@
 namespace tbfs::store {
 
 uint32_t ChunkLength(const storepb::Manifest& m, uint64_t index) {
-  uint64_t start = index * m.chunk_bytes();
-  if (start >= m.size()) return 0;
-  return static_cast<uint32_t>(std::min<uint64_t>(m.chunk_bytes(), m.size() - start));
+  return GeometryOf(m).Length(index);
 }
 
 bool IsHoleChunk(const storepb::Manifest& m, uint64_t index) {
@@ -42,16 +40,21 @@ std::vector<ChunkRun> DataRuns(const storepb::Manifest& m) {
 uint64_t DataBytes(const storepb::Manifest& m) {
   if (!HasHoles(m)) return m.size();
   uint64_t bytes = 0;
+  const ChunkGeometry g = GeometryOf(m);
   for (const ChunkRun& r : DataRuns(m)) {
-    bytes += (r.end - 1 - r.first) * m.chunk_bytes() + ChunkLength(m, r.end - 1);
+    bytes += std::min(g.Start(r.end), m.size()) - g.Start(r.first);
   }
   return bytes;
 }
 
 bool WellFormed(const storepb::Manifest& m) {
   if (!IsSafeRelativePath(m.path())) return false;
-  const uint64_t chunks = m.chunk_bytes() == 0 ? (m.size() == 0 ? 0 : ~uint64_t{0})
-                                               : ChunkCount(m.size(), m.chunk_bytes());
+  const uint32_t head = m.head_chunk_bytes();
+  if (head != 0 && (NewGeometry(m.size(), m.chunk_bytes(), head).head != head || m.has_gzip())) {
+    return false;
+  }
+  const uint64_t chunks =
+      m.chunk_bytes() == 0 ? (m.size() == 0 ? 0 : ~uint64_t{0}) : GeometryOf(m).Count();
   if (m.chunks() != chunks || !GzipContentWellFormed(m)) return false;
   const auto& runs = m.hole_runs();
   if (runs.size() % 2 != 0) return false;

@@ -3,6 +3,7 @@
 // hash. (The Manifest record: store/proto/store.proto.)
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -10,11 +11,52 @@
 
 namespace tbfs::store {
 
-// Number of chunks of a file of `size` bytes.
+// Number of chunks of a file of `size` bytes, every one chunk_bytes long
+// but the last.
 inline uint64_t ChunkCount(uint64_t size, uint32_t chunk_bytes) {
   return (size + chunk_bytes - 1) / chunk_bytes;
 }
-// Uncompressed bytes of chunk `index`.
+
+// Where a file's chunks lie. Each holds chunk_bytes but the last; from
+// format 7, chunk 0 of a file larger than `head` holds only head bytes
+// (Manifest.head_chunk_bytes), so that a reader's first request decodes a
+// short chunk, not a whole one. head 0: chunk 0 is like the others.
+struct ChunkGeometry {
+  uint64_t size = 0;
+  uint32_t chunk_bytes = 0;  // not 0
+  uint32_t head = 0;         // 0, or less than chunk_bytes and than size
+
+  uint64_t Count() const { return size == 0 ? 0 : IndexAt(size - 1) + 1; }
+  // The offset of chunk `index`'s first byte.
+  uint64_t Start(uint64_t index) const {
+    if (head == 0 || index == 0) return index * chunk_bytes;
+    return head + (index - 1) * chunk_bytes;
+  }
+  // The chunk that holds byte `offset`.
+  uint64_t IndexAt(uint64_t offset) const {
+    if (head == 0) return offset / chunk_bytes;
+    return offset < head ? 0 : 1 + (offset - head) / chunk_bytes;
+  }
+  // How many chunks start before `offset`: the chunks [0, offset) touches.
+  uint64_t ChunksBefore(uint64_t offset) const { return offset == 0 ? 0 : IndexAt(offset - 1) + 1; }
+  // Uncompressed bytes of chunk `index` (0 past the end).
+  uint32_t Length(uint64_t index) const {
+    const uint64_t start = Start(index);
+    if (start >= size) return 0;
+    return static_cast<uint32_t>(std::min<uint64_t>(Start(index + 1), size) - start);
+  }
+};
+// The geometry of a new file of `size` bytes: a head chunk of `head` bytes
+// when it is shorter than a chunk and the file is longer than it.
+inline ChunkGeometry NewGeometry(uint64_t size, uint32_t chunk_bytes, uint32_t head) {
+  const bool short_head = head > 0 && head < chunk_bytes && size > head;
+  return {size, chunk_bytes, short_head ? head : 0};
+}
+// m's geometry; m must have a chunk size (WellFormed).
+inline ChunkGeometry GeometryOf(const storepb::Manifest& m) {
+  return {m.size(), m.chunk_bytes(), m.head_chunk_bytes()};
+}
+// Uncompressed bytes of chunk `index` of m.
 uint32_t ChunkLength(const storepb::Manifest& m, uint64_t index);
 
 // Chunk indices [first, end).
@@ -34,7 +76,8 @@ std::vector<ChunkRun> DataRuns(const storepb::Manifest& m);
 // holes (its size, for a dense file).
 uint64_t DataBytes(const storepb::Manifest& m);
 // Whether m's shape can be trusted: a safe path, chunks that match its size
-// and chunk size, and hole runs that are pairs, ascending, disjoint and
+// and geometry (a head chunk only where NewGeometry gives one, never on a
+// gzip file's pieces), and hole runs that are pairs, ascending, disjoint and
 // within the file. A manifest that is not is damaged.
 bool WellFormed(const storepb::Manifest& m);
 

@@ -31,7 +31,7 @@ Status WriteChunkAt(int fd, const storepb::Manifest& m, uint64_t index, std::str
                     const std::string& dest) {
   constexpr size_t kBlock = 4096;
   static const char kZeros[kBlock] = {};
-  const uint64_t offset = index * m.chunk_bytes();
+  const uint64_t offset = GeometryOf(m).Start(index);
   size_t begin = 0;
   while (begin < raw.size()) {
     // Skip a run of zero blocks, then take the run of blocks after it.
@@ -110,12 +110,12 @@ bool SameContent(int fd, const std::string& path, const storepb::Manifest& m) {
       static_cast<uint64_t>(st.st_size) != m.size()) {
     return false;
   }
-  const uint64_t cb = m.chunk_bytes();
+  const ChunkGeometry g = GeometryOf(m);
   // Where m has a hole the file must have one too (data there, even zeros,
   // is taken for a difference: the caller then writes m's content back).
   for (int i = 0; i + 1 < m.hole_runs_size(); i += 2) {
-    const uint64_t begin = m.hole_runs(i) * cb;
-    const uint64_t end = std::min(m.hole_runs(i + 1) * cb, m.size());
+    const uint64_t begin = g.Start(m.hole_runs(i));
+    const uint64_t end = std::min(g.Start(m.hole_runs(i + 1)), m.size());
     const off_t data = ::lseek(fd, static_cast<off_t>(begin), SEEK_DATA);
     if (data >= 0 && static_cast<uint64_t>(data) < end) return false;
     if (data < 0 && errno != ENXIO) return false;
@@ -124,9 +124,9 @@ bool SameContent(int fd, const std::string& path, const storepb::Manifest& m) {
   Xxh128 hash;
   for (const ChunkRun& run : DataRuns(m)) {
     for (uint64_t index = run.first; index < run.end; ++index) {
-      buf.resize(ChunkLength(m, index));
+      buf.resize(g.Length(index));
       size_t got = 0;
-      if (!PreadFull(fd, buf.data(), buf.size(), index * cb, &got, path).ok() ||
+      if (!PreadFull(fd, buf.data(), buf.size(), g.Start(index), &got, path).ok() ||
           got != buf.size()) {
         return false;
       }

@@ -124,6 +124,7 @@ class MoveObserver {
 struct MigrateOptions {
   std::vector<std::string> must_have;  // tags some run must hold after each batch
   uint32_t chunk_bytes = kDefaultChunkBytes;
+  uint32_t head_chunk_bytes = kHeadChunkBytes;  // IngestOptions::head_chunk_bytes
   int level = kDefaultZstdLevel;
   bool dictionaries = true;                   // IngestOptions::dictionaries
   int threads = 0;                            // compression workers; 0: one per core

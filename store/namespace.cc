@@ -385,8 +385,7 @@ Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const Fol
   uint64_t parent = kTopDirId;
   TBFS_RETURN_IF_ERROR(
       MakeFolders(batch, ParentPath(m.path()), folders, m.mtime_ns(), retire_replaced, &parent));
-  // Whatever is at the path now: nothing, a folder, or an older file that
-  // the one being added replaces.
+  // Whatever is at the path now: nothing, a folder, or a file to replace.
   const std::string key = TreeKey(parent, BaseName(m.path()));
   std::string bytes;
   Status st = backend_->Get(Space::kNamespace, key, &bytes);
@@ -402,8 +401,9 @@ Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const Fol
   }
   added->set_parent_dir(parent);
   PutManifest(batch, m);
-  // A tbfs that reads format 5 would serve such a file's content.
+  // What a tbfs that reads format 5 (6) would misread: format.h.
   if (IsGzipContent(m)) PutFormat(batch, kFormatVersionGzip);
+  if (m.head_chunk_bytes() != 0) PutFormat(batch, kFormatVersionHead);
   // Files are added by one thread at a time (the migrator, or an offline
   // migrate), under the mount's namespace lock against renames (which make
   // folders too), so these records land in the order the ids were handed

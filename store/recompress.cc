@@ -44,7 +44,7 @@ Status RecompressChunks(ColdStore& store, const storepb::Manifest& m,
       const size_t n = static_cast<size_t>(std::min<uint64_t>(wave, run.end - first));
       pool.ParallelFor(n, [&](size_t i, int worker) {
         ChunkCodec* codec = codecs[worker].get();
-        const ChunkPos pos{m.file_id(), first + i};
+        const ChunkPos pos{m.file_id(), first + i, m.head_chunk_bytes()};
         status[i] = store.ReadChunk(m, first + i, codec, &raw[i]);
         if (!status[i].ok()) return;
         codec->Encode(raw[i], o.level, pos, &value[i], dict.get());
@@ -94,8 +94,9 @@ Result<std::shared_ptr<const Dictionary>> BetterForFile(ColdStore& store,
   std::string raw, with_own, with_newest;
   const uint64_t index = data[data.size() / 2];
   TBFS_RETURN_IF_ERROR(store.ReadChunk(m, index, codec, &raw));
-  codec->Encode(raw, level, {m.file_id(), index}, &with_own, own.get());
-  codec->Encode(raw, level, {m.file_id(), index}, &with_newest, newest.get());
+  const ChunkPos pos{m.file_id(), index, m.head_chunk_bytes()};
+  codec->Encode(raw, level, pos, &with_own, own.get());
+  codec->Encode(raw, level, pos, &with_newest, newest.get());
   return with_own.size() <= with_newest.size() ? own : newest;
 }
 
@@ -110,7 +111,7 @@ std::unique_lock<SharedMutex> MaybeLockExclusive(SharedMutex* mu) {
 bool SameContent(const storepb::Manifest& a, const storepb::Manifest& b) {
   return a.file_id() == b.file_id() && a.size() == b.size() && a.hash_low() == b.hash_low() &&
          a.hash_high() == b.hash_high() && a.chunk_bytes() == b.chunk_bytes() &&
-         a.chunks() == b.chunks();
+         a.head_chunk_bytes() == b.head_chunk_bytes() && a.chunks() == b.chunks();
 }
 
 // A file's last step: its manifest read again. Where it still names the

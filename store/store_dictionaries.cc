@@ -109,7 +109,7 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::DictionaryForFile(
   // Reserved whole: grown by doubling, the samples would be copied into a
   // block of up to twice their size with the old one still held (the
   // mount's heap peaks at a training: README, "jemalloc"). chunk_bytes is
-  // the mean: two more cover a short last chunk.
+  // the mean: two more cover a short first (head) and last chunk.
   const size_t trained = want - (want < 4 ? 1 : want / 4);
   samples.bytes.reserve((trained + 2) * chunk_bytes);
   std::string raw;

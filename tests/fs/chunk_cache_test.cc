@@ -166,25 +166,28 @@ TEST_F(ChunkCacheTest, ReadsTakeBuffersTheReadaheadThreadsTouchedAhead) {
 }
 
 TEST_F(ChunkCacheTest, LoadsAtOnceAndTheBuffersTheirCodecsKeepAreBounded) {
-  // 16 readers of 8 incompressible 4 MiB chunks (stored raw: a 4 MiB value
-  // each) at once. Each codec kept a buffer of the largest value it ever
-  // read, one per thread that read: 64 MiB here, for good (a red team's
-  // daemon held 79 MiB of heap idle after 16 `cat`s of such files).
+  // 16 readers of incompressible 4 MiB chunks (and a 128 KiB head; stored
+  // raw: a 4 MiB value each) at once. Each codec kept a buffer of the
+  // largest value it ever read, one per thread that read: 64 MiB here, for
+  // good (a red team's daemon held 79 MiB of heap idle after 16 `cat`s of
+  // such files).
   std::string noise(32u << 20, '\0');
   uint64_t x = 88172645463325252ull;
   for (char& c : noise) x ^= x << 13, x ^= x >> 7, x ^= x << 17, c = static_cast<char>(x);
   WriteBytes(dir_ / "noise", noise);
   auto m = Ingest("noise", 4u << 20, 3);
+  const store::ChunkGeometry g = store::GeometryOf(*m);  // a 128 KiB head, then 4 MiB chunks
+  ASSERT_EQ(g.head, store::kHeadChunkBytes);
   ChunkCache cache(store_.get(), 4u << 20, 2);
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 16; ++t) {
     threads.emplace_back([&, t] {
-      for (uint64_t i = 0; i < 8; ++i) {
-        const uint64_t index = (i + static_cast<uint64_t>(t)) % 8;
+      for (uint64_t i = 0; i < m->chunks(); ++i) {
+        const uint64_t index = (i + static_cast<uint64_t>(t)) % m->chunks();
         auto c = cache.Get(m, index);
         if (!c.ok() || std::string_view((*c)->data.get(), (*c)->size) !=
-                           std::string_view(noise).substr(index << 22, 4u << 20)) {
+                           std::string_view(noise).substr(g.Start(index), g.Length(index))) {
           wrong++;
         }
       }

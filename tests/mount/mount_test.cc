@@ -189,9 +189,10 @@ TEST_F(Mounted, ColdTraceReadsBackExactlyFromFourThreadsAtRandomOffsets) {
       std::mt19937_64 rng(t);
       std::string buf(3 << 20, '\0');
       for (int i = 0; i < 60; ++i) {
-        uint64_t chunk = 1 << 20;
-        // Offsets near chunk borders half of the time.
-        uint64_t off = (i % 2) ? (rng() % (want.size() / chunk + 1)) * chunk - rng() % 64
+        // Offsets near chunk borders half of the time: the head chunk's
+        // end, and every chunk's after it (store/manifest.h).
+        const uint64_t chunk = store::kDefaultChunkBytes, head = store::kHeadChunkBytes;
+        uint64_t off = (i % 2) ? head + (rng() % (want.size() / chunk + 1)) * chunk - rng() % 64
                                : rng() % want.size();
         off = std::min<uint64_t>(off, want.size() - 1);
         size_t len = 1 + rng() % buf.size();

@@ -50,7 +50,7 @@ TEST_F(ChunkWriterTest, TheNextWaveIsReadWhileTheOneBeforeIsCompressedAndPutAfte
   constexpr uint64_t kChunks = 13;  // waves of 4, 4, 4 and 1
   const uint64_t id = store_->NewFileId();
   const std::string path = (dir_ / "trace.json");
-  ChunkWriter writer(*store_, path, id, kChunks, nullptr, options_);
+  ChunkWriter writer(*store_, path, id, kChunks, 0, nullptr, options_);
   uint64_t index = 0;
   std::vector<uint64_t> stored_when_read;
   auto next = [&](std::string* raw, uint64_t* at) -> Result<bool> {
@@ -82,7 +82,7 @@ TEST_F(ChunkWriterTest, TheNextWaveIsReadWhileTheOneBeforeIsCompressedAndPutAfte
 TEST_F(ChunkWriterTest, AnErrorOfTheReaderEndsTheCopyWithIt) {
   const uint64_t id = store_->NewFileId();
   const std::string path = (dir_ / "trace.json");
-  ChunkWriter writer(*store_, path, id, 20, nullptr, options_);
+  ChunkWriter writer(*store_, path, id, 20, 0, nullptr, options_);
   uint64_t index = 0;
   auto next = [&](std::string* raw, uint64_t* at) -> Result<bool> {
     if (index == 6) return Status::Aborted("trace.json shrank while it was copied");
@@ -101,7 +101,7 @@ TEST_F(ChunkWriterTest, ACopyAskedToStopStopsAtTheNextWave) {
   const std::string path = (dir_ / "trace.json");
   std::atomic<bool> stop{false};
   options_.should_stop = [&] { return stop.load(); };
-  ChunkWriter writer(*store_, path, id, 40, nullptr, options_);
+  ChunkWriter writer(*store_, path, id, 40, 0, nullptr, options_);
   uint64_t index = 0;
   auto next = [&](std::string* raw, uint64_t* at) -> Result<bool> {
     if (index == 40) return false;

@@ -46,9 +46,10 @@ std::string Content(size_t n, uint32_t seed) {
 }
 
 // Writes `bytes` at logdir/rel (mode 0640) and moves them into the store,
-// as a migration does (the hot file stays).
+// as a migration does (the hot file stays), in chunks of kChunk, the first
+// of `head` bytes (0: kChunk).
 storepb::Manifest IngestInto(ColdStore& store, const std::string& logdir, const std::string& rel,
-                             const std::string& bytes, WorkPool* pool) {
+                             const std::string& bytes, WorkPool* pool, uint32_t head = 0) {
   const std::string path = JoinPath(logdir, rel);
   WriteBytes(path, bytes);
   ::chmod(path.c_str(), 0640);
@@ -58,6 +59,7 @@ storepb::Manifest IngestInto(ColdStore& store, const std::string& logdir, const 
   ::fstat(fd->get(), &st);
   IngestOptions io;
   io.chunk_bytes = kChunk;
+  io.head_chunk_bytes = head;
   io.level = 3;
   io.pool = pool;
   auto m = IngestFile(store, logdir, rel, fd->get(), st, store.NewFileId(), io);
@@ -67,8 +69,26 @@ storepb::Manifest IngestInto(ColdStore& store, const std::string& logdir, const 
 
 class StoreTest : public NewStoreTest {
  protected:
-  storepb::Manifest Ingest(const std::string& rel, const std::string& bytes) {
-    return IngestInto(*store_, dir_.path(), rel, bytes, &pool_);
+  storepb::Manifest Ingest(const std::string& rel, const std::string& bytes, uint32_t head = 0) {
+    return IngestInto(*store_, dir_.path(), rel, bytes, &pool_, head);
+  }
+  uint32_t FormatVersion() { return StoreInternals::FormatVersion(*store_); }
+  // m read back whole, chunk by chunk, from its store; and written out.
+  void ExpectReadsBack(const storepb::Manifest& m, const std::string& bytes) {
+    ChunkCodec codec;
+    std::string all, raw;
+    for (uint64_t i = 0; i < m.chunks(); ++i) {
+      ASSERT_TRUE(store_->ReadChunk(m, i, &codec, &raw).ok()) << m.path() << " chunk " << i;
+      all += raw;
+    }
+    EXPECT_TRUE(all == bytes) << m.path();
+    EXPECT_TRUE(VerifyStoredFile(*store_, m, &pool_).ok()) << m.path();
+    MaterializeOptions mo;
+    mo.pool = &pool_;
+    std::filesystem::create_directories(dir_ / "out");
+    const std::string out = "o" + std::to_string(m.file_id());
+    ASSERT_TRUE(MaterializeFile(*store_, m, dir_ / "out", out, mo).ok()) << m.path();
+    EXPECT_TRUE(ReadBytes(dir_ / ("out/" + out)) == bytes) << m.path();
   }
 
   WorkPool pool_{2};
@@ -125,6 +145,105 @@ TEST_F(StoreTest, RangeReadsAcrossChunkBordersAreExact) {
     ASSERT_EQ(got, want) << off;
     EXPECT_EQ(std::string_view(buf.data(), got), std::string_view(bytes).substr(off, want)) << off;
   }
+}
+
+// Format 7: chunk 0 of a file longer than the head holds only the head; the
+// chunks after it are whole chunks from there. Reads at every border of
+// both kinds, the file written out again, and its check, are exact.
+TEST_F(StoreTest, AFileLongerThanTheHeadHasAShortChunkZeroAndReadsBackAtEveryBorder) {
+  constexpr uint32_t kHead = kChunk / 4;
+  for (size_t size : {size_t{kHead - 1}, size_t{kHead}, size_t{kHead + 1}, size_t{kHead + kChunk},
+                      size_t{kHead + kChunk + 1}, size_t{3 * kChunk + 17}}) {
+    const std::string rel = "run/h" + std::to_string(size) + ".pt.trace.json";
+    const std::string bytes = Content(size, static_cast<uint32_t>(size) + 1);
+    const storepb::Manifest m = Ingest(rel, bytes, kHead);
+    const bool headed = size > kHead;
+    EXPECT_EQ(m.head_chunk_bytes(), headed ? kHead : 0u) << size;
+    EXPECT_EQ(m.chunks(), headed ? 1 + ChunkCount(size - kHead, kChunk) : 1) << size;
+    EXPECT_TRUE(WellFormed(m)) << size;
+    EXPECT_EQ(ChunkLength(m, 0), std::min<size_t>(size, kHead)) << size;
+    ExpectReadsBack(m, bytes);
+    ChunkCodec codec;
+    std::string buf(3 * kChunk, '\0');
+    for (uint64_t border :
+         {uint64_t{kHead}, uint64_t{kHead} + kChunk, uint64_t{kHead} + 2 * kChunk}) {
+      for (auto [off, len] : std::vector<std::pair<uint64_t, size_t>>{
+               {border - 1, 2}, {border - 10, kChunk + 20}, {border, 1}, {border - 1, 1}}) {
+        if (off >= size) continue;
+        size_t got = 0;
+        ASSERT_TRUE(store_->ReadRange(m, off, len, buf.data(), &got, &codec).ok());
+        const size_t want = std::min<size_t>(len, size - off);
+        ASSERT_EQ(got, want) << size << " at " << off;
+        EXPECT_EQ(std::string_view(buf.data(), got), std::string_view(bytes).substr(off, want))
+            << size << " at " << off;
+      }
+    }
+  }
+  auto report = Fsck(*store_, &pool_, nullptr);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->clean());
+}
+
+// A store takes format 7 with its first file that has a head chunk (a tbfs
+// that reads 6 would take chunk 0 for a whole one), not before; files of
+// both shapes read back side by side.
+TEST_F(StoreTest, TheFirstFileWithAHeadChunkMakesTheStoreFormat7AndOldFilesStillRead) {
+  const std::string a = Content(3 * kChunk - 5, 21), b = Content(3 * kChunk - 5, 22);
+  const storepb::Manifest old_shape = Ingest("run/a.pt.trace.json", a, 0);
+  const storepb::Manifest small = Ingest("run/s.pt.trace.json", Content(100, 2), kChunk / 4);
+  EXPECT_EQ(old_shape.head_chunk_bytes(), 0u);
+  EXPECT_EQ(old_shape.chunks(), 3u);
+  EXPECT_LT(FormatVersion(), kFormatVersionHead);
+  const storepb::Manifest headed = Ingest("run/b.pt.trace.json", b, kChunk / 4);
+  EXPECT_EQ(headed.chunks(), 4u);
+  EXPECT_EQ(FormatVersion(), kFormatVersionHead);
+  store_.reset();
+  OpenOptions o;
+  store_ = std::move(ColdStore::Open(dir_ / ".tbfs", o)).value();
+  ExpectReadsBack(old_shape, a);
+  ExpectReadsBack(headed, b);
+}
+
+// A head chunk in a sparse file: the holes are found and kept in the
+// geometry's terms, on either side of the head's border.
+TEST_F(StoreTest, ASparseFileWithAHeadChunkKeepsItsHolesAndBytes) {
+  constexpr uint32_t kHead = kChunk / 4;
+  const std::string path = dir_ / "run/sp.pt.trace.json";
+  std::filesystem::create_directories(dir_ / "run");
+  std::string bytes(kHead + 6 * kChunk, '\0');
+  const std::string mid = Content(100, 4), tail = Content(50, 5);
+  bytes.replace(kHead + 2 * kChunk + 7, mid.size(), mid);        // chunk 3 has data
+  bytes.replace(bytes.size() - tail.size(), tail.size(), tail);  // and chunk 6
+  {
+    UniqueFd fd(::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0640));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(bytes.size())), 0);
+    ASSERT_EQ(::pwrite(fd.get(), mid.data(), mid.size(), kHead + 2 * kChunk + 7),
+              static_cast<ssize_t>(mid.size()));
+    ASSERT_EQ(::pwrite(fd.get(), tail.data(), tail.size(),
+                       static_cast<off_t>(bytes.size() - tail.size())),
+              static_cast<ssize_t>(tail.size()));
+  }
+  auto fd = OpenFile(path, O_RDONLY);
+  ASSERT_TRUE(fd.ok());
+  struct stat st;
+  ::fstat(fd->get(), &st);
+  IngestOptions io;
+  io.chunk_bytes = kChunk;
+  io.head_chunk_bytes = kHead;
+  io.pool = &pool_;
+  auto m = IngestFile(*store_, dir_.path(), "run/sp.pt.trace.json", fd->get(), st,
+                      store_->NewFileId(), io);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->head_chunk_bytes(), kHead);
+  EXPECT_EQ(m->chunks(), 7u);
+  EXPECT_EQ(std::vector<uint64_t>(m->hole_runs().begin(), m->hole_runs().end()),
+            (std::vector<uint64_t>{0, 3, 4, 6}));
+  EXPECT_EQ(DataBytes(*m), 2 * uint64_t{kChunk});
+  ExpectReadsBack(*m, bytes);
+  struct stat out;
+  ASSERT_EQ(::stat((dir_ / ("out/o" + std::to_string(m->file_id()))).c_str(), &out), 0);
+  EXPECT_LT(static_cast<uint64_t>(out.st_blocks) * 512, bytes.size() / 2) << "holes filled";
 }
 
 TEST_F(StoreTest, NamespaceListsDirectChildrenOnly) {
@@ -512,6 +631,14 @@ TEST(Chunk, RawFallbackAndChecksums) {
   value.back() ^= 1;
   EXPECT_TRUE(codec.Decode(value, random.size(), {7, 2}, &out).IsCorruption());
   EXPECT_TRUE(codec.Decode("xy", 2, {7, 2}, &out).IsCorruption());
+  // A chunk of a file with a head chunk (format 7) read by a tbfs that
+  // knows none would be read at the wrong offset: its check fails instead.
+  const std::string json(4096, '{');
+  codec.Encode(json, 3, {7, 2, 16384}, &value);
+  ASSERT_TRUE(codec.Decode(value, json.size(), {7, 2, 16384}, &out).ok());
+  EXPECT_EQ(out, json);
+  EXPECT_TRUE(codec.Decode(value, json.size(), {7, 2}, &out).IsCorruption());
+  EXPECT_TRUE(codec.Decode(value, json.size(), {7, 2, 8192}, &out).IsCorruption());
 }
 
 TEST_F(StoreTest, AChunkReadFromTheWrongKeyIsAnErrorNeverData) {

@@ -121,13 +121,7 @@ class GzipContentTest : public ::testing::Test {
     return out;
   }
 
-  uint32_t FormatVersion() {
-    std::string bytes;
-    EXPECT_TRUE(StoreInternals::Of(*store_).Get(Space::kMeta, kMetaInfoKey, &bytes).ok());
-    storepb::StoreInfo info;
-    EXPECT_TRUE(info.ParseFromString(bytes));
-    return info.format_version();
-  }
+  uint32_t FormatVersion() { return StoreInternals::FormatVersion(*store_); }
 
   TempDir dir_;
   const std::string logdir_ = dir_ / "logdir";

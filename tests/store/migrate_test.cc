@@ -546,6 +546,56 @@ TEST(ManifestShape, HoleRunsMustBePairsAscendingAndWithinTheFile) {
   EXPECT_EQ(DataBytes(m), 7 * 4096u + 1);
 }
 
+// Format 7's head chunk: chunk 0 short, every later one a whole chunk from
+// its end; a manifest claims one only where a new file would get it.
+TEST(ManifestShape, AHeadChunkIsShortAndTheChunksAfterItStartAtItsEnd) {
+  const ChunkGeometry g = NewGeometry(1000, 300, 100);
+  EXPECT_EQ(g.head, 100u);
+  EXPECT_EQ(g.Count(), 4u);  // 100 + 3 * 300
+  for (auto [index, start, length] : std::vector<std::tuple<uint64_t, uint64_t, uint32_t>>{
+           {0, 0, 100}, {1, 100, 300}, {2, 400, 300}, {3, 700, 300}, {4, 1000, 0}}) {
+    EXPECT_EQ(g.Start(index), start) << index;
+    EXPECT_EQ(g.Length(index), length) << index;
+  }
+  for (auto [offset, index] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {0, 0}, {99, 0}, {100, 1}, {399, 1}, {400, 2}, {999, 3}}) {
+    EXPECT_EQ(g.IndexAt(offset), index) << offset;
+  }
+  EXPECT_EQ(g.ChunksBefore(0), 0u);
+  EXPECT_EQ(g.ChunksBefore(100), 1u);
+  EXPECT_EQ(g.ChunksBefore(101), 2u);
+  EXPECT_EQ(g.ChunksBefore(1000), 4u);
+  // No head where it would not be shorter than a chunk, or the whole file.
+  EXPECT_EQ(NewGeometry(100, 300, 100).head, 0u);
+  EXPECT_EQ(NewGeometry(1000, 300, 300).head, 0u);
+  EXPECT_EQ(NewGeometry(1000, 300, 0).head, 0u);
+  EXPECT_EQ(NewGeometry(1001, 300, 100).Count(), 5u);
+
+  storepb::Manifest m;
+  m.set_path("a/b.pt.trace.json");
+  m.set_size(1001);
+  m.set_chunk_bytes(300);
+  m.set_head_chunk_bytes(100);
+  m.set_chunks(5);
+  EXPECT_TRUE(WellFormed(m));
+  EXPECT_EQ(ChunkLength(m, 4), 1u);
+  m.add_hole_runs(1);
+  m.add_hole_runs(3);
+  EXPECT_EQ(DataBytes(m), 100u + 300 + 1);
+  m.clear_hole_runs();
+  m.set_chunks(4);  // what the file would have without its head
+  EXPECT_FALSE(WellFormed(m));
+  m.set_chunks(5);
+  for (uint32_t head : {300u, 400u}) {  // not shorter than a chunk
+    m.set_head_chunk_bytes(head);
+    EXPECT_FALSE(WellFormed(m)) << head;
+  }
+  m.set_head_chunk_bytes(100);
+  m.set_size(100);  // no longer than its head
+  m.set_chunks(1);
+  EXPECT_FALSE(WellFormed(m));
+}
+
 TEST_F(MigrateTest, ATfeventsCandidateIsRefused) {
   std::vector<Candidate> hostile = {{baseline_[0].path, FileClass::kOtherTrace, 1}};
   auto result = Migrate(*store_, logdir_, hostile, Options());
