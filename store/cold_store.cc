@@ -151,8 +151,14 @@ Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, Chun
     return Status::Corruption(
         fmt::format("{}: chunk {} is missing from the store", m.path(), index));
   }
-  if (st.IsCorruption()) {  // the engine's own check of the value
+  // The engine's own check of the value, or a store that cannot be read:
+  // either way the error names the file and the chunk.
+  if (st.IsCorruption()) {
     return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
+  }
+  if (st.code() == Code::kIOError) {
+    return Status::IOError(st.sys_errno(),
+                           fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
   }
   TBFS_RETURN_IF_ERROR(st);
   st = codec->DecodeInto(value, out, ChunkLength(m, index),

@@ -356,11 +356,28 @@ TEST_F(UnreachableStore, ColdReadsFailWithEioAfterTheTimeoutHotFilesKeepWorkingA
   for (const auto& [rel, bytes] : originals_) {
     if (rel.find("tfevents") == std::string::npos) cold.push_back(rel);
   }
+  // One opened before (its manifest read), read after: its chunk's read
+  // fails. Not a gzip file (its pieces are made from the content's chunks).
+  const auto plain = std::find_if(cold.begin() + 1, cold.end(), [](const std::string& rel) {
+    return rel.size() < 3 || rel.compare(rel.size() - 3, 3, ".gz") != 0;
+  });
+  ASSERT_NE(plain, cold.end());
+  UniqueFd opened(::open(M(*plain).c_str(), O_RDONLY));
+  ASSERT_TRUE(opened.valid()) << std::strerror(errno);
   ASSERT_EQ(RunCommand("kill -STOP " + osd_pid_).exit_code, 0);
   for (const auto& [rel, bytes] : originals_) {
     if (rel.find("tfevents") != std::string::npos) {
       EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
     }
+  }
+  {
+    char buf[4096];
+    EXPECT_EQ(::read(opened.get(), buf, sizeof(buf)), -1);
+    EXPECT_EQ(errno, EIO) << std::strerror(errno);
+    opened.reset();
+    // The mount's log names the file and the chunk, not only the object.
+    const std::string log = ReadBytes(dir_ / "state-a/tbfs-mount.log");
+    EXPECT_NE(log.find("[EIO:cold-chunk] " + *plain + ": chunk 0: "), std::string::npos) << log;
   }
   // Neither opened nor read through the mount before: nothing is cached.
   // (The bound below only catches a hang; the timeout is 3 s.)
