@@ -148,6 +148,14 @@ void Salvager::ReadFormat() {
   if (st.ok() && info.ParseFromString(bytes)) {
     format1_ = info.format_version() == kFormatVersionV1;
     format_ok_ = true;
+    // What this tbfs cannot read fails its checks (never other bytes), but
+    // the admin should hear why so much is lost.
+    if (info.format_version() > kNewestFormatVersion) {
+      r_->problems.push_back(fmt::format(
+          "the store has format version {}; this tbfs reads versions {} to {} only: a newer "
+          "tbfs may read the files listed as lost",
+          info.format_version(), kFormatVersionV1, kNewestFormatVersion));
+    }
     return;
   }
   r_->problems.push_back("the store's format record is unreadable" +

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "fmt/format.h"
+#include "store/format.h"
 #include "store/maintenance.h"
 #include "store/migrate.h"
 #include "store/store_dir.h"
@@ -111,6 +112,27 @@ TEST_F(SalvageTest, AnIntactStoreGivesBackEveryFile) {
   EXPECT_EQ(r.files, originals_.size());
   EXPECT_TRUE(r.lost.empty());
   EXPECT_TRUE(r.problems.empty());
+}
+
+// A store of a format newer than this tbfs reads: salvage says so (what it
+// cannot read fails its checks and is listed as lost, never other bytes).
+TEST_F(SalvageTest, AStoreOfANewerFormatIsSaidToBeSo) {
+  {
+    auto store = ColdStore::Open(store_, OpenOptions());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    storepb::StoreInfo info = (*store)->info();
+    info.set_format_version(kNewestFormatVersion + 1);
+    WriteBatch b;
+    b.Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
+    ASSERT_TRUE((*store)->Commit(b, true).ok());
+  }
+  auto r = SalvageAndCheck(store_, "newer format");
+  ASSERT_EQ(r.problems.size(), 1u) << ::testing::PrintToString(r.problems);
+  EXPECT_NE(r.problems[0].find(fmt::format("format version {}; this tbfs reads versions 1 to {} "
+                                           "only",
+                                           kNewestFormatVersion + 1, kNewestFormatVersion)),
+            std::string::npos)
+      << r.problems[0];
 }
 
 // Format 4: a folder renamed after its files moved comes back where it is
