@@ -161,8 +161,7 @@ Status ColdStore::ReadChunkInto(const storepb::Manifest& m, uint64_t index, Chun
                            fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));
   }
   TBFS_RETURN_IF_ERROR(st);
-  st = codec->DecodeInto(value, out, ChunkLength(m, index),
-                         {m.file_id(), index, m.head_chunk_bytes()},
+  st = codec->DecodeInto(value, out, ChunkLength(m, index), ChunkPosOf(m, index),
                          info_.format_version() == kFormatVersionV1, find_dict_);
   if (!st.ok())
     return Status::Corruption(fmt::format("{}: chunk {}: {}", m.path(), index, st.message()));

@@ -451,10 +451,7 @@ Status ColdStore::UpgradeFromV1() {
       Status st = backend_->Get(Space::kChunks, ChunkKey(m.file_id(), index), &value);
       if (st.IsNotFound()) continue;  // fsck names the file
       TBFS_RETURN_IF_ERROR(st);
-      if (!codec
-               .Rebind(value, ChunkLength(m, index), {m.file_id(), index, m.head_chunk_bytes()},
-                       &bound)
-               .ok()) {
+      if (!codec.Rebind(value, ChunkLength(m, index), ChunkPosOf(m, index), &bound).ok()) {
         continue;  // a damaged chunk stays as it is: its reads fail, fsck names it
       }
       if (bound == value) continue;

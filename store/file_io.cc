@@ -98,10 +98,11 @@ FolderAttrs LogdirFolders(const std::string& logdir) {
 
 namespace {
 
-// The manifest of the file open as fd, all but what its content gives.
+// The manifest of the file open as fd in geometry g, all but what its
+// content gives.
 Status StartManifest(int fd, const std::string& path, const std::string& rel_path,
-                     const struct stat& st, uint64_t file_id, const IngestOptions& options,
-                     storepb::Manifest* m) {
+                     const struct stat& st, uint64_t file_id, const ChunkGeometry& g,
+                     const IngestOptions& options, storepb::Manifest* m) {
   m->set_file_id(file_id);
   m->set_path(rel_path);
   m->set_size(static_cast<uint64_t>(st.st_size));
@@ -112,7 +113,6 @@ Status StartManifest(int fd, const std::string& path, const std::string& rel_pat
   m->set_mtime_ns(ToNs(st.st_mtim));
   m->set_ctime_ns(ToNs(st.st_ctim));
   m->set_ino(st.st_ino);
-  const ChunkGeometry g = NewGeometry(m->size(), options.chunk_bytes, options.head_chunk_bytes);
   m->set_chunk_bytes(g.chunk_bytes);
   m->set_head_chunk_bytes(g.head);
   m->set_codec(kCodecZstd);
@@ -395,7 +395,7 @@ Result<storepb::Manifest> IngestFile(ColdStore& store, const std::string& logdir
   std::vector<ChunkRun> data;
   TBFS_RETURN_IF_ERROR(FindDataRuns(fd, path, st, g, &data));
   storepb::Manifest m;
-  TBFS_RETURN_IF_ERROR(StartManifest(fd, path, rel_path, st, file_id, options, &m));
+  TBFS_RETURN_IF_ERROR(StartManifest(fd, path, rel_path, st, file_id, g, options, &m));
   const bool dense = data.size() == 1 && data[0].first == 0 && data[0].end == chunks;
   if (options.gzip_by_content && dense && MayBeGzip(rel_path)) {
     auto stored = IngestGzipContent(store, logdir, rel_path, fd, st, m, options);

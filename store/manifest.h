@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "store/chunk.h"
 #include "store/proto/store.pb.h"
 
 namespace tbfs::store {
@@ -58,6 +59,10 @@ inline ChunkGeometry GeometryOf(const storepb::Manifest& m) {
 }
 // Uncompressed bytes of chunk `index` of m.
 uint32_t ChunkLength(const storepb::Manifest& m, uint64_t index);
+// Where chunk `index` of m belongs, as its checksum binds it.
+inline ChunkPos ChunkPosOf(const storepb::Manifest& m, uint64_t index) {
+  return {m.file_id(), index, m.head_chunk_bytes()};
+}
 
 // Chunk indices [first, end).
 struct ChunkRun {

@@ -44,7 +44,7 @@ Status RecompressChunks(ColdStore& store, const storepb::Manifest& m,
       const size_t n = static_cast<size_t>(std::min<uint64_t>(wave, run.end - first));
       pool.ParallelFor(n, [&](size_t i, int worker) {
         ChunkCodec* codec = codecs[worker].get();
-        const ChunkPos pos{m.file_id(), first + i, m.head_chunk_bytes()};
+        const ChunkPos pos = ChunkPosOf(m, first + i);
         status[i] = store.ReadChunk(m, first + i, codec, &raw[i]);
         if (!status[i].ok()) return;
         codec->Encode(raw[i], o.level, pos, &value[i], dict.get());
@@ -94,7 +94,7 @@ Result<std::shared_ptr<const Dictionary>> BetterForFile(ColdStore& store,
   std::string raw, with_own, with_newest;
   const uint64_t index = data[data.size() / 2];
   TBFS_RETURN_IF_ERROR(store.ReadChunk(m, index, codec, &raw));
-  const ChunkPos pos{m.file_id(), index, m.head_chunk_bytes()};
+  const ChunkPos pos = ChunkPosOf(m, index);
   codec->Encode(raw, level, pos, &with_own, own.get());
   codec->Encode(raw, level, pos, &with_newest, newest.get());
   return with_own.size() <= with_newest.size() ? own : newest;

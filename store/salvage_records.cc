@@ -212,7 +212,7 @@ void Salvager::LoadDictionaries() {
 // verifies at its key.
 Status Salvager::ReadChunk(const storepb::Manifest& m, uint64_t index, ChunkCodec* codec,
                            std::string* raw) {
-  const ChunkPos pos{m.file_id(), index, m.head_chunk_bytes()};
+  const ChunkPos pos = ChunkPosOf(m, index);
   const uint32_t len = ChunkLength(m, index);
   if (IsHoleChunk(m, index)) {
     raw->assign(len, '\0');

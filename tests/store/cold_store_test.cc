@@ -45,15 +45,12 @@ std::string Content(size_t n, uint32_t seed) {
   return s;
 }
 
-// Writes `bytes` at logdir/rel (mode 0640) and moves them into the store,
-// as a migration does (the hot file stays), in chunks of kChunk, the first
-// of `head` bytes (0: kChunk).
-storepb::Manifest IngestInto(ColdStore& store, const std::string& logdir, const std::string& rel,
-                             const std::string& bytes, WorkPool* pool, uint32_t head = 0) {
-  const std::string path = JoinPath(logdir, rel);
-  WriteBytes(path, bytes);
-  ::chmod(path.c_str(), 0640);
-  auto fd = OpenFile(path, O_RDONLY);
+// Moves the file at logdir/rel into the store, as a migration does (the
+// hot file stays), in chunks of kChunk, the first of `head` bytes (0:
+// kChunk).
+storepb::Manifest IngestExisting(ColdStore& store, const std::string& logdir,
+                                 const std::string& rel, WorkPool* pool, uint32_t head = 0) {
+  auto fd = OpenFile(JoinPath(logdir, rel), O_RDONLY);
   EXPECT_TRUE(fd.ok());
   struct stat st;
   ::fstat(fd->get(), &st);
@@ -64,7 +61,16 @@ storepb::Manifest IngestInto(ColdStore& store, const std::string& logdir, const 
   io.pool = pool;
   auto m = IngestFile(store, logdir, rel, fd->get(), st, store.NewFileId(), io);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.value();
+  return m.ok() ? m.value() : storepb::Manifest();
+}
+
+// Writes `bytes` at logdir/rel (mode 0640), then IngestExisting.
+storepb::Manifest IngestInto(ColdStore& store, const std::string& logdir, const std::string& rel,
+                             const std::string& bytes, WorkPool* pool, uint32_t head = 0) {
+  const std::string path = JoinPath(logdir, rel);
+  WriteBytes(path, bytes);
+  ::chmod(path.c_str(), 0640);
+  return IngestExisting(store, logdir, rel, pool, head);
 }
 
 class StoreTest : public NewStoreTest {
@@ -224,25 +230,16 @@ TEST_F(StoreTest, ASparseFileWithAHeadChunkKeepsItsHolesAndBytes) {
                        static_cast<off_t>(bytes.size() - tail.size())),
               static_cast<ssize_t>(tail.size()));
   }
-  auto fd = OpenFile(path, O_RDONLY);
-  ASSERT_TRUE(fd.ok());
-  struct stat st;
-  ::fstat(fd->get(), &st);
-  IngestOptions io;
-  io.chunk_bytes = kChunk;
-  io.head_chunk_bytes = kHead;
-  io.pool = &pool_;
-  auto m = IngestFile(*store_, dir_.path(), "run/sp.pt.trace.json", fd->get(), st,
-                      store_->NewFileId(), io);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(m->head_chunk_bytes(), kHead);
-  EXPECT_EQ(m->chunks(), 7u);
-  EXPECT_EQ(std::vector<uint64_t>(m->hole_runs().begin(), m->hole_runs().end()),
+  const storepb::Manifest m =
+      IngestExisting(*store_, dir_.path(), "run/sp.pt.trace.json", &pool_, kHead);
+  EXPECT_EQ(m.head_chunk_bytes(), kHead);
+  EXPECT_EQ(m.chunks(), 7u);
+  EXPECT_EQ(std::vector<uint64_t>(m.hole_runs().begin(), m.hole_runs().end()),
             (std::vector<uint64_t>{0, 3, 4, 6}));
-  EXPECT_EQ(DataBytes(*m), 2 * uint64_t{kChunk});
-  ExpectReadsBack(*m, bytes);
+  EXPECT_EQ(DataBytes(m), 2 * uint64_t{kChunk});
+  ExpectReadsBack(m, bytes);
   struct stat out;
-  ASSERT_EQ(::stat((dir_ / ("out/o" + std::to_string(m->file_id()))).c_str(), &out), 0);
+  ASSERT_EQ(::stat((dir_ / ("out/o" + std::to_string(m.file_id()))).c_str(), &out), 0);
   EXPECT_LT(static_cast<uint64_t>(out.st_blocks) * 512, bytes.size() / 2) << "holes filled";
 }
 
