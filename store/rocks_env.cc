@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <climits>
 #include <cstdarg>
@@ -337,6 +338,28 @@ std::vector<std::pair<std::string, std::string>> SetLogsAside(const std::string&
   return moved;
 }
 
+namespace {
+
+// The file named by an engine error that a file it lists is missing (a
+// table or blob file: "No such file or directory: While open a file for
+// random read: DIR/000027.ldb"), as the store's own name for it
+// (000027.sst: the engine tries the old suffix last); "" for other errors.
+std::string ListedFileGone(const std::string& error) {
+  if (error.find("No such file or directory") == std::string::npos) return "";
+  for (const std::string_view suffix : {".sst", ".ldb", ".blob"}) {
+    const size_t end = error.find(suffix);
+    if (end == std::string::npos) continue;
+    size_t begin = end;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(error[begin - 1]))) --begin;
+    if (begin == end || (begin > 0 && error[begin - 1] != '/')) continue;
+    const std::string number = error.substr(begin, end - begin);
+    return suffix == ".blob" ? "blob file " + number + ".blob" : "table file " + number + ".sst";
+  }
+  return "";
+}
+
+}  // namespace
+
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::OK();
   std::string msg = what + ": " + WithFolderPaths(s.ToString());
@@ -344,6 +367,12 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.IsCorruption()) return Status::Corruption(msg);
   if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
   if (s.IsNotSupported()) return Status::NotSupported(msg);
+  if (const std::string gone = ListedFileGone(s.ToString()); !gone.empty()) {
+    return Status::Corruption(fmt::format(
+        "{}: the store is damaged: its engine's MANIFEST lists {}, which is not there (a MANIFEST "
+        "cut back by a crash or damage, or a file removed by hand; {})",
+        what, gone, WithFolderPaths(s.ToString())));
+  }
   // A store on a filesystem mounted read-only fails at its lock file
   // first: that is no other process holding it (red team).
   if (s.ToString().find("Read-only file system") != std::string::npos) {

@@ -447,6 +447,51 @@ TEST_F(SalvageTest, AManifestCutShortLosesNoFileToAWriter) {
   EXPECT_GT(refused, 0) << "no cut was refused: the format-record check tests nothing";
 }
 
+// A MANIFEST cut back past a compaction lists table files the compaction
+// deleted: the engine's open fails on the first of them ("No such file").
+// That is damage like any other: a writer refuses the store unchanged and
+// says how to get the files out, fsck says it is not clean, and salvage
+// reads every file back.
+TEST_F(SalvageTest, AManifestCutBackPastACompactionIsCalledDamageAndLosesNothing) {
+  std::string manifest;
+  uint64_t keep = 0;
+  {
+    auto store = ColdStore::Open(store_, OpenOptions{});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (const auto& e : fs::directory_iterator(store_)) {
+      if (e.path().filename().string().starts_with("MANIFEST-")) manifest = e.path();
+    }
+    keep = fs::file_size(manifest);
+    ASSERT_TRUE((*store)->Compact().ok());
+  }
+  ASSERT_GT(fs::file_size(manifest), keep) << "the compaction wrote nothing to the MANIFEST";
+  fs::resize_file(manifest, keep);
+  std::set<std::string> before;
+  for (const auto& e : fs::directory_iterator(store_)) before.insert(e.path().filename());
+  auto writer = ColdStore::Open(store_, OpenOptions{});
+  ASSERT_FALSE(writer.ok()) << "the cut MANIFEST lists no deleted table: the test tests nothing";
+  EXPECT_EQ(writer.status().code(), Code::kCorruption) << writer.status().ToString();
+  EXPECT_NE(writer.status().message().find("tbfs salvage"), std::string::npos)
+      << writer.status().ToString();
+  EXPECT_NE(writer.status().message().find("MANIFEST"), std::string::npos)
+      << writer.status().ToString();
+  std::set<std::string> after;
+  for (const auto& e : fs::directory_iterator(store_)) after.insert(e.path().filename());
+  EXPECT_EQ(after, before) << "the refused open changed the store";
+  OpenOptions ro;
+  ro.read_only = true;
+  if (auto reader = ColdStore::Open(store_, ro); reader.ok()) {
+    auto r = Fsck(**reader, &pool_, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE(r->clean()) << "writers refuse the store, fsck says clean";
+  } else {
+    EXPECT_EQ(reader.status().code(), Code::kCorruption) << reader.status().ToString();
+  }
+  auto r = SalvageAndCheck(store_, "MANIFEST cut back past a compaction");
+  EXPECT_EQ(r.files, originals_.size());
+  EXPECT_TRUE(r.lost.empty()) << ::testing::PrintToString(r.lost);
+}
+
 // A MANIFEST that loses only its last records still opens to a sound-looking
 // store: the writer's open would delete the newest files as leftovers. They
 // are set aside instead, and salvage writes them apart (.tbfs-unlisted).
