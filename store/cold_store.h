@@ -278,6 +278,7 @@ class ColdStore {
     retrain_ = p;
   }
   std::vector<std::shared_ptr<const Dictionary>> Dictionaries() const { return dicts_.All(); }
+  DictionaryTrainings Trainings() TBFS_EXCLUDES(dict_mu_);
   // Whether no dictionary is to be trained for `family` while the store is
   // open: kTrainingAttempts files of it taught none (one odd file, say of
   // random bytes, does not decide for the family), or the store's
@@ -482,11 +483,8 @@ class ColdStore {
   std::map<std::string, int, std::less<>> untrainable_ TBFS_GUARDED_BY(dict_mu_);  // failures
   bool records_unreadable_ TBFS_GUARDED_BY(dict_mu_) = false;
   RetrainPolicy retrain_ TBFS_GUARDED_BY(dict_mu_);
-  struct FamilyGrowth {
-    uint64_t bytes = 0;    // compressed since trained or last tried again
-    int64_t tried_ns = 0;  // last tried again
-  };
   std::map<std::string, FamilyGrowth, std::less<>> growth_ TBFS_GUARDED_BY(dict_mu_);
+  DictionaryTrainings trainings_ TBFS_GUARDED_BY(dict_mu_);
   std::atomic<bool> dict_format_{false};  // format 5 is recorded
   std::atomic<uint32_t> format_put_{0};   // the highest PutFormat has put
   // Remakers of gzip files, most recently used first; a leaf (never held

@@ -60,6 +60,24 @@ Result<std::shared_ptr<const Dictionary>> DictionaryFromCopy(uint64_t key_id,
   return d;
 }
 
+TrainingSamples TrainingSamples::Subset(size_t want) const {
+  TrainingSamples out;
+  out.threads = threads;
+  std::vector<size_t> starts;
+  size_t at = 0;
+  for (size_t n : sizes) {
+    starts.push_back(at);
+    at += n;
+  }
+  const size_t pieces = std::min(sizes.size(), std::max<size_t>(1, want / kSampleBytes));
+  for (size_t k = 0; k < pieces; ++k) {
+    const size_t i = k * sizes.size() / pieces;
+    out.bytes.append(bytes, starts[i], sizes[i]);
+    out.sizes.push_back(sizes[i]);
+  }
+  return out;
+}
+
 void TrainingSamples::Add(std::string_view content) {
   for (size_t at = 0; at < content.size(); at += kSampleBytes) {
     const size_t n = std::min(kSampleBytes, content.size() - at);

@@ -9,6 +9,21 @@
 
 namespace tbfs::store {
 
+namespace {
+
+// A dictionary just trained, loaded to be judged: an error when the
+// training failed or taught too little to keep (kMinDictionaryBytes).
+Result<std::shared_ptr<const Dictionary>> LoadTrained(Result<std::string> content, uint32_t id) {
+  if (!content.ok()) return content.status();
+  if (content->size() < kMinDictionaryBytes) return Status::InvalidArgument("too small");
+  storepb::Dictionary record;
+  record.set_id(id);
+  record.set_content(std::move(content).value());
+  return Dictionary::Load(std::move(record));
+}
+
+}  // namespace
+
 Result<std::shared_ptr<const Dictionary>> ColdStore::ReadDictionary(uint64_t key_id, Space space) {
   std::string value;
   TBFS_RETURN_IF_ERROR(backend_->Get(
@@ -171,6 +186,41 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(
     return Status::NotSupported("the store's ids have outgrown dictionary ids");
   }
   const uint32_t id = static_cast<uint32_t>(kDictIdBase + key_id);
+  // What the held-out chunks take with the family's current dictionary
+  // (none when null), and with a candidate.
+  ChunkCodec codec;
+  std::string out;
+  auto held_out_bytes = [&](const Dictionary* d) {
+    uint64_t n = 0;
+    for (const std::string& chunk : samples.held_out) {
+      codec.Encode(chunk, level, {}, &out, d);
+      n += out.size();
+    }
+    return n;
+  };
+  const uint64_t before = held_out_bytes(replacing.get());
+  auto does_not_help = [&](const std::string& what, uint64_t with) {
+    if (!replacing) untrainable_[std::string(family)]++;
+    return Status::InvalidArgument(
+        fmt::format("a {} does not help {}: {} chunks held out take {} bytes with it, {} with {}",
+                    what, family, samples.held_out.size(), with, before,
+                    replacing ? fmt::format("dictionary {}", replacing->id()) : "none"));
+  };
+  const std::string what = replacing ? "new dictionary" : "dictionary";
+  // The probe (kProbeTrainingBytes): a training error or a dictionary too
+  // small to keep leaves the judgement to the whole training.
+  if (samples.bytes.size() > kProbeTrainingBytes) {
+    const TrainingSamples few = samples.Subset(kProbeTrainingBytes);
+    trainings_.probes++;
+    auto probe = LoadTrained(TrainDictionary(few, id, level), id);
+    if (probe.ok()) {
+      const uint64_t with = held_out_bytes(probe->get());
+      if (static_cast<double>(with) > kProbeMustSave * static_cast<double>(before)) {
+        return does_not_help(fmt::format("{} trained on {} bytes", what, few.bytes.size()), with);
+      }
+    }
+  }
+  trainings_.whole++;
   auto content = TrainDictionary(samples, id, level);
   if (!content.ok()) {
     if (!replacing) untrainable_[std::string(family)]++;
@@ -194,21 +244,9 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(
   auto d = Dictionary::Load(std::move(record));
   if (!d.ok()) return d.status();
   // Judged against the family's current dictionary, or against none.
-  uint64_t with = 0, before = 0;
-  ChunkCodec codec;
-  std::string out;
-  for (const std::string& chunk : samples.held_out) {
-    codec.Encode(chunk, level, {}, &out, d->get());
-    with += out.size();
-    codec.Encode(chunk, level, {}, &out, replacing.get());
-    before += out.size();
-  }
+  const uint64_t with = held_out_bytes(d->get());
   if (static_cast<double>(with) > kDictionaryMustSave * static_cast<double>(before)) {
-    if (!replacing) untrainable_[std::string(family)]++;
-    return Status::InvalidArgument(fmt::format(
-        "a {} does not help {}: {} chunks held out take {} bytes with it, {} with {}",
-        replacing ? "new dictionary" : "dictionary", family, samples.held_out.size(), with, before,
-        replacing ? fmt::format("dictionary {}", replacing->id()) : "none"));
+    return does_not_help(what, with);
   }
 
   WriteBatch batch;
@@ -224,6 +262,11 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(
                (*d)->content().size(), samples.bytes.size(),
                replacing ? fmt::format(", after dictionary {}", replacing->id()) : "");
   return *d;
+}
+
+DictionaryTrainings ColdStore::Trainings() {
+  MutexLock lock(dict_mu_);
+  return trainings_;
 }
 
 bool ColdStore::Untrainable(std::string_view family) {

@@ -117,6 +117,18 @@ class DictionaryTest : public ::testing::Test {
   std::map<std::string, std::string> originals_;
 };
 
+// Bytes no dictionary helps (xorshift64 from `seed`).
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::string out(n, '\0');
+  for (char& c : out) {
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    c = static_cast<char>(seed >> 24);
+  }
+  return out;
+}
+
 TEST(DictionaryFamilyTest, IsTheClassAndTheLastExtensionAndNoneForCompressedFiles) {
   EXPECT_EQ(DictionaryFamily("run/w.1.pt.trace.json", "pytorch_trace"), "pytorch_trace.json");
   EXPECT_EQ(DictionaryFamily("run/plugins/profile/x/h.XPLANE.PB", "tf_profile"), "tf_profile.pb");
@@ -252,14 +264,7 @@ TEST_F(DictionaryTest, ContentThatTeachesAlmostNothingMakesNoDictionary) {
 // A dictionary is kept only when it makes the chunks held out of its
 // training smaller: random bytes (or XSpace protobuf) get none.
 TEST_F(DictionaryTest, AFamilyADictionaryDoesNotHelpGetsNone) {
-  std::string random(kMinTrainingBytes + 99, '\0');
-  uint64_t x = 88172645463325252ull;
-  for (char& c : random) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    c = static_cast<char>(x >> 24);
-  }
+  const std::string random = RandomBytes(kMinTrainingBytes + 99, 88172645463325252ull);
   storepb::Manifest m = Ingest("run/r.pt.trace.json", random);
   EXPECT_EQ(m.dictionary(), 0u);
   EXPECT_TRUE(store_->Dictionaries().empty());
@@ -278,6 +283,43 @@ TEST_F(DictionaryTest, AFamilyADictionaryDoesNotHelpGetsNone) {
     EXPECT_EQ(x.dictionary(), 0u);
   }
   EXPECT_TRUE(store_->Untrainable("other_trace.bin"));
+}
+
+// A family a dictionary does not help is judged by a probe, trained on a
+// few of the samples, not by a whole training: the whole one runs only
+// for a probe that helps.
+TEST_F(DictionaryTest, AProbeThatDoesNotHelpSparesTheWholeTraining) {
+  const std::string random = RandomBytes(kMinTrainingBytes + 99, 2463534242ull);
+  storepb::Manifest r = Ingest("run/r.bin", random, true, nullptr, "other_trace");
+  EXPECT_EQ(r.dictionary(), 0u);
+  EXPECT_EQ(store_->Trainings().probes, 1u);
+  EXPECT_EQ(store_->Trainings().whole, 0u);
+  EXPECT_EQ(ReadAll(r), random);
+  // The probe counts as the file's attempt.
+  for (int i = 1; i < kTrainingAttempts; ++i)
+    Ingest(fmt::format("run/r{}.bin", i), random, true, nullptr, "other_trace");
+  EXPECT_TRUE(store_->Untrainable("other_trace.bin"));
+  EXPECT_EQ(store_->Trainings().probes, static_cast<uint64_t>(kTrainingAttempts));
+  storepb::Manifest t = Ingest("run/t.pt.trace.json", TraceJson(kMinTrainingBytes, 11));
+  EXPECT_NE(t.dictionary(), 0u);
+  EXPECT_EQ(store_->Trainings().whole, 1u);
+  EXPECT_EQ(store_->Trainings().probes, static_cast<uint64_t>(kTrainingAttempts) + 1);
+}
+
+TEST(TrainingSamplesTest, ASubsetTakesWholePiecesEvenlyAndHoldsNothingOut) {
+  TrainingSamples all;
+  for (int i = 0; i < 32; ++i) all.Add(std::string(kSampleBytes, static_cast<char>('a' + i % 26)));
+  all.held_out.push_back("x");
+  all.threads = 2;
+  const TrainingSamples few = all.Subset(4 * kSampleBytes);
+  ASSERT_EQ(few.sizes.size(), 4u);
+  EXPECT_EQ(few.bytes.size(), 4 * kSampleBytes);
+  EXPECT_TRUE(few.held_out.empty());
+  EXPECT_EQ(few.threads, 2);
+  EXPECT_EQ(few.bytes[0], 'a');
+  EXPECT_EQ(few.bytes[kSampleBytes], 'a' + 8);
+  EXPECT_EQ(few.bytes[3 * kSampleBytes], 'a' + 24);
+  EXPECT_EQ(all.Subset(1000 * kSampleBytes).bytes.size(), all.bytes.size());
 }
 
 // A dictionary whose record does not read (a damaged table) is found by
