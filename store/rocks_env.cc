@@ -340,11 +340,12 @@ std::vector<std::pair<std::string, std::string>> SetLogsAside(const std::string&
 
 namespace {
 
-// The file named by an engine error that a file it lists is missing (a
-// table or blob file: "No such file or directory: While open a file for
-// random read: DIR/000027.ldb"), as the store's own name for it
-// (000027.sst: the engine tries the old suffix last); "" for other errors.
-std::string ListedFileGone(const std::string& error) {
+// What an engine error that a file of the store is missing says of the
+// store's damage: a table or blob file its MANIFEST lists ("No such file
+// or directory: While open a file for random read: DIR/000027.ldb", named
+// as the store names it: the engine tries the old suffix last), or the
+// MANIFEST its CURRENT file names; "" for other errors.
+std::string GoneFileDamage(const std::string& error) {
   if (error.find("No such file or directory") == std::string::npos) return "";
   for (const std::string_view suffix : {".sst", ".ldb", ".blob"}) {
     const size_t end = error.find(suffix);
@@ -353,9 +354,18 @@ std::string ListedFileGone(const std::string& error) {
     while (begin > 0 && std::isdigit(static_cast<unsigned char>(error[begin - 1]))) --begin;
     if (begin == end || (begin > 0 && error[begin - 1] != '/')) continue;
     const std::string number = error.substr(begin, end - begin);
-    return suffix == ".blob" ? "blob file " + number + ".blob" : "table file " + number + ".sst";
+    return fmt::format(
+        "its engine's MANIFEST lists {}, which is not there (a MANIFEST cut back by a crash or "
+        "damage, or a file removed by hand)",
+        suffix == ".blob" ? "blob file " + number + ".blob" : "table file " + number + ".sst");
   }
-  return "";
+  const size_t at = error.find("/MANIFEST-");
+  if (at == std::string::npos) return "";
+  const size_t end = error.find_first_not_of("0123456789", at + 10);
+  return fmt::format(
+      "its CURRENT file names {}, which is not there (CURRENT damaged, or the MANIFEST removed "
+      "by hand)",
+      error.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1));
 }
 
 }  // namespace
@@ -367,11 +377,9 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.IsCorruption()) return Status::Corruption(msg);
   if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
   if (s.IsNotSupported()) return Status::NotSupported(msg);
-  if (const std::string gone = ListedFileGone(s.ToString()); !gone.empty()) {
-    return Status::Corruption(fmt::format(
-        "{}: the store is damaged: its engine's MANIFEST lists {}, which is not there (a MANIFEST "
-        "cut back by a crash or damage, or a file removed by hand; {})",
-        what, gone, WithFolderPaths(s.ToString())));
+  if (const std::string gone = GoneFileDamage(s.ToString()); !gone.empty()) {
+    return Status::Corruption(
+        fmt::format("{}: the store is damaged: {}; {}", what, gone, WithFolderPaths(s.ToString())));
   }
   // A store on a filesystem mounted read-only fails at its lock file
   // first: that is no other process holding it (red team).

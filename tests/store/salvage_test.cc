@@ -492,6 +492,31 @@ TEST_F(SalvageTest, AManifestCutBackPastACompactionIsCalledDamageAndLosesNothing
   EXPECT_TRUE(r.lost.empty()) << ::testing::PrintToString(r.lost);
 }
 
+// A CURRENT file that names a MANIFEST that is not there (one damaged
+// digit) is damage too, said as such, and changes nothing.
+TEST_F(SalvageTest, ACurrentNamingAMissingManifestIsCalledDamage) {
+  testing::WriteBytes(store_ + "/CURRENT", "MANIFEST-000099\n");
+  std::set<std::string> before;
+  for (const auto& e : fs::directory_iterator(store_)) before.insert(e.path().filename());
+  for (const bool read_only : {false, true}) {
+    OpenOptions o;
+    o.read_only = read_only;
+    auto store = ColdStore::Open(store_, o);
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.status().code(), Code::kCorruption) << store.status().ToString();
+    EXPECT_NE(store.status().message().find("CURRENT file names MANIFEST-000099"),
+              std::string::npos)
+        << store.status().ToString();
+    EXPECT_NE(store.status().message().find("tbfs salvage"), std::string::npos)
+        << store.status().ToString();
+  }
+  std::set<std::string> after;
+  for (const auto& e : fs::directory_iterator(store_)) after.insert(e.path().filename());
+  EXPECT_EQ(after, before);
+  auto r = SalvageAndCheck(store_, "CURRENT names a missing MANIFEST");
+  EXPECT_EQ(r.files, originals_.size());
+}
+
 // A MANIFEST that loses only its last records still opens to a sound-looking
 // store: the writer's open would delete the newest files as leftovers. They
 // are set aside instead, and salvage writes them apart (.tbfs-unlisted).
