@@ -119,6 +119,12 @@ class Backend {
   // Reads every table file whole and checks its checksums: what a writer's
   // open needs intact, beyond what the reads of the files touch (fsck).
   virtual Status VerifyTables() { return Status::OK(); }
+  // Whether every table file the engine lists is there (stat, nothing
+  // read): Corruption naming the first one missing. A reader's engine
+  // opens without them; a writer's finds one gone only after it wrote.
+  // (A blob file gone keeps no writer out: the files whose chunks it held
+  // fail their reads, and fsck names them.)
+  virtual Status CheckTablesPresent() { return Status::OK(); }
   // Damaged records of the engine's log that its open skipped (what they
   // held since the last flush is gone); "" when there were none.
   virtual std::string LogDamage() { return ""; }

@@ -87,6 +87,10 @@ Status CheckBeforeWriterOpen(const std::string& dir) {
                         LooksLikeLogDamage(reader.status().message()))) {
     return Damaged(reader.status());
   }
+  // A table file the engine lists and lacks (a MANIFEST cut back past a
+  // compaction, a file removed) fails the writer's open only after it
+  // wrote its own MANIFEST and set files aside (red team).
+  if (reader.ok()) TBFS_RETURN_IF_ERROR(Damaged((*reader)->CheckTablesPresent()));
   std::string bytes;
   Status st = reader.ok() ? (*reader)->Get(Space::kMeta, kMetaInfoKey, &bytes) : Status::OK();
   if (st.IsNotFound()) {

@@ -196,6 +196,20 @@ class RocksBackend final : public Backend {
     return FromRocks(db_->VerifyChecksum(), "verify the table files of store " + dir_);
   }
 
+  Status CheckTablesPresent() override {
+    std::vector<rocksdb::LiveFileMetaData> tables;
+    db_->GetLiveFilesMetaData(&tables);
+    for (const auto& t : tables) {
+      const std::string file = t.name.substr(t.name.find_last_of('/') + 1);
+      struct stat st;
+      if (::stat((t.db_path + "/" + file).c_str(), &st) != 0) {
+        return Status::Corruption(
+            fmt::format("store {}: the store is damaged: {}", dir_, ListedFileGone(file)));
+      }
+    }
+    return Status::OK();
+  }
+
   // Compacts each space whose table files hold a range deletion (a store
   // written before they were given up: docs/format.md, "No range
   // deletions") down to its last level, where RocksDB drops them. The

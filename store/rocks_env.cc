@@ -354,10 +354,7 @@ std::string GoneFileDamage(const std::string& error) {
     while (begin > 0 && std::isdigit(static_cast<unsigned char>(error[begin - 1]))) --begin;
     if (begin == end || (begin > 0 && error[begin - 1] != '/')) continue;
     const std::string number = error.substr(begin, end - begin);
-    return fmt::format(
-        "its engine's MANIFEST lists {}, which is not there (a MANIFEST cut back by a crash or "
-        "damage, or a file removed by hand)",
-        suffix == ".blob" ? "blob file " + number + ".blob" : "table file " + number + ".sst");
+    return ListedFileGone(number + (suffix == ".blob" ? ".blob" : ".sst"));
   }
   const size_t at = error.find("/MANIFEST-");
   if (at == std::string::npos) return "";
@@ -370,17 +367,25 @@ std::string GoneFileDamage(const std::string& error) {
 
 }  // namespace
 
+std::string ListedFileGone(std::string_view name) {
+  return fmt::format(
+      "its engine's MANIFEST lists {} file {}, which is not there (a MANIFEST cut back by a crash "
+      "or damage, or a file removed by hand)",
+      name.ends_with(".blob") ? "blob" : "table", name);
+}
+
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::OK();
   std::string msg = what + ": " + WithFolderPaths(s.ToString());
   if (s.IsNotFound()) return Status::NotFound(msg);
-  if (s.IsCorruption()) return Status::Corruption(msg);
-  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
-  if (s.IsNotSupported()) return Status::NotSupported(msg);
+  // (The engine's open says it as Corruption around the I/O error.)
   if (const std::string gone = GoneFileDamage(s.ToString()); !gone.empty()) {
     return Status::Corruption(
         fmt::format("{}: the store is damaged: {}; {}", what, gone, WithFolderPaths(s.ToString())));
   }
+  if (s.IsCorruption()) return Status::Corruption(msg);
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(msg);
+  if (s.IsNotSupported()) return Status::NotSupported(msg);
   // A store on a filesystem mounted read-only fails at its lock file
   // first: that is no other process holding it (red team).
   if (s.ToString().find("Read-only file system") != std::string::npos) {

@@ -76,6 +76,9 @@ std::vector<std::pair<std::string, std::string>> SetLogsAside(const std::string&
 // The one place a rocksdb::Status becomes a tbfs::Status; `what` says
 // the operation and the store.
 Status FromRocks(const rocksdb::Status& s, const std::string& what);
+// What it says of a store that a file its engine's MANIFEST lists
+// ("000046.sst", "000059.blob") is not there.
+std::string ListedFileGone(std::string_view name);
 
 // RocksDB's own log, into tbfs's at `level` (warnings and errors only;
 // RocksDB's LOG file is not used: on a full disk a write to it aborts the

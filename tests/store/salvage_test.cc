@@ -492,6 +492,40 @@ TEST_F(SalvageTest, AManifestCutBackPastACompactionIsCalledDamageAndLosesNothing
   EXPECT_TRUE(r.lost.empty()) << ::testing::PrintToString(r.lost);
 }
 
+// Red team: a table file gone that the format record's read does not need
+// let a writer's open start, and it wrote a MANIFEST of its own, removed
+// the old one and set files aside before it failed. Now every such store
+// is refused unchanged, the file named; salvage reads every file back.
+TEST_F(SalvageTest, ATableFileGoneKeepsWritersOutAndChangesNothing) {
+  std::vector<std::string> tables;
+  for (const auto& e : fs::directory_iterator(store_)) {
+    if (e.path().extension() == ".sst") tables.push_back(e.path().filename());
+  }
+  ASSERT_GT(tables.size(), 2u);
+  for (const std::string& table : tables) {
+    const std::string work = dir_ / "gone";
+    fs::remove_all(work);
+    fs::copy(store_, work);
+    fs::remove(work + "/" + table);
+    std::map<std::string, std::string> before;
+    for (const auto& e : fs::directory_iterator(work))
+      before[e.path().filename()] = ReadBytes(e.path());
+    auto writer = ColdStore::Open(work, OpenOptions{});
+    ASSERT_FALSE(writer.ok()) << table;
+    EXPECT_EQ(writer.status().code(), Code::kCorruption) << writer.status().ToString();
+    EXPECT_NE(writer.status().message().find("table file " + table + ", which is not there"),
+              std::string::npos)
+        << writer.status().ToString();
+    EXPECT_NE(writer.status().message().find("tbfs salvage"), std::string::npos);
+    std::map<std::string, std::string> after;
+    for (const auto& e : fs::directory_iterator(work))
+      after[e.path().filename()] = ReadBytes(e.path());
+    EXPECT_TRUE(after == before) << table << ": the refused open changed the store";
+    auto r = SalvageAndCheck(work, "table file " + table + " gone");
+    EXPECT_TRUE(r.lost.empty()) << table << ": " << ::testing::PrintToString(r.lost);
+  }
+}
+
 // A CURRENT file that names a MANIFEST that is not there (one damaged
 // digit) is damage too, said as such, and changes nothing.
 TEST_F(SalvageTest, ACurrentNamingAMissingManifestIsCalledDamage) {
