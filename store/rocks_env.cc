@@ -370,7 +370,7 @@ std::string GoneFileDamage(const std::string& error) {
 std::string ListedFileGone(std::string_view name) {
   return fmt::format(
       "its engine's MANIFEST lists {} file {}, which is not there (a MANIFEST cut back by a crash "
-      "or damage, or a file removed by hand)",
+      "or damage, or a file or the store's folder removed by hand)",
       name.ends_with(".blob") ? "blob" : "table", name);
 }
 

@@ -464,6 +464,41 @@ TEST(RocksBackend, OnlyAFailedCompactionsErrorIsTakenBack) {
 // is Busy; a store whose filesystem is read-only, which fails at the lock
 // file first, is said to be that (red team: "in use by another tbfs
 // process" for a read-only filesystem).
+// A blob file gone keeps no one out (the files whose chunks it held fail
+// their reads), and every open says so at once, reader's and writer's
+// (red team: ls and du were silent while fsck named the files lost).
+TEST(RocksBackend, ABlobFileGoneIsSaidByEveryOpen) {
+  TempDir dir;
+  const std::string store = dir / "store";
+  {
+    BackendOptions o;
+    o.create_if_missing = true;
+    auto b = OpenRocksBackend(store, o);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    WriteBatch batch;
+    batch.Put(Space::kChunks, "k", std::string(4096, 'x'));
+    batch.Put(Space::kMeta, "m", "v");
+    ASSERT_TRUE((*b)->Commit(batch, true).ok());
+    ASSERT_TRUE((*b)->Flush().ok());
+  }
+  const std::vector<std::string> blobs = BlobFiles(store);
+  ASSERT_EQ(blobs.size(), 1u);
+  fs::remove(store + "/" + blobs[0]);
+  for (const bool read_only : {true, false}) {
+    CapturedLog log;
+    BackendOptions o;
+    o.read_only = read_only;
+    auto b = OpenRocksBackend(store, o);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    std::string value;
+    EXPECT_TRUE((*b)->Get(Space::kMeta, "m", &value).ok());
+    EXPECT_NE(log.text().find("lists blob file " + blobs[0] + ", which is not there"),
+              std::string::npos)
+        << log.text();
+    EXPECT_FALSE((*b)->Get(Space::kChunks, "k", &value).ok());
+  }
+}
+
 TEST(RocksBackend, ALockFileOnAReadOnlyFilesystemIsNoOtherProcess) {
   const Status ro =
       FromRocks(rocksdb::Status::IOError("While lock file: /s/.tbfs/LOCK: Read-only file system"),
