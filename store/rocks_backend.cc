@@ -196,34 +196,13 @@ class RocksBackend final : public Backend {
     return FromRocks(db_->VerifyChecksum(), "verify the table files of store " + dir_);
   }
 
-  // The blob files the engine lists that are not there, by name.
-  std::vector<std::string> MissingBlobFiles() {
-    std::vector<rocksdb::ColumnFamilyMetaData> spaces;
-    db_->GetAllColumnFamilyMetaData(&spaces);
-    std::vector<std::string> gone;
-    for (const auto& space : spaces) {
-      for (const auto& blob : space.blob_files) {
-        const std::string file =
-            blob.blob_file_name.substr(blob.blob_file_name.find_last_of('/') + 1);
-        struct stat st;
-        if (::stat((blob.blob_file_path + "/" + file).c_str(), &st) != 0) gone.push_back(file);
-      }
-    }
-    return gone;
-  }
+  std::vector<std::string> MissingBlobFiles() { return MissingEngineFiles(db_.get(), true); }
 
   Status CheckTablesPresent() override {
-    std::vector<rocksdb::LiveFileMetaData> tables;
-    db_->GetLiveFilesMetaData(&tables);
-    for (const auto& t : tables) {
-      const std::string file = t.name.substr(t.name.find_last_of('/') + 1);
-      struct stat st;
-      if (::stat((t.db_path + "/" + file).c_str(), &st) != 0) {
-        return Status::Corruption(
-            fmt::format("store {}: the store is damaged: {}", dir_, ListedFileGone(file)));
-      }
-    }
-    return Status::OK();
+    const std::vector<std::string> gone = MissingEngineFiles(db_.get(), false);
+    if (gone.empty()) return Status::OK();
+    return Status::Corruption(
+        fmt::format("store {}: the store is damaged: {}", dir_, ListedFileGone(gone[0])));
   }
 
   // Compacts each space whose table files hold a range deletion (a store

@@ -374,6 +374,27 @@ std::string ListedFileGone(std::string_view name) {
       name.ends_with(".blob") ? "blob" : "table", name);
 }
 
+std::vector<std::string> MissingEngineFiles(rocksdb::DB* db, bool blobs) {
+  std::vector<std::string> gone;
+  auto check = [&](const std::string& folder, const std::string& name) {
+    const std::string file = name.substr(name.find_last_of('/') + 1);
+    struct stat st;
+    if (::stat((folder + "/" + file).c_str(), &st) != 0) gone.push_back(file);
+  };
+  if (!blobs) {
+    std::vector<rocksdb::LiveFileMetaData> tables;
+    db->GetLiveFilesMetaData(&tables);
+    for (const auto& t : tables) check(t.db_path, t.name);
+    return gone;
+  }
+  std::vector<rocksdb::ColumnFamilyMetaData> spaces;
+  db->GetAllColumnFamilyMetaData(&spaces);
+  for (const auto& space : spaces) {
+    for (const auto& b : space.blob_files) check(b.blob_file_path, b.blob_file_name);
+  }
+  return gone;
+}
+
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::OK();
   std::string msg = what + ": " + WithFolderPaths(s.ToString());

@@ -79,6 +79,9 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what);
 // What it says of a store that a file its engine's MANIFEST lists
 // ("000046.sst", "000059.blob") is not there.
 std::string ListedFileGone(std::string_view name);
+// The table files (or, when `blobs`, the blob files) `db` lists that are
+// not there, by name: a stat each, nothing read.
+std::vector<std::string> MissingEngineFiles(rocksdb::DB* db, bool blobs);
 
 // RocksDB's own log, into tbfs's at `level` (warnings and errors only;
 // RocksDB's LOG file is not used: on a full disk a write to it aborts the
