@@ -208,7 +208,14 @@ void Salvager::ReadRecordsOfMissingFiles() {
     (void)DecodeId(k.substr(prefix.size()), &id);
     auto j = nlohmann::json::parse(v, nullptr, false);
     const std::string path = j.is_object() ? j.value("path", "") : "";
-    r_->lost.push_back({path, id, "recorded lost by a recovery (tbfs fsck --clear-lost)"});
+    const bool written =
+        manifests_.count(id) != 0 && std::none_of(r_->lost.begin(), r_->lost.end(),
+                                                  [id](const auto& l) { return l.file_id == id; });
+    if (written) {
+      r_->found_again++;
+    } else {
+      r_->lost.push_back({path, id, "recorded lost by a recovery (tbfs fsck --clear-lost)"});
+    }
     return true;
   });
   if (!st.ok()) r_->problems.push_back("lost-file records: " + st.message());

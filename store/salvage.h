@@ -62,6 +62,9 @@ struct SalvageReport {
   // deleted since the last compaction, or lost from a damaged MANIFEST.
   // Written under `to`/kUnlisted, apart from the rest.
   uint64_t unlisted = 0;
+  // Files a recovery recorded as lost, found intact all the same (their
+  // chunks in engine files a damaged MANIFEST left out) and written.
+  uint64_t found_again = 0;
   uint64_t files = 0;  // written (or, with no `to`, readable), each verified
   uint64_t bytes = 0;
   struct Lost {

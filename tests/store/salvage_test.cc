@@ -562,7 +562,7 @@ TEST_F(SalvageTest, FilesAnOpenWouldDropAreSetAsideAndSalvagedApart) {
   fs::create_directories(logdir_ + "/run_late");
   testing::WriteBytes(logdir_ + "/" + extra, bytes);
   std::string manifest;
-  uint64_t keep = 0;
+  uint64_t keep = 0, late_id = 0;
   {
     auto store = ColdStore::Open(store_, OpenOptions{});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -584,18 +584,26 @@ TEST_F(SalvageTest, FilesAnOpenWouldDropAreSetAsideAndSalvagedApart) {
     auto result = Migrate(**store, logdir_, late, m);
     ASSERT_TRUE(result.ok());
     ASSERT_EQ(result->files_moved, 1u);
+    auto moved = (*store)->Lookup(extra);
+    ASSERT_TRUE(moved.ok());
+    late_id = moved->file_id();
   }
   fs::resize_file(manifest, keep);
   {
     auto store = ColdStore::Open(store_, OpenOptions{});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     EXPECT_TRUE((*store)->Lookup(extra).status().IsNotFound());  // the damage: lost from the index
+    // What a recovery records when a batch's journal survived the cut but
+    // not its manifests (red team): lost, to its eyes.
+    ASSERT_TRUE((*store)->RecordLost({late_id, extra, 1, 1, "test"}).ok());
   }
   ASSERT_TRUE(fs::exists(store_ + "/" + kLostFoundName));
   EXPECT_FALSE(fs::is_empty(store_ + "/" + kLostFoundName));
   auto r = SalvageInto(store_, dir_ / "out");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->unlisted, 1u);
+  EXPECT_EQ(r->found_again, 1u);
+  EXPECT_TRUE(r->lost.empty()) << "written intact, and still called lost";
   EXPECT_EQ(ReadBytes(dir_ / (std::string("out/") + kUnlisted + "/" + extra)), bytes);
   for (const auto& [path, original] : originals_)
     EXPECT_EQ(ReadBytes(dir_ / ("out/" + path)), original);

@@ -74,6 +74,7 @@ int RunSalvage(const SalvageArgs& args) {
               {"manifests_from_copies", r->manifests_from_copies},
               {"blob_files_only", r->blob_files_only},
               {"unlisted", r->unlisted},
+              {"found_again", r->found_again},
               {"files", r->files},
               {"bytes", r->bytes},
               {"lost", json::array()}};
@@ -98,6 +99,12 @@ int RunSalvage(const SalvageArgs& args) {
           "note: {} file(s) found only in the blob files, which the store does not list (deleted "
           "since its last compaction, or lost from its damaged index): written under {}/{}\n",
           r->unlisted, args.to, store::kUnlisted);
+    }
+    if (r->found_again) {
+      fmt::print(
+          "note: {} file(s) a recovery had recorded as lost were found intact and written (their "
+          "records stay until tbfs fsck --clear-lost, once you have put them back)\n",
+          r->found_again);
     }
     for (const auto& l : r->lost)
       fmt::print("LOST: {} (file id {}): {}\n", Printable(l.path), l.file_id, Printable(l.why));
