@@ -199,8 +199,9 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(
     return n;
   };
   const uint64_t before = held_out_bytes(replacing.get());
+  // (The caller counts the failure: the analysis cannot see dict_mu_ held
+  // in a lambda.)
   auto does_not_help = [&](const std::string& what, uint64_t with) {
-    if (!replacing) untrainable_[std::string(family)]++;
     return Status::InvalidArgument(
         fmt::format("a {} does not help {}: {} chunks held out take {} bytes with it, {} with {}",
                     what, family, samples.held_out.size(), with, before,
@@ -216,6 +217,7 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(
     if (probe.ok()) {
       const uint64_t with = held_out_bytes(probe->get());
       if (static_cast<double>(with) > kProbeMustSave * static_cast<double>(before)) {
+        if (!replacing) untrainable_[std::string(family)]++;
         return does_not_help(fmt::format("{} trained on {} bytes", what, few.bytes.size()), with);
       }
     }
@@ -246,6 +248,7 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::AddDictionary(
   // Judged against the family's current dictionary, or against none.
   const uint64_t with = held_out_bytes(d->get());
   if (static_cast<double>(with) > kDictionaryMustSave * static_cast<double>(before)) {
+    if (!replacing) untrainable_[std::string(family)]++;
     return does_not_help(what, with);
   }
 
