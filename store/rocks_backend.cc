@@ -201,6 +201,11 @@ class RocksBackend final : public Backend {
   Status CheckTablesPresent() override {
     const std::vector<std::string> gone = MissingEngineFiles(db_.get(), false);
     if (gone.empty()) return Status::OK();
+    // A writer at work may have merged a table away since this engine's
+    // look at the MANIFEST: the store is then in use, not damaged.
+    if (auto held = HoldStoreForWriting(dir_, false); held.status().code() == Code::kBusy) {
+      return held.status();
+    }
     return Status::Corruption(
         fmt::format("store {}: the store is damaged: {}", dir_, ListedFileGone(gone[0])));
   }
