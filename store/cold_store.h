@@ -136,11 +136,11 @@ class ColdStore {
   // entries that do not parse are Corruption.
   Status ForEachEntry(
       const std::function<bool(const std::string& path, const storepb::Entry&)>& fn);
-  // Whether a retired file's mark is still there.
-  bool IsRetired(uint64_t file_id);
+  bool IsRetired(uint64_t file_id);  // whether a retired file's mark is still there
 
   // --- writing (through batches the caller commits)
   uint64_t NewFileId() { return next_file_id_.fetch_add(1); }
+  uint64_t next_file_id() const { return next_file_id_.load(); }  // what NewFileId gives next
   uint64_t NewBatchId() { return next_batch_id_.fetch_add(1); }
   // Adds the manifest, its namespace entry, and folder entries for every
   // ancestor not in the namespace yet (mode, owner, mtime from `folders`;
@@ -327,17 +327,20 @@ class ColdStore {
 
   // --- losses (store/lost.cc): files recovery found neither in the logdir
   // nor in the store. Recorded, never turned into a success; reported by
-  // fsck, status and the metrics until ClearLost.
+  // fsck, status and the metrics until ClearLost (or found again).
   struct LostFile {
     uint64_t file_id = 0;
     std::string path;  // relative to the logdir
-    uint64_t batch_id = 0;
-    uint64_t found_ns = 0;
+    uint64_t batch_id = 0, found_ns = 0;
     std::string why;
   };
   Status RecordLost(const LostFile& f);  // synced
   Status ListLost(std::vector<LostFile>* out);
   Status ClearLost(uint64_t* cleared);  // synced; *cleared: how many went
+  // The set-aside blob files (kLostFoundName) a recovery has read, by name
+  // (store/recovery.cc: each is read once); a name added, into a batch.
+  Status ListSetAsideRead(std::set<std::string>* names);
+  static void MarkSetAsideRead(WriteBatch* batch, std::string_view name);
 
   // --- accounting (store/totals.cc)
   struct Totals {
@@ -355,8 +358,7 @@ class ColdStore {
   // parse), and always for a shared store, whose other writers' commits
   // this object does not see. Errors as ForEachManifest.
   Result<Totals> GetTotals();
-  // Always a scan of every manifest (fsck).
-  Result<Totals> ComputeTotals();
+  Result<Totals> ComputeTotals();  // always a scan of every manifest (fsck)
 
  private:
   friend struct StoreInternals;  // tests: damage records through the engine

@@ -127,6 +127,11 @@ Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& stored,
                        const std::string& root, const std::string& rel,
                        const MaterializeOptions& options);
 
+// The `made` of MaterializeFile: with options.folders_as_stored, each
+// folder made gets its mode and owner from the store's namespace.
+std::function<void(const std::string& folder, int fd)> FoldersAsStored(
+    ColdStore& store, const std::string& root, const MaterializeOptions& options);
+
 // Whether the file open as fd holds m's content: m's size, m's hash over
 // the chunks that have values, and holes (no data) where m has them.
 bool SameContent(int fd, const std::string& path, const storepb::Manifest& m);

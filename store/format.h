@@ -52,6 +52,10 @@ inline constexpr char kRetiredPrefix[] = "retired/";
 // a file recovery found neither in the logdir nor in the store. It stays
 // (fsck, status and the metrics report it) until an admin clears it.
 inline constexpr char kLostPrefix[] = "lost/";
+// Meta: "set_aside_read/" + a file's name in kLostFoundName -> "": a blob
+// file a writer's open set aside that a recovery has read for the files the
+// store no longer knew (store/recovery.cc); never read again.
+inline constexpr char kSetAsideReadPrefix[] = "set_aside_read/";
 inline constexpr char kLastBaselineKey[] = "last";
 
 // Chunk value: [codec u8][raw_len u32 LE][checksum u64 LE][payload]. The

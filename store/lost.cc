@@ -1,5 +1,5 @@
 // Lost files: what recovery could find neither in the logdir nor in the
-// store (store/cold_store.h: RecordLost).
+// store (store/cold_store.h: RecordLost); the set-aside files it has read.
 #include "nlohmann/json.hpp"
 #include "store/cold_store.h"
 #include "store/format.h"
@@ -43,6 +43,19 @@ Status ColdStore::ClearLost(uint64_t* cleared) {
   WriteBatch batch;
   for (const LostFile& f : lost) batch.Delete(Space::kMeta, kLostPrefix + EncodeId(f.file_id));
   return Commit(batch, true);
+}
+
+Status ColdStore::ListSetAsideRead(std::set<std::string>* names) {
+  names->clear();
+  const std::string prefix = kSetAsideReadPrefix;
+  return backend_->Scan(Space::kMeta, prefix, [&](std::string_view key, std::string_view) {
+    names->emplace(key.substr(prefix.size()));
+    return true;
+  });
+}
+
+void ColdStore::MarkSetAsideRead(WriteBatch* batch, std::string_view name) {
+  batch->Put(Space::kMeta, kSetAsideReadPrefix + std::string(name), "");
 }
 
 }  // namespace tbfs::store

@@ -140,10 +140,9 @@ std::string TempNameFor(std::string_view name, uint64_t file_id) {
   return fmt::format(".{}.tbfs-tmp-{}", name, file_id);
 }
 
-Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& root,
-                       const std::string& rel, const MaterializeOptions& options) {
-  // Folders missing on the way, made beneath root without following links.
-  auto made = [&](const std::string& folder, int fd) {
+std::function<void(const std::string& folder, int fd)> FoldersAsStored(
+    ColdStore& store, const std::string& root, const MaterializeOptions& options) {
+  return [&store, &root, &options](const std::string& folder, int fd) {
     if (!options.folders_as_stored) return;
     auto entry = store.GetEntry(folder);
     if (!entry.ok()) return;
@@ -155,11 +154,15 @@ Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::
       spdlog::warn("{}: chmod folder {}: {}", root, folder, std::strerror(errno));
     }
   };
+}
+
+Status MaterializeFile(ColdStore& store, const storepb::Manifest& m, const std::string& root,
+                       const std::string& rel, const MaterializeOptions& options) {
   auto read = [&store, content = ContentManifest(m)](uint64_t index, ChunkCodec* codec,
                                                      std::string* raw) {
     return store.ReadChunk(content, index, codec, raw);
   };
-  return MaterializeFrom(m, read, made, root, rel, options);
+  return MaterializeFrom(m, read, FoldersAsStored(store, root, options), root, rel, options);
 }
 
 Status MaterializeFrom(const storepb::Manifest& m, const ChunkSource& stored,

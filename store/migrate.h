@@ -277,6 +277,10 @@ struct RecoveryResult {
   // relative to the logdir): each is recorded (ColdStore::RecordLost). A
   // caller reports them and fails; they are never a success.
   std::vector<std::string> lost;
+  // Files the store no longer knew, found in the table and blob files a
+  // writer's open set aside and written back into the logdir
+  // (PutBackSetAside, store/recovery.cc); each is in `changed` and `notes`.
+  uint64_t found_again = 0;
 };
 
 // Resolves every journal record left by a crash. Run before any other work

@@ -4,14 +4,17 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <set>
 
+#include "base/failpoint.h"
 #include "fmt/format.h"
 #include "store/format.h"
 #include "store/maintenance.h"
 #include "store/migrate.h"
+#include "store/migrate_internal.h"
 #include "store/rocks_env.h"
 #include "store/store_dir.h"
 #include "tests/store/store_internals.h"
@@ -646,6 +649,171 @@ TEST_F(SalvageTest, RefusesAnOutputFolderOthersCanWriteOrOwn) {
   fs::create_directories(dir_ / "elsewhere");
   EXPECT_FALSE(SalvageInto(store_, link).ok());
   EXPECT_TRUE(fs::is_empty(dir_ / "elsewhere"));
+}
+
+// The engine's MANIFEST in `store` (a writer's open starts a new one).
+std::string EngineManifest(const std::string& store) {
+  std::string manifest;
+  for (const auto& e : fs::directory_iterator(store)) {
+    if (e.path().filename().string().starts_with("MANIFEST-")) manifest = e.path();
+  }
+  return manifest;
+}
+
+// Moves one more file (`rel`, written with `bytes`) into the fixture's
+// store. *manifest gets the MANIFEST that open wrote, *opened its size
+// before the migration, *copied its size once the file's copy was in the
+// store, before the batch's flush. Returns the file's id.
+uint64_t MigrateOne(const std::string& logdir, const std::string& store, const std::string& rel,
+                    const std::string& bytes, std::string* manifest, uint64_t* opened,
+                    uint64_t* copied) {
+  fs::create_directories(fs::path(logdir + "/" + rel).parent_path());
+  testing::WriteBytes(logdir + "/" + rel, bytes);
+  auto s = ColdStore::Open(store, OpenOptions{});
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return 0;
+  *manifest = EngineManifest(store);
+  *opened = fs::file_size(*manifest);
+  CandidateOptions c;
+  c.older_than_s = 0;
+  c.walk.skip_dirs = {kStoreDirName};
+  std::vector<Candidate> all, one;
+  std::vector<Skipped> skipped;
+  EXPECT_TRUE(FindCandidates(logdir, c, &all, &skipped).ok());
+  for (const auto& cand : all)
+    if (cand.path == rel) one.push_back(cand);
+  EXPECT_EQ(one.size(), 1u);
+  MigrateOptions m;
+  m.walk.skip_dirs = {kStoreDirName};
+  ScopedFailpoint hook("migrate.copied",
+                       [&](const std::string&) { *copied = fs::file_size(*manifest); });
+  auto result = Migrate(**s, logdir, one, m);
+  EXPECT_TRUE(result.ok() && result->files_moved == 1u);
+  auto moved = (*s)->Lookup(rel);
+  EXPECT_TRUE(moved.ok());
+  return moved.ok() ? moved->file_id() : 0;
+}
+
+std::string TraceBytes(int n) {
+  std::string bytes;
+  for (int i = 0; i < n; ++i)
+    bytes += fmt::format("{{\"ph\":\"X\",\"ts\":{},\"dur\":{}}},\n", i * 7, i % 13);
+  return bytes;
+}
+
+// A MANIFEST cut back to before a migration (every table it lists still
+// there) opens: the files migrated since are in table and blob files it
+// does not list, which a writer's open sets aside. Their originals are
+// gone from the logdir. The recovery that follows finds them there and
+// writes them back into the logdir, once: every tool said nothing of them.
+TEST_F(SalvageTest, FilesACutBackManifestDroppedAreWrittenBackByTheNextRecovery) {
+  const std::string late = "run_late/late.pt.trace.json", bytes = TraceBytes(20000);
+  std::string manifest;
+  uint64_t keep = 0, copied = 0;
+  ASSERT_NE(MigrateOne(logdir_, store_, late, bytes, &manifest, &keep, &copied), 0u);
+  ASSERT_FALSE(fs::exists(logdir_ + "/" + late));
+  fs::resize_file(manifest, keep);
+  {
+    auto store = ColdStore::Open(store_, OpenOptions{});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_TRUE((*store)->Lookup(late).status().IsNotFound());  // the damage
+    auto r = Recover(**store, logdir_);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->found_again, 1u);
+    EXPECT_TRUE(r->lost.empty());
+    ASSERT_TRUE(fs::exists(logdir_ + "/" + late)) << "the file the MANIFEST lost is still gone";
+    EXPECT_TRUE(ReadBytes(logdir_ + "/" + late) == bytes) << "other bytes written back";
+    EXPECT_EQ(std::count(r->changed.begin(), r->changed.end(), late), 1);
+    for (const auto& [path, original] : originals_)  // the others untouched, still cold
+      EXPECT_TRUE((*store)->Lookup(path).ok()) << path;
+  }
+  // Found once: a user who deletes it does not see it again.
+  fs::remove(logdir_ + "/" + late);
+  {
+    auto store = ColdStore::Open(store_, OpenOptions{});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto r = Recover(**store, logdir_);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->found_again, 0u);
+    EXPECT_FALSE(fs::exists(logdir_ + "/" + late));
+  }
+}
+
+// The same cut at the instant after a batch's journal reached the
+// engine's tables and before its files' manifests did: the recovery
+// finds the journal's file neither in the logdir nor in the store. It was
+// recorded lost (red team); it is in what the open set aside.
+TEST_F(SalvageTest, AJournaledFileWhoseManifestWasCutIsFoundAgainNotLost) {
+  const std::string late = "run_late/late.pt.trace.json", bytes = TraceBytes(20000);
+  std::string manifest;
+  uint64_t opened = 0, keep = 0;
+  ASSERT_NE(MigrateOne(logdir_, store_, late, bytes, &manifest, &opened, &keep), 0u);
+  ASSERT_GT(keep, 0u);
+  fs::resize_file(manifest, keep);
+  auto store = ColdStore::Open(store_, OpenOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto r = Recover(**store, logdir_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->batches, 1u) << "the cut lost the batch's journal too: the test tests nothing";
+  EXPECT_TRUE(r->lost.empty()) << ::testing::PrintToString(r->lost);
+  EXPECT_EQ(r->found_again, 1u);
+  EXPECT_TRUE(ReadBytes(logdir_ + "/" + late) == bytes) << "other bytes written back";
+  std::vector<ColdStore::LostFile> lost;
+  ASSERT_TRUE((*store)->ListLost(&lost).ok());
+  EXPECT_TRUE(lost.empty()) << "found again, and still recorded lost";
+}
+
+// A file found again whose name a new file took meanwhile goes beside it;
+// one already back in place (the same bytes) is left as it is.
+TEST_F(SalvageTest, AFileFoundAgainNeverReplacesTheFileAtItsName) {
+  const std::string late = "run_late/late.pt.trace.json", bytes = TraceBytes(20000);
+  std::string manifest;
+  uint64_t keep = 0, copied = 0;
+  const uint64_t id = MigrateOne(logdir_, store_, late, bytes, &manifest, &keep, &copied);
+  ASSERT_NE(id, 0u);
+  fs::resize_file(manifest, keep);
+  testing::WriteBytes(logdir_ + "/" + late, "a new file by that name");
+  auto store = ColdStore::Open(store_, OpenOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto r = Recover(**store, logdir_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->found_again, 1u);
+  EXPECT_EQ(ReadBytes(logdir_ + "/" + late), "a new file by that name");
+  EXPECT_TRUE(ReadBytes(logdir_ + "/" + RecoveredName(late, id)) == bytes);
+}
+
+// A crash's leftover set aside long after holds copies of files deleted
+// since (the store handed their ids out before, and has no record of them
+// now): they stay deleted.
+TEST_F(SalvageTest, ACopyOfAFileDeletedSinceIsNotBroughtBack) {
+  const std::string late = "run_late/late.pt.trace.json";
+  std::string manifest;
+  uint64_t opened = 0, copied = 0;
+  const uint64_t id =
+      MigrateOne(logdir_, store_, late, TraceBytes(20000), &manifest, &opened, &copied);
+  ASSERT_NE(id, 0u);
+  std::string newest;  // the blob file that holds it
+  for (const auto& e : fs::directory_iterator(store_)) {
+    if (e.path().extension() == ".blob") newest = std::max(newest, e.path().string());
+  }
+  ASSERT_FALSE(newest.empty());
+  const std::string leftover = dir_ / "leftover.blob";
+  fs::copy_file(newest, leftover);
+  {
+    auto store = ColdStore::Open(store_, OpenOptions{});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto m = (*store)->GetManifest(id);
+    ASSERT_TRUE(m.ok());
+    ASSERT_TRUE(DropFromStore(**store, *m).ok());  // deleted through a mount, say
+  }
+  fs::copy_file(leftover, store_ + "/000001.blob");  // as a crash leaves one
+  auto store = ColdStore::Open(store_, OpenOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_FALSE(fs::exists(store_ + "/000001.blob")) << "the leftover was not set aside";
+  auto r = Recover(**store, logdir_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->found_again, 0u);
+  EXPECT_FALSE(fs::exists(logdir_ + "/" + late)) << "a file deleted from the store came back";
 }
 
 }  // namespace
