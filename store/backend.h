@@ -125,6 +125,10 @@ class Backend {
   // (A blob file gone keeps no writer out: the files whose chunks it held
   // fail their reads, and fsck names them.)
   virtual Status CheckTablesPresent() { return Status::OK(); }
+  // The blob files in the store's folder that the engine does not list
+  // (paths): a crash's leftovers, a writer's files newer than this view, or
+  // data a damaged MANIFEST no longer lists. None for other engines.
+  virtual std::vector<std::string> UnlistedBlobFiles() { return {}; }
   // Damaged records of the engine's log that its open skipped (what they
   // held since the last flush is gone); "" when there were none.
   virtual std::string LogDamage() { return ""; }
@@ -206,6 +210,7 @@ class LocalEngine final : public Backend {
   Status Flush() override;
   Status VerifyTables() override;
   std::string LogDamage() override;
+  std::vector<std::string> UnlistedBlobFiles() override;
   Memory MemoryUse() override;
 
  private:

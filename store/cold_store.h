@@ -296,10 +296,9 @@ class ColdStore {
   // Moves what is only in the engine's log into its files (after a
   // migration the log holds a second copy of every chunk).
   Status Flush() { return backend_->Flush(); }
-  // Every table file's checksums (Backend::VerifyTables).
-  Status VerifyTables() { return backend_->VerifyTables(); }
-  // Damaged records of the engine's log its open skipped ("" when none).
-  std::string LogDamage() { return backend_->LogDamage(); }
+  Status VerifyTables() { return backend_->VerifyTables(); }  // Backend's
+  std::string LogDamage() { return backend_->LogDamage(); }   // Backend's
+  std::vector<std::string> UnlistedBlobFiles() { return backend_->UnlistedBlobFiles(); }
   // Returns the space of deleted data (compaction, blob garbage collection).
   // (Tests: the failpoint store.compact fails it as a full disk would.)
   Status Compact();

@@ -230,4 +230,9 @@ std::string LocalEngine::LogDamage() {
   return inner_->LogDamage();
 }
 
+std::vector<std::string> LocalEngine::UnlistedBlobFiles() {
+  ReaderMutexLock lock(mu_);
+  return inner_->UnlistedBlobFiles();
+}
+
 }  // namespace tbfs::store

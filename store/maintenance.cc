@@ -1,5 +1,7 @@
 #include "store/maintenance.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -8,13 +10,69 @@
 #include <tuple>
 
 #include "base/time_util.h"
+#include "fmt/format.h"
 #include "store/file_io.h"
 #include "store/format.h"
+#include "store/gzip_pieces.h"
+#include "store/rocks_env.h"
+#include "store/set_aside.h"
 #include "store/store_dir.h"
 
 namespace tbfs::store {
 
+namespace {
+
+// The files a MANIFEST cut back lost (store/set_aside.h) whose records are
+// in the store's blob files its engine does not list, or in set-aside ones
+// no recovery has read yet: one problem each. Judged only while no writer
+// holds the store, and only from blob files last written before `since`:
+// a writer's newer files are not in this reader's view.
+void FindFilesTheStoreLost(ColdStore& store, int64_t since_ns, WorkPool* pool, FsckResult* result) {
+  if (HoldStoreForWriting(store.dir(), false).status().code() == Code::kBusy) return;
+  std::vector<std::string> files;
+  for (const std::string& path : store.UnlistedBlobFiles()) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0 && ToNs(st.st_mtim) < since_ns) files.push_back(path);
+  }
+  std::set<std::string> read;
+  const std::string folder = store.dir() + "/" + kLostFoundName;
+  std::vector<std::string> names;
+  if (ListFiles(folder, &names).ok() && store.ListSetAsideRead(&read).ok()) {
+    for (const std::string& n : names) {
+      if (n.ends_with(".blob") && !read.count(n)) files.push_back(folder + "/" + n);
+    }
+  }
+  if (files.empty()) return;
+  SetAside found(store);
+  for (const std::string& path : files) {
+    if (Status st = found.Read(path); !st.ok()) result->problems.push_back(st.message());
+  }
+  auto lost = found.LostByTheStore();
+  if (!lost.ok()) {
+    result->problems.push_back("unlisted blob files: " + lost.status().message());
+    return;
+  }
+  for (const storepb::Manifest& m : *lost) {
+    auto read = [&, content = ContentManifest(m)](uint64_t index, ChunkCodec* codec,
+                                                  std::string* raw) {
+      return found.ReadChunk(content, index, codec, raw);
+    };
+    Status intact = VerifyFrom(m, read, pool);
+    result->problems.push_back(fmt::format(
+        "{}: not in the store, whose engine's MANIFEST no longer lists the files that hold it "
+        "(in {}: a MANIFEST cut back); {}",
+        m.path(), store.dir(),
+        intact.ok() ? "the next writer (tbfs migrate --apply, a mount) writes it back into the "
+                      "logdir, and tbfs salvage writes it out"
+                    : "its chunks there do not verify (" + intact.message() +
+                          "): tbfs salvage writes out what it can"));
+  }
+}
+
+}  // namespace
+
 Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>* progress) {
+  const int64_t started_ns = NowNs();
   FsckResult result;
   // What a writer's open needs beyond what the file reads below touch: the
   // small spaces' tables too (a damaged one keeps every writer out).
@@ -85,6 +143,7 @@ Result<FsckResult> Fsck(ColdStore& store, WorkPool* pool, std::atomic<uint64_t>*
     (void)e;
     result.set_aside_files++;
   }
+  FindFilesTheStoreLost(store, started_ns, pool, &result);
   return result;
 }
 

@@ -12,13 +12,12 @@
 #include "base/time_util.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
-#include "store/blob_scan.h"
-#include "store/dictionary.h"
 #include "store/file_io.h"
 #include "store/format.h"
 #include "store/migrate.h"
 #include "store/migrate_internal.h"
 #include "store/salvager.h"
+#include "store/set_aside.h"
 #include "store/store_dir.h"
 
 namespace tbfs::store {
@@ -182,57 +181,6 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
   return result;
 }
 
-// What the blob files a writer's open set aside hold (store/rocks_env.h:
-// the table and blob files the engine's MANIFEST does not list): the last
-// manifest copy of each file id, the dictionaries' copies, and where each
-// chunk value lies.
-struct SetAside {
-  std::vector<std::string> paths;
-  std::map<uint64_t, std::string> manifests;
-  std::map<uint32_t, std::shared_ptr<const Dictionary>> dicts;  // by zstd id
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<BlobLoc>> chunks;
-
-  Status Read(const std::string& path) {
-    const int file = static_cast<int>(paths.size());
-    paths.push_back(path);
-    return ScanBlobFile(path, [&](const BlobCandidate& c) {
-      std::string bytes;
-      if (c.index != kManifestCopyIndex) {
-        chunks[{c.file_id, c.index}].push_back({file, c.offset, c.value.size()});
-      } else if (ParseManifestCopy(c.file_id, c.value, &bytes)) {
-        manifests[c.file_id] = std::move(bytes);
-      } else if (static_cast<uint8_t>(c.value[0]) == kDictCopy) {
-        if (auto d = DictionaryFromCopy(c.file_id, c.value); d.ok()) dicts[(*d)->id()] = *d;
-      }
-    });
-  }
-
-  // Chunk `index` of c (a content manifest) from any value that verifies
-  // at its key. Thread-safe.
-  Status ReadChunk(const storepb::Manifest& c, uint64_t index, bool v1,
-                   const DictionaryFinder& find, ChunkCodec* codec, std::string* raw) const {
-    const uint32_t len = ChunkLength(c, index);
-    if (IsHoleChunk(c, index)) {
-      raw->assign(len, '\0');
-      return Status::OK();
-    }
-    auto it = chunks.find({c.file_id(), index});
-    for (const BlobLoc& loc : it == chunks.end() ? std::vector<BlobLoc>{} : it->second) {
-      auto fd = OpenFile(paths[loc.file], O_RDONLY | O_NOFOLLOW);
-      std::string value(loc.length, '\0');
-      size_t got = 0;
-      if (fd.ok() &&
-          PreadFull(fd->get(), value.data(), value.size(), loc.offset, &got, paths[loc.file])
-              .ok() &&
-          got == value.size() &&
-          codec->Decode(value, len, ChunkPosOf(c, index), raw, v1, find).ok()) {
-        return Status::OK();
-      }
-    }
-    return Status::Corruption(fmt::format("chunk {} is in no set-aside blob file intact", index));
-  }
-};
-
 // Writes m (found set aside) back into the logdir, hot, as an unfinished
 // migration is undone: under its name, or beside a file that took it (or
 // a cold file of the store that holds the name). Nothing when one of the
@@ -265,24 +213,17 @@ Status WriteBackFound(ColdStore& store, const std::string& logdir, int root_fd,
   return st;
 }
 
-// The files a MANIFEST cut back lost, found in the blob files a writer's
-// open set aside, are written back into the logdir, hot. The store as the
-// cut left it is an earlier state of itself: every file id below its next
-// id was handed out by then, and its manifest is there unless the file was
-// deleted before that point or its batch had not reached the engine's
-// tables (the journal says so: recorded lost by RecoverJournal). So a file
-// counts as lost when its id is at or above the next id, or recorded lost;
-// any other copy in a set-aside file is of a file deleted since (a crash's
-// leftover read long after), which stays deleted. Each set-aside file is
-// read once (kSetAsideReadPrefix): a file written back and deleted by its
-// owner since stays deleted too.
+// The files a MANIFEST cut back lost (SetAside::LostByTheStore), found in
+// the blob files a writer's open set aside, are written back into the
+// logdir, hot. Each set-aside file is read once (kSetAsideReadPrefix): a
+// file written back and deleted by its owner since stays deleted.
 Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResult* result) {
   const std::string folder = JoinPath(store.dir(), kLostFoundName);
   std::vector<std::string> names;
   if (!ListFiles(folder, &names).ok()) return Status::OK();  // nothing set aside, or no folder
   std::set<std::string> read_before;
   TBFS_RETURN_IF_ERROR(store.ListSetAsideRead(&read_before));
-  SetAside found;
+  SetAside found(store);
   std::vector<std::string> read_now;
   for (const std::string& n : names) {
     if (!n.ends_with(".blob") || read_before.count(n)) continue;
@@ -295,32 +236,16 @@ Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResu
   if (read_now.empty()) return Status::OK();
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return root.status();
-  const bool v1 = store.info().format_version() == kFormatVersionV1;
-  const DictionaryFinder find = [&](uint32_t id) {
-    if (auto d = store.FindDictionary(id)) return d;
-    auto it = found.dicts.find(id);
-    return it == found.dicts.end() ? nullptr : it->second;
-  };
-  std::vector<ColdStore::LostFile> recorded;
-  TBFS_RETURN_IF_ERROR(store.ListLost(&recorded));
-  std::set<uint64_t> lost;
-  for (const ColdStore::LostFile& f : recorded) lost.insert(f.file_id);
+  auto lost = found.LostByTheStore();
+  if (!lost.ok()) return lost.status();
   WorkPool pool(0);
   WriteBatch done;
   bool again = false;  // a file to try again at the next recovery
-  for (const auto& [id, bytes] : found.manifests) {
-    if (id < store.next_file_id() && !lost.count(id)) continue;
-    storepb::Manifest m;
-    if (!m.ParseFromString(bytes) || m.file_id() != id || !WellFormed(m) ||
-        !IsSafeRelativePath(m.path())) {
-      continue;  // not one of ours to write (salvage reports it)
-    }
-    auto known = store.GetManifest(id);
-    if (known.ok()) continue;
-    if (!known.status().IsNotFound()) return known.status();
+  for (const storepb::Manifest& m : *lost) {
+    const uint64_t id = m.file_id();
     auto read = [&, content = ContentManifest(m)](uint64_t index, ChunkCodec* codec,
                                                   std::string* raw) {
-      return found.ReadChunk(content, index, v1, find, codec, raw);
+      return found.ReadChunk(content, index, codec, raw);
     };
     std::string dest;
     Status st = WriteBackFound(store, logdir, root->get(), m, read, &pool, &dest);

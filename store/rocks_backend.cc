@@ -197,6 +197,9 @@ class RocksBackend final : public Backend {
   }
 
   std::vector<std::string> MissingBlobFiles() { return MissingEngineFiles(db_.get(), true); }
+  std::vector<std::string> UnlistedBlobFiles() override {
+    return UnlistedEngineBlobs(db_.get(), dir_);
+  }
 
   Status CheckTablesPresent() override {
     const std::vector<std::string> gone = MissingEngineFiles(db_.get(), false);

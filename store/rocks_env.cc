@@ -395,6 +395,22 @@ std::vector<std::string> MissingEngineFiles(rocksdb::DB* db, bool blobs) {
   return gone;
 }
 
+std::vector<std::string> UnlistedEngineBlobs(rocksdb::DB* db, const std::string& dir) {
+  std::set<std::string> listed;
+  std::vector<rocksdb::ColumnFamilyMetaData> spaces;
+  db->GetAllColumnFamilyMetaData(&spaces);
+  for (const auto& space : spaces) {
+    for (const auto& b : space.blob_files)
+      listed.insert(b.blob_file_name.substr(b.blob_file_name.find_last_of('/') + 1));
+  }
+  std::vector<std::string> names, unlisted;
+  (void)PrivateEnv()->GetChildren(dir, &names);
+  for (const auto& n : names) {
+    if (n.ends_with(".blob") && !listed.count(n)) unlisted.push_back(dir + "/" + n);
+  }
+  return unlisted;
+}
+
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::OK();
   std::string msg = what + ": " + WithFolderPaths(s.ToString());

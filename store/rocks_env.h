@@ -82,6 +82,8 @@ std::string ListedFileGone(std::string_view name);
 // The table files (or, when `blobs`, the blob files) `db` lists that are
 // not there, by name: a stat each, nothing read.
 std::vector<std::string> MissingEngineFiles(rocksdb::DB* db, bool blobs);
+// The blob files in `dir` (paths) that db does not list.
+std::vector<std::string> UnlistedEngineBlobs(rocksdb::DB* db, const std::string& dir);
 
 // RocksDB's own log, into tbfs's at `level` (warnings and errors only;
 // RocksDB's LOG file is not used: on a full disk a write to it aborts the

@@ -713,6 +713,21 @@ TEST_F(SalvageTest, FilesACutBackManifestDroppedAreWrittenBackByTheNextRecovery)
   ASSERT_NE(MigrateOne(logdir_, store_, late, bytes, &manifest, &keep, &copied), 0u);
   ASSERT_FALSE(fs::exists(logdir_ + "/" + late));
   fs::resize_file(manifest, keep);
+  OpenOptions ro;
+  ro.read_only = true;
+  auto fsck = [&] {
+    auto reader = ColdStore::Open(store_, ro);
+    EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+    auto r = reader.ok() ? Fsck(**reader, &pool_, nullptr) : Result<FsckResult>(reader.status());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : FsckResult{};
+  };
+  const FsckResult damaged = fsck();
+  EXPECT_FALSE(damaged.clean()) << "the file is in neither place, and fsck says clean";
+  EXPECT_EQ(std::count_if(damaged.problems.begin(), damaged.problems.end(),
+                          [&](const std::string& p) { return p.starts_with(late + ": "); }),
+            1)
+      << ::testing::PrintToString(damaged.problems);
   {
     auto store = ColdStore::Open(store_, OpenOptions{});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -727,6 +742,9 @@ TEST_F(SalvageTest, FilesACutBackManifestDroppedAreWrittenBackByTheNextRecovery)
     for (const auto& [path, original] : originals_)  // the others untouched, still cold
       EXPECT_TRUE((*store)->Lookup(path).ok()) << path;
   }
+  const FsckResult after = fsck();
+  EXPECT_TRUE(after.clean()) << ::testing::PrintToString(after.problems);
+  EXPECT_GT(after.set_aside_files, 0u);
   // Found once: a user who deletes it does not see it again.
   fs::remove(logdir_ + "/" + late);
   {

@@ -1,0 +1,82 @@
+#include "store/set_aside.h"
+
+#include <fcntl.h>
+
+#include <set>
+
+#include "fmt/format.h"
+#include "store/blob_scan.h"
+#include "store/dictionary.h"
+#include "store/file_io.h"
+#include "store/format.h"
+
+namespace tbfs::store {
+
+SetAside::SetAside(ColdStore& store)
+    : store_(store), v1_(store.info().format_version() == kFormatVersionV1) {
+  find_ = [this](uint32_t id) {
+    if (auto d = store_.FindDictionary(id)) return d;
+    auto it = dicts_.find(id);
+    return it == dicts_.end() ? nullptr : it->second;
+  };
+}
+
+Status SetAside::Read(const std::string& path) {
+  const int file = static_cast<int>(paths_.size());
+  paths_.push_back(path);
+  return ScanBlobFile(path, [&](const BlobCandidate& c) {
+    std::string bytes;
+    if (c.index != kManifestCopyIndex) {
+      chunks_[{c.file_id, c.index}].push_back({file, c.offset, c.value.size()});
+    } else if (ParseManifestCopy(c.file_id, c.value, &bytes)) {
+      manifests_[c.file_id] = std::move(bytes);
+    } else if (static_cast<uint8_t>(c.value[0]) == kDictCopy) {
+      if (auto d = DictionaryFromCopy(c.file_id, c.value); d.ok()) dicts_[(*d)->id()] = *d;
+    }
+  });
+}
+
+Result<std::vector<storepb::Manifest>> SetAside::LostByTheStore() {
+  std::vector<ColdStore::LostFile> recorded;
+  TBFS_RETURN_IF_ERROR(store_.ListLost(&recorded));
+  std::set<uint64_t> lost;
+  for (const ColdStore::LostFile& f : recorded) lost.insert(f.file_id);
+  std::vector<storepb::Manifest> out;
+  for (const auto& [id, bytes] : manifests_) {
+    if (id < store_.next_file_id() && !lost.count(id)) continue;
+    storepb::Manifest m;
+    if (!m.ParseFromString(bytes) || m.file_id() != id || !WellFormed(m) ||
+        !IsSafeRelativePath(m.path())) {
+      continue;  // not one to write back (salvage reports it)
+    }
+    auto known = store_.GetManifest(id);
+    if (known.ok()) continue;
+    if (!known.status().IsNotFound()) return known.status();
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Status SetAside::ReadChunk(const storepb::Manifest& c, uint64_t index, ChunkCodec* codec,
+                           std::string* raw) const {
+  const uint32_t len = ChunkLength(c, index);
+  if (IsHoleChunk(c, index)) {
+    raw->assign(len, '\0');
+    return Status::OK();
+  }
+  auto it = chunks_.find({c.file_id(), index});
+  for (const BlobLoc& loc : it == chunks_.end() ? std::vector<BlobLoc>{} : it->second) {
+    auto fd = OpenFile(paths_[loc.file], O_RDONLY | O_NOFOLLOW);
+    std::string value(loc.length, '\0');
+    size_t got = 0;
+    if (fd.ok() &&
+        PreadFull(fd->get(), value.data(), value.size(), loc.offset, &got, paths_[loc.file]).ok() &&
+        got == value.size() &&
+        codec->Decode(value, len, ChunkPosOf(c, index), raw, v1_, find_).ok()) {
+      return Status::OK();
+    }
+  }
+  return Status::Corruption(fmt::format("chunk {} is in no unlisted blob file intact", index));
+}
+
+}  // namespace tbfs::store
