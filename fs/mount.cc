@@ -106,9 +106,8 @@ Status RecoverStore(store::ColdStore& store, const MountPlan& plan) {
   for (const std::string& note : recovered->notes) spdlog::warn("recovery: {}", note);
   for (const std::string& path : recovered->lost) {
     spdlog::error(
-        "recovery: LOST {}: journaled by an unfinished migration, found neither in the logdir "
-        "nor in the store (recorded: status, metrics and fsck report it until tbfs fsck "
-        "--clear-lost)",
+        "recovery: LOST {}: found neither in the logdir nor in the store (recorded: status, "
+        "metrics and fsck report it until tbfs fsck --clear-lost)",
         JoinPath(plan.options.logdir, path));
   }
   return Status::OK();
@@ -401,6 +400,7 @@ int RunMount(const MountOptions& options) {
   MountPlan& plan = *checked;
   verdict.Fork(plan.options.foreground);
   TuneProcess();
+  KeepEarlyLog(plan.options.foreground);
   // Store first, recovery before the first request.
   auto opened = OpenStore(&plan);
   if (!opened.ok()) return Fail(verdict, opened.status().message());

@@ -67,6 +67,11 @@ int Fail(Verdict& verdict, const std::string& msg);
 // file limit and its allocator's arenas.
 void TuneProcess();
 
+// A daemon's log file is in the store's folder, which the store's open may
+// make: what the daemon says before (the open's warnings: engine files set
+// aside, a blob file gone) is kept in memory from this call on, and
+// StartMountLog writes it into the file first. Nothing in the foreground.
+void KeepEarlyLog(bool foreground);
 // Sends the log where a mount keeps it: a daemon's to a capped file in
 // `state_dir`; a foreground mount run by systemd logs at info.
 void StartMountLog(bool foreground, const std::string& state_dir);

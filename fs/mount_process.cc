@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "fmt/format.h"
 #include "fs/mount_internal.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
 #include "spdlog/spdlog.h"
 #include "store/cold_store.h"
 
@@ -27,6 +28,8 @@ namespace {
 // The daemon's log: 16 MiB per file, the 4 before it kept (80 MiB at most).
 constexpr uint64_t kMountLogBytes = 16ull << 20;
 constexpr size_t kMountLogFiles = 4;
+// Warnings and errors kept from before the log file opens (the last ones).
+constexpr size_t kEarlyLogLines = 1000;
 
 // Every inode the kernel holds is an O_PATH fd here (as in libfuse's
 // passthrough_hp), so a walk of a large tree needs many: raise the limit as
@@ -115,12 +118,31 @@ void TuneProcess() {
   std::abort();
 }
 
+namespace {
+// What the daemon said before its log file was open (KeepEarlyLog).
+std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> early_log;
+}  // namespace
+
+void KeepEarlyLog(bool foreground) {
+  if (foreground) return;
+  // (Before the store's open: no engine thread logs yet beside this.)
+  early_log = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(kEarlyLogLines);
+  early_log->set_level(spdlog::level::warn);
+  spdlog::default_logger()->sinks().push_back(early_log);
+}
+
 void StartMountLog(bool foreground, const std::string& state_dir) {
   std::set_terminate(LogAndAbort);
   if (!foreground) {
     // Capped: what users' files make the daemon say cannot fill the disk.
     auto logger = RotatingFileLogger("tbfs-mount", JoinPath(state_dir, "tbfs-mount.log"),
                                      kMountLogBytes, kMountLogFiles);
+    if (early_log != nullptr) {
+      for (const auto& msg : early_log->last_raw()) {
+        for (const auto& sink : logger->sinks()) sink->log(msg);
+      }
+      logger->flush();  // warnings are on disk at once (flush_on below)
+    }
     spdlog::set_default_logger(logger);
     spdlog::set_level(spdlog::level::info);
     spdlog::flush_every(std::chrono::seconds(2));

@@ -333,11 +333,12 @@ class ColdStore {
     uint64_t batch_id = 0, found_ns = 0;
     std::string why;
   };
-  Status RecordLost(const LostFile& f);  // synced
+  Status RecordLost(const LostFile& f) { return RecordLost(std::vector<LostFile>{f}); }
+  // Synced, with the next file id raised to at least `next_file_id`.
+  Status RecordLost(const std::vector<LostFile>& files, uint64_t next_file_id = 0);
   Status ListLost(std::vector<LostFile>* out);
   Status ClearLost(uint64_t* cleared);  // synced; *cleared: how many went
-  // The set-aside blob files (kLostFoundName) a recovery has read, by name
-  // (store/recovery.cc: each is read once); a name added, into a batch.
+  // Set-aside blob files a recovery has read (store/set_aside.h), by name.
   Status ListSetAsideRead(std::set<std::string>* names);
   static void MarkSetAsideRead(WriteBatch* batch, std::string_view name);
 

@@ -16,6 +16,7 @@
 #include "store/cold_store.h"
 #include "store/format.h"
 #include "store/gzip_pieces.h"
+#include "store/open_checks.h"
 #include "store/store_dir.h"
 
 namespace tbfs::store {
@@ -28,77 +29,6 @@ Status ParseRecord(std::string_view bytes, Msg* msg, const std::string& what) {
     return Status::Corruption("store record does not parse: " + what);
   }
   return Status::OK();
-}
-
-// Damage gets the way out with it: fsck names what is damaged, salvage
-// writes out every file that verifies.
-Status Damaged(const Status& st) {
-  if (st.code() != Code::kCorruption) return st;
-  const bool said = st.message().find("the store is damaged") != std::string::npos;
-  return Status::Corruption(st.message() + (said ? " (" : " (the store is damaged: ") +
-                            "tbfs fsck names what, and tbfs salvage writes out every intact file)");
-}
-
-// What a local writer checks before it takes the logdir's lock, so that a
-// command refused its store (none there and none to make, a folder of
-// other files, a damaged one) leaves the logdir as it was. Open checks
-// again under the lock.
-Status CheckBeforeLock(const std::string& dir, const OpenOptions& options) {
-  struct stat st;
-  if (::stat(JoinPath(dir, "CURRENT").c_str(), &st) == 0 || CreationCutShort(dir)) {
-    return Status::OK();
-  }
-  const int missing = ::stat(dir.c_str(), &st) == 0 ? 0 : errno;
-  if (missing == 0) TBFS_RETURN_IF_ERROR(Damaged(CheckStoreFolder(dir)));
-  if (!options.create_if_missing) {
-    return Status::NotFound("no cold store at " + dir + " (nothing has been migrated yet)");
-  }
-  // A folder to be made: nothing may stand in the way (a file on the path,
-  // a symbolic link that leads nowhere).
-  if (missing != 0 && missing != ENOENT) return Status::FromErrno(missing, "stat", dir);
-  if (missing == 0) return Status::OK();
-  std::string at = dir;
-  while (!at.empty() && ::lstat(at.c_str(), &st) != 0) at = ParentPath(at);  // made on the way
-  if (at.empty()) at = dir.starts_with("/") ? "/" : ".";
-  if (::stat(at.c_str(), &st) != 0) {
-    return Status::InvalidArgument("store " + dir + ": " + at +
-                                   " is a symbolic link that leads nowhere");
-  }
-  // The nearest that is there is a folder (or stat would have said
-  // ENOTDIR); this process must be able to make the store in it.
-  if (::faccessat(AT_FDCWD, at.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
-    return Status::FromErrno(errno, "make the store " + dir + " in", at);
-  }
-  return Status::OK();
-}
-
-// A writer's open changes the store (the engine may write a new MANIFEST
-// and drop files it does not list): first make sure, read-only, that the
-// store at `dir` opens to a store at all. An engine view without the
-// format record is a damaged MANIFEST describing an older, emptier store.
-Status CheckBeforeWriterOpen(const std::string& dir) {
-  BackendOptions check;
-  check.read_only = true;
-  auto reader = OpenRocksBackend(dir, check);
-  // A damaged log keeps a reader out, not a writer (it sets the log
-  // aside, and any file it does not list: store/rocks_backend.cc); the
-  // format record is then checked after its open (Init).
-  if (!reader.ok() && !(reader.status().code() == Code::kCorruption &&
-                        LooksLikeLogDamage(reader.status().message()))) {
-    return Damaged(reader.status());
-  }
-  // A table file the engine lists and lacks (a MANIFEST cut back past a
-  // compaction, a file removed) fails the writer's open only after it
-  // wrote its own MANIFEST and set files aside (red team).
-  if (reader.ok()) TBFS_RETURN_IF_ERROR(Damaged((*reader)->CheckTablesPresent()));
-  std::string bytes;
-  Status st = reader.ok() ? (*reader)->Get(Space::kMeta, kMetaInfoKey, &bytes) : Status::OK();
-  if (st.IsNotFound()) {
-    st = Status::Corruption("store " + dir +
-                            " opens without its format record (its engine "
-                            "MANIFEST is damaged or cut short); nothing was changed");
-  }
-  return Damaged(st);
 }
 
 }  // namespace
@@ -334,13 +264,7 @@ Status ColdStore::Init(const OpenOptions& options, bool existed) {
     tree_ = true;
   } else {
     TBFS_RETURN_IF_ERROR(st);
-    TBFS_RETURN_IF_ERROR(ParseRecord(bytes, &info_, "store info"));
-    if (info_.format_version() < kFormatVersionV1 ||
-        info_.format_version() > kNewestFormatVersion) {
-      return Status::NotSupported(
-          fmt::format("store {} has format version {}; this tbfs reads versions {} to {} only",
-                      dir_, info_.format_version(), kFormatVersionV1, kNewestFormatVersion));
-    }
+    TBFS_RETURN_IF_ERROR(ParseInfo(bytes, dir_, &info_));
     if (info_.format_version() == kFormatVersionV1 && !options.read_only) {
       TBFS_RETURN_IF_ERROR(UpgradeFromV1());
     }

@@ -1,18 +1,32 @@
 // Lost files: what recovery could find neither in the logdir nor in the
 // store (store/cold_store.h: RecordLost); the set-aside files it has read.
+#include <algorithm>
+
 #include "nlohmann/json.hpp"
 #include "store/cold_store.h"
 #include "store/format.h"
 
 namespace tbfs::store {
 
-Status ColdStore::RecordLost(const LostFile& f) {
+Status ColdStore::RecordLost(const std::vector<LostFile>& files, uint64_t next_file_id) {
   WriteBatch batch;
-  batch.Put(Space::kMeta, kLostPrefix + EncodeId(f.file_id),
-            nlohmann::json{
-                {"path", f.path}, {"batch", f.batch_id}, {"found_ns", f.found_ns}, {"why", f.why}}
-                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  return Commit(batch, true);
+  for (const LostFile& f : files) {
+    batch.Put(Space::kMeta, kLostPrefix + EncodeId(f.file_id),
+              nlohmann::json{
+                  {"path", f.path}, {"batch", f.batch_id}, {"found_ns", f.found_ns}, {"why", f.why}}
+                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  if (next_file_id == 0) return Commit(batch, true);
+  // Ids a MANIFEST cut back would hand out again (store/set_aside.h); the
+  // next id's records land in increasing order (PutJournal).
+  MutexLock lock(journal_mu_);
+  const uint64_t next = std::max(next_file_id, next_file_id_.load());
+  batch.Put(Space::kMeta, kMetaNextFileIdKey, EncodeId(next));
+  Status st = Write(batch, true);
+  commits_.fetch_add(1, std::memory_order_acq_rel);
+  for (uint64_t was = next_file_id_.load(); st.ok() && was < next;)
+    next_file_id_.compare_exchange_weak(was, next);
+  return st;
 }
 
 Status ColdStore::ListLost(std::vector<LostFile>* out) {

@@ -52,7 +52,10 @@ void FindFilesTheStoreLost(ColdStore& store, int64_t since_ns, WorkPool* pool, F
     result->problems.push_back("unlisted blob files: " + lost.status().message());
     return;
   }
+  std::set<uint64_t> recorded;  // said in LOST lines already
+  for (const ColdStore::LostFile& f : result->lost) recorded.insert(f.file_id);
   for (const storepb::Manifest& m : *lost) {
+    if (recorded.count(m.file_id())) continue;
     auto read = [&, content = ContentManifest(m)](uint64_t index, ChunkCodec* codec,
                                                   std::string* raw) {
       return found.ReadChunk(content, index, codec, raw);

@@ -273,9 +273,10 @@ struct RecoveryResult {
   // Paths (relative to the logdir) whose file went from cold to hot or
   // whose store copy went: a mount tells the kernel to forget their names.
   std::vector<std::string> changed;
-  // Journaled files found neither in the logdir nor in the store (paths
-  // relative to the logdir): each is recorded (ColdStore::RecordLost). A
-  // caller reports them and fails; they are never a success.
+  // Files found neither in the logdir nor in the store (paths relative to
+  // the logdir): journaled ones, and ones a MANIFEST cut back lost that
+  // cannot be written back now. Each is recorded (ColdStore::RecordLost).
+  // A caller reports them and fails; they are never a success.
   std::vector<std::string> lost;
   // Files the store no longer knew, found in the table and blob files a
   // writer's open set aside and written back into the logdir

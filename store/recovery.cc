@@ -215,34 +215,51 @@ Status WriteBackFound(ColdStore& store, const std::string& logdir, int root_fd,
 
 // The files a MANIFEST cut back lost (SetAside::LostByTheStore), found in
 // the blob files a writer's open set aside, are written back into the
-// logdir, hot. Each set-aside file is read once (kSetAsideReadPrefix): a
-// file written back and deleted by its owner since stays deleted.
+// logdir, hot. First, in one synced commit, each is recorded lost and the
+// store's next file id is raised past them: the cut store would hand their
+// ids out again, and a file whose id went to another could no longer be
+// told from one deleted since (red team). One written back loses its
+// record; one that cannot be keeps it (fsck, status and the exit status
+// say so) and is tried again by the next writer: while any file is
+// recorded lost, every set-aside blob file is read; otherwise each once
+// (kSetAsideReadPrefix), so a file written back and deleted since stays
+// deleted.
 Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResult* result) {
   const std::string folder = JoinPath(store.dir(), kLostFoundName);
   std::vector<std::string> names;
   if (!ListFiles(folder, &names).ok()) return Status::OK();  // nothing set aside, or no folder
   std::set<std::string> read_before;
   TBFS_RETURN_IF_ERROR(store.ListSetAsideRead(&read_before));
+  std::vector<ColdStore::LostFile> recorded;
+  TBFS_RETURN_IF_ERROR(store.ListLost(&recorded));
   SetAside found(store);
-  std::vector<std::string> read_now;
+  WriteBatch done;
   for (const std::string& n : names) {
-    if (!n.ends_with(".blob") || read_before.count(n)) continue;
+    if (!n.ends_with(".blob") || (read_before.count(n) && recorded.empty())) continue;
     if (Status st = found.Read(JoinPath(folder, n)); !st.ok()) {
       result->notes.push_back(fmt::format("set-aside {}: {} (tbfs salvage reads what it can)",
                                           JoinPath(folder, n), st.message()));
+      continue;  // read again by the next writer
     }
-    read_now.push_back(n);
+    if (!read_before.count(n)) ColdStore::MarkSetAsideRead(&done, n);
   }
-  if (read_now.empty()) return Status::OK();
-  auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
-  if (!root.ok()) return root.status();
   auto lost = found.LostByTheStore();
   if (!lost.ok()) return lost.status();
-  WorkPool pool(0);
-  WriteBatch done;
-  bool again = false;  // a file to try again at the next recovery
+  std::vector<ColdStore::LostFile> pending;
+  uint64_t next = 0;
   for (const storepb::Manifest& m : *lost) {
-    const uint64_t id = m.file_id();
+    pending.push_back({m.file_id(), m.path(), 0, static_cast<uint64_t>(NowNs()),
+                       fmt::format("the store lost it (a MANIFEST cut back); its records are in "
+                                   "{}: the next writer writes it back into the logdir, and tbfs "
+                                   "salvage writes it out",
+                                   folder)});
+    next = std::max(next, m.file_id() + 1);
+  }
+  if (!pending.empty()) TBFS_RETURN_IF_ERROR(store.RecordLost(pending, next));
+  auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
+  if (!root.ok()) return root.status();
+  WorkPool pool(0);
+  for (const storepb::Manifest& m : *lost) {
     auto read = [&, content = ContentManifest(m)](uint64_t index, ChunkCodec* codec,
                                                   std::string* raw) {
       return found.ReadChunk(content, index, codec, raw);
@@ -251,15 +268,16 @@ Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResu
     Status st = WriteBackFound(store, logdir, root->get(), m, read, &pool, &dest);
     const std::string path = JoinPath(logdir, m.path());
     if (!st.ok()) {
-      again = again || st.sys_errno() != 0;  // the logdir's trouble, not the chunks'
       result->notes.push_back(fmt::format(
-          "{}: the store had lost it, and what {} holds of it cannot be written back: {}{}", path,
-          folder, st.message(),
-          st.sys_errno() != 0 ? " (tried again at the next recovery)"
-                              : " (tbfs salvage reads what it can)"));
+          "{}: the store lost it (a MANIFEST cut back), and what {} holds of it cannot be written "
+          "back now: {} (recorded lost; the next writer tries again, tbfs salvage writes out "
+          "what verifies)",
+          path, folder, st.message()));
+      if (std::find(result->lost.begin(), result->lost.end(), m.path()) == result->lost.end())
+        result->lost.push_back(m.path());
       continue;
     }
-    done.Delete(Space::kMeta, kLostPrefix + EncodeId(id));  // when recorded lost
+    done.Delete(Space::kMeta, kLostPrefix + EncodeId(m.file_id()));
     std::erase(result->lost, m.path());
     if (dest.empty()) continue;  // in place already
     result->found_again++;
@@ -268,9 +286,6 @@ Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResu
         fmt::format("{}: the store had lost it (its records were in engine files a damaged "
                     "MANIFEST no longer listed, set aside in {}); written back as {}",
                     path, folder, JoinPath(logdir, dest)));
-  }
-  if (!again) {
-    for (const std::string& n : read_now) ColdStore::MarkSetAsideRead(&done, n);
   }
   return done.empty() ? Status::OK() : store.Commit(done, true);
 }

@@ -1491,6 +1491,26 @@ TEST_F(Mounted, ADaemonEndedByAnUncaughtExceptionSaysWhyInItsLog) {
       << log;
 }
 
+// What the store's open says (an engine file set aside, here a crash's
+// leftover blob file) is in the daemon's log too: it went only to the
+// terminal that started the mount, before the log file was open.
+TEST_F(Mounted, WhatTheStoresOpenSaysIsInTheDaemonsLog) {
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  Unmount();
+  std::string newest;
+  for (const auto& e : std::filesystem::directory_iterator(L(".tbfs"))) {
+    if (e.path().extension() == ".blob") newest = std::max(newest, e.path().string());
+  }
+  ASSERT_FALSE(newest.empty());
+  std::filesystem::copy_file(newest, L(".tbfs/000001.blob"));
+  Mount("--no-migrate");
+  const std::string log = ReadBytes(L(".tbfs/tbfs-mount.log"));
+  EXPECT_NE(log.find("000001.blob is not in the engine's MANIFEST; set aside"), std::string::npos)
+      << log;
+  for (const auto& f : traces_) EXPECT_TRUE(ReadBytes(M(f)) == originals_[f]) << f;
+}
+
 // A loop of reads of a damaged cold file: each read fails (EIO) and is
 // counted, but the daemon's log takes a few lines a second, not one a read
 // (red team: 970,000 lines in 40 s from a loop of chmods on a full store),

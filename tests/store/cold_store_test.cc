@@ -458,11 +458,23 @@ TEST_F(StoreTest, UnknownFormatVersionIsRefused) {
   b.Put(Space::kMeta, kMetaInfoKey, info.SerializeAsString());
   ASSERT_TRUE(store_->Commit(b, true).ok());
   store_.reset();
+  // What a newer tbfs wrote is left as it was: the refused writer wrote
+  // the engine's MANIFEST and OPTIONS anew, and deleted the old ones.
+  auto files = [&] {
+    std::map<std::string, std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir_ / ".tbfs")) {
+      if (e.is_regular_file()) out[e.path().filename()] = testing::ReadBytes(e.path());
+    }
+    return out;
+  };
+  const auto before = files();
   auto s = ColdStore::Open(dir_ / ".tbfs", OpenOptions());
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), Code::kNotSupported);
   EXPECT_NE(s.status().message().find("format version 42"), std::string::npos)
       << s.status().message();
+  const auto after = files();
+  EXPECT_TRUE(after == before) << "the refused writer changed the store";
 }
 
 TEST_F(StoreTest, SecondWriterIsBusy) {
