@@ -106,7 +106,7 @@ Status RecoverStore(store::ColdStore& store, const MountPlan& plan) {
   for (const std::string& note : recovered->notes) spdlog::warn("recovery: {}", note);
   for (const std::string& path : recovered->lost) {
     spdlog::error(
-        "recovery: LOST {}: found neither in the logdir nor in the store (recorded: status, "
+        "recovery: LOST {}: in neither the logdir nor the store's index (recorded: status, "
         "metrics and fsck report it until tbfs fsck --clear-lost)",
         JoinPath(plan.options.logdir, path));
   }

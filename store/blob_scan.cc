@@ -181,6 +181,9 @@ Status ScanBlobFile(const std::string& path, const std::function<void(const Blob
     }
     c.offset = value_at;
     c.value = std::string_view(reinterpret_cast<const char*>(data + value_at), len);
+    c.checked =
+        header_ok && Le64(h) == kKeyBytes &&
+        events::MaskCrc(events::Crc32c(h + kRecordHeaderBytes, kKeyBytes + len)) == Le32(h + 28);
     fn(c);
     // A record whose header holds is skipped whole; otherwise the next
     // record is searched for from the next byte (the value may hold the

@@ -32,6 +32,9 @@ struct BlobCandidate {
   uint64_t index = 0;
   uint64_t offset = 0;  // of the value, in the blob file
   std::string_view value;
+  // The record's header and its key-and-value checksums hold: key and value
+  // are as the engine wrote them.
+  bool checked = false;
 };
 
 // Calls fn on every record-shaped (key, value) in the blob file at `path`,

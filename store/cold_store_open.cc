@@ -188,6 +188,10 @@ Result<std::unique_ptr<ColdStore>> ColdStore::Open(const std::string& dir,
                               " (its creation was cut short; the next writer makes it anew)");
     }
     TBFS_RETURN_IF_ERROR(UndoCutShortCreation(dir));
+  } else if (struct stat marker;
+             !options.read_only && ::lstat(JoinPath(dir, kCreatingName).c_str(), &marker) == 0) {
+    spdlog::warn("store {}: a creation marker in a store that holds files: removed", dir);
+    TBFS_RETURN_IF_ERROR(EndCreation(dir));
   }
   struct stat current;
   const bool existed = ::stat(JoinPath(dir, "CURRENT").c_str(), &current) == 0;

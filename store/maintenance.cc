@@ -47,7 +47,8 @@ void FindFilesTheStoreLost(ColdStore& store, int64_t since_ns, WorkPool* pool, F
   for (const std::string& path : files) {
     if (Status st = found.Read(path); !st.ok()) result->problems.push_back(st.message());
   }
-  auto lost = found.LostByTheStore();
+  std::vector<uint64_t> nameless;
+  auto lost = found.LostByTheStore(&nameless);
   if (!lost.ok()) {
     result->problems.push_back("unlisted blob files: " + lost.status().message());
     return;
@@ -63,12 +64,20 @@ void FindFilesTheStoreLost(ColdStore& store, int64_t since_ns, WorkPool* pool, F
     Status intact = VerifyFrom(m, read, pool);
     result->problems.push_back(fmt::format(
         "{}: not in the store, whose engine's MANIFEST no longer lists the files that hold it "
-        "(in {}: a MANIFEST cut back); {}",
-        m.path(), store.dir(),
+        "(in {} or its {}: a MANIFEST cut back); {}",
+        m.path(), store.dir(), kLostFoundName,
         intact.ok() ? "the next writer (tbfs migrate --apply, a mount) writes it back into the "
                       "logdir, and tbfs salvage writes it out"
                     : "its chunks there do not verify (" + intact.message() +
                           "): tbfs salvage writes out what it can"));
+  }
+  for (uint64_t id : nameless) {
+    if (recorded.count(id)) continue;
+    result->problems.push_back(fmt::format(
+        "file id {}: not in the store, whose engine's MANIFEST no longer lists the files that "
+        "hold its chunks (in {} or its {}: a MANIFEST cut back), and its manifest copy there "
+        "is damaged: tbfs salvage reads what it can",
+        id, store.dir(), kLostFoundName));
   }
 }
 

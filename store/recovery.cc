@@ -202,12 +202,21 @@ Status WriteBackFound(ColdStore& store, const std::string& logdir, int root_fd,
   mo.pool = pool;
   mo.folders_as_stored = true;
   mo.root_fd = root_fd;
+  // A folder made on the way as the store remembers it; one it does not
+  // know (made after the cut) is the file's owner's alone, never more open
+  // than it may have been (red team: a 0700 folder came back 0755).
+  const auto as_stored = FoldersAsStored(store, logdir, mo);
+  auto made = [&](const std::string& folder, int fd) {
+    if (store.GetEntry(folder).ok()) return as_stored(folder, fd);
+    if (::fchown(fd, m.uid(), m.gid()) != 0 || ::fchmod(fd, 0700) != 0)
+      spdlog::warn("{}: folder {}: {}", logdir, folder, std::strerror(errno));
+  };
   const bool taken = store.Lookup(m.path()).ok();  // a cold file by that name
   *dest = taken ? beside : m.path();
-  Status st = MaterializeFrom(m, read, FoldersAsStored(store, logdir, mo), logdir, *dest, mo);
+  Status st = MaterializeFrom(m, read, made, logdir, *dest, mo);
   if (st.sys_errno() == EEXIST && !taken) {
     *dest = beside;
-    st = MaterializeFrom(m, read, FoldersAsStored(store, logdir, mo), logdir, *dest, mo);
+    st = MaterializeFrom(m, read, made, logdir, *dest, mo);
   }
   if (!st.ok()) dest->clear();
   return st;
@@ -243,22 +252,37 @@ Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResu
     }
     if (!read_before.count(n)) ColdStore::MarkSetAsideRead(&done, n);
   }
-  auto lost = found.LostByTheStore();
+  std::vector<uint64_t> nameless;
+  auto lost = found.LostByTheStore(&nameless);
   if (!lost.ok()) return lost.status();
   std::vector<ColdStore::LostFile> pending;
   uint64_t next = 0;
+  const uint64_t now = static_cast<uint64_t>(NowNs());
   for (const storepb::Manifest& m : *lost) {
-    pending.push_back({m.file_id(), m.path(), 0, static_cast<uint64_t>(NowNs()),
+    pending.push_back({m.file_id(), m.path(), 0, now,
                        fmt::format("the store lost it (a MANIFEST cut back); its records are in "
                                    "{}: the next writer writes it back into the logdir, and tbfs "
                                    "salvage writes it out",
                                    folder)});
     next = std::max(next, m.file_id() + 1);
   }
+  for (uint64_t id : nameless) {  // no name to write it back under
+    const std::string what = fmt::format("(file id {})", id);
+    pending.push_back({id, what, 0, now,
+                       fmt::format("the store lost it (a MANIFEST cut back); its chunks are in {}, "
+                                   "its manifest copy there is damaged: tbfs salvage reads what it "
+                                   "can",
+                                   folder)});
+    next = std::max(next, id + 1);
+    result->notes.push_back(pending.back().why + ": " + what);
+    if (std::find(result->lost.begin(), result->lost.end(), what) == result->lost.end())
+      result->lost.push_back(what);
+  }
   if (!pending.empty()) TBFS_RETURN_IF_ERROR(store.RecordLost(pending, next));
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return root.status();
   WorkPool pool(0);
+  std::vector<ColdStore::LostFile> failed;  // their records say why now
   for (const storepb::Manifest& m : *lost) {
     auto read = [&, content = ContentManifest(m)](uint64_t index, ChunkCodec* codec,
                                                   std::string* raw) {
@@ -268,14 +292,22 @@ Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResu
     Status st = WriteBackFound(store, logdir, root->get(), m, read, &pool, &dest);
     const std::string path = JoinPath(logdir, m.path());
     if (!st.ok()) {
-      result->notes.push_back(fmt::format(
-          "{}: the store lost it (a MANIFEST cut back), and what {} holds of it cannot be written "
-          "back now: {} (recorded lost; the next writer tries again, tbfs salvage writes out "
-          "what verifies)",
-          path, folder, st.message()));
+      failed.push_back({m.file_id(), m.path(), 0, now,
+                        fmt::format("the store lost it (a MANIFEST cut back); what {} holds of it "
+                                    "could not be written back: {} ({})",
+                                    folder, st.message(),
+                                    st.IsCorruption() ? "tbfs salvage writes out what verifies"
+                                                      : "the next writer tries again")});
+      result->notes.push_back(path + ": " + failed.back().why);
       if (std::find(result->lost.begin(), result->lost.end(), m.path()) == result->lost.end())
         result->lost.push_back(m.path());
       continue;
+    }
+    // Its record, and those of older versions of the same path (a batch
+    // journaled under another id before the cut).
+    for (const ColdStore::LostFile& f : recorded) {
+      if (f.path == m.path() && f.file_id < m.file_id())
+        done.Delete(Space::kMeta, kLostPrefix + EncodeId(f.file_id));
     }
     done.Delete(Space::kMeta, kLostPrefix + EncodeId(m.file_id()));
     std::erase(result->lost, m.path());
@@ -287,6 +319,7 @@ Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResu
                     "MANIFEST no longer listed, set aside in {}); written back as {}",
                     path, folder, JoinPath(logdir, dest)));
   }
+  if (!failed.empty()) TBFS_RETURN_IF_ERROR(store.RecordLost(failed));
   return done.empty() ? Status::OK() : store.Commit(done, true);
 }
 

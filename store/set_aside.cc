@@ -28,6 +28,7 @@ Status SetAside::Read(const std::string& path) {
     std::string bytes;
     if (c.index != kManifestCopyIndex) {
       chunks_[{c.file_id, c.index}].push_back({file, c.offset, c.value.size()});
+      if (c.checked) chunk_ids_.insert(c.file_id);
     } else if (ParseManifestCopy(c.file_id, c.value, &bytes)) {
       manifests_[c.file_id] = std::move(bytes);
     } else if (static_cast<uint8_t>(c.value[0]) == kDictCopy) {
@@ -36,24 +37,41 @@ Status SetAside::Read(const std::string& path) {
   });
 }
 
-Result<std::vector<storepb::Manifest>> SetAside::LostByTheStore() {
+Result<std::vector<storepb::Manifest>> SetAside::LostByTheStore(std::vector<uint64_t>* nameless) {
   std::vector<ColdStore::LostFile> recorded;
   TBFS_RETURN_IF_ERROR(store_.ListLost(&recorded));
   std::set<uint64_t> lost;
   for (const ColdStore::LostFile& f : recorded) lost.insert(f.file_id);
-  std::vector<storepb::Manifest> out;
+  auto counts = [&](uint64_t id) -> Result<bool> {
+    if (id < store_.next_file_id() && !lost.count(id)) return false;
+    auto known = store_.GetManifest(id);
+    if (known.ok()) return false;
+    if (!known.status().IsNotFound()) return known.status();
+    return true;
+  };
+  std::map<std::string, storepb::Manifest> newest;  // by path
+  std::set<uint64_t> named;
   for (const auto& [id, bytes] : manifests_) {
-    if (id < store_.next_file_id() && !lost.count(id)) continue;
     storepb::Manifest m;
     if (!m.ParseFromString(bytes) || m.file_id() != id || !WellFormed(m) ||
         !IsSafeRelativePath(m.path())) {
-      continue;  // not one to write back (salvage reports it)
+      continue;  // not one to write back: its chunks are nameless below
     }
-    auto known = store_.GetManifest(id);
-    if (known.ok()) continue;
-    if (!known.status().IsNotFound()) return known.status();
-    out.push_back(std::move(m));
+    named.insert(id);
+    auto yes = counts(id);
+    if (!yes.ok()) return yes.status();
+    if (!*yes) continue;
+    storepb::Manifest& at = newest[m.path()];
+    if (m.file_id() > at.file_id()) at = std::move(m);
   }
+  for (uint64_t id : chunk_ids_) {
+    if (named.count(id) || nameless == nullptr) continue;
+    auto yes = counts(id);
+    if (!yes.ok()) return yes.status();
+    if (*yes) nameless->push_back(id);
+  }
+  std::vector<storepb::Manifest> out;
+  for (auto& [path, m] : newest) out.push_back(std::move(m));
   return out;
 }
 
@@ -65,17 +83,22 @@ Status SetAside::ReadChunk(const storepb::Manifest& c, uint64_t index, ChunkCode
     return Status::OK();
   }
   auto it = chunks_.find({c.file_id(), index});
+  Status unread;  // a file that could not be read is not a damaged chunk
   for (const BlobLoc& loc : it == chunks_.end() ? std::vector<BlobLoc>{} : it->second) {
     auto fd = OpenFile(paths_[loc.file], O_RDONLY | O_NOFOLLOW);
     std::string value(loc.length, '\0');
     size_t got = 0;
-    if (fd.ok() &&
-        PreadFull(fd->get(), value.data(), value.size(), loc.offset, &got, paths_[loc.file]).ok() &&
-        got == value.size() &&
-        codec->Decode(value, len, ChunkPosOf(c, index), raw, v1_, find_).ok()) {
+    Status st = fd.ok() ? PreadFull(fd->get(), value.data(), value.size(), loc.offset, &got,
+                                    paths_[loc.file])
+                        : fd.status();
+    if (!st.ok()) {
+      unread = st;
+    } else if (got == value.size() &&
+               codec->Decode(value, len, ChunkPosOf(c, index), raw, v1_, find_).ok()) {
       return Status::OK();
     }
   }
+  if (!unread.ok()) return unread;
   return Status::Corruption(fmt::format("chunk {} is in no unlisted blob file intact", index));
 }
 

@@ -14,11 +14,15 @@
 // recovery recorded it lost). A copy counts when the store has no manifest
 // of its id and the id is at or above the next id, or recorded lost; any
 // other copy is of a file deleted since (a crash's leftover read long
-// after), which stays deleted. Not for use outside store/.
+// after), which stays deleted. Of several copies of one path, the newest
+// (the largest id) counts: the others are versions it replaced. Chunks
+// under an id that counts, whose manifest copy is not there intact, are a
+// file lost with no name to give it. Not for use outside store/.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,8 +41,9 @@ class SetAside {
   Status Read(const std::string& path);
 
   // The manifests read of files the store lost (above), well-formed, each
-  // with a path beneath the logdir.
-  Result<std::vector<storepb::Manifest>> LostByTheStore();
+  // with a path beneath the logdir; *nameless (when given) gets the ids of
+  // lost files with chunks and no intact manifest copy.
+  Result<std::vector<storepb::Manifest>> LostByTheStore(std::vector<uint64_t>* nameless = nullptr);
 
   // Chunk `index` of c (the ContentManifest of one of them) from a value
   // read that verifies at its key. Thread-safe.
@@ -51,6 +56,7 @@ class SetAside {
   DictionaryFinder find_;
   std::vector<std::string> paths_;
   std::map<uint64_t, std::string> manifests_;
+  std::set<uint64_t> chunk_ids_;  // of chunk records whose checksums hold
   std::map<uint32_t, std::shared_ptr<const Dictionary>> dicts_;  // by zstd id
   std::map<std::pair<uint64_t, uint64_t>, std::vector<BlobLoc>> chunks_;
 };

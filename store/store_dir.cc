@@ -111,7 +111,18 @@ void RemoveStaleScratch(const std::string& store) {
 
 bool CreationCutShort(const std::string& dir) {
   struct stat st;
-  return ::lstat(JoinPath(dir, kCreatingName).c_str(), &st) == 0;
+  if (::lstat(JoinPath(dir, kCreatingName).c_str(), &st) != 0) return false;
+  // A store that holds a blob file has held a file (chunks are written only
+  // after its creation ended): the marker is stale (red team: one put back
+  // by hand or by a copy of the folder had the next writer delete every
+  // file of the store).
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return true;
+  bool blobs = false;
+  while (struct dirent* de = ::readdir(d))
+    blobs = blobs || std::string_view(de->d_name).ends_with(".blob");
+  ::closedir(d);
+  return !blobs;
 }
 
 namespace {

@@ -925,5 +925,141 @@ TEST_F(SalvageTest, ALostFileWhoseChunksDoNotVerifyIsRecordedLost) {
   }
 }
 
+// The store as a MANIFEST cut back to `snapshot` (a copy of the store's
+// folder) leaves it: the snapshot's files, and every table and blob file
+// written since, which that MANIFEST does not list.
+void CutBackTo(const std::string& store, const std::string& snapshot) {
+  const std::string now = store + ".now";
+  fs::rename(store, now);
+  fs::copy(snapshot, store, fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(now)) {
+    const std::string n = e.path().filename();
+    if ((n.ends_with(".sst") || n.ends_with(".blob")) && !fs::exists(store + "/" + n))
+      fs::copy_file(e.path(), store + "/" + n);
+  }
+  fs::remove_all(now);
+}
+
+// Red team: a file migrated, replaced by a new version migrated again (two
+// ids, one path) came back as the old version under its name and the new
+// one beside it. The newest version takes the name; the one it replaced
+// stays gone. A folder the cut store does not know comes back its file's
+// owner's alone (it came back 0755 from 0700).
+TEST_F(SalvageTest, OnlyTheNewestVersionOfAPathIsWrittenBackAndInAPrivateFolder) {
+  const std::string late = "run_late/late.pt.trace.json";
+  const std::string v1 = TraceBytes(20000), v2 = TraceBytes(21000);
+  const std::string snapshot = dir_ / "snapshot";
+  fs::copy(store_, snapshot, fs::copy_options::recursive);
+  std::string manifest;
+  uint64_t opened = 0, copied = 0;
+  const uint64_t first = MigrateOne(logdir_, store_, late, v1, &manifest, &opened, &copied);
+  const uint64_t second = MigrateOne(logdir_, store_, late, v2, &manifest, &opened, &copied);
+  ASSERT_GT(second, first);
+  CutBackTo(store_, snapshot);
+  fs::remove(logdir_ + "/run_late");  // empty now: the user's rmdir
+  auto store = ColdStore::Open(store_, OpenOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto r = Recover(**store, logdir_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->found_again, 1u);
+  EXPECT_TRUE(r->lost.empty()) << ::testing::PrintToString(r->lost);
+  EXPECT_TRUE(ReadBytes(logdir_ + "/" + late) == v2) << "not the newest version";
+  EXPECT_FALSE(fs::exists(logdir_ + "/" + RecoveredName(late, first)));
+  EXPECT_FALSE(fs::exists(logdir_ + "/" + RecoveredName(late, second)));
+  struct stat st;
+  ASSERT_EQ(::stat((logdir_ + "/run_late").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
+
+// Red team: a journal record that named the file under an older id (its
+// batch undone, the file migrated again under a new one before the cut)
+// stayed recorded lost after the file was written back.
+TEST_F(SalvageTest, AFileWrittenBackClearsTheLostRecordsOfItsPath) {
+  const std::string late = "run_late/late.pt.trace.json", bytes = TraceBytes(20000);
+  const std::string snapshot = dir_ / "snapshot";
+  fs::copy(store_, snapshot, fs::copy_options::recursive);
+  std::string manifest;
+  uint64_t opened = 0, copied = 0;
+  const uint64_t id = MigrateOne(logdir_, store_, late, bytes, &manifest, &opened, &copied);
+  CutBackTo(store_, snapshot);
+  auto store = ColdStore::Open(store_, OpenOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  // What the journal's recovery records of the undone batch's older id.
+  ASSERT_TRUE((*store)->RecordLost({id - 1, late, 7, 1, "journaled"}).ok());
+  auto r = Recover(**store, logdir_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(ReadBytes(logdir_ + "/" + late) == bytes);
+  std::vector<ColdStore::LostFile> lost;
+  ASSERT_TRUE((*store)->ListLost(&lost).ok());
+  EXPECT_TRUE(lost.empty()) << "the file is back, and its path is still recorded lost";
+}
+
+// Red team: one flipped byte in a lost file's manifest copy, and no tool
+// said anything of it. Its chunks are there (their records' checksums
+// hold): it is recorded lost under its id, and fsck says so before that.
+TEST_F(SalvageTest, ALostFileWithoutAnIntactManifestCopyIsRecordedLostByItsId) {
+  const std::string late = "run_late/late.pt.trace.json";
+  const std::string snapshot = dir_ / "snapshot";
+  fs::copy(store_, snapshot, fs::copy_options::recursive);
+  std::string manifest;
+  uint64_t opened = 0, copied = 0;
+  const uint64_t id =
+      MigrateOne(logdir_, store_, late, TraceBytes(20000), &manifest, &opened, &copied);
+  CutBackTo(store_, snapshot);
+  bool flipped = false;
+  for (const auto& e : fs::directory_iterator(store_)) {
+    if (e.path().extension() != ".blob" ||
+        fs::exists(snapshot + "/" + e.path().filename().string()))
+      continue;
+    std::string blob = ReadBytes(e.path());
+    const size_t at = blob.find(late);
+    if (at == std::string::npos) continue;
+    blob[at + 3] ^= 0x01;  // in its manifest copy, the only place that names it
+    testing::WriteBytes(e.path(), blob);
+    flipped = true;
+  }
+  ASSERT_TRUE(flipped);
+  const std::string what = fmt::format("(file id {})", id);
+  {
+    OpenOptions ro;
+    ro.read_only = true;
+    auto reader = ColdStore::Open(store_, ro);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    auto f = Fsck(**reader, &pool_, nullptr);
+    ASSERT_TRUE(f.ok());
+    EXPECT_FALSE(f->clean()) << "a file in neither place, and fsck says clean";
+  }
+  auto store = ColdStore::Open(store_, OpenOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto r = Recover(**store, logdir_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lost, std::vector<std::string>{what});
+  std::vector<ColdStore::LostFile> lost;
+  ASSERT_TRUE((*store)->ListLost(&lost).ok());
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].file_id, id);
+}
+
+// Red team: a creation marker in a store that holds files (put back by a
+// copy of the folder, or by hand) made readers see no store and the next
+// writer delete every file of it. It is stale: it goes, and nothing else.
+TEST_F(SalvageTest, AStaleCreationMarkerDeletesNothing) {
+  testing::WriteBytes(store_ + "/" + kCreatingName, "");
+  OpenOptions ro;
+  ro.read_only = true;
+  {
+    auto reader = ColdStore::Open(store_, ro);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  }
+  auto store = ColdStore::Open(store_, OpenOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_FALSE(fs::exists(store_ + "/" + kCreatingName));
+  for (const auto& [path, original] : originals_) {
+    auto m = (*store)->Lookup(path);
+    ASSERT_TRUE(m.ok()) << path << ": " << m.status().ToString();
+    EXPECT_TRUE(VerifyStoredFile(**store, *m, &pool_).ok()) << path;
+  }
+}
+
 }  // namespace
 }  // namespace tbfs::store

@@ -210,8 +210,8 @@ int RunFsck(const FsckArgs& args) {
       fmt::print("LOST: {}: {} (batch {})\n", Printable(l.path), Printable(l.why), l.batch_id);
     if (!r->lost.empty()) {
       fmt::print(
-          "note: {} file(s) recorded as lost by a recovery; restore them from a backup, then "
-          "tbfs fsck {} --clear-lost\n",
+          "note: {} file(s) recorded as lost; restore them from a backup (one in lost+found "
+          "comes back by itself at the next writer's open), then tbfs fsck {} --clear-lost\n",
           r->lost.size(), args.logdir.empty() ? "LOGDIR" : args.logdir);
     }
     if (r->orphan_chunk_files) {

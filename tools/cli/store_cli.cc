@@ -204,7 +204,7 @@ Result<std::unique_ptr<store::ColdStore>> OpenStoreForWrite(const StoreLocation&
   for (const std::string& note : recovered->notes) PrintError(command, "recovery: " + note);
   for (const std::string& path : recovered->lost) {
     PrintError(command, "recovery: LOST " + Printable(JoinPath(loc.logdir, path)) +
-                            ": found neither in the logdir nor in the store (recorded: tbfs "
+                            ": in neither the logdir nor the store's index (recorded: tbfs "
                             "fsck reports it until --clear-lost)");
   }
   if (!recovered->lost.empty()) recovery_found_losses = true;
