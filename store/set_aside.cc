@@ -33,6 +33,8 @@ Status SetAside::Read(const std::string& path) {
       manifests_[c.file_id] = std::move(bytes);
     } else if (static_cast<uint8_t>(c.value[0]) == kDictCopy) {
       if (auto d = DictionaryFromCopy(c.file_id, c.value); d.ok()) dicts_[(*d)->id()] = *d;
+    } else {
+      unparsed_copies_.insert(c.file_id);  // a manifest copy, damaged, or a folder's
     }
   });
 }
@@ -65,7 +67,9 @@ Result<std::vector<storepb::Manifest>> SetAside::LostByTheStore(std::vector<uint
     if (m.file_id() > at.file_id()) at = std::move(m);
   }
   for (uint64_t id : chunk_ids_) {
-    if (named.count(id) || nameless == nullptr) continue;
+    // Chunks with no copy at all are a copy given up before its manifest
+    // (chunks written, then removed): no file was lost there.
+    if (named.count(id) || !unparsed_copies_.count(id) || nameless == nullptr) continue;
     auto yes = counts(id);
     if (!yes.ok()) return yes.status();
     if (*yes) nameless->push_back(id);

@@ -16,8 +16,9 @@
 // other copy is of a file deleted since (a crash's leftover read long
 // after), which stays deleted. Of several copies of one path, the newest
 // (the largest id) counts: the others are versions it replaced. Chunks
-// under an id that counts, whose manifest copy is not there intact, are a
-// file lost with no name to give it. Not for use outside store/.
+// under an id that counts, whose manifest copy is there but damaged, are a
+// file lost with no name to give it (with no copy at all, a copy given up
+// before its manifest was written). Not for use outside store/.
 #pragma once
 
 #include <map>
@@ -56,7 +57,8 @@ class SetAside {
   DictionaryFinder find_;
   std::vector<std::string> paths_;
   std::map<uint64_t, std::string> manifests_;
-  std::set<uint64_t> chunk_ids_;  // of chunk records whose checksums hold
+  std::set<uint64_t> chunk_ids_;        // of chunk records whose checksums hold
+  std::set<uint64_t> unparsed_copies_;  // ids of copies that do not parse as one
   std::map<uint32_t, std::shared_ptr<const Dictionary>> dicts_;  // by zstd id
   std::map<std::pair<uint64_t, uint64_t>, std::vector<BlobLoc>> chunks_;
 };
