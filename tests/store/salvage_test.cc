@@ -577,81 +577,6 @@ TEST_F(SalvageTest, ACurrentNamingAMissingManifestIsCalledDamage) {
   EXPECT_EQ(r.files, originals_.size());
 }
 
-// A MANIFEST that loses only its last records still opens to a sound-looking
-// store: the writer's open would delete the newest files as leftovers. They
-// are set aside instead, and salvage writes them apart (.tbfs-unlisted).
-TEST_F(SalvageTest, FilesAnOpenWouldDropAreSetAsideAndSalvagedApart) {
-  const std::string extra = "run_late/late.pt.trace.json";
-  std::string bytes;
-  for (int i = 0; i < 20000; ++i)
-    bytes += fmt::format("{{\"ph\":\"X\",\"ts\":{},\"dur\":{}}},\n", i * 7, i % 13);
-  fs::create_directories(logdir_ + "/run_late");
-  testing::WriteBytes(logdir_ + "/" + extra, bytes);
-  std::string manifest;
-  uint64_t keep = 0, late_id = 0;
-  {
-    auto store = ColdStore::Open(store_, OpenOptions{});
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    for (const auto& e : fs::directory_iterator(store_)) {
-      if (e.path().filename().string().starts_with("MANIFEST-")) manifest = e.path();
-    }
-    keep = fs::file_size(manifest);  // the store as it was before the late file
-    CandidateOptions c;
-    c.older_than_s = 0;
-    c.walk.skip_dirs = {kStoreDirName};
-    std::vector<Candidate> all, late;
-    std::vector<Skipped> skipped;
-    ASSERT_TRUE(FindCandidates(logdir_, c, &all, &skipped).ok());
-    for (const auto& cand : all)
-      if (cand.path == extra) late.push_back(cand);
-    ASSERT_EQ(late.size(), 1u);
-    MigrateOptions m;
-    m.walk.skip_dirs = {kStoreDirName};
-    auto result = Migrate(**store, logdir_, late, m);
-    ASSERT_TRUE(result.ok());
-    ASSERT_EQ(result->files_moved, 1u);
-    auto moved = (*store)->Lookup(extra);
-    ASSERT_TRUE(moved.ok());
-    late_id = moved->file_id();
-  }
-  fs::resize_file(manifest, keep);
-  {
-    auto store = ColdStore::Open(store_, OpenOptions{});
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    EXPECT_TRUE((*store)->Lookup(extra).status().IsNotFound());  // the damage: lost from the index
-    // What a recovery records when a batch's journal survived the cut but
-    // not its manifests (red team): lost, to its eyes.
-    ASSERT_TRUE((*store)->RecordLost({late_id, extra, 1, 1, "test"}).ok());
-  }
-  ASSERT_TRUE(fs::exists(store_ + "/" + kLostFoundName));
-  EXPECT_FALSE(fs::is_empty(store_ + "/" + kLostFoundName));
-  auto r = SalvageInto(store_, dir_ / "out");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->unlisted, 1u);
-  EXPECT_EQ(r->found_again, 1u);
-  EXPECT_TRUE(r->lost.empty()) << "written intact, and still called lost";
-  EXPECT_EQ(ReadBytes(dir_ / (std::string("out/") + kUnlisted + "/" + extra)), bytes);
-  for (const auto& [path, original] : originals_)
-    EXPECT_EQ(ReadBytes(dir_ / ("out/" + path)), original);
-}
-
-TEST_F(SalvageTest, RefusesAnOutputFolderOthersCanWriteOrOwn) {
-  const std::string shared = dir_ / "shared";
-  fs::create_directories(shared);
-  ASSERT_EQ(::chmod(shared.c_str(), 0777), 0);
-  auto r = SalvageInto(store_, shared);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("another user or others may write"), std::string::npos);
-  ASSERT_EQ(::chmod(shared.c_str(), 0755), 0);
-  ASSERT_EQ(::chown(shared.c_str(), 65534, 65534), 0);
-  EXPECT_FALSE(SalvageInto(store_, shared).ok());
-  const std::string link = dir_ / "link";
-  fs::create_directory_symlink(dir_ / "elsewhere", link);
-  fs::create_directories(dir_ / "elsewhere");
-  EXPECT_FALSE(SalvageInto(store_, link).ok());
-  EXPECT_TRUE(fs::is_empty(dir_ / "elsewhere"));
-}
-
 // The engine's MANIFEST in `store` (a writer's open starts a new one).
 std::string EngineManifest(const std::string& store) {
   std::string manifest;
@@ -695,11 +620,66 @@ uint64_t MigrateOne(const std::string& logdir, const std::string& store, const s
   return moved.ok() ? moved->file_id() : 0;
 }
 
+// MigrateOne, then the MANIFEST cut back to its size at that open: the file
+// is in table and blob files it no longer lists. Returns the file's id.
+uint64_t MigrateThenCutBack(const std::string& logdir, const std::string& store,
+                            const std::string& rel, const std::string& bytes) {
+  std::string manifest;
+  uint64_t keep = 0, copied = 0;
+  const uint64_t id = MigrateOne(logdir, store, rel, bytes, &manifest, &keep, &copied);
+  if (id != 0) fs::resize_file(manifest, keep);
+  return id;
+}
+
 std::string TraceBytes(int n) {
   std::string bytes;
   for (int i = 0; i < n; ++i)
     bytes += fmt::format("{{\"ph\":\"X\",\"ts\":{},\"dur\":{}}},\n", i * 7, i % 13);
   return bytes;
+}
+
+// A MANIFEST that loses only its last records still opens to a sound-looking
+// store: the writer's open would delete the newest files as leftovers. They
+// are set aside instead, and salvage writes them apart (.tbfs-unlisted).
+TEST_F(SalvageTest, FilesAnOpenWouldDropAreSetAsideAndSalvagedApart) {
+  const std::string extra = "run_late/late.pt.trace.json", bytes = TraceBytes(20000);
+  const uint64_t late_id = MigrateThenCutBack(logdir_, store_, extra, bytes);
+  ASSERT_NE(late_id, 0u);
+  {
+    auto store = ColdStore::Open(store_, OpenOptions{});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_TRUE((*store)->Lookup(extra).status().IsNotFound());  // the damage: lost from the index
+    // What a recovery records when a batch's journal survived the cut but
+    // not its manifests (red team): lost, to its eyes.
+    ASSERT_TRUE((*store)->RecordLost({late_id, extra, 1, 1, "test"}).ok());
+  }
+  ASSERT_TRUE(fs::exists(store_ + "/" + kLostFoundName));
+  EXPECT_FALSE(fs::is_empty(store_ + "/" + kLostFoundName));
+  auto r = SalvageInto(store_, dir_ / "out");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->unlisted, 1u);
+  EXPECT_EQ(r->found_again, 1u);
+  EXPECT_TRUE(r->lost.empty()) << "written intact, and still called lost";
+  EXPECT_EQ(ReadBytes(dir_ / (std::string("out/") + kUnlisted + "/" + extra)), bytes);
+  for (const auto& [path, original] : originals_)
+    EXPECT_EQ(ReadBytes(dir_ / ("out/" + path)), original);
+}
+
+TEST_F(SalvageTest, RefusesAnOutputFolderOthersCanWriteOrOwn) {
+  const std::string shared = dir_ / "shared";
+  fs::create_directories(shared);
+  ASSERT_EQ(::chmod(shared.c_str(), 0777), 0);
+  auto r = SalvageInto(store_, shared);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("another user or others may write"), std::string::npos);
+  ASSERT_EQ(::chmod(shared.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(shared.c_str(), 65534, 65534), 0);
+  EXPECT_FALSE(SalvageInto(store_, shared).ok());
+  const std::string link = dir_ / "link";
+  fs::create_directory_symlink(dir_ / "elsewhere", link);
+  fs::create_directories(dir_ / "elsewhere");
+  EXPECT_FALSE(SalvageInto(store_, link).ok());
+  EXPECT_TRUE(fs::is_empty(dir_ / "elsewhere"));
 }
 
 // A MANIFEST cut back to before a migration (every table it lists still
@@ -709,11 +689,8 @@ std::string TraceBytes(int n) {
 // writes them back into the logdir, once: every tool said nothing of them.
 TEST_F(SalvageTest, FilesACutBackManifestDroppedAreWrittenBackByTheNextRecovery) {
   const std::string late = "run_late/late.pt.trace.json", bytes = TraceBytes(20000);
-  std::string manifest;
-  uint64_t keep = 0, copied = 0;
-  ASSERT_NE(MigrateOne(logdir_, store_, late, bytes, &manifest, &keep, &copied), 0u);
+  ASSERT_NE(MigrateThenCutBack(logdir_, store_, late, bytes), 0u);
   ASSERT_FALSE(fs::exists(logdir_ + "/" + late));
-  fs::resize_file(manifest, keep);
   OpenOptions ro;
   ro.read_only = true;
   auto fsck = [&] {
@@ -786,11 +763,8 @@ TEST_F(SalvageTest, AJournaledFileWhoseManifestWasCutIsFoundAgainNotLost) {
 // one already back in place (the same bytes) is left as it is.
 TEST_F(SalvageTest, AFileFoundAgainNeverReplacesTheFileAtItsName) {
   const std::string late = "run_late/late.pt.trace.json", bytes = TraceBytes(20000);
-  std::string manifest;
-  uint64_t keep = 0, copied = 0;
-  const uint64_t id = MigrateOne(logdir_, store_, late, bytes, &manifest, &keep, &copied);
+  const uint64_t id = MigrateThenCutBack(logdir_, store_, late, bytes);
   ASSERT_NE(id, 0u);
-  fs::resize_file(manifest, keep);
   testing::WriteBytes(logdir_ + "/" + late, "a new file by that name");
   auto store = ColdStore::Open(store_, OpenOptions{});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -842,11 +816,8 @@ TEST_F(SalvageTest, ACopyOfAFileDeletedSinceIsNotBroughtBack) {
 // out again, and it comes back once its folder does.
 TEST_F(SalvageTest, AFileThatCannotBeWrittenBackStaysLostUntilItIs) {
   const std::string late = "run_late/late.pt.trace.json", bytes = TraceBytes(20000);
-  std::string manifest;
-  uint64_t keep = 0, copied = 0;
-  const uint64_t id = MigrateOne(logdir_, store_, late, bytes, &manifest, &keep, &copied);
+  const uint64_t id = MigrateThenCutBack(logdir_, store_, late, bytes);
   ASSERT_NE(id, 0u);
-  fs::resize_file(manifest, keep);
   fs::create_directories(dir_ / "elsewhere");
   fs::rename(logdir_ + "/run_late", dir_ / "run_late.real");
   fs::create_directory_symlink(dir_ / "elsewhere", logdir_ + "/run_late");
@@ -873,7 +844,7 @@ TEST_F(SalvageTest, AFileThatCannotBeWrittenBackStaysLostUntilItIs) {
     EXPECT_EQ(f->lost[0].path, late);
   }
   std::string ignored;
-  uint64_t opened = 0;
+  uint64_t opened = 0, copied = 0;
   const uint64_t other_id =
       MigrateOne(logdir_, store_, other, other_bytes, &ignored, &opened, &copied);
   EXPECT_NE(other_id, id);
@@ -899,10 +870,7 @@ TEST_F(SalvageTest, AFileThatCannotBeWrittenBackStaysLostUntilItIs) {
 // clean. It is recorded lost.
 TEST_F(SalvageTest, ALostFileWhoseChunksDoNotVerifyIsRecordedLost) {
   const std::string late = "run_late/late.pt.trace.json", bytes = TraceBytes(20000);
-  std::string manifest;
-  uint64_t keep = 0, copied = 0;
-  ASSERT_NE(MigrateOne(logdir_, store_, late, bytes, &manifest, &keep, &copied), 0u);
-  fs::resize_file(manifest, keep);
+  ASSERT_NE(MigrateThenCutBack(logdir_, store_, late, bytes), 0u);
   std::string newest;  // the blob file that holds its chunks
   for (const auto& e : fs::directory_iterator(store_)) {
     if (e.path().extension() == ".blob") newest = std::max(newest, e.path().string());
