@@ -69,9 +69,11 @@ Status CheckBeforeWriterOpen(const std::string& dir) {
   Status st = reader.ok() ? (*reader)->Get(Space::kMeta, kMetaInfoKey, &bytes) : Status::OK();
   // A store of a format this tbfs does not know is refused before the
   // writer's open rewrites the engine's MANIFEST and OPTIONS.
-  storepb::StoreInfo info;
-  if (Status known = ParseInfo(bytes, dir, &info); st.ok() && known.code() == Code::kNotSupported)
-    return known;
+  if (st.ok()) {
+    storepb::StoreInfo info;
+    Status known = ParseInfo(bytes, dir, &info);
+    if (known.code() == Code::kNotSupported) return known;  // one that does not parse: Init says
+  }
   if (st.IsNotFound()) {
     st = Status::Corruption("store " + dir +
                             " opens without its format record (its engine "

@@ -255,6 +255,10 @@ Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResu
   std::vector<uint64_t> nameless;
   auto lost = found.LostByTheStore(&nameless);
   if (!lost.ok()) return lost.status();
+  auto said_lost = [result](const std::string& path) {  // once, the journal's too
+    if (std::find(result->lost.begin(), result->lost.end(), path) == result->lost.end())
+      result->lost.push_back(path);
+  };
   std::vector<ColdStore::LostFile> pending;
   uint64_t next = 0;
   const uint64_t now = static_cast<uint64_t>(NowNs());
@@ -275,8 +279,7 @@ Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResu
                                    folder)});
     next = std::max(next, id + 1);
     result->notes.push_back(pending.back().why + ": " + what);
-    if (std::find(result->lost.begin(), result->lost.end(), what) == result->lost.end())
-      result->lost.push_back(what);
+    said_lost(what);
   }
   if (!pending.empty()) TBFS_RETURN_IF_ERROR(store.RecordLost(pending, next));
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
@@ -299,8 +302,7 @@ Status PutBackSetAside(ColdStore& store, const std::string& logdir, RecoveryResu
                                     st.IsCorruption() ? "tbfs salvage writes out what verifies"
                                                       : "the next writer tries again")});
       result->notes.push_back(path + ": " + failed.back().why);
-      if (std::find(result->lost.begin(), result->lost.end(), m.path()) == result->lost.end())
-        result->lost.push_back(m.path());
+      said_lost(m.path());
       continue;
     }
     // Its record, and those of older versions of the same path (a batch
