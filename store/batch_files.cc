@@ -54,12 +54,19 @@ std::string BatchRunner::StickyConflict(int dir_fd, const struct stat& st, const
 
 std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, const Candidate& c,
                                          size_t index, FileResult* result) {
+  std::optional<Staged> copied = Copy(entry, c, index, result, pool_, &store_full_);
+  if (!copied) return std::nullopt;
+  return MoveAside(std::move(*copied), entry, result);
+}
+
+std::optional<Staged> BatchRunner::Copy(const storepb::JournalEntry& entry, const Candidate& c,
+                                        size_t index, FileResult* result, WorkPool& pool,
+                                        std::string* store_full) {
   const std::string path = JoinPath(logdir_, c.path);
-  // Held from the checks before the file moves aside on; a copy given up
-  // leaves the store under it too (the mount's renames and unlinks wait).
-  std::shared_lock<SharedMutex> lock;
+  // A copy given up leaves the store under the namespace lock (the
+  // mount's renames and unlinks wait).
   auto give_up = [&](Outcome outcome, const std::string& reason) {
-    if (!lock.owns_lock()) lock = NamespaceLock();
+    auto lock = NamespaceLock();
     GiveUp(entry.file_id(), &entry, result, outcome, reason);
     return std::nullopt;
   };
@@ -94,7 +101,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   io.level = options_.level;
   io.dictionaries = options_.dictionaries;
   io.file_class = std::string(ClassName(c.cls));
-  io.pool = &pool_;
+  io.pool = &pool;
   io.progress = options_.progress;
   io.should_stop = [this, fd] { return stopped() || !LeaseHeld(fd); };
   io.commit_lock = options_.batch_lock;
@@ -104,7 +111,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   if (!manifest.ok()) {
     const int err = manifest.status().sys_errno();
     if (err == ENOSPC || err == EDQUOT) {
-      store_full_ = manifest.status().message();
+      *store_full = manifest.status().message();
       return give_up(Outcome::kChanged, "the store has no room");
     }
     if (err == E2BIG) {  // the file's to keep as it is, not a failure of the store
@@ -116,7 +123,7 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
     return give_up(changed ? Outcome::kChanged : Outcome::kFailed, manifest.status().message());
   }
   MaybeCrash("migrate.stored");
-  Status verified = VerifyStoredFile(store_, *manifest, &pool_);
+  Status verified = VerifyStoredFile(store_, *manifest, &pool);
   if (verified.ok() && ShouldFail("migrate.read_back")) {
     verified = Status::Corruption(path + ": read back wrong (failpoint migrate.read_back)");
   }
@@ -125,18 +132,20 @@ std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, con
   // Tests: a writer can appear here, after the copy, before the checks
   // that precede the unlink.
   FailpointHook("migrate.copied", path);
-
-  lock = NamespaceLock();
-  return MoveAside(std::move(s), entry, std::move(manifest).value(), result);
+  s.manifest = std::move(manifest).value();
+  return s;
 }
 
 std::optional<Staged> BatchRunner::MoveAside(Staged s, const storepb::JournalEntry& entry,
-                                             storepb::Manifest manifest, FileResult* result) {
+                                             FileResult* result) {
   const std::string path = JoinPath(logdir_, result->path);
+  // Held from the checks before the file moves aside on.
+  auto lock = NamespaceLock();
   auto give_up = [&](Outcome outcome, const std::string& reason) {
     GiveUp(entry.file_id(), &entry, result, outcome, reason);
     return std::nullopt;
   };
+  storepb::Manifest manifest = std::move(s.manifest);
   const int fd = s.file.get();
   // I2: only the file that was copied, unchanged, and no writer anywhere.
   if (!LeaseHeld(fd))

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <set>
 #include <shared_mutex>
@@ -40,7 +41,9 @@ class BatchRunner {
  public:
   BatchRunner(ColdStore& store, const std::string& logdir, int root_fd,
               const MigrateOptions& options, WorkPool& pool)
-      : store_(store), logdir_(logdir), root_fd_(root_fd), options_(options), pool_(pool) {}
+      : store_(store), logdir_(logdir), root_fd_(root_fd), options_(options), pool_(pool) {
+    if (pool.size() > 1) side_pool_ = std::make_unique<WorkPool>(1);
+  }
 
   BatchResult Run(const std::vector<Candidate>& batch, const std::vector<std::string>& event_files,
                   events::LogdirDigest* full);
@@ -73,10 +76,18 @@ class BatchRunner {
   // (*result says why).
   std::optional<Staged> Stage(const storepb::JournalEntry& entry, const Candidate& c, size_t index,
                               FileResult* result);
-  // With the namespace lock held, the checks of I2 once the copy is in the
-  // store, then the file renamed aside; nothing when it stays in place.
-  std::optional<Staged> MoveAside(Staged s, const storepb::JournalEntry& entry,
-                                  storepb::Manifest manifest, FileResult* result);
+  // Stage's first half: the file opened, checked, leased, copied into the
+  // store with `pool` and read back; the Staged holds its manifest, no
+  // aside name yet. Touches no state of the runner but *result and, when
+  // the store is full, *store_full: safe beside another Copy or a
+  // MoveAside on another thread.
+  std::optional<Staged> Copy(const storepb::JournalEntry& entry, const Candidate& c, size_t index,
+                             FileResult* result, WorkPool& pool, std::string* store_full);
+  // Stage's second half, under the namespace lock: the checks of I2 once
+  // the copy is in the store, then the file renamed aside; nothing when it
+  // stays in place.
+  std::optional<Staged> MoveAside(Staged copied, const storepb::JournalEntry& entry,
+                                  FileResult* result);
   // Unlinks a staged file, or puts it back where a writer showed up or
   // where the store could not make its copy durable (`durable` not ok).
   void Finish(Staged staged, const Status& durable, FileResult* result,
@@ -127,6 +138,9 @@ class BatchRunner {
   const int root_fd_;
   const MigrateOptions& options_;
   WorkPool& pool_;
+  // For the copy beside the others (MoveFiles); none when the migration
+  // runs on one thread.
+  std::unique_ptr<WorkPool> side_pool_;
 };
 
 }  // namespace tbfs::store
