@@ -404,10 +404,10 @@ Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const Fol
   // What a tbfs that reads format 5 (6) would misread: format.h.
   if (IsGzipContent(m)) PutFormat(batch, kFormatVersionGzip);
   if (m.head_chunk_bytes() != 0) PutFormat(batch, kFormatVersionHead);
-  // Files are added by one thread at a time (the migrator, or an offline
-  // migrate), under the mount's namespace lock against renames (which make
-  // folders too), so these records land in the order the ids were handed
-  // out.
+  // Files are added one at a time (a migration's copies hold one lock
+  // from here to their commit: IngestOptions.add_lock), under the mount's
+  // namespace lock against renames (which make folders too), so these
+  // records land in the order the ids were handed out.
   batch->Put(Space::kMeta, kMetaNextFileIdKey,
              EncodeId(std::max(next_file_id_.load(), m.file_id() + 1)));
   storepb::Entry file;

@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -113,6 +115,40 @@ TEST_F(MigrateTest, AGzipFileIsCopiedBesideTheFilesAfterIt) {
   EXPECT_GT(by_content, 0u);
   tbfs::testing::TempDir scratch;
   ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "beside");
+}
+
+// Two copies committed at once, each into folders the store has not made
+// yet (the gzip file beside the file after it, in one new profile folder):
+// both must land under one folder. Each made the folders it found missing,
+// the second overwrote the first's, and the first file was in the store
+// under a folder no path led to (fsck: "no namespace entry points to this
+// file"). The two copies meet before their commits here.
+TEST_F(MigrateTest, TwoCopiesThatMakeTheSameNewFoldersAtOnceShareThem) {
+  std::vector<Candidate> candidates = Candidates();
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  bool gzip_met = false;
+  ScopedFailpoint meet("ingest.commit", [&](const std::string& path) {
+    std::unique_lock lock(mu);
+    if (gzip_met || arrived == 2) return;
+    if (++arrived == 2) {
+      cv.notify_all();
+    } else {
+      cv.wait_for(lock, std::chrono::seconds(5), [&] { return arrived == 2; });
+    }
+    gzip_met = gzip_met || (arrived == 2 && path.ends_with(".gz"));
+  });
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(gzip_met) << "no two copies met at their commits, one a gzip file";
+  EXPECT_EQ(result->files_moved, candidates.size());
+  tbfs::testing::TempDir scratch;
+  ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "met");
+  WorkPool pool(2);
+  auto report = Fsck(*store_, &pool, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->clean()) << (report->problems.empty() ? "" : report->problems.front());
 }
 
 // The gzip file copied beside the others is renamed over as its copy ends
