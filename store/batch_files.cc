@@ -137,6 +137,25 @@ std::optional<Staged> BatchRunner::Copy(const storepb::JournalEntry& entry, cons
   return s;
 }
 
+std::optional<Staged> BatchRunner::CopyBeside(const storepb::JournalEntry& entry,
+                                              const Candidate& c, size_t index, FileResult* result,
+                                              SideCopy* side) {
+  std::optional<Staged> s = Copy(entry, c, index, result, *side_pool_, &side->store_full);
+  std::unique_lock lock(side->mu);
+  side->copied = true;
+  while (s && !side->taken) {
+    if (!LeaseHeld(s->file.get())) {
+      lock.unlock();
+      auto ns = NamespaceLock();
+      GiveUp(entry.file_id(), &entry, result, Outcome::kChanged,
+             "opened for writing after its copy; left in place");
+      return std::nullopt;  // the file closed: the writer goes on
+    }
+    side->cv.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  return s;
+}
+
 std::optional<Staged> BatchRunner::MoveAside(Staged s, const storepb::JournalEntry& entry,
                                              FileResult* result) {
   const std::string path = JoinPath(logdir_, result->path);

@@ -188,16 +188,19 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
   // files' copies; its move aside, like every other, is this thread's.
   // (`tbfs-bench cold`'s logdir: the process busy 150% -> 170% of two
   // cores.) Only where files after it can fill the second core.
-  std::future<std::optional<Staged>> side;
-  size_t side_index = 0;
-  std::string side_full;
+  SideCopy side;
   auto side_done = [&](bool wait) {
-    if (!side.valid()) return;
-    if (!wait && side.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
-    std::optional<Staged> copied = side.get();
-    if (store_full_.empty()) store_full_ = side_full;
-    const auto& entry = record.entries(static_cast<int>(side_index));
-    if (copied) copied = MoveAside(std::move(*copied), entry, &result->files[side_index]);
+    if (!side.staged.valid()) return;
+    {
+      std::lock_guard lock(side.mu);
+      if (!side.copied && !wait) return;
+      side.taken = true;
+    }
+    side.cv.notify_all();
+    std::optional<Staged> copied = side.staged.get();
+    if (store_full_.empty()) store_full_ = side.store_full;
+    const auto& entry = record.entries(static_cast<int>(side.index));
+    if (copied) copied = MoveAside(std::move(*copied), entry, &result->files[side.index]);
     if (copied) group.push_back(std::move(*copied));
   };
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -213,12 +216,16 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
     if (ShouldFail("migrate.slow_file"))
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     const auto& entry = record.entries(static_cast<int>(i));
-    if (!side.valid() && side_pool_ != nullptr && i + 1 < batch.size() &&
+    if (!side.staged.valid() && side_pool_ != nullptr && i + 1 < batch.size() &&
         MayBeGzip(batch[i].path) && batch[i].size <= kSideMaxBytes) {
-      side_index = i;
-      side_full.clear();
-      side = std::async(std::launch::async, [this, &entry, &batch, i, result, &side_full] {
-        return Copy(entry, batch[i], i, &result->files[i], *side_pool_, &side_full);
+      {
+        std::lock_guard lock(side.mu);
+        side.index = i;
+        side.store_full.clear();
+        side.copied = side.taken = false;
+      }
+      side.staged = std::async(std::launch::async, [this, &entry, &batch, i, result, &side] {
+        return CopyBeside(entry, batch[i], i, &result->files[i], &side);
       });
       continue;
     }
@@ -230,6 +237,9 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
       FinishGroup(&group, batch, &folders, moved, result);
     }
   }
+  // The files aside do not wait for the copy beside them (a 256 MiB gzip
+  // file's takes seconds): their writers would.
+  FinishGroup(&group, batch, &folders, moved, result);
   side_done(true);
   FinishGroup(&group, batch, &folders, moved, result);
   return folders;

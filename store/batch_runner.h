@@ -7,7 +7,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <shared_mutex>
@@ -35,6 +38,18 @@ struct Staged {
   UniqueFd dir;   // its folder (O_PATH)
   UniqueFd file;  // the file, read-only, holding the read lease
   std::string name, aside;
+};
+
+// The copy of one file on a thread beside the batch's (MoveFiles).
+struct SideCopy {
+  size_t index = 0;
+  std::string store_full;  // why the store could take no more, if it could not
+  std::mutex mu;
+  std::condition_variable cv;
+  bool copied = false;  // the copy is done (guarded by mu)
+  bool taken = false;   // the batch's thread waits for it (guarded by mu)
+  // Last: destroyed first, it waits for the thread that uses the rest.
+  std::future<std::optional<Staged>> staged;
 };
 
 class BatchRunner {
@@ -83,6 +98,11 @@ class BatchRunner {
   // MoveAside on another thread.
   std::optional<Staged> Copy(const storepb::JournalEntry& entry, const Candidate& c, size_t index,
                              FileResult* result, WorkPool& pool, std::string* store_full);
+  // Copy on the side thread, with side_pool_; then, until the batch's
+  // thread takes the copy, a writer that opens the file is let in at once
+  // (the file stays in place), not kept waiting for the lease's break.
+  std::optional<Staged> CopyBeside(const storepb::JournalEntry& entry, const Candidate& c,
+                                   size_t index, FileResult* result, SideCopy* side);
   // Stage's second half, under the namespace lock: the checks of I2 once
   // the copy is in the store, then the file renamed aside; nothing when it
   // stays in place.

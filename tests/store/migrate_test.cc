@@ -151,6 +151,87 @@ TEST_F(MigrateTest, TwoCopiesThatMakeTheSameNewFoldersAtOnceShareThem) {
   EXPECT_TRUE(report->clean()) << (report->problems.empty() ? "" : report->problems.front());
 }
 
+// The generated TensorFlow run's memory profile: the first file of its
+// batch and a gzip file, copied beside the files after it.
+std::string MemoryProfile(const std::vector<Candidate>& candidates) {
+  for (const Candidate& c : candidates) {
+    if (c.path.ends_with("memory_profile.json.gz")) return c.path;
+  }
+  ADD_FAILURE() << "the generated logdir has no memory profile";
+  return "";
+}
+
+// A writer opens the gzip file once its copy beside the others is done,
+// while the batch's thread is still busy with the next file: it gets in
+// at once and the file stays in place. It waited for the batch's thread,
+// up to the kernel's lease-break time (45 s).
+TEST_F(MigrateTest, AWriterOfAGzipFileCopiedBesideTheOthersIsLetInAtOnce) {
+  std::vector<Candidate> candidates = Candidates();
+  const std::string gz = MemoryProfile(candidates), gz_path = JoinPath(logdir_, gz);
+  std::atomic<bool> writer_in{false}, held{false}, in_time{false};
+  std::thread writer;
+  ScopedFailpoint copied("migrate.copied", [&](const std::string& path) {
+    if (path != gz_path) return;
+    writer = std::thread([&] {
+      const int fd = ::open(gz_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);  // breaks the lease
+      EXPECT_GE(fd, 0) << std::strerror(errno);
+      if (fd >= 0) {
+        EXPECT_EQ(::write(fd, "x", 1), 1);
+        ::close(fd);
+      }
+      writer_in = true;
+    });
+  });
+  ScopedFailpoint wave("ingest.wave", [&](const std::string& path) {
+    // The batch's thread, at the next file of the gzip file's folder.
+    if (path == gz_path || ParentPath(path) != ParentPath(gz_path) || held.exchange(true)) return;
+    in_time = WaitUntil([&] { return writer_in.load(); }, std::chrono::seconds(10));
+  });
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  if (writer.joinable()) writer.join();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(held) << "no file after the gzip file in its folder";
+  EXPECT_TRUE(in_time) << "the writer waited for the batch's thread";
+  EXPECT_TRUE(ReadBytes(gz_path) == before_[gz].bytes + "x");
+  EXPECT_TRUE(store_->Lookup(gz).status().IsNotFound());
+  EXPECT_EQ(result->files_moved, candidates.size() - 1);
+  EXPECT_TRUE(events::CheckBaseline(logdir_, baseline_).empty());
+}
+
+// The files after the gzip file in its batch, moved aside, are unlinked
+// once copied; they do not wait aside for the copy beside them to end (a
+// 256 MiB gzip file's takes seconds, and a writer of theirs would wait).
+TEST_F(MigrateTest, FilesAsideDoNotWaitForTheCopyBesideThem) {
+  std::vector<Candidate> candidates = Candidates();
+  const std::string gz = MemoryProfile(candidates), gz_path = JoinPath(logdir_, gz);
+  std::vector<std::string> after;
+  for (const Candidate& c : candidates) {
+    if (c.path != gz && ParentPath(c.path) == ParentPath(gz)) after.push_back(c.path);
+  }
+  ASSERT_FALSE(after.empty());
+  auto all_gone = [&] {
+    for (const std::string& p : after) {
+      if (std::filesystem::exists(JoinPath(logdir_, p))) return false;
+    }
+    for (const auto& e : std::filesystem::directory_iterator(ParentPath(gz_path))) {
+      if (e.path().filename().string().find(".tbfs-mig-") != std::string::npos) return false;
+    }
+    return true;
+  };
+  std::atomic<bool> held{false}, in_time{false};
+  ScopedFailpoint wave("ingest.wave", [&](const std::string& path) {
+    if (path != gz_path || held.exchange(true)) return;
+    in_time = WaitUntil(all_gone, std::chrono::seconds(10));
+  });
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(held);
+  EXPECT_TRUE(in_time) << "the files after the gzip file waited aside for its copy";
+  EXPECT_EQ(result->files_moved, candidates.size());
+  tbfs::testing::TempDir scratch;
+  ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "aside");
+}
+
 // The gzip file copied beside the others is renamed over as its copy ends
 // (an editor's save): its move aside, back on the batch's thread, sees
 // another file under its name and leaves it; the others move.
