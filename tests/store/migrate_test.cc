@@ -79,20 +79,31 @@ TEST_F(MigrateTest, FileModifiedDuringItsMigrationIsLeftInPlace) {
   EXPECT_TRUE(reported);
 }
 
+// The generated TensorFlow run's memory profile: the first file of its
+// batch and a gzip file, copied beside the files after it.
+std::string MemoryProfile(const std::vector<Candidate>& candidates) {
+  for (const Candidate& c : candidates) {
+    if (c.path.ends_with("memory_profile.json.gz")) return c.path;
+  }
+  ADD_FAILURE() << "the generated logdir has no memory profile";
+  return "";
+}
+
 // A gzip file's copy runs on a thread of its own beside the next files'
-// copies (store/batch_runner.cc): the first gzip file of the profiler's
-// run waits in its copy until a file after it in its batch is copied, which
+// copies (store/batch_runner.cc): the memory profile waits in its copy
+// until a file after it in its batch is copied, which
 // a migration that copies one file at a time never does. Everything moves,
 // each file exactly once and bit for bit, the gzip files by their content.
 TEST_F(MigrateTest, AGzipFileIsCopiedBesideTheFilesAfterIt) {
   std::vector<Candidate> candidates = Candidates();
+  const std::string gz_path = JoinPath(logdir_, MemoryProfile(candidates));
   std::atomic<bool> waiting{false}, other_copied{false}, overlapped{false};
   std::atomic<int> gzip_waits{0};
   ScopedFailpoint copied("migrate.copied", [&](const std::string& path) {
-    if (waiting && !path.ends_with(".gz")) other_copied = true;
+    if (waiting && path != gz_path) other_copied = true;
   });
   ScopedFailpoint wave("ingest.wave", [&](const std::string& path) {
-    if (!path.ends_with(".gz") || ++gzip_waits != 1) return;
+    if (path != gz_path || ++gzip_waits != 1) return;
     waiting = true;
     overlapped = WaitUntil([&] { return other_copied.load(); }, std::chrono::seconds(10));
     waiting = false;
@@ -149,16 +160,6 @@ TEST_F(MigrateTest, TwoCopiesThatMakeTheSameNewFoldersAtOnceShareThem) {
   auto report = Fsck(*store_, &pool, nullptr);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->clean()) << (report->problems.empty() ? "" : report->problems.front());
-}
-
-// The generated TensorFlow run's memory profile: the first file of its
-// batch and a gzip file, copied beside the files after it.
-std::string MemoryProfile(const std::vector<Candidate>& candidates) {
-  for (const Candidate& c : candidates) {
-    if (c.path.ends_with("memory_profile.json.gz")) return c.path;
-  }
-  ADD_FAILURE() << "the generated logdir has no memory profile";
-  return "";
 }
 
 // A writer opens the gzip file once its copy beside the others is done,
