@@ -105,7 +105,6 @@ std::optional<Staged> BatchRunner::Copy(const storepb::JournalEntry& entry, cons
   io.progress = options_.progress;
   io.should_stop = [this, fd] { return stopped() || !LeaseHeld(fd); };
   io.commit_lock = options_.batch_lock;
-  io.add_lock = &add_mu_;
   io.root_fd = root_fd_;
   io.retire_replaced = retire();
   auto manifest = IngestFile(store_, logdir_, c.path, fd, st, entry.file_id(), io);

@@ -161,8 +161,6 @@ class BatchRunner {
   // For the copy beside the others (MoveFiles); none when the migration
   // runs on one thread.
   std::unique_ptr<WorkPool> side_pool_;
-  // Copies on two threads add their files one at a time (IngestOptions).
-  Mutex add_mu_;
 };
 
 }  // namespace tbfs::store

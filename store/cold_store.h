@@ -148,7 +148,8 @@ class ColdStore {
   // path: a cold file already at m.path() (an older version, shadowed by
   // the hot file being added) or at an ancestor's path leaves the store in
   // the same batch (retired with `retire_replaced`, removed otherwise).
-  // Aborted when a cold folder has m.path().
+  // Aborted when a cold folder has m.path(). Then commits `batch`, synced,
+  // under journal_mu_: two adders at once never make one folder twice.
   // *m gets its folder's id (Manifest.parent_dir), as the store keeps it.
   Status AddFile(WriteBatch* batch, storepb::Manifest* m, const FolderAttrs& folders,
                  bool retire_replaced = false);
@@ -433,9 +434,8 @@ class ColdStore {
   // The engine's commit of `batch`, with what was deferred (Defer) before it.
   Status Write(const WriteBatch& batch, bool sync);
 
-  // Locks: journal_mu_ and role_mu_ are leaves, never held together.
-  // journal_mu_ is held across PutJournal's commit on purpose: the
-  // next-file-id records must land in increasing order.
+  // Locks: journal_mu_ and role_mu_ are never held together. journal_mu_ is held across
+  // the commits of next-file-id records (PutJournal, AddFile, RecordLost): increasing.
   Mutex journal_mu_;
   // Taken last (inside journal_mu_ and totals_mu_), held across a commit
   // that carries deferred writes; has_deferred_ spares the others the lock.

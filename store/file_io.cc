@@ -146,10 +146,7 @@ Result<storepb::Manifest> CommitFile(ColdStore& store, const std::string& logdir
   if (options.root_fd >= 0 && !OpenParentNaming(options.root_fd, rel_path, st, &name).ok()) {
     return Status::Aborted(path + " was renamed (or its folder was) while it was copied");
   }
-  std::unique_lock<Mutex> adding;
-  if (options.add_lock != nullptr) adding = std::unique_lock(*options.add_lock);
   TBFS_RETURN_IF_ERROR(store.AddFile(&batch, &m, LogdirFolders(logdir), options.retire_replaced));
-  TBFS_RETURN_IF_ERROR(store.Commit(batch, true));
   return m;
 }
 

@@ -43,11 +43,6 @@ struct IngestOptions {
   // Held shared while the manifest and namespace entries are committed
   // (the mount's namespace lock: renames never see half a file).
   SharedMutex* commit_lock = nullptr;
-  // Held from ColdStore::AddFile to the commit that follows it, by every
-  // copy that shares it: files added on two threads at once (a batch's
-  // copy beside the others) would make a new folder twice, the file under
-  // the lost one, or write the store's next id back below one committed.
-  Mutex* add_lock = nullptr;
   // The logdir's folder: when given, the file is committed only if rel_path
   // beneath it still names the file (checked under commit_lock). A file
   // renamed, or whose folder was renamed, while it was copied is Aborted:

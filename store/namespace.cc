@@ -382,6 +382,9 @@ Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const Fol
   const storepb::Manifest& m = *added;
   if (!tree_.load(std::memory_order_acquire))
     return Status::NotSupported(dir_ + ": a store of format 3 or older is read only");
+  // From the folders' reads to the commit: a second adder (a migration's
+  // copy beside the others) waits, and sees the folders this one made.
+  MutexLock lock(journal_mu_);
   uint64_t parent = kTopDirId;
   TBFS_RETURN_IF_ERROR(
       MakeFolders(batch, ParentPath(m.path()), folders, m.mtime_ns(), retire_replaced, &parent));
@@ -404,17 +407,16 @@ Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const Fol
   // What a tbfs that reads format 5 (6) would misread: format.h.
   if (IsGzipContent(m)) PutFormat(batch, kFormatVersionGzip);
   if (m.head_chunk_bytes() != 0) PutFormat(batch, kFormatVersionHead);
-  // Files are added one at a time (a migration's copies hold one lock
-  // from here to their commit: IngestOptions.add_lock), under the mount's
-  // namespace lock against renames (which make folders too), so these
-  // records land in the order the ids were handed out.
+  // Under journal_mu_, and the mount's namespace lock against renames
+  // (which make folders too): these records land in the order the ids
+  // were handed out.
   batch->Put(Space::kMeta, kMetaNextFileIdKey,
              EncodeId(std::max(next_file_id_.load(), m.file_id() + 1)));
   storepb::Entry file;
   file.set_kind(storepb::Entry::FILE);
   file.set_file_id(m.file_id());
   batch->Put(Space::kNamespace, key, file.SerializeAsString());
-  return Status::OK();
+  return Commit(*batch, true);
 }
 
 Status ColdStore::RemoveEntry(WriteBatch* batch, std::string_view rel_path) {
