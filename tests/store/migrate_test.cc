@@ -34,6 +34,12 @@ using testing::TempDir;
 using testing::WaitUntil;
 using testing::WriteBytes;
 
+// An editor's save: a new file written beside `path`, then renamed over it.
+void SaveOver(const std::string& path, const std::string& bytes) {
+  WriteBytes(path + ".new", bytes);
+  ASSERT_EQ(::rename((path + ".new").c_str(), path.c_str()), 0);
+}
+
 TEST_F(MigrateTest, MovesEveryTraceAndNoTfevents) {
   auto candidates = Candidates();
   ASSERT_GT(candidates.size(), 4u);
@@ -61,10 +67,9 @@ TEST_F(MigrateTest, FileModifiedDuringItsMigrationIsLeftInPlace) {
   MigrateOptions o = Options();
   ScopedFailpoint hook("migrate.copied", [&](const std::string& path) {
     if (path == JoinPath(logdir_, victim)) {
-      // An editor's save: a new file renamed over the old one (a writer
-      // that opens the file itself waits for the lease: see below).
-      WriteBytes(path + ".new", ReadBytes(path) + "appended by a writer");
-      ASSERT_EQ(::rename((path + ".new").c_str(), path.c_str()), 0);
+      // An editor's save (a writer that opens the file itself waits for
+      // the lease: see below).
+      SaveOver(path, ReadBytes(path) + "appended by a writer");
     }
   });
   auto result = Migrate(*store_, logdir_, candidates, o);
@@ -238,16 +243,10 @@ TEST_F(MigrateTest, FilesAsideDoNotWaitForTheCopyBesideThem) {
 // another file under its name and leaves it; the others move.
 TEST_F(MigrateTest, AGzipFileSavedOverAsItIsCopiedBesideTheOthersStaysInPlace) {
   std::vector<Candidate> candidates = Candidates();
-  std::string victim;
-  for (const Candidate& c : candidates) {
-    if (victim.empty() && c.path.ends_with("memory_profile.json.gz")) victim = c.path;
-  }
-  ASSERT_FALSE(victim.empty()) << "the generated logdir has no memory profile";
+  const std::string victim = MemoryProfile(candidates);
   const std::string newer = before_[victim].bytes + "saved by an editor";
   ScopedFailpoint hook("migrate.copied", [&](const std::string& path) {
-    if (path != JoinPath(logdir_, victim)) return;
-    WriteBytes(path + ".new", newer);
-    ASSERT_EQ(::rename((path + ".new").c_str(), path.c_str()), 0);
+    if (path == JoinPath(logdir_, victim)) SaveOver(path, newer);
   });
   auto result = Migrate(*store_, logdir_, candidates, Options());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
@@ -296,9 +295,7 @@ TEST_F(MigrateTest, AFileRenamedOverTheNameAsItMovesAsideStaysInPlace) {
   const std::string victim = candidates[0].path;
   const std::string newer = before_[victim].bytes + "saved by an editor";
   ScopedFailpoint hook("migrate.named", [&](const std::string& path) {
-    if (path != JoinPath(logdir_, victim)) return;
-    WriteBytes(path + ".new", newer);
-    ASSERT_EQ(::rename((path + ".new").c_str(), path.c_str()), 0);
+    if (path == JoinPath(logdir_, victim)) SaveOver(path, newer);
   });
   auto result = Migrate(*store_, logdir_, candidates, Options());
   ASSERT_TRUE(result.ok());
