@@ -382,9 +382,7 @@ Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const Fol
   const storepb::Manifest& m = *added;
   if (!tree_.load(std::memory_order_acquire))
     return Status::NotSupported(dir_ + ": a store of format 3 or older is read only");
-  // From the folders' reads to the commit: a second adder (a migration's
-  // copy beside the others) waits, and sees the folders this one made.
-  MutexLock lock(journal_mu_);
+  MutexLock lock(journal_mu_);  // to the commit: a second adder sees the folders made
   uint64_t parent = kTopDirId;
   TBFS_RETURN_IF_ERROR(
       MakeFolders(batch, ParentPath(m.path()), folders, m.mtime_ns(), retire_replaced, &parent));
@@ -407,9 +405,8 @@ Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const Fol
   // What a tbfs that reads format 5 (6) would misread: format.h.
   if (IsGzipContent(m)) PutFormat(batch, kFormatVersionGzip);
   if (m.head_chunk_bytes() != 0) PutFormat(batch, kFormatVersionHead);
-  // Under journal_mu_, and the mount's namespace lock against renames
-  // (which make folders too): these records land in the order the ids
-  // were handed out.
+  // Under journal_mu_ and the mount's namespace lock (renames make folders
+  // too): these records land in the order the ids were handed out.
   batch->Put(Space::kMeta, kMetaNextFileIdKey,
              EncodeId(std::max(next_file_id_.load(), m.file_id() + 1)));
   storepb::Entry file;
