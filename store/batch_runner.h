@@ -81,6 +81,9 @@ class BatchRunner {
   void FinishGroup(std::vector<Staged>* group, const std::vector<Candidate>& batch,
                    std::set<std::string>* folders, std::vector<storepb::Manifest>* moved,
                    BatchResult* result);
+  // How long the batch's thread is foreseen to copy `bytes`, at its pace
+  // so far in this migration.
+  std::chrono::duration<double> ForeseenCopy(uint64_t bytes) const;
   void SyncFolders(const std::set<std::string>& folders, BatchResult* result);
   void Verify(const std::vector<std::string>& affected,
               const std::vector<events::FileDigest>& before, events::LogdirDigest* full,
@@ -161,6 +164,9 @@ class BatchRunner {
   // For the copy beside the others (MoveFiles); none when the migration
   // runs on one thread.
   std::unique_ptr<WorkPool> side_pool_;
+  // What the batch's thread has copied and moved aside in this migration,
+  // and in how long (ForeseenCopy).
+  double copied_bytes_ = 0, copy_seconds_ = 0;
 };
 
 }  // namespace tbfs::store

@@ -204,6 +204,18 @@ TEST_F(MigrateTest, AWriterOfAGzipFileCopiedBesideTheOthersIsLetInAtOnce) {
   EXPECT_TRUE(events::CheckBaseline(logdir_, baseline_).empty());
 }
 
+// Each of `paths` gone from the logdir, and no file aside in its folder.
+bool AllUnlinked(const std::string& logdir, const std::vector<std::string>& paths) {
+  for (const std::string& p : paths) {
+    const std::string path = JoinPath(logdir, p);
+    if (std::filesystem::exists(path)) return false;
+    for (const auto& e : std::filesystem::directory_iterator(ParentPath(path))) {
+      if (e.path().filename().string().find(".tbfs-mig-") != std::string::npos) return false;
+    }
+  }
+  return true;
+}
+
 // The files after the gzip file in its batch, moved aside, are unlinked
 // once copied; they do not wait aside for the copy beside them to end (a
 // 256 MiB gzip file's takes seconds, and a writer of theirs would wait).
@@ -215,19 +227,10 @@ TEST_F(MigrateTest, FilesAsideDoNotWaitForTheCopyBesideThem) {
     if (c.path != gz && ParentPath(c.path) == ParentPath(gz)) after.push_back(c.path);
   }
   ASSERT_FALSE(after.empty());
-  auto all_gone = [&] {
-    for (const std::string& p : after) {
-      if (std::filesystem::exists(JoinPath(logdir_, p))) return false;
-    }
-    for (const auto& e : std::filesystem::directory_iterator(ParentPath(gz_path))) {
-      if (e.path().filename().string().find(".tbfs-mig-") != std::string::npos) return false;
-    }
-    return true;
-  };
   std::atomic<bool> held{false}, in_time{false};
   ScopedFailpoint wave("ingest.wave", [&](const std::string& path) {
     if (path != gz_path || held.exchange(true)) return;
-    in_time = WaitUntil(all_gone, std::chrono::seconds(10));
+    in_time = WaitUntil([&] { return AllUnlinked(logdir_, after); }, std::chrono::seconds(10));
   });
   auto result = Migrate(*store_, logdir_, candidates, Options());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
@@ -236,6 +239,50 @@ TEST_F(MigrateTest, FilesAsideDoNotWaitForTheCopyBesideThem) {
   EXPECT_EQ(result->files_moved, candidates.size());
   tbfs::testing::TempDir scratch;
   ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "aside");
+}
+
+// The files aside wait for the next file's copy only while it is short:
+// before a copy foreseen to outlast what is left of their group's second
+// (a large trace after small ones; at level 19 a 60 MB one kept the files
+// before it aside 21-31 s), they are unlinked. Time passes in the small
+// copies as at a high level, so the rate they show foresees the long one.
+TEST_F(MigrateTest, FilesAsideDoNotWaitForALongCopyAfterThem) {
+  std::vector<Candidate> candidates;
+  for (const Candidate& c : Candidates()) {
+    if (!c.path.ends_with(".gz")) candidates.push_back(c);  // no copy beside
+  }
+  ASSERT_GE(candidates.size(), 2u);
+  const std::string big = JoinPath(ParentPath(candidates[0].path), "zz_long.pt.trace.json");
+  std::string bytes = "{\"traceEvents\": [\n";
+  for (int i = 0; bytes.size() < (48u << 20); ++i) {
+    bytes +=
+        fmt::format("{{\"ph\": \"X\", \"name\": \"op{}\", \"ts\": {}, \"dur\": 7}},\n", i % 977, i);
+  }
+  WriteBytes(JoinPath(logdir_, big), bytes + "{}]}\n");
+  before_ = Snapshot(logdir_);
+  for (const Candidate& c : Candidates()) {
+    if (c.path == big) candidates.push_back(c);  // last
+  }
+  ASSERT_EQ(candidates.back().path, big);
+  std::vector<std::string> before_it;
+  for (size_t i = 0; i + 1 < candidates.size(); ++i) before_it.push_back(candidates[i].path);
+  const std::string big_path = JoinPath(logdir_, big);
+  std::atomic<bool> held{false}, in_time{false};
+  ScopedFailpoint wave("ingest.wave", [&](const std::string& path) {
+    if (path != big_path) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return;
+    }
+    if (held.exchange(true)) return;
+    in_time = WaitUntil([&] { return AllUnlinked(logdir_, before_it); }, std::chrono::seconds(10));
+  });
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(held);
+  EXPECT_TRUE(in_time) << "the files before the long copy waited aside for it";
+  EXPECT_EQ(result->files_moved, candidates.size());
+  tbfs::testing::TempDir scratch;
+  ExpectEveryFileOnce(*store_, logdir_, before_, baseline_, scratch / "check", "long");
 }
 
 // The gzip file copied beside the others is renamed over as its copy ends
