@@ -1,13 +1,35 @@
 #include "base/work_pool.h"
 
 #include <algorithm>
+#include <atomic>
+#include <system_error>
+
+#include "spdlog/spdlog.h"
 
 namespace tbfs {
+
+size_t StartThreads(size_t n, std::string_view what, const std::function<void(size_t)>& body,
+                    std::vector<std::thread>* threads) {
+  for (size_t i = 0; i < n; ++i) {
+    try {
+      threads->emplace_back(body, i);
+    } catch (const std::system_error& e) {
+      // Said once a process: every batch of a migration starts threads.
+      static std::atomic<bool> said{false};
+      spdlog::log(said.exchange(true) ? spdlog::level::debug : spdlog::level::warn,
+                  "{}: {} of {} threads started ({}); going on with fewer", what, i, n, e.what());
+      return i;
+    }
+  }
+  return n;
+}
 
 WorkPool::WorkPool(int threads) {
   int n =
       threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int w = 1; w < n; ++w) helpers_.emplace_back([this, w] { HelperLoop(w); });
+  StartThreads(
+      static_cast<size_t>(n - 1), "work pool",
+      [this](size_t i) { HelperLoop(static_cast<int>(i) + 1); }, &helpers_);
 }
 
 WorkPool::~WorkPool() {
@@ -36,7 +58,8 @@ void WorkPool::HelperLoop(int worker) {
   for (;;) {
     {
       MutexLock lock(mu_);
-      work_cv_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stop_ || generation_ != seen; });
+      work_cv_.wait(lock,
+                    [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
     }

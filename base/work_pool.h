@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -16,9 +17,19 @@
 
 namespace tbfs {
 
+// Starts body(i) on a thread of its own for each i in [0, n), appending the
+// threads to *threads; returns how many started. A thread the system
+// refuses (a user's RLIMIT_NPROC on a shared machine, the kernel's
+// threads-max) ends the starting with a warning naming `what` (the first
+// time in the process; later ones are debug): the caller goes on with the
+// threads it got.
+size_t StartThreads(size_t n, std::string_view what, const std::function<void(size_t)>& body,
+                    std::vector<std::thread>* threads);
+
 class WorkPool {
  public:
-  // threads <= 0: one per core.
+  // threads <= 0: one per core. Fewer where the system refuses threads
+  // (StartThreads); size() says how many.
   explicit WorkPool(int threads);
   ~WorkPool();
   WorkPool(const WorkPool&) = delete;

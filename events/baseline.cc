@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/work_pool.h"
+
 namespace tbfs::events {
 
 namespace {
@@ -225,7 +227,9 @@ std::vector<Failure> CheckBaseline(const std::string& logdir,
   unsigned n = threads > 0 ? static_cast<unsigned>(threads)
                            : std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> pool;
-  for (unsigned t = 1; t < n && t < baseline.size(); ++t) pool.emplace_back(work);
+  StartThreads(
+      std::min<size_t>(n, std::max<size_t>(baseline.size(), 1)) - 1, "verifier",
+      [&](size_t) { work(); }, &pool);
   work();
   for (auto& t : pool) t.join();
 

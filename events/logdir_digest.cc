@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "base/work_pool.h"
+
 namespace tbfs::events {
 
 bool IsEventsFileName(std::string_view name) {
@@ -41,7 +43,8 @@ std::vector<Status> DigestEach(const std::string& logdir, const std::vector<std:
                            : std::max(1u, std::thread::hardware_concurrency());
   n = std::min<unsigned>(n, std::max<size_t>(1, rel_paths.size()));
   std::vector<std::thread> pool;
-  for (unsigned t = 1; t < n; ++t) pool.emplace_back(work);
+  StartThreads(
+      n - 1, "verifier", [&](size_t) { work(); }, &pool);
   work();
   for (auto& t : pool) t.join();
   return statuses;

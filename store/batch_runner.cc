@@ -9,6 +9,7 @@
 #include <chrono>
 #include <future>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "base/failpoint.h"
@@ -228,10 +229,15 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
         side.store_full.clear();
         side.copied = side.taken = false;
       }
-      side.staged = std::async(std::launch::async, [this, &entry, &batch, i, result, &side] {
-        return CopyBeside(entry, batch[i], i, &result->files[i], &side);
-      });
-      continue;
+      try {
+        side.staged = std::async(std::launch::async, [this, &entry, &batch, i, result, &side] {
+          return CopyBeside(entry, batch[i], i, &result->files[i], &side);
+        });
+        continue;
+      } catch (const std::system_error& e) {  // no thread to be had: copied in turn
+        spdlog::warn("migrate: {}: no thread for a copy beside the others ({})", batch[i].path,
+                     e.what());
+      }
     }
     // A copy foreseen to outlast what is left of the group's second would
     // keep its files aside all along (a 60 MB trace at level 19 after

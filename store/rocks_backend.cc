@@ -261,10 +261,6 @@ class RocksBackend final : public Backend {
   std::string log_damage_;  // set once, before the backend is shared
 };
 
-}  // namespace
-
-namespace {
-
 Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
                                                  const BackendOptions& options) {
   auto folder =
@@ -275,14 +271,21 @@ Result<std::unique_ptr<RocksBackend>> OpenEngine(const std::string& dir,
   const std::vector<rocksdb::ColumnFamilyDescriptor> cfs = SpaceDescriptors();
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status s;
+  int refused = 0;
   auto open = [&] {
-    if (options.read_only) return rocksdb::DB::OpenForReadOnly(db_options, at, cfs, &handles, &raw);
-    std::optional<OpeningWriter> opening;
-    if (!options.after_failed_write) opening.emplace();
-    return rocksdb::DB::Open(db_options, at, cfs, &handles, &raw);
+    return OpenUnlessThreadsRefused(
+        [&] {
+          if (options.read_only)
+            return rocksdb::DB::OpenForReadOnly(db_options, at, cfs, &handles, &raw);
+          std::optional<OpeningWriter> opening;
+          if (!options.after_failed_write) opening.emplace();
+          return rocksdb::DB::Open(db_options, at, cfs, &handles, &raw);
+        },
+        &refused);
   };
-  s = open();
+  rocksdb::Status s = open();
+  if (refused != 0)
+    return Status::FromErrno(refused, "open store", dir + " (the engine cannot start its threads)");
   std::string log_damage;
   if (s.IsCorruption() && LooksLikeLogDamage(s.ToString()))
     log_damage = WithFolderPaths(s.ToString());

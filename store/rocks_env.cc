@@ -224,6 +224,7 @@ rocksdb::DBOptions EngineOptions(const BackendOptions& options) {
   db_options.create_if_missing = options.create_if_missing;
   db_options.create_missing_column_families = options.create_if_missing;
   db_options.max_background_jobs = 2;
+  db_options.max_file_opening_threads = FileOpeningThreads();
   // No fallocate ahead of writes: the log's (1.1 times the largest memtable,
   // 35 MiB) made a small store filesystem look full before anything was
   // written, and the free space CheckRoom sees is the truth without it.

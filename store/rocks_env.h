@@ -8,6 +8,7 @@
 #include <rocksdb/options.h>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -31,6 +32,17 @@ rocksdb::Env* PrivateEnv();
 // column family of `space`.
 rocksdb::DBOptions EngineOptions(const BackendOptions& options);
 rocksdb::ColumnFamilyOptions SpaceOptions(Space space);
+
+// The threads the engine may open a store's table files on: as many as the
+// system gives now, at most its default (store/rocks_threads.cc).
+int FileOpeningThreads();
+
+// Runs `open` (the engine's DB::Open or OpenForReadOnly). The engine starts
+// its background threads as it opens, before it reads or writes a file, and
+// throws where the system refuses one (a user's RLIMIT_NPROC): then
+// *refused gets the errno, and the status says no more.
+rocksdb::Status OpenUnlessThreadsRefused(const std::function<rocksdb::Status()>& open,
+                                         int* refused);
 
 // A writer opening a store, for as long as it lives (see PrivateEnv).
 class OpeningWriter {

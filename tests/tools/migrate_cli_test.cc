@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/fs_util.h"
+#include "fmt/format.h"
 #include "store/cold_store.h"
 #include "store/maintenance.h"
 #include "tests/test_util.h"
@@ -729,6 +730,44 @@ TEST_F(MigrateCli, AStoreItsUserCannotMakeLeavesTheLogdirAsItWas) {
   EXPECT_NE(r.out.find("Permission denied"), std::string::npos) << r.out;
   EXPECT_FALSE(std::filesystem::exists(logdir_ + "/.tbfs"));
   EXPECT_TRUE(std::filesystem::is_empty(roots));
+}
+
+// A user short of threads (RLIMIT_NPROC, a shared machine's cap on a user's
+// processes) migrates on the threads it gets, or is told in one line that
+// the store's engine cannot start its own: `tbfs migrate` aborted
+// ("terminate called without an active exception", exit 134), or blamed
+// stdout ("cannot write the report"). Limits from 1 up to the first that
+// lets the engine open: there, none is left for the copies' threads.
+TEST_F(MigrateCli, AUserShortOfThreadsMigratesOnTheThreadsItGets) {
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  ASSERT_EQ(RunCommand("chown -R 65534:65534 " + logdir_).exit_code, 0);
+  bool moved = false;
+  for (int limit = 1; limit <= 32 && !moved; ++limit) {
+    auto r = RunCommand(
+        fmt::format("setpriv --reuid 65534 --regid 65534 --clear-groups prlimit --nproc={} {} 2>&1",
+                    limit, Tbfs("migrate " + logdir_ + " --older-than 0 --apply --threads 4")));
+    SCOPED_TRACE(fmt::format("--nproc={}: exit {}: {}", limit, r.exit_code, r.out));
+    EXPECT_EQ(r.out.find("cannot write the report"), std::string::npos);
+    if (r.exit_code == 2) {
+      EXPECT_NE(r.out.find("the engine cannot start its threads"), std::string::npos);
+      EXPECT_TRUE(Tree(logdir_) == before_);
+      continue;
+    }
+    ASSERT_EQ(r.exit_code, 0);
+    EXPECT_NE(r.out.find("threads started (Resource temporarily unavailable); going on with fewer"),
+              std::string::npos);
+    moved = true;
+  }
+  EXPECT_TRUE(moved);
+  for (const auto& [path, bytes] : before_) {
+    const bool hot = std::filesystem::exists(JoinPath(logdir_, path));
+    EXPECT_EQ(hot, path.find("tfevents") != std::string::npos) << path;
+  }
+  EXPECT_EQ(RunCommand("setpriv --reuid 65534 --regid 65534 --clear-groups " +
+                       Tbfs("restore " + logdir_ + " --all --apply >/dev/null 2>&1"))
+                .exit_code,
+            0);
+  EXPECT_TRUE(Tree(logdir_) == before_);
 }
 
 // A folder the watching user cannot read (another user's private run) is

@@ -204,13 +204,16 @@ void MeasureMigration(const Args& a, const Bench& b) {
                                tbfs, logdir, a.dir));
   };
   std::vector<double> zstd9, ours, theirs;
-  uint64_t zstd9_bytes = 0, store_bytes = 0;
+  uint64_t zstd9_bytes = 0, store_bytes = 0, their_bytes = 0;
   for (int r = 0; r < a.migrations; ++r) {
     DropCaches();
     zstd9.push_back(Seconds(z9));
     std::system("sync");
     zstd9_bytes = TreeBytes(b.zdir);
-    if (!a.against.empty()) theirs.push_back(migrate(a.against, false));
+    if (!a.against.empty()) {
+      theirs.push_back(migrate(a.against, false));
+      their_bytes = TreeBytes(spare + "/.tbfs");
+    }
     const bool last = r + 1 == a.migrations;
     ours.push_back(migrate(a.tbfs, last));
     store_bytes = TreeBytes((last ? b.logdir : spare) + "/.tbfs");
@@ -241,8 +244,11 @@ void MeasureMigration(const Args& a, const Bench& b) {
       static_cast<double>(store_bytes) / 1e6, Median(zstd9), static_cast<double>(zstd9_bytes) / 1e6,
       ratios(ours), static_cast<double>(store_bytes) / static_cast<double>(zstd9_bytes));
   if (!theirs.empty()) {
-    fmt::print("migration by --against {}: {:.1f} s: {:.2f}x zstd -9 -T2's time\n", a.against,
-               Median(theirs), ratios(theirs));
+    fmt::print(
+        "migration by --against {}: {:.1f} s, {:.1f} MB stored: {:.2f}x zstd -9 -T2's time, "
+        "{:.2f}x its size\n",
+        a.against, Median(theirs), static_cast<double>(their_bytes) / 1e6, ratios(theirs),
+        static_cast<double>(their_bytes) / static_cast<double>(zstd9_bytes));
   }
 }
 

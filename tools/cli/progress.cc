@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <system_error>
 
 #include "fmt/format.h"
 #include "tools/cli/commands.h"
@@ -49,7 +50,12 @@ std::string HumanBytes(uint64_t bytes) {
 Progress::Progress(std::string label, uint64_t total_bytes)
     : label_(std::move(label)), total_(total_bytes), start_s_(NowSeconds()) {
   enabled_ = ::isatty(STDERR_FILENO) == 1;
-  if (enabled_) thread_ = std::thread([this] { Run(); });
+  if (!enabled_) return;
+  try {
+    thread_ = std::thread([this] { Run(); });
+  } catch (const std::system_error&) {
+    enabled_ = false;  // no thread to be had: the work goes on without the line
+  }
 }
 
 Progress::~Progress() {
