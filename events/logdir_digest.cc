@@ -44,7 +44,7 @@ std::vector<Status> DigestEach(const std::string& logdir, const std::vector<std:
   n = std::min<unsigned>(n, std::max<size_t>(1, rel_paths.size()));
   std::vector<std::thread> pool;
   StartThreads(
-      n - 1, "verifier", [&](size_t) { work(); }, &pool);
+      n - 1, "scalar digests", [&](size_t) { work(); }, &pool);
   work();
   for (auto& t : pool) t.join();
   return statuses;

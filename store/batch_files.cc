@@ -35,6 +35,14 @@ Status TakeReadLease(int fd) {
 
 // False once a writer has broken the lease (or the kernel revoked it).
 bool LeaseHeld(int fd) { return ::fcntl(fd, F_GETLEASE) == F_RDLCK; }
+
+// The file open as `fd` was deleted, not saved over: its last link is gone
+// and nothing has its name in `dir`.
+bool Deleted(int fd, int dir, const std::string& name) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_nlink != 0) return false;
+  return ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
+}
 }  // namespace
 
 // Who owns the cold file the hot file `st` (in folder dir_fd) would
@@ -119,6 +127,8 @@ std::optional<Staged> BatchRunner::Copy(const storepb::JournalEntry& entry, cons
                                             " (a cold file keeps 64 KiB at most); left in place");
     }
     if (stopping()) return give_up(Outcome::kChanged, kStoppedReason);
+    if (Deleted(fd, s.dir.get(), s.name))
+      return give_up(Outcome::kDeleted, "deleted while it was copied");
     bool changed = manifest.status().code() == Code::kAborted;
     return give_up(changed ? Outcome::kChanged : Outcome::kFailed, manifest.status().message());
   }
@@ -177,6 +187,8 @@ std::optional<Staged> BatchRunner::MoveAside(Staged s, const storepb::JournalEnt
     return give_up(Outcome::kChanged,
                    "its store copy is gone (" + current.status().message() + "); left in place");
   }
+  if (Deleted(fd, s.dir.get(), s.name))
+    return give_up(Outcome::kDeleted, "deleted while it was copied");
   struct stat after;
   if (::fstat(fd, &after) != 0 || !SameIdentity(after, entry) || after.st_nlink != 1) {
     return give_up(Outcome::kChanged, "modified while it was copied; left in place");
@@ -282,7 +294,7 @@ void BatchRunner::Finish(Staged s, const Status& durable, FileResult* result,
       spdlog::error("migrate: {} stays as {}: {}", result->path, s.aside, std::strerror(errno));
     }
     if (options_.observer != nullptr) options_.observer->EndMove(id, true);
-    result->outcome = Outcome::kChanged;
+    result->outcome = Outcome::kDeleted;
     result->reason = "deleted through the mount as it moved";
     return;
   }

@@ -168,7 +168,9 @@ inline bool StopAsked(const MigrateOptions& o) {
   return (o.stop != nullptr && o.stop->load()) || (o.read_only != nullptr && o.read_only->load());
 }
 
-enum class Outcome { kMoved, kChanged, kFailed, kRolledBack };
+// kChanged: left in place (a writer, a rename, ...: the reason says);
+// kDeleted: deleted by its user as it moved, so neither kept nor stored.
+enum class Outcome { kMoved, kChanged, kDeleted, kFailed, kRolledBack };
 
 struct FileResult {
   std::string path;

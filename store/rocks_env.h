@@ -33,8 +33,8 @@ rocksdb::Env* PrivateEnv();
 rocksdb::DBOptions EngineOptions(const BackendOptions& options);
 rocksdb::ColumnFamilyOptions SpaceOptions(Space space);
 
-// The threads the engine may open a store's table files on: as many as the
-// system gives now, at most its default (store/rocks_threads.cc).
+// The threads the engine opens a store's table files on: one but for root
+// (store/rocks_threads.cc).
 int FileOpeningThreads();
 
 // Runs `open` (the engine's DB::Open or OpenForReadOnly). The engine starts

@@ -84,6 +84,34 @@ TEST_F(MigrateTest, FileModifiedDuringItsMigrationIsLeftInPlace) {
   EXPECT_TRUE(reported);
 }
 
+// A file deleted as it is copied is gone: it is reported as deleted (the
+// report said "left in place"), and the store keeps no copy of it. One is deleted
+// before its copy is committed, one after.
+TEST_F(MigrateTest, AFileDeletedDuringItsCopyIsReportedDeleted) {
+  auto candidates = Candidates();
+  ASSERT_GE(candidates.size(), 2u);
+  const std::string first = candidates[0].path, second = candidates[1].path;
+  auto unlink_if = [&](const std::string& victim) {
+    return [this, victim](const std::string& path) {
+      if (path == JoinPath(logdir_, victim)) {
+        ASSERT_EQ(::unlink(path.c_str()), 0);
+      }
+    };
+  };
+  ScopedFailpoint before_commit("ingest.commit", unlink_if(first));
+  ScopedFailpoint after_commit("migrate.copied", unlink_if(second));
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->files_moved, candidates.size() - 2);
+  for (const auto& f : result->batches[0].files) {
+    if (f.path != first && f.path != second) continue;
+    EXPECT_FALSE(std::filesystem::exists(JoinPath(logdir_, f.path)));
+    EXPECT_TRUE(store_->Lookup(f.path).status().IsNotFound()) << f.path;
+    EXPECT_EQ(f.outcome, Outcome::kDeleted) << f.path;
+    EXPECT_EQ(f.reason, "deleted while it was copied");
+  }
+}
+
 // The generated TensorFlow run's memory profile: the first file of its
 // batch and a gzip file, copied beside the files after it.
 std::string MemoryProfile(const std::vector<Candidate>& candidates) {

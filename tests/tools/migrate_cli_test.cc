@@ -16,6 +16,7 @@
 #include "fmt/format.h"
 #include "store/cold_store.h"
 #include "store/maintenance.h"
+#include "store/store_dir.h"
 #include "tests/test_util.h"
 
 namespace tbfs {
@@ -759,6 +760,22 @@ TEST_F(MigrateCli, AUserShortOfThreadsMigratesOnTheThreadsItGets) {
     moved = true;
   }
   EXPECT_TRUE(moved);
+  // A store that cannot open for want of threads is not damaged: fsck
+  // said it was (exit 1) and sent the user to salvage.
+  auto fsck = RunCommand("setpriv --reuid 65534 --regid 65534 --clear-groups prlimit --nproc=1 " +
+                         Tbfs("fsck " + logdir_ + " 2>&1"));
+  EXPECT_EQ(fsck.exit_code, 2) << fsck.out;
+  EXPECT_NE(fsck.out.find("the engine cannot start its threads"), std::string::npos) << fsck.out;
+  EXPECT_EQ(fsck.out.find("salvage"), std::string::npos) << fsck.out;
+  // Nor does watch keep a sample without the cold files: the next run read
+  // it as all of them gone and back.
+  const std::string series = logdir_ + "/.tbfs/" + store::kGrowthFileName;
+  const std::string kept = std::filesystem::exists(series) ? ReadBytes(series) : "";
+  auto watch = RunCommand("setpriv --reuid 65534 --regid 65534 --clear-groups prlimit --nproc=1 " +
+                          Tbfs("watch " + logdir_ + " --interval 0s 2>&1"));
+  EXPECT_EQ(watch.exit_code, 0) << watch.out;
+  EXPECT_NE(watch.out.find("cold files: not counted"), std::string::npos) << watch.out;
+  EXPECT_EQ(std::filesystem::exists(series) ? ReadBytes(series) : "", kept);
   for (const auto& [path, bytes] : before_) {
     const bool hot = std::filesystem::exists(JoinPath(logdir_, path));
     EXPECT_EQ(hot, path.find("tfevents") != std::string::npos) << path;

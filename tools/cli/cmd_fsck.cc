@@ -1,5 +1,6 @@
 // tbfs fsck: check every chunk checksum and every file hash of a store.
 // tbfs gc: retention, drop cold files older than a cutoff (dry run by default).
+#include <cerrno>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -52,8 +53,16 @@ Result<StoreLocation> Locate(const FsckArgs& args) {
   return LocateStore(args.logdir, args.store);
 }
 
-// A store that does not open: what salvage could still read, file by file.
+// A store that does not open: what salvage could still read, file by file
+// (unless it is no fault of the store).
 int FsckUnopenable(const FsckArgs& args, const StoreLocation& loc, const Status& why) {
+  // Out of threads, memory or descriptors (a user's limits): not damage,
+  // and not a case for salvage.
+  const int err = why.sys_errno();
+  if (err == EAGAIN || err == ENOMEM || err == EMFILE || err == ENFILE) {
+    PrintError("fsck", why.message());
+    return kExitError;
+  }
   WorkPool pool(0);
   store::SalvageOptions options;
   options.store_dir = loc.dir;

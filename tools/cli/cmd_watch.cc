@@ -87,6 +87,12 @@ bool TakeSamples(const WatchArgs& args, const StoreLocation& loc, int64_t interv
     cold = std::move(opened).value();
   } else {
     w->cold_why = opened.status().message();
+    // Kept beside the others, its samples would read as every cold file
+    // gone, then back (a store out of reach for want of threads).
+    if (w->keep()) {
+      w->not_kept = "holds a store this run cannot read";
+      w->series.clear();
+    }
   }
   WalkOptions walk = loc.walk;
   walk.warnings = &w->not_counted;

@@ -21,6 +21,8 @@ const char* OutcomeName(store::Outcome o) {
       return "moved";
     case store::Outcome::kChanged:
       return "left in place";  // the reason says why
+    case store::Outcome::kDeleted:
+      return "deleted";
     case store::Outcome::kFailed:
       return "failed";
     case store::Outcome::kRolledBack:
