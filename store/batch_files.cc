@@ -60,13 +60,6 @@ std::string BatchRunner::StickyConflict(int dir_fd, const struct stat& st, const
   return fmt::format("uid {}", cold->uid());
 }
 
-std::optional<Staged> BatchRunner::Stage(const storepb::JournalEntry& entry, const Candidate& c,
-                                         size_t index, FileResult* result) {
-  std::optional<Staged> copied = Copy(entry, c, index, result, pool_, &store_full_);
-  if (!copied) return std::nullopt;
-  return MoveAside(std::move(*copied), entry, result);
-}
-
 std::optional<Staged> BatchRunner::Copy(const storepb::JournalEntry& entry, const Candidate& c,
                                         size_t index, FileResult* result, WorkPool& pool,
                                         std::string* store_full) {

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <thread>
 
+#include "base/alarm.h"
 #include "base/failpoint.h"
 #include "base/time_util.h"
 #include "events/verifier.h"
@@ -36,10 +37,6 @@ constexpr auto kAsideGrace = std::chrono::milliseconds(20);
 // or when its first file has waited this long.
 constexpr size_t kGroupFiles = 256;
 constexpr auto kGroupAge = std::chrono::seconds(1);
-
-// The pace foreseen for the batch thread's first copy, before it has a
-// pace of its own: a guess on the slow side (high levels on one core).
-constexpr double kFirstPace = 8 << 20;  // bytes per second
 
 // A gzip file bigger than this is copied with the whole pool: stored as it
 // is, its copy is compression, which one thread would do at half speed.
@@ -194,6 +191,8 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
   // (`tbfs-bench cold`'s logdir: the process busy 150% -> 170% of two
   // cores.) Only where files after it can fill the second core.
   SideCopy side;
+  // Declared after what its task uses: it goes first.
+  Alarm alarm("aside group");
   auto side_done = [&](bool wait) {
     if (!side.staged.valid()) return;
     {
@@ -239,20 +238,19 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
                      e.what());
       }
     }
-    // A copy foreseen to outlast what is left of the group's second would
-    // keep its files aside all along (the real Kineto trace at level 19
-    // after small ones: 7.5 s; README): the group is finished before it.
-    if (!group.empty() &&
-        std::chrono::steady_clock::now() - group.front().aside_at + ForeseenCopy(batch[i].size) >=
-            kGroupAge) {
+    // The files aside do not wait for this copy longer than their group's
+    // second: the alarm finishes the group meanwhile (the real Kineto trace
+    // at level 19 after repetitive files kept them aside 10.8 s; README).
+    // Copy touches nothing FinishGroup does; the group is the alarm's until
+    // the Disarm.
+    const bool armed = !group.empty() && alarm.Arm(group.front().aside_at + kGroupAge, [&] {
       FinishGroup(&group, batch, &folders, moved, result);
-    }
-    const auto start = std::chrono::steady_clock::now();
-    auto next = Stage(entry, batch[i], i, &result->files[i]);
-    if (next) {
-      copied_bytes_ += static_cast<double>(batch[i].size);
-      copy_seconds_ += std::chrono::duration<double>(next->aside_at - start).count();
-      group.push_back(std::move(*next));
+    });
+    auto copied = Copy(entry, batch[i], i, &result->files[i], pool_, &store_full_);
+    if (armed) alarm.Disarm();
+    if (copied) {
+      auto next = MoveAside(std::move(*copied), entry, &result->files[i]);
+      if (next) group.push_back(std::move(*next));
     }
     if (!group.empty() &&
         (group.size() >= kGroupFiles ||
@@ -266,11 +264,6 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
   side_done(true);
   FinishGroup(&group, batch, &folders, moved, result);
   return folders;
-}
-
-std::chrono::duration<double> BatchRunner::ForeseenCopy(uint64_t bytes) const {
-  const double pace = copy_seconds_ > 0 ? copied_bytes_ / copy_seconds_ : kFirstPace;
-  return std::chrono::duration<double>(static_cast<double>(bytes) / pace);
 }
 
 void BatchRunner::FinishGroup(std::vector<Staged>* group, const std::vector<Candidate>& batch,

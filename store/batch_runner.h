@@ -81,24 +81,17 @@ class BatchRunner {
   void FinishGroup(std::vector<Staged>* group, const std::vector<Candidate>& batch,
                    std::set<std::string>* folders, std::vector<storepb::Manifest>* moved,
                    BatchResult* result);
-  // How long the batch's thread is foreseen to copy `bytes`, at its pace
-  // so far in this migration.
-  std::chrono::duration<double> ForeseenCopy(uint64_t bytes) const;
   void SyncFolders(const std::set<std::string>& folders, BatchResult* result);
   void Verify(const std::vector<std::string>& affected,
               const std::vector<events::FileDigest>& before, events::LogdirDigest* full,
               BatchResult* result);
   void CommitBatch(size_t files_checked, BatchResult* result);
 
-  // Copies one file and moves it aside; nothing when it stays in place
-  // (*result says why).
-  std::optional<Staged> Stage(const storepb::JournalEntry& entry, const Candidate& c, size_t index,
-                              FileResult* result);
-  // Stage's first half: the file opened, checked, leased, copied into the
-  // store with `pool` and read back; the Staged holds its manifest, no
-  // aside name yet. Touches no state of the runner but *result and, when
-  // the store is full, *store_full: safe beside another Copy or a
-  // MoveAside on another thread.
+  // The file opened, checked, leased, copied into the store with `pool`
+  // and read back; the Staged holds its manifest, no aside name yet.
+  // Touches no state of the runner but *result and, when the store is full,
+  // *store_full: safe beside another Copy, a MoveAside or a FinishGroup on
+  // another thread.
   std::optional<Staged> Copy(const storepb::JournalEntry& entry, const Candidate& c, size_t index,
                              FileResult* result, WorkPool& pool, std::string* store_full);
   // Copy on the side thread, with side_pool_; then, until the batch's
@@ -106,9 +99,9 @@ class BatchRunner {
   // (the file stays in place), not kept waiting for the lease's break.
   std::optional<Staged> CopyBeside(const storepb::JournalEntry& entry, const Candidate& c,
                                    size_t index, FileResult* result, SideCopy* side);
-  // Stage's second half, under the namespace lock: the checks of I2 once
-  // the copy is in the store, then the file renamed aside; nothing when it
-  // stays in place.
+  // Then, under the namespace lock: the checks of I2 once the copy is in
+  // the store, then the file renamed aside; nothing when it stays in place
+  // (*result says why).
   std::optional<Staged> MoveAside(Staged copied, const storepb::JournalEntry& entry,
                                   FileResult* result);
   // Unlinks a staged file, or puts it back where a writer showed up or
@@ -164,9 +157,6 @@ class BatchRunner {
   // For the copy beside the others (MoveFiles); none when the migration
   // runs on one thread.
   std::unique_ptr<WorkPool> side_pool_;
-  // What the batch's thread has copied and moved aside in this migration,
-  // and in how long (ForeseenCopy).
-  double copied_bytes_ = 0, copy_seconds_ = 0;
 };
 
 }  // namespace tbfs::store
