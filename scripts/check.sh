@@ -5,7 +5,7 @@
 #         the fstab test (it mounts the installed tbfs, not this build);
 #   tsan  ThreadSanitizer (build-tsan/): the mount tests and the unit tests
 #         of the concurrent parts (inode table, chunk buffers and cache,
-#         work pool, dictionaries, a migration's copies on two threads),
+#         work pool and alarm, dictionaries, a migration's copies on two threads),
 #         with the suppressions of scripts/tsan.supp.
 # Usage: scripts/check.sh [asan|tsan]...   (no argument: both)
 # A finding fails the check: in a test process at once, in a mount daemon
@@ -22,7 +22,7 @@ run() {
     asan) sanitize=address,undefined
           ctest_args=(-E '^(Packaging|ThreadSafety)\.|FstabForm') ;;
     tsan) sanitize=thread
-          ctest_args=(-R '^(Mount|Mounted|Transitions|Confined|NoRoom|SharedStore|UnreachableStore|Listing|Races|UnmountOrSigterm|InodeTable|ChunkBuffers|ChunkCache|WorkPool|ChunkWriter|DigestEach|TotalsTest|Dictionary|MigrateTest)' -E 'FstabForm') ;;
+          ctest_args=(-R '^(Mount|Mounted|Transitions|Confined|NoRoom|SharedStore|UnreachableStore|Listing|Races|UnmountOrSigterm|InodeTable|ChunkBuffers|ChunkCache|WorkPool|Alarm|ChunkWriter|DigestEach|TotalsTest|Dictionary|MigrateTest)' -E 'FstabForm') ;;
     *) echo "check.sh: unknown check '$kind' (asan or tsan)" >&2; return 2 ;;
   esac
   local build=$root/build-$kind logs=$root/build-$kind/sanitizer-logs
