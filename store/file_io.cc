@@ -71,19 +71,41 @@ std::shared_ptr<const Dictionary> DictionaryFor(ColdStore& store, const std::str
   if (!options.dictionaries) return nullptr;
   uint64_t data_bytes = 0;
   for (const ChunkRun& r : data) data_bytes += std::min(g.Start(r.end), g.size) - g.Start(r.first);
-  auto d = store.DictionaryForFile(
-      rel_path, options.file_class, data, data_bytes, options.level, options.pool->size(),
-      [&](uint64_t index, std::string* raw) {
-        raw->resize(g.Length(index));
-        size_t got = 0;
-        TBFS_RETURN_IF_ERROR(PreadFull(fd, raw->data(), raw->size(), g.Start(index), &got, path));
-        raw->resize(got);
-        return Status::OK();
-      });
+  auto read = [&](uint64_t index, std::string* raw) {
+    raw->resize(g.Length(index));
+    size_t got = 0;
+    TBFS_RETURN_IF_ERROR(PreadFull(fd, raw->data(), raw->size(), g.Start(index), &got, path));
+    raw->resize(got);
+    return Status::OK();
+  };
+  auto d = store.DictionaryForFile(rel_path, options.file_class, data, data_bytes, options.level,
+                                   options.pool->size(), read);
   if (!d.ok()) {
     spdlog::warn("dictionary for {}: {}", path, d.status().message());
     return nullptr;
   }
+  // At a level other than its training's, judged once on this file's middle
+  // chunk, as a training judges a dictionary (kDictionaryMustSave).
+  auto serves = [&] {
+    std::vector<uint64_t> chunks;
+    for (const ChunkRun& r : data) {
+      for (uint64_t i = r.first; i < r.end; ++i) chunks.push_back(i);
+    }
+    std::string raw, with, without;
+    if (chunks.empty() || !read(chunks[chunks.size() / 2], &raw).ok()) return true;
+    ChunkCodec codec;
+    codec.Encode(raw, options.level, {}, &with, d->get());
+    codec.Encode(raw, options.level, {}, &without, nullptr);
+    const bool helps = static_cast<double>(with.size()) <=
+                       kDictionaryMustSave * static_cast<double>(without.size());
+    spdlog::info(
+        "dictionary {} at level {} (trained at {}): {} ({} bytes with it, {} without, "
+        "on a chunk of {})",
+        (*d)->id(), options.level, (*d)->record().level(),
+        helps ? "kept" : "not used at that level", with.size(), without.size(), path);
+    return helps;
+  };
+  if (*d != nullptr && !(*d)->ServesAt(options.level, serves)) return nullptr;
   return *d;
 }
 
