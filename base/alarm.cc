@@ -28,6 +28,7 @@ bool Alarm::Arm(Clock::time_point at, std::function<void()> task) {
     task_ = std::move(task);
     armed_ = true;
     ran_ = false;
+    ++generation_;
   }
   cv_.notify_all();
   return true;
@@ -48,9 +49,15 @@ void Alarm::Loop() {
   for (;;) {
     cv_.wait(lock, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stop_ || armed_; });
     if (stop_) return;
-    // Woken early by a Disarm (or the destructor): nothing runs.
-    if (cv_.wait_until(lock, at_,
-                       [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS { return stop_ || !armed_; })) {
+    // Copies: the wait reads its time with mu_ released, when an Arm may
+    // write at_.
+    const uint64_t armed_as = generation_;
+    const Clock::time_point at = at_;
+    // Woken early by a Disarm, an Arm for another time or the destructor:
+    // nothing runs at this time.
+    if (cv_.wait_until(lock, at, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS {
+          return stop_ || !armed_ || generation_ != armed_as;
+        })) {
       continue;
     }
     std::function<void()> task = std::move(task_);

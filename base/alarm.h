@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <string_view>
 #include <thread>
@@ -46,7 +47,8 @@ class Alarm {
   bool running_ TBFS_GUARDED_BY(mu_) = false;
   bool ran_ TBFS_GUARDED_BY(mu_) = false;
   bool stop_ TBFS_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> thread_;  // one, or none
+  uint64_t generation_ TBFS_GUARDED_BY(mu_) = 0;  // Arms so far
+  std::vector<std::thread> thread_;               // one, or none
 };
 
 }  // namespace tbfs

@@ -68,6 +68,22 @@ TEST(Alarm, ArmsAgainAfterEachDisarm) {
   EXPECT_EQ(runs, 25);
 }
 
+// Armed again for later right after a Disarm: the earlier time, which the
+// alarm's thread may still be waiting for, runs nothing.
+TEST(Alarm, ATaskArmedAgainForLaterDoesNotRunAtTheEarlierTime) {
+  Alarm alarm("test alarm");
+  std::atomic<int> runs{0};
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(alarm.Arm(Alarm::Clock::now() + milliseconds(30), [&] { ++runs; }));
+    std::this_thread::sleep_for(milliseconds(5));  // its thread waits for that time
+    EXPECT_FALSE(alarm.Disarm());
+    ASSERT_TRUE(alarm.Arm(Alarm::Clock::now() + std::chrono::hours(1), [&] { ++runs; }));
+    std::this_thread::sleep_for(milliseconds(60));
+    EXPECT_FALSE(alarm.Disarm());
+  }
+  EXPECT_EQ(runs, 0);
+}
+
 TEST(Alarm, GoesAwayWithATaskArmedForLater) {
   std::atomic<bool> ran{false};
   const auto start = Alarm::Clock::now();
