@@ -15,11 +15,16 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <future>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "base/fs_util.h"
 #include "tests/test_util.h"
@@ -126,6 +131,28 @@ inline std::vector<std::string> Files(const std::string& root, bool events) {
   return out;
 }
 
+// The mount points MountTest::Mount made and no Unmount took down yet. A
+// test that ends in std::terminate (a std::thread still joinable when a
+// failed ASSERT returned from the test's body) skips TearDown: the handler
+// this installs takes them down lazily before the abort, so no mount
+// outlives its test.
+inline std::vector<std::string>& LiveMounts() {
+  static std::vector<std::string> mounts;
+  return mounts;
+}
+inline void UnmountOnTerminate() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::set_terminate([] {
+      for (const std::string& m : LiveMounts()) {
+        std::fprintf(stderr, "terminate: taking down the mount on %s\n", m.c_str());
+        std::system(("fusermount3 -u -z " + Quote(m) + " 2>/dev/null").c_str());
+      }
+      std::abort();
+    });
+  });
+}
+
 class MountTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -144,6 +171,8 @@ class MountTest : public ::testing::Test {
     auto r =
         RunCommand(Tbfs("mount " + Quote(logdir_) + " " + Quote(mnt_) + " " + extra + " 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
+    UnmountOnTerminate();
+    LiveMounts().push_back(mnt_);
     ASSERT_TRUE(IsMounted(mnt_));
     pid_ = Status()["pid"].get<int>();
   }
@@ -176,6 +205,7 @@ class MountTest : public ::testing::Test {
   }
 
   void Unmount() {
+    std::erase(LiveMounts(), mnt_);
     if (!IsMounted(mnt_)) return;
     RunCommand("fusermount3 -u " + Quote(mnt_) + " 2>/dev/null");
     if (IsMounted(mnt_)) RunCommand("fusermount3 -u -z " + Quote(mnt_) + " 2>/dev/null");
