@@ -257,7 +257,7 @@ constexpr int kRecompressLevel = 15;  // tbfs recompress's default
 // dictionaries: stored bytes (dictionaries included) and seconds.
 ZstdRun IngestAll(const std::string& root, const std::vector<std::string>& rels,
                   const std::string& file_class, bool dictionaries, const std::string& store_dir,
-                  ZstdRun* recompressed = nullptr) {
+                  ZstdRun* recompressed = nullptr, int recompress_level = kRecompressLevel) {
   fs::remove_all(store_dir);
   auto s = store::ColdStore::Open(store_dir, store::OpenOptions{.create_if_missing = true});
   WorkPool pool(0);
@@ -281,7 +281,7 @@ ZstdRun IngestAll(const std::string& root, const std::vector<std::string>& rels,
   r.bytes += dict_bytes;
   if (recompressed != nullptr) {
     store::RecompressOptions ro;
-    ro.level = kRecompressLevel;
+    ro.level = recompress_level;
     ro.pool = &pool;
     t0 = cli::NowSeconds();
     auto rr = store::Recompress(**s, ro);
@@ -291,7 +291,7 @@ ZstdRun IngestAll(const std::string& root, const std::vector<std::string>& rels,
   return r;
 }
 
-int RunDictionaries(double trace_mb, int variants) {
+int RunDictionaries(double trace_mb, int variants, int recompress_level) {
   const std::string dir = "/tmp/tbfs-bench-dictionaries";
   fs::remove_all(dir);
   const std::string root = dir + "/in";
@@ -340,7 +340,8 @@ int RunDictionaries(double trace_mb, int variants) {
     }
   }
   fmt::print("{:<26} {:>5} {:>8}  {:>22} {:>22} {:>22} {:>22} {:>22}\n", "family", "files", "MB",
-             "tbfs, dictionaries", "tbfs, none", "then recompress -15", "zstd -9 -T2, whole",
+             "tbfs, dictionaries", "tbfs, none",
+             fmt::format("then recompress -{}", recompress_level), "zstd -9 -T2, whole",
              "zstd -19 -T2, whole");
   for (auto& f : families) {
     std::sort(f.rels.begin(), f.rels.end());
@@ -352,7 +353,8 @@ int RunDictionaries(double trace_mb, int variants) {
     }
     std::system("sync");
     ZstdRun recompressed;
-    ZstdRun with = IngestAll(root, f.rels, f.file_class, true, dir + "/store-dict", &recompressed);
+    ZstdRun with = IngestAll(root, f.rels, f.file_class, true, dir + "/store-dict", &recompressed,
+                             recompress_level);
     ZstdRun without = IngestAll(root, f.rels, f.file_class, false, dir + "/store-plain");
     ZstdRun z9 = ZstdEach(paths, dir + "/z9", 9);
     ZstdRun z19 = ZstdEach(paths, dir + "/z19", 19);
@@ -371,7 +373,7 @@ int RunDictionaries(double trace_mb, int variants) {
         static_cast<double>(without.bytes) / z19.bytes, with.seconds / z9.seconds,
         without.seconds / z9.seconds);
     fmt::print("{:<26} recompressed at {}: {:.3f}x zstd -19's size in {:.2f}x its time\n", "",
-               kRecompressLevel, static_cast<double>(recompressed.bytes) / z19.bytes,
+               recompress_level, static_cast<double>(recompressed.bytes) / z19.bytes,
                recompressed.seconds / z19.seconds);
   }
   fs::remove_all(dir);
@@ -393,12 +395,16 @@ void RegisterMigrateBench(CLI::App& app, int* exit_code) {
   chunking->callback([exit_code] { *exit_code = RunChunking(); });
   auto dict_mb = std::make_shared<double>(256);
   auto variants = std::make_shared<int>(4);
+  auto recompress_level = std::make_shared<int>(kRecompressLevel);
   CLI::App* dicts =
       app.add_subcommand("dictionaries", "stored size with and without zstd dictionaries");
   dicts->add_option("--trace-mb", *dict_mb, "MiB of generated traces")->capture_default_str();
   dicts->add_option("--variants", *variants, "variants of the real Kineto trace")
       ->capture_default_str();
-  dicts->callback([=] { *exit_code = RunDictionaries(*dict_mb, *variants); });
+  dicts->add_option("--recompress-level", *recompress_level, "the recompress column's level")
+      ->check(CLI::Range(1, 22))
+      ->capture_default_str();
+  dicts->callback([=] { *exit_code = RunDictionaries(*dict_mb, *variants, *recompress_level); });
 }
 
 }  // namespace tbfs::bench
