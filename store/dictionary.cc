@@ -46,12 +46,14 @@ Result<std::shared_ptr<const Dictionary>> Dictionary::Load(storepb::Dictionary r
 
 Dictionary::~Dictionary() { ZSTD_freeDDict(ddict_); }
 
-bool Dictionary::ServesAt(int level, const std::function<bool()>& judge) const {
+bool Dictionary::ServesAt(int level, const std::function<std::optional<bool>()>& judge) const {
   if (level == record_.level()) return true;
   MutexLock lock(mu_);
-  auto it = serves_at_.find(level);
-  if (it == serves_at_.end()) it = serves_at_.emplace(level, judge()).first;
-  return it->second;
+  if (auto it = serves_at_.find(level); it != serves_at_.end()) return it->second;
+  const std::optional<bool> serves = judge();
+  if (!serves) return true;
+  serves_at_.emplace(level, *serves);
+  return *serves;
 }
 
 Result<std::shared_ptr<const Dictionary>> DictionaryFromCopy(uint64_t key_id,

@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,8 +73,10 @@ class Dictionary {
   // trained at (yes there); at another it can do worse than none (at 13,
   // libzstd 1.5 stores the real Kineto trace's chunks 29% larger with
   // its family's dictionary trained at 9). `judge` says, the first time a
-  // level is asked for (callers wait for it); its answer is kept.
-  bool ServesAt(int level, const std::function<bool()>& judge) const;
+  // level is asked for (callers wait for it); its answer is kept. No answer
+  // (the chunk it reads does not read): it serves this time, and the next
+  // caller judges again.
+  bool ServesAt(int level, const std::function<std::optional<bool>()>& judge) const;
 
  private:
   Dictionary(storepb::Dictionary record, ZSTD_DDict* ddict)

@@ -86,13 +86,10 @@ std::shared_ptr<const Dictionary> DictionaryFor(ColdStore& store, const std::str
   }
   // At a level other than its training's, judged once on this file's middle
   // chunk, as a training judges a dictionary (kDictionaryMustSave).
-  auto serves = [&] {
-    std::vector<uint64_t> chunks;
-    for (const ChunkRun& r : data) {
-      for (uint64_t i = r.first; i < r.end; ++i) chunks.push_back(i);
-    }
+  auto serves = [&]() -> std::optional<bool> {
+    const std::optional<uint64_t> middle = MiddleDataChunk(data);
     std::string raw, with, without;
-    if (chunks.empty() || !read(chunks[chunks.size() / 2], &raw).ok()) return true;
+    if (!middle || !read(*middle, &raw).ok()) return std::nullopt;
     ChunkCodec codec;
     codec.Encode(raw, options.level, {}, &with, d->get());
     codec.Encode(raw, options.level, {}, &without, nullptr);

@@ -26,6 +26,18 @@ bool IsHoleChunk(const storepb::Manifest& m, uint64_t index) {
   return lo > 0 && index < runs[static_cast<int>(2 * (lo - 1) + 1)];
 }
 
+std::optional<uint64_t> MiddleDataChunk(const std::vector<ChunkRun>& runs) {
+  uint64_t count = 0;
+  for (const ChunkRun& r : runs) count += r.end - r.first;
+  if (count == 0) return std::nullopt;
+  uint64_t k = count / 2;
+  for (const ChunkRun& r : runs) {
+    if (k < r.end - r.first) return r.first + k;
+    k -= r.end - r.first;
+  }
+  return std::nullopt;  // not reached
+}
+
 std::vector<ChunkRun> DataRuns(const storepb::Manifest& m) {
   std::vector<ChunkRun> runs;
   uint64_t next = 0;

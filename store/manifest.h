@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "store/chunk.h"
@@ -77,6 +78,9 @@ bool IsHoleChunk(const storepb::Manifest& m, uint64_t index);
 // The chunks of m that have values, as runs in order: [0, chunks) for a
 // dense file, none for a file that is all hole.
 std::vector<ChunkRun> DataRuns(const storepb::Manifest& m);
+// The middle one of those chunks (what a choice of level or dictionary is
+// judged on); none when there are none.
+std::optional<uint64_t> MiddleDataChunk(const std::vector<ChunkRun>& runs);
 // The uncompressed bytes of those chunks: what the file takes without its
 // holes (its size, for a dense file).
 uint64_t DataBytes(const storepb::Manifest& m);

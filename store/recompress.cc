@@ -89,17 +89,14 @@ Result<std::shared_ptr<const Dictionary>> BetterForFile(ColdStore& store,
                                                         std::shared_ptr<const Dictionary> newest,
                                                         int level, ChunkCodec* codec) {
   if (newest == nullptr) return newest;
-  std::vector<uint64_t> data;
-  for (const ChunkRun& run : DataRuns(m)) {
-    for (uint64_t i = run.first; i < run.end; ++i) data.push_back(i);
-  }
-  if (data.empty()) return newest;
+  const std::optional<uint64_t> middle = MiddleDataChunk(DataRuns(m));
+  if (!middle) return newest;
   std::vector<std::shared_ptr<const Dictionary>> options = {newest, nullptr};
   if (m.dictionary() != 0 && m.dictionary() != newest->id()) {
     if (auto own = store.FindDictionary(m.dictionary()); own != nullptr) options.push_back(own);
   }
   std::string raw, value;
-  const uint64_t index = data[data.size() / 2];
+  const uint64_t index = *middle;
   TBFS_RETURN_IF_ERROR(store.ReadChunk(m, index, codec, &raw));
   const ChunkPos pos = ChunkPosOf(m, index);
   std::shared_ptr<const Dictionary> best;

@@ -796,6 +796,10 @@ TEST(ManifestShape, HoleRunsMustBePairsAscendingAndWithinTheFile) {
   EXPECT_FALSE(IsHoleChunk(m, 6));
   EXPECT_EQ(DataRuns(m), (std::vector<ChunkRun>{{0, 1}, {3, 5}, {6, 11}}));
   EXPECT_EQ(DataBytes(m), 7 * 4096u + 1);
+  // Data chunks 0 3 4 6 7 8 9 10: the fifth of eight.
+  EXPECT_EQ(MiddleDataChunk(DataRuns(m)), 7u);
+  EXPECT_EQ(MiddleDataChunk({{2, 3}}), 2u);
+  EXPECT_EQ(MiddleDataChunk({}), std::nullopt);
 }
 
 // Format 7's head chunk: chunk 0 short, every later one a whole chunk from
