@@ -1,6 +1,7 @@
 // The mount daemon as a process: forking with a verdict for the parent,
 // its limits and allocator, its log, the kernel's readahead for its mount
 // (fs/mount_internal.h).
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/sysmacros.h>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <vector>
 
 #include "base/fs_util.h"
 #include "base/heap.h"
@@ -51,6 +53,24 @@ void RaiseFdLimit() {
   spdlog::info("open file limit: {}", static_cast<uint64_t>(lim.rlim_cur));
 }
 
+// Closes what the caller left open beyond stderr (a CI runner's log pipe,
+// a shell's `3>&1`): a daemon holding it would keep its reader waiting for
+// the mount to end. The caller's are those without close-on-exec (they
+// came through exec); every descriptor tbfs opens has it.
+void CloseInheritedFds() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  std::vector<int> inherited;
+  while (struct dirent* e = ::readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2 || fd == ::dirfd(dir)) continue;
+    const int flags = ::fcntl(fd, F_GETFD);
+    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) inherited.push_back(fd);
+  }
+  ::closedir(dir);
+  for (int fd : inherited) ::close(fd);
+}
+
 }  // namespace
 
 void Verdict::Fork(bool foreground) {
@@ -73,6 +93,7 @@ void Verdict::Fork(bool foreground) {
   ::close(fds[0]);
   fd_ = fds[1];
   ::setsid();
+  CloseInheritedFds();
 }
 
 void Verdict::Send(const std::string& msg) {

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1008,6 +1009,28 @@ TEST_F(Mounted, AutoUnmountReturnsOnceMounted) {
   ASSERT_TRUE(IsMounted(mnt_));
   pid_ = Status()["pid"].get<int>();
   EXPECT_TRUE(ReadBytes(M(events_[0])) == ReadBytes(L(events_[0])));
+}
+
+// A caller's descriptor beyond stderr (a CI runner's log pipe, a shell's
+// `3>&1`) is closed by the daemon: whoever reads that pipe hears its end
+// once `tbfs mount` returns, not when the mount ends.
+TEST_F(Mounted, TheDaemonKeepsNoDescriptorItsCallerLeftOpen) {
+  int p[2];
+  ASSERT_EQ(::pipe2(p, 0), 0);
+  ASSERT_EQ(::fcntl(p[0], F_SETFD, FD_CLOEXEC), 0);  // the command gets the write end only
+  const std::string at = std::to_string(p[1]);
+  auto r = RunCommand(Tbfs("mount " + Quote(logdir_) + " " + Quote(mnt_) + " --no-migrate 2>&1"));
+  ::close(p[1]);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_TRUE(IsMounted(mnt_));
+  pid_ = Status()["pid"].get<int>();
+  struct pollfd pfd = {p[0], POLLIN, 0};
+  const int ready = ::poll(&pfd, 1, 20'000);  // a bound on a hang, not a timing
+  char c;
+  const ssize_t n = ready == 1 ? ::read(p[0], &c, 1) : -1;
+  ::close(p[0]);
+  EXPECT_EQ(n, 0) << "the daemon (pid " << pid_ << ") still holds fd " << at
+                  << " it inherited, 20 s after `tbfs mount` returned";
 }
 
 TEST_F(Mounted, VerifyThroughTheMountSeesTheSameCurves) {
