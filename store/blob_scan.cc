@@ -45,7 +45,8 @@ uint64_t LengthFromValue(const unsigned char* v, uint64_t avail) {
       codec == kDictCopy) {
     return kChunkHeaderBytes + raw_len <= avail ? kChunkHeaderBytes + raw_len : 0;
   }
-  if (codec == kChunkZstd || codec == kChunkZstdV1 || codec == kChunkZstdDict) {
+  if (codec == kChunkZstd || codec == kChunkZstdV1 || codec == kChunkZstdDict ||
+      codec == kChunkZstdNumbers || codec == kChunkZstdDictNumbers) {
     size_t n = ZSTD_findFrameCompressedSize(v + kChunkHeaderBytes, avail - kChunkHeaderBytes);
     return ZSTD_isError(n) ? 0 : kChunkHeaderBytes + n;
   }

@@ -11,8 +11,14 @@
 
 #include "fmt/format.h"
 #include "store/format.h"
+#include "store/number_deltas.h"
 
 namespace tbfs::store {
+
+bool RewroteNumbers(std::string_view value) {
+  return !value.empty() && (static_cast<uint8_t>(value[0]) == kChunkZstdNumbers ||
+                            static_cast<uint8_t>(value[0]) == kChunkZstdDictNumbers);
+}
 
 ChunkCodec::ChunkCodec() : dctx_(ZSTD_createDCtx()) {}
 
@@ -21,10 +27,21 @@ ChunkCodec::~ChunkCodec() {
   ZSTD_freeDCtx(dctx_);
 }
 
+// Whether raw's numbers go as differences: only when they come back
+// exactly (a '~' already in the text may read as one).
+bool ChunkCodec::RewriteNumbers(std::string_view raw) {
+  if (!EncodeNumberDeltas(raw, &deltas_)) return false;
+  if (check_.size() < raw.size()) check_.resize(raw.size());
+  return DecodeNumberDeltas(deltas_, check_.data(), raw.size()).ok() &&
+         std::memcmp(check_.data(), raw.data(), raw.size()) == 0;
+}
+
 void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::string* value,
                         const Dictionary* dict) {
   if (cctx_ == nullptr) cctx_ = ZSTD_createCCtx();
-  size_t bound = ZSTD_compressBound(raw.size());
+  const bool numbers = RewriteNumbers(raw);
+  const std::string_view src = numbers ? std::string_view(deltas_) : raw;
+  size_t bound = ZSTD_compressBound(src.size());
   value->resize(kChunkHeaderBytes + bound);
   char* out = value->data();
   uint32_t len = static_cast<uint32_t>(raw.size());
@@ -40,8 +57,8 @@ void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::stri
   // 2 MiB context (tbfs-bench migrate; docs/format.md).
   ZSTD_CCtx_reset(cctx_, ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel, level);
-  const ZSTD_compressionParameters cp = ZSTD_getCParams(level, raw.size(), 0);
-  const int cap = std::max(12, static_cast<int>(std::bit_width(raw.size() | 1) - 1) - 2);
+  const ZSTD_compressionParameters cp = ZSTD_getCParams(level, src.size(), 0);
+  const int cap = std::max(12, static_cast<int>(std::bit_width(src.size() | 1) - 1) - 2);
   if (static_cast<int>(cp.hashLog) > cap) ZSTD_CCtx_setParameter(cctx_, ZSTD_c_hashLog, cap);
   if (static_cast<int>(cp.chainLog) > cap) ZSTD_CCtx_setParameter(cctx_, ZSTD_c_chainLog, cap);
   // By reference: the caller keeps dict alive for the call, and the
@@ -49,15 +66,43 @@ void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::stri
   if (dict != nullptr) {
     ZSTD_CCtx_loadDictionary_byReference(cctx_, dict->content().data(), dict->content().size());
   }
-  size_t z = ZSTD_compress2(cctx_, out + kChunkHeaderBytes, bound, raw.data(), raw.size());
+  size_t z = ZSTD_compress2(cctx_, out + kChunkHeaderBytes, bound, src.data(), src.size());
   if (!ZSTD_isError(z) && z < raw.size() - raw.size() / 64) {
-    out[0] = static_cast<char>(dict != nullptr ? kChunkZstdDict : kChunkZstd);
+    out[0] =
+        static_cast<char>(numbers ? (dict != nullptr ? kChunkZstdDictNumbers : kChunkZstdNumbers)
+                                  : (dict != nullptr ? kChunkZstdDict : kChunkZstd));
     value->resize(kChunkHeaderBytes + z);
   } else {
     out[0] = static_cast<char>(kChunkRaw);
     std::memcpy(out + kChunkHeaderBytes, raw.data(), raw.size());
     value->resize(kChunkHeaderBytes + raw.size());
   }
+}
+
+Status ChunkCodec::Decompress(std::string_view payload, bool with_dict, char* out, size_t len,
+                              const DictionaryFinder& dicts) {
+  size_t n;
+  if (!with_dict) {
+    n = ZSTD_decompressDCtx(dctx_, out, len, payload.data(), payload.size());
+    if (ZSTD_isError(n)) {
+      return Status::Corruption(std::string("chunk does not decompress: ") + ZSTD_getErrorName(n));
+    }
+  } else {
+    const unsigned id = ZSTD_getDictID_fromFrame(payload.data(), payload.size());
+    if (id == 0) return Status::Corruption("chunk names no dictionary");
+    std::shared_ptr<const Dictionary> dict = dicts ? dicts(id) : nullptr;
+    if (dict == nullptr) {
+      return Status::Corruption(fmt::format(
+          "chunk needs zstd dictionary {}, which the store does not hold (lost or damaged)", id));
+    }
+    n = ZSTD_decompress_usingDDict(dctx_, out, len, payload.data(), payload.size(), dict->ddict());
+    if (ZSTD_isError(n)) {
+      return Status::Corruption(fmt::format("chunk does not decompress with dictionary {}: {}", id,
+                                            ZSTD_getErrorName(n)));
+    }
+  }
+  if (n != len) return Status::Corruption("chunk decompresses to the wrong length");
+  return Status::OK();
 }
 
 Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected, ChunkPos pos,
@@ -78,27 +123,17 @@ Status ChunkCodec::DecodeInto(std::string_view value, char* out, size_t expected
   if (codec == kChunkRaw || codec == kChunkRawV1) {
     if (payload.size() != len) return Status::Corruption("raw chunk has the wrong length");
     std::memcpy(out, payload.data(), len);
-  } else if (codec == kChunkZstd || codec == kChunkZstdV1) {
-    size_t n = ZSTD_decompressDCtx(dctx_, out, len, payload.data(), payload.size());
-    if (ZSTD_isError(n)) {
-      return Status::Corruption(std::string("chunk does not decompress: ") + ZSTD_getErrorName(n));
-    }
-    if (n != len) return Status::Corruption("chunk decompresses to the wrong length");
-  } else if (codec == kChunkZstdDict) {
-    const unsigned id = ZSTD_getDictID_fromFrame(payload.data(), payload.size());
-    if (id == 0) return Status::Corruption("chunk names no dictionary");
-    std::shared_ptr<const Dictionary> dict = dicts ? dicts(id) : nullptr;
-    if (dict == nullptr) {
-      return Status::Corruption(fmt::format(
-          "chunk needs zstd dictionary {}, which the store does not hold (lost or damaged)", id));
-    }
-    size_t n =
-        ZSTD_decompress_usingDDict(dctx_, out, len, payload.data(), payload.size(), dict->ddict());
-    if (ZSTD_isError(n)) {
-      return Status::Corruption(fmt::format("chunk does not decompress with dictionary {}: {}", id,
-                                            ZSTD_getErrorName(n)));
-    }
-    if (n != len) return Status::Corruption("chunk decompresses to the wrong length");
+  } else if (codec == kChunkZstd || codec == kChunkZstdV1 || codec == kChunkZstdDict) {
+    TBFS_RETURN_IF_ERROR(Decompress(payload, codec == kChunkZstdDict, out, len, dicts));
+  } else if (codec == kChunkZstdNumbers || codec == kChunkZstdDictNumbers) {
+    // Differences may be longer than the numbers they stand for, but not
+    // twice as long: a larger size is a damaged frame header.
+    const unsigned long long n = ZSTD_getFrameContentSize(payload.data(), payload.size());
+    if (n > 2ull * len + 4096) return Status::Corruption("chunk's frame has no plausible size");
+    if (deltas_.size() < n) deltas_.resize(n);
+    TBFS_RETURN_IF_ERROR(
+        Decompress(payload, codec == kChunkZstdDictNumbers, deltas_.data(), n, dicts));
+    TBFS_RETURN_IF_ERROR(DecodeNumberDeltas(std::string_view(deltas_.data(), n), out, len));
   } else {
     return Status::Corruption("chunk has unknown codec " + std::to_string(codec));
   }

@@ -5,6 +5,9 @@
 // I5): a mismatch, or a chunk read at another file's or index's key, is
 // Corruption, and no wrong byte is ever returned.
 //
+// A chunk whose numbers went as differences (format 8,
+// store/number_deltas.h) is decoded, then rewritten back.
+//
 // A chunk compressed with a dictionary (format 5) names it in its frame;
 // decoding asks a DictionaryFinder for it, and a chunk whose dictionary the
 // store does not hold (lost, damaged) is Corruption too.
@@ -36,6 +39,9 @@ struct ChunkPos {
 
 // The dictionary with a zstd id, or null when there is none. Thread-safe.
 using DictionaryFinder = std::function<std::shared_ptr<const Dictionary>(uint32_t id)>;
+
+// Whether a chunk value has its numbers as differences (format 8).
+bool RewroteNumbers(std::string_view value);
 
 class ChunkCodec {
  public:
@@ -72,9 +78,16 @@ class ChunkCodec {
   std::string& value_buffer() { return value_; }
 
  private:
+  bool RewriteNumbers(std::string_view raw);
+  // One zstd frame into exactly len bytes at out.
+  Status Decompress(std::string_view payload, bool with_dict, char* out, size_t len,
+                    const DictionaryFinder& dicts);
+
   ZSTD_CCtx* cctx_ = nullptr;
   ZSTD_DCtx* dctx_;
   std::string value_;
+  std::string deltas_;  // a chunk with its numbers as differences
+  std::string check_;   // the same decoded again, to compare
 };
 
 }  // namespace tbfs::store

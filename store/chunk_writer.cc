@@ -85,6 +85,7 @@ Status ChunkWriter::Put(Wave* w) {
   for (size_t i = 0; i < w->n; ++i) {
     batch_.Put(Space::kChunks, ChunkKey(file_id_, w->index[i]), w->value[i]);
     stored_ += w->value[i].size();
+    numbers_ = numbers_ || RewroteNumbers(w->value[i]);
   }
   w->n = 0;
   // The first wave of a multi-wave file is committed on its own too, so a

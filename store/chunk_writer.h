@@ -40,6 +40,8 @@ class ChunkWriter {
   // Compressed bytes put in the batch so far. Read by `next` too: it runs
   // after the wave before it was put.
   uint64_t stored() const { return stored_; }
+  // Whether a chunk put so far has its numbers as differences (format 8).
+  bool numbers() const { return numbers_; }
 
  private:
   struct Wave {
@@ -66,6 +68,7 @@ class ChunkWriter {
   bool ended_ = false;  // `next` said the file ends
   WriteBatch batch_;
   uint64_t stored_ = 0;
+  bool numbers_ = false;
 };
 
 }  // namespace tbfs::store

@@ -153,10 +153,14 @@ class ColdStore {
   // *m gets its folder's id (Manifest.parent_dir), as the store keeps it.
   Status AddFile(WriteBatch* batch, storepb::Manifest* m, const FolderAttrs& folders,
                  bool retire_replaced = false);
-  // Writes a cold file's changed manifest (its attributes: mode, owner,
-  // times), both copies. `m` as the store gave it (GetManifest, Lookup,
-  // AddFile): its folder's id is where the store keeps the file.
-  void UpdateManifest(WriteBatch* batch, const storepb::Manifest& m) { PutManifest(batch, m); }
+  // Writes a cold file's changed manifest (attributes; a recompress's
+  // level, codec), both copies. `m` as the store gave it (GetManifest,
+  // Lookup, AddFile): its folder's id is where the store keeps the file.
+  void UpdateManifest(WriteBatch* batch, const storepb::Manifest& m);
+  // Puts the store's format record, at `version` or at the highest any
+  // batch of this process has put, whichever is higher: a version is
+  // never put lower than one a batch may already have committed.
+  void PutFormat(WriteBatch* batch, uint32_t version);
   // Removes a file's chunks, manifest and namespace entry. Folders stay.
   // The entry at m.path() goes only when it names this file: a manifest
   // read before a rename, or a journal's stub, may name a path that another
@@ -414,10 +418,6 @@ class ColdStore {
   // `retire_replaced`).
   Status MakeFolders(WriteBatch* batch, const std::string& folder, const FolderAttrs& folders,
                      int64_t mtime_ns, bool retire_replaced, uint64_t* dir);
-  // Puts the store's format record, at `version` or at the highest any
-  // batch of this process has put, whichever is higher: a version is
-  // never put lower than one a batch may already have committed.
-  void PutFormat(WriteBatch* batch, uint32_t version);
   // The remaker that makes piece `index` of a gzip file stored by its
   // content the cheapest, kept across reads: several per file, so that
   // readers of different parts of one file (threads, readahead, mmap) each

@@ -175,6 +175,11 @@ void ColdStore::RemoveChunks(WriteBatch* batch, uint64_t file_id,
   batch->Delete(Space::kChunks, ChunkKey(file_id, kManifestCopyIndex));
 }
 
+void ColdStore::UpdateManifest(WriteBatch* batch, const storepb::Manifest& m) {
+  PutManifest(batch, m);
+  if (m.codec() == kCodecZstdNumbers) PutFormat(batch, kFormatVersionNumbers);
+}
+
 void ColdStore::PutFormat(WriteBatch* batch, uint32_t version) {
   uint32_t put = format_put_.load();
   while (put < version && !format_put_.compare_exchange_weak(put, version)) {

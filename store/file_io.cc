@@ -134,7 +134,7 @@ Status StartManifest(int fd, const std::string& path, const std::string& rel_pat
   m->set_ino(st.st_ino);
   m->set_chunk_bytes(g.chunk_bytes);
   m->set_head_chunk_bytes(g.head);
-  m->set_codec(kCodecZstd);
+  m->set_codec(kCodecZstdNoNumbers);  // CommitFile: or kCodecZstdNumbers
   m->set_level(options.level);
   m->set_chunks(g.Count());
   m->set_file_class(options.file_class);
@@ -156,6 +156,7 @@ Result<storepb::Manifest> CommitFile(ColdStore& store, const std::string& logdir
   TBFS_RETURN_IF_ERROR(PreadFull(fd, &extra, 1, m.size(), &got, path));
   if (got != 0) return Status::Aborted(path + " grew while it was copied");
   m.set_stored_bytes(writer.stored());
+  if (writer.numbers()) m.set_codec(kCodecZstdNumbers);
   WriteBatch& batch = *writer.batch();
   TBFS_RETURN_IF_ERROR(store.CheckRoom(batch.bytes()));
   std::shared_lock<SharedMutex> lock;

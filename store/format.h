@@ -34,8 +34,12 @@ inline constexpr uint32_t kFormatVersionGzip = 6;
 // (Manifest.head_chunk_bytes), which a tbfs that reads 6 would take for a
 // whole chunk. A store becomes 7 with the first such file.
 inline constexpr uint32_t kFormatVersionHead = 7;
+// Format 8: a chunk's numbers may be stored as differences
+// (kChunkZstdNumbers, store/number_deltas.h); a store becomes 8 with the
+// first file that has such a chunk (Manifest.codec kCodecZstdNumbers).
+inline constexpr uint32_t kFormatVersionNumbers = 8;
 inline constexpr uint32_t kNewStoreFormatVersion = kFormatVersionTree;
-inline constexpr uint32_t kNewestFormatVersion = kFormatVersionHead;
+inline constexpr uint32_t kNewestFormatVersion = kFormatVersionNumbers;
 
 inline constexpr char kMetaInfoKey[] = "info";
 // Above every file id ever handed out (8 bytes big endian), written with
@@ -74,9 +78,19 @@ inline constexpr uint8_t kChunkZstd = 3;    // payload is one zstd frame
 // Format 5: payload is one zstd frame made with a dictionary, whose id the
 // frame header carries (ZSTD_getDictID_fromFrame): store/dictionary.h.
 inline constexpr uint8_t kChunkZstdDict = 7;
+// Format 8: payload is one zstd frame (9: made with a dictionary, as 7) of
+// the chunk's bytes with their numbers rewritten as differences
+// (store/number_deltas.h). The checksum is of the bytes as they were.
+inline constexpr uint8_t kChunkZstdNumbers = 8;
+inline constexpr uint8_t kChunkZstdDictNumbers = 9;
 uint64_t ChunkSeed(uint64_t file_id, uint64_t index, uint32_t raw_len, uint32_t head);
 
-inline constexpr uint32_t kCodecZstd = 1;  // Manifest.codec
+// Manifest.codec: zstd chunks (a chunk may still be raw), and whether
+// their numbers may go as differences: 1 written before format 8 (never
+// tried), 2 some chunks did (8 or 9: the store is format 8), 3 none did.
+inline constexpr uint32_t kCodecZstd = 1;
+inline constexpr uint32_t kCodecZstdNumbers = 2;
+inline constexpr uint32_t kCodecZstdNoNumbers = 3;
 
 // 8-byte big-endian integers, so keys sort numerically.
 std::string EncodeId(uint64_t id);

@@ -402,9 +402,10 @@ Status ColdStore::AddFile(WriteBatch* batch, storepb::Manifest* added, const Fol
   }
   added->set_parent_dir(parent);
   PutManifest(batch, m);
-  // What a tbfs that reads format 5 (6) would misread: format.h.
+  // What a tbfs that reads format 5 (6, 7) would misread: format.h.
   if (IsGzipContent(m)) PutFormat(batch, kFormatVersionGzip);
   if (m.head_chunk_bytes() != 0) PutFormat(batch, kFormatVersionHead);
+  if (m.codec() == kCodecZstdNumbers) PutFormat(batch, kFormatVersionNumbers);
   // Under journal_mu_ and the mount's namespace lock (renames make folders
   // too): these records land in the order the ids were handed out.
   batch->Put(Space::kMeta, kMetaNextFileIdKey,

@@ -27,16 +27,20 @@ bool Stopped(const RecompressOptions& o) {
   return (o.stop != nullptr && o.stop->load()) || (o.read_only != nullptr && o.read_only->load());
 }
 
-// Compresses m's chunks again and commits them; *stored: their new size.
+// Compresses m's chunks again and commits them; *stored: their new size,
+// *numbers: whether one has its numbers as differences (the store's format
+// goes to 8 in the batch of the first such chunk).
 Status RecompressChunks(ColdStore& store, const storepb::Manifest& m,
                         const std::shared_ptr<const Dictionary>& dict, const RecompressOptions& o,
-                        std::vector<std::unique_ptr<ChunkCodec>>& codecs, uint64_t* stored) {
+                        std::vector<std::unique_ptr<ChunkCodec>>& codecs, uint64_t* stored,
+                        bool* numbers) {
   WorkPool& pool = *o.pool;
   const size_t wave = static_cast<size_t>(pool.size()) * 2;
   std::vector<std::string> raw(wave), value(wave), check(wave);
   std::vector<Status> status(wave);
   WriteBatch batch;
   *stored = 0;
+  *numbers = false;
   for (const ChunkRun& run : DataRuns(m)) {
     for (uint64_t first = run.first; first < run.end; first += wave) {
       // An unmount does not wait for a large file's end (what was written
@@ -63,6 +67,10 @@ Status RecompressChunks(ColdStore& store, const storepb::Manifest& m,
       });
       for (size_t i = 0; i < n; ++i) {
         TBFS_RETURN_IF_ERROR(status[i]);
+        if (!*numbers && RewroteNumbers(value[i])) {
+          store.PutFormat(&batch, kFormatVersionNumbers);
+          *numbers = true;
+        }
         batch.Put(Space::kChunks, ChunkKey(m.file_id(), first + i), value[i]);
         *stored += value[i].size();
         if (o.progress) o.progress->fetch_add(raw[i].size(), std::memory_order_relaxed);
@@ -133,7 +141,7 @@ bool SameContent(const storepb::Manifest& a, const storepb::Manifest& b) {
 // chunks written for it go too, unless its retired mark holds them for the
 // handles still reading it (they are its content: DropRetired takes them).
 Status Record(ColdStore& store, const storepb::Manifest& m, const std::vector<ChunkRun>& written,
-              int level, uint32_t dict_id, uint64_t stored, bool* gone) {
+              int level, uint32_t dict_id, uint32_t codec, uint64_t stored, bool* gone) {
   auto now = store.GetManifest(m.file_id());
   if (!now.ok() && !now.status().IsNotFound()) return now.status();
   *gone = !now.ok();
@@ -146,12 +154,13 @@ Status Record(ColdStore& store, const storepb::Manifest& m, const std::vector<Ch
     // is not this run's to touch.
     return Status::Corruption(
         fmt::format("{}: its manifest changed its content while it was compressed", m.path()));
-  } else if (now->level() == level && now->dictionary() == dict_id &&
+  } else if (now->level() == level && now->dictionary() == dict_id && now->codec() == codec &&
              now->stored_bytes() == stored) {
     return Status::OK();
   } else {
     now->set_level(level);
     now->set_dictionary(dict_id);
+    now->set_codec(codec);
     now->set_stored_bytes(stored);
     store.UpdateManifest(&batch, *now);
   }
@@ -178,12 +187,14 @@ Status RecompressFile(ColdStore& store, const storepb::Manifest& m, const Recomp
     return Status::OK();
   }
   const uint32_t dict_id = *dict ? (*dict)->id() : 0;
-  if (m.level() == o.level && m.dictionary() == dict_id) {
+  // Files written before format 8 are done again for their numbers.
+  if (m.level() == o.level && m.dictionary() == dict_id && m.codec() != kCodecZstd) {
     report->unchanged++;
     return Status::OK();
   }
   uint64_t stored = 0;
-  Status st = RecompressChunks(store, content, *dict, o, codecs, &stored);
+  bool numbers = false;
+  Status st = RecompressChunks(store, content, *dict, o, codecs, &stored, &numbers);
   // Tests: a crash with the new chunks durable and the manifest old.
   if (st.ok()) MaybeCrash("recompress.chunks_synced");
   if (st.ok()) st = VerifyStoredFile(store, m, o.pool);
@@ -195,9 +206,11 @@ Status RecompressFile(ColdStore& store, const storepb::Manifest& m, const Recomp
   bool gone = false;
   {
     auto ns = MaybeLockExclusive(o.namespace_lock);
-    TBFS_RETURN_IF_ERROR(Record(store, m, DataRuns(content), st.ok() ? o.level : m.level(),
-                                st.ok() ? dict_id : m.dictionary(),
-                                st.ok() ? stored : m.stored_bytes(), &gone));
+    TBFS_RETURN_IF_ERROR(
+        Record(store, m, DataRuns(content), st.ok() ? o.level : m.level(),
+               st.ok() ? dict_id : m.dictionary(),
+               numbers ? kCodecZstdNumbers : (st.ok() ? kCodecZstdNoNumbers : m.codec()),
+               st.ok() ? stored : m.stored_bytes(), &gone));
   }
   if (gone) {
     report->gone++;

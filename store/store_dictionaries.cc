@@ -6,6 +6,7 @@
 #include "spdlog/spdlog.h"
 #include "store/cold_store.h"
 #include "store/format.h"
+#include "store/number_deltas.h"
 
 namespace tbfs::store {
 
@@ -127,14 +128,15 @@ Result<std::shared_ptr<const Dictionary>> ColdStore::DictionaryForFile(
   // the mean: two more cover a short first (head) and last chunk.
   const size_t trained = want - (want < 4 ? 1 : want / 4);
   samples.bytes.reserve((trained + 2) * chunk_bytes);
-  std::string raw;
+  std::string raw, rewritten;
   for (size_t k = 0; k < want; ++k) {
     TBFS_RETURN_IF_ERROR(read(chunks[k * chunks.size() / want], &raw));
     if (k % 4 == 3 || (want < 4 && k == want - 1)) {
       samples.held_out.push_back(std::move(raw));
       raw.clear();
     } else {
-      samples.Add(raw);
+      // As the chunks will be compressed: numbers as differences.
+      samples.Add(EncodeNumberDeltas(raw, &rewritten) ? rewritten : raw);
     }
   }
   auto d = AddDictionary(family, level, samples, current);

@@ -20,6 +20,7 @@
 #include "store/store_dir.h"
 #include "tests/store/store_fixture.h"
 #include "tests/store/store_internals.h"
+#include "tests/store/trace_json.h"
 #include "tests/test_util.h"
 
 namespace tbfs::store {
@@ -208,6 +209,29 @@ TEST_F(StoreTest, TheFirstFileWithAHeadChunkMakesTheStoreFormat7AndOldFilesStill
   store_ = std::move(ColdStore::Open(dir_ / ".tbfs", o)).value();
   ExpectReadsBack(old_shape, a);
   ExpectReadsBack(headed, b);
+}
+
+// A file whose chunks hold numbers as differences makes the store format 8
+// (a tbfs that reads 7 refuses it rather than failing those chunks); a
+// file with none leaves the format as it was. Both read back after an open.
+TEST_F(StoreTest, TheFirstFileWithNumbersAsDifferencesMakesTheStoreFormat8) {
+  std::string noise(3 * kChunk, '\0');
+  uint64_t x = 88172645463325252ull;
+  for (char& c : noise) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  const storepb::Manifest plain = Ingest("run/noise.pt.trace.json", noise);
+  EXPECT_EQ(plain.codec(), kCodecZstdNoNumbers);
+  EXPECT_LT(FormatVersion(), kFormatVersionNumbers);
+  const std::string trace = TraceJson(3 * kChunk + 17, 4);
+  const storepb::Manifest numbers = Ingest("run/t.pt.trace.json", trace);
+  EXPECT_EQ(numbers.codec(), kCodecZstdNumbers);
+  EXPECT_EQ(FormatVersion(), kFormatVersionNumbers);
+  store_.reset();
+  store_ = std::move(ColdStore::Open(dir_ / ".tbfs", OpenOptions{})).value();
+  ExpectReadsBack(plain, noise);
+  ExpectReadsBack(numbers, trace);
 }
 
 // A head chunk in a sparse file: the holes are found and kept in the

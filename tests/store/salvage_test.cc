@@ -600,6 +600,15 @@ uint64_t MigrateOne(const std::string& logdir, const std::string& store, const s
   if (!s.ok()) return 0;
   *manifest = EngineManifest(store);
   *opened = fs::file_size(*manifest);
+  // The table files that MANIFEST lists, for MigrateThenCutBack: a merge
+  // after a flush may delete some.
+  const std::string tables = store + ".tables-at-open";
+  fs::remove_all(tables);
+  fs::create_directories(tables);
+  for (const auto& e : fs::directory_iterator(store)) {
+    if (e.path().extension() == ".sst")
+      fs::create_hard_link(e.path(), tables / e.path().filename());
+  }
   CandidateOptions c;
   c.older_than_s = 0;
   c.walk.skip_dirs = {kStoreDirName};
@@ -627,7 +636,14 @@ uint64_t MigrateThenCutBack(const std::string& logdir, const std::string& store,
   std::string manifest;
   uint64_t keep = 0, copied = 0;
   const uint64_t id = MigrateOne(logdir, store, rel, bytes, &manifest, &keep, &copied);
-  if (id != 0) fs::resize_file(manifest, keep);
+  if (id == 0) return id;
+  fs::resize_file(manifest, keep);
+  // Only its last records lost: the files it lists are all there (a merge
+  // during the migration deleted some: they come back).
+  for (const auto& e : fs::directory_iterator(store + ".tables-at-open")) {
+    const fs::path at = fs::path(store) / e.path().filename();
+    if (!fs::exists(at)) fs::create_hard_link(e.path(), at);
+  }
   return id;
 }
 

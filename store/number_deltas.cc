@@ -1,0 +1,264 @@
+#include "store/number_deltas.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+
+namespace tbfs::store {
+
+namespace {
+
+constexpr size_t kMaxKeyBytes = 64;
+constexpr size_t kMaxSequences = 64;  // keys (with digits after the point) per chunk
+constexpr int kMaxDigits = 18;        // so that every value and difference fits an int64_t
+constexpr int kMaxFraction = 9;
+
+// A key's numbers in a chunk (those with `fraction` digits after the
+// point): the last value, and what choosing them costs. Keys are views of
+// the text being read or written, which outlives this.
+struct Sequence {
+  std::string_view key;
+  int fraction = 0;
+  int64_t last = 0;
+  int64_t plain = 0;   // bytes of its numbers as they are
+  int64_t deltas = 0;  // and as differences
+  bool chosen = false;
+};
+
+class Sequences {
+ public:
+  // The sequence of (key, fraction), new with last 0 if it was not there;
+  // null when a new one finds no room.
+  Sequence* Of(std::string_view key, int fraction) {
+    for (size_t i = 0; i < n_; ++i) {
+      if (seq_[i].fraction == fraction && seq_[i].key == key) return &seq_[i];
+    }
+    if (n_ == kMaxSequences) return nullptr;
+    seq_[n_] = Sequence{key, fraction};
+    return &seq_[n_++];
+  }
+  Sequence* begin() { return seq_.data(); }
+  Sequence* end() { return seq_.data() + n_; }
+
+ private:
+  std::array<Sequence, kMaxSequences> seq_;
+  size_t n_ = 0;
+};
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+bool IsDelimiter(char c) {
+  return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+// The key of `"KEY":` whose colon is at `colon`, in text starting at `begin`.
+bool KeyBefore(const char* begin, const char* colon, std::string_view* key) {
+  if (colon - begin < 3 || colon[-1] != '"') return false;
+  const char* close = colon - 1;
+  const char* stop =
+      close - begin > static_cast<ptrdiff_t>(kMaxKeyBytes) + 1 ? close - kMaxKeyBytes - 1 : begin;
+  for (const char* q = close - 1; q >= stop; --q) {
+    if (*q == '\\') return false;
+    if (*q == '"') {
+      if (q + 1 == close) return false;
+      *key = std::string_view(q + 1, static_cast<size_t>(close - q - 1));
+      return true;
+    }
+  }
+  return false;
+}
+
+struct Number {
+  int64_t value = 0;  // every digit, the point left out
+  int fraction = 0;   // digits after the point
+};
+
+// The number written at `v` as the rewrite takes it (no sign, no leading
+// zero, no exponent); returns where it ends, or null.
+const char* ParseNumber(const char* v, const char* end, Number* num) {
+  if (v >= end || !IsDigit(*v)) return nullptr;
+  const char* q = v;
+  int digits = 0;
+  int64_t n = 0;
+  if (*q == '0') {
+    ++q;
+    digits = 1;
+    if (q < end && IsDigit(*q)) return nullptr;
+  } else {
+    for (; q < end && IsDigit(*q); ++q) {
+      if (++digits > kMaxDigits) return nullptr;
+      n = n * 10 + (*q - '0');
+    }
+  }
+  int fraction = 0;
+  if (q < end && *q == '.') {
+    for (++q; q < end && IsDigit(*q); ++q) {
+      if (++fraction > kMaxFraction || ++digits > kMaxDigits) return nullptr;
+      n = n * 10 + (*q - '0');
+    }
+    if (fraction == 0) return nullptr;
+  }
+  num->value = n;
+  num->fraction = fraction;
+  return q;
+}
+
+// The text of n with `fraction` digits after the point; returns its end.
+char* FormatNumber(int64_t n, int fraction, char* out) {
+  char digits[24];
+  const size_t len =
+      static_cast<size_t>(std::to_chars(digits, digits + sizeof(digits), n).ptr - digits);
+  if (fraction == 0) {
+    std::memcpy(out, digits, len);
+    return out + len;
+  }
+  const size_t f = static_cast<size_t>(fraction);
+  char* o = out;
+  if (len > f) {
+    std::memcpy(o, digits, len - f);
+    o += len - f;
+  } else {
+    *o++ = '0';
+  }
+  *o++ = '.';
+  if (len < f) {
+    std::memset(o, '0', f - len);
+    o += f - len;
+  }
+  const size_t tail = std::min(len, f);
+  std::memcpy(o, digits + len - tail, tail);
+  return o + tail;
+}
+
+// Calls visit(v, after, sequence, number) for each number of `raw` the
+// rewrite may take, in order: the number's text is [v, after).
+template <typename Visit>
+void ForEachNumber(std::string_view raw, Sequences& seq, const Visit& visit) {
+  const char* const begin = raw.data();
+  const char* const end = begin + raw.size();
+  for (const void* hit = std::memchr(begin, ':', raw.size()); hit != nullptr;) {
+    const char* colon = static_cast<const char*>(hit);
+    const char* next = colon + 1;
+    std::string_view key;
+    Number num;
+    const char* v = next < end && *next == ' ' ? next + 1 : next;
+    const char* after = KeyBefore(begin, colon, &key) ? ParseNumber(v, end, &num) : nullptr;
+    Sequence* s = nullptr;
+    if (after != nullptr && after < end && IsDelimiter(*after) &&
+        (s = seq.Of(key, num.fraction)) != nullptr) {
+      visit(v, after, *s, num);
+      next = after;
+    }
+    hit = next < end ? std::memchr(next, ':', static_cast<size_t>(end - next)) : nullptr;
+  }
+}
+
+// The text of a difference: ~D, or ~D'k.
+size_t DeltaText(int64_t delta, int fraction, char* out) {
+  char* o = out;
+  *o++ = '~';
+  o = std::to_chars(o, o + 20, delta).ptr;
+  if (fraction != 0) {
+    *o++ = '\'';
+    *o++ = static_cast<char>('0' + fraction);
+  }
+  return static_cast<size_t>(o - out);
+}
+
+}  // namespace
+
+bool EncodeNumberDeltas(std::string_view raw, std::string* out) {
+  // First: the keys whose numbers, all of the chunk's, are shorter as
+  // differences (a timestamp's 16 digits against 2-4; a counter; not an
+  // id drawn at random, whose differences are as long and signed).
+  Sequences seq;
+  char text[32];
+  ForEachNumber(raw, seq, [&](const char* v, const char* after, Sequence& s, const Number& num) {
+    s.plain += after - v;
+    s.deltas += static_cast<int64_t>(DeltaText(num.value - s.last, num.fraction, text));
+    s.last = num.value;
+  });
+  bool any = false;
+  for (Sequence& s : seq) {
+    s.chosen = s.deltas < s.plain;
+    s.last = 0;
+    any = any || s.chosen;
+  }
+  if (!any) return false;
+  out->clear();
+  out->reserve(raw.size() + raw.size() / 8 + 64);
+  const char* copied = raw.data();
+  ForEachNumber(raw, seq, [&](const char* v, const char* after, Sequence& s, const Number& num) {
+    if (!s.chosen) return;
+    out->append(copied, v);
+    out->append(text, DeltaText(num.value - s.last, num.fraction, text));
+    s.last = num.value;
+    copied = after;
+  });
+  out->append(copied, raw.data() + raw.size());
+  return true;
+}
+
+Status DecodeNumberDeltas(std::string_view in, char* out, size_t out_len) {
+  const char* p = in.data();
+  const char* const end = p + in.size();
+  char* o = out;
+  char* const out_end = out + out_len;
+  Sequences seq;
+  for (;;) {
+    const void* hit = std::memchr(p, '~', static_cast<size_t>(end - p));
+    const char* stop = hit != nullptr ? static_cast<const char*>(hit) : end;
+    const size_t n = static_cast<size_t>(stop - p);
+    if (n > static_cast<size_t>(out_end - o)) {
+      return Status::Corruption("number deltas decode to more bytes than the chunk holds");
+    }
+    std::memcpy(o, p, n);
+    o += n;
+    p = stop;
+    if (hit == nullptr) break;
+    // A difference follows `"KEY": ` or `"KEY":`; any other '~' is text.
+    const char* colon = o - out >= 2 && o[-1] == ' ' && o[-2] == ':' ? o - 2 : o - 1;
+    std::string_view key;
+    if (o == out || *colon != ':' || !KeyBefore(out, colon, &key)) {
+      if (o == out_end) return Status::Corruption("number deltas decode to too many bytes");
+      *o++ = *p++;
+      continue;
+    }
+    const char* q = p + 1;
+    const bool negative = q < end && *q == '-';
+    if (negative) ++q;
+    int64_t delta = 0;
+    int digits = 0;
+    for (; q < end && IsDigit(*q); ++q) {
+      if (++digits > kMaxDigits) return Status::Corruption("a number delta is too long");
+      delta = delta * 10 + (*q - '0');
+    }
+    if (digits == 0) return Status::Corruption("a number delta has no digits");
+    int fraction = 0;
+    if (q + 1 < end && *q == '\'' && q[1] >= '1' && q[1] <= '0' + kMaxFraction) {
+      fraction = q[1] - '0';
+      q += 2;
+    }
+    Sequence* last = seq.Of(key, fraction);
+    if (last == nullptr) return Status::Corruption("number deltas name too many keys");
+    const int64_t value = last->last + (negative ? -delta : delta);
+    if (value < 0 || value > 999'999'999'999'999'999) {
+      return Status::Corruption("a number delta leads out of range");
+    }
+    char text[32];
+    const size_t len = static_cast<size_t>(FormatNumber(value, fraction, text) - text);
+    if (len > static_cast<size_t>(out_end - o)) {
+      return Status::Corruption("number deltas decode to more bytes than the chunk holds");
+    }
+    std::memcpy(o, text, len);
+    o += len;
+    last->last = value;
+    p = q;
+  }
+  if (o != out_end) return Status::Corruption("number deltas decode to fewer bytes than the chunk");
+  return Status::OK();
+}
+
+}  // namespace tbfs::store
