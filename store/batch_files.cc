@@ -126,7 +126,7 @@ std::optional<Staged> BatchRunner::Copy(const storepb::JournalEntry& entry, cons
     return give_up(changed ? Outcome::kChanged : Outcome::kFailed, manifest.status().message());
   }
   MaybeCrash("migrate.stored");
-  Status verified = VerifyStoredFile(store_, *manifest, &pool);
+  Status verified = VerifyCopiedFile(store_, *manifest, &pool);
   if (verified.ok() && ShouldFail("migrate.read_back")) {
     verified = Status::Corruption(path + ": read back wrong (failpoint migrate.read_back)");
   }

@@ -185,7 +185,7 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
   std::set<std::string> folders;
   std::vector<Staged> group;
   // A gzip file's copy (store/file_io.h) is mostly one thread's work: its
-  // recipe search and its read-back each deflate the whole content again.
+  // recipe search inflates and deflates the whole content again.
   // It runs on a thread of its own, with a pool of one, beside the next
   // files' copies; its move aside, like every other, is this thread's.
   // (`tbfs-bench cold`'s logdir: the process busy 150% -> 170% of two

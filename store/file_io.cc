@@ -235,17 +235,19 @@ bool GzipContentMaySave(int fd, const std::string& path, uint64_t size, uint32_t
 
 // A gzip file read once, piece by piece (of kGzipPieceBytes): each piece
 // hashed (the file's hash, its manifest's piece hashes) and given to the
-// recipe finder.
+// recipe finder, which deflates the content as a remaker given content
+// chunks of `chunk_bytes` will.
 class GzipPieceReader {
  public:
-  GzipPieceReader(int fd, const std::string& path, uint64_t size, storepb::GzipContent* g,
-                  std::atomic<uint64_t>* progress)
+  GzipPieceReader(int fd, const std::string& path, uint64_t size, uint32_t chunk_bytes,
+                  storepb::GzipContent* g, std::atomic<uint64_t>* progress)
       : fd_(fd),
         path_(path),
         size_(size),
         g_(g),
         progress_(progress),
-        piece_(kGzipPieceBytes, '\0') {}
+        piece_(kGzipPieceBytes, '\0'),
+        finder_(chunk_bytes) {}
 
   bool done() const { return at_ == size_; }
   // The next piece; NotFound once the finder knows there is no recipe (or
@@ -271,6 +273,8 @@ class GzipPieceReader {
   // After the last piece.
   Result<GzipRecipe> Finish() { return finder_.Finish(); }
   Hash128 Digest() const { return hash_.Digest(); }
+  // The hash of the content the finder deflated.
+  Hash128 ContentDigest() const { return finder_.content_hash(); }
 
  private:
   const int fd_;
@@ -314,7 +318,7 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
 
   // One pass: the file read piece by piece, then inflated into the
   // content's chunks (on one worker, beside the others compressing them).
-  GzipPieceReader file(fd, path, m.size(), g, options.progress);
+  GzipPieceReader file(fd, path, m.size(), cb, g, options.progress);
   Xxh128 content_hash;
   // The file's piece count stands for the content's chunk count, not known
   // yet (it decides only whether the first wave is committed on its own).
@@ -387,6 +391,13 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
   if (content != recipe->content_bytes) {
     return Status::Aborted(path + " changed while it was copied (its content is another size)");
   }
+  // The content stored is the content the recipe was found for: then the
+  // recipe proves that a remaker makes the file from what the store holds
+  // (store/gzip_recipe.h), and the read-back checks the content alone.
+  const Hash128 ch = content_hash.Digest();
+  if (!(ch == file.ContentDigest())) {
+    return as_it_is(Status::NotFound("its stream inflated twice gave two contents"));
+  }
   g->set_header(recipe->header);
   g->set_level(recipe->level);
   g->set_mem_level(recipe->mem_level);
@@ -396,7 +407,6 @@ Result<storepb::Manifest> IngestGzipContent(ColdStore& store, const std::string&
   const Hash128 h = file.Digest();
   m.set_hash_low(h.low);
   m.set_hash_high(h.high);
-  const Hash128 ch = content_hash.Digest();
   g->set_content_hash_low(ch.low);
   g->set_content_hash_high(ch.high);
   return CommitFile(store, logdir, rel_path, fd, st, options, writer, std::move(m));

@@ -85,6 +85,14 @@ Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* 
 // The same with the chunks in the store (of ContentManifest(m)) from
 // `stored`.
 Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& stored, WorkPool* pool);
+// The read-back of what IngestFile just stored (I2): VerifyStoredFile,
+// except that a gzip file stored by its content has its content read back
+// and compared with the content's hash. Its own bytes are not made again:
+// the copy found its recipe by deflating that very content (the same
+// hash) in the calls a remaker makes, output byte for byte equal to the
+// file's (store/gzip_recipe.h). fsck, restore and every reader still make
+// them and check each piece.
+Status VerifyCopiedFile(ColdStore& store, const storepb::Manifest& m, WorkPool* pool);
 
 struct MaterializeOptions {
   // chown to the manifest's uid/gid (EPERM ignored when not root), and

@@ -2,8 +2,6 @@
 // materialize.cc: back out of it) share; not for use outside store/.
 #pragma once
 
-#include <xxhash.h>
-
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -13,18 +11,6 @@
 #include "store/file_io.h"
 
 namespace tbfs::store {
-
-// A file's content hash as it streams by (XXH3, 128 bits).
-struct Xxh128 {
-  Xxh128() : state(XXH3_createState()) { XXH3_128bits_reset(state); }
-  ~Xxh128() { XXH3_freeState(state); }
-  void Update(std::string_view b) { XXH3_128bits_update(state, b.data(), b.size()); }
-  Hash128 Digest() const {
-    XXH128_hash_t h = XXH3_128bits_digest(state);
-    return {h.low64, h.high64};
-  }
-  XXH3_state_t* state;
-};
 
 // Per-worker zstd contexts of a pool.
 inline std::vector<std::unique_ptr<ChunkCodec>> Codecs(const WorkPool& pool) {

@@ -106,7 +106,8 @@ struct GzipRecipeFinder::Candidate {
   ~Candidate() { deflateEnd(&z); }
 };
 
-GzipRecipeFinder::GzipRecipeFinder() = default;
+GzipRecipeFinder::GzipRecipeFinder(size_t feed_bytes)
+    : feed_bytes_(std::max<size_t>(feed_bytes, 1)) {}
 
 GzipRecipeFinder::~GzipRecipeFinder() {
   if (inflate_ready_) inflateEnd(&inflate_);
@@ -116,6 +117,7 @@ void GzipRecipeFinder::Reject(std::string why) {
   if (why_not_.empty()) why_not_ = std::move(why);
   candidates_.clear();
   raw_.clear();
+  feed_.clear();
 }
 
 void GzipRecipeFinder::Add(std::string_view gz) {
@@ -189,6 +191,7 @@ void GzipRecipeFinder::Inflate(std::string_view in) {
           return Reject("two flushes at one content offset");
         }
         flushes_.push_back(content_bytes_);
+        FeedCandidates(feed_.size());
         for (auto& c : candidates_) Deflate(*c, {}, Z_SYNC_FLUSH);
         Trim();
       }
@@ -202,8 +205,21 @@ void GzipRecipeFinder::Inflate(std::string_view in) {
 }
 
 void GzipRecipeFinder::Feed(std::string_view content) {
-  if (content.empty()) return;
-  for (auto& c : candidates_) Deflate(*c, content, Z_NO_FLUSH);
+  content_hash_.Update(content);
+  feed_.append(content);
+  // Up to each multiple of feed_bytes_ it reaches.
+  while (!candidates_.empty() && feed_.size() >= feed_bytes_ - fed_ % feed_bytes_) {
+    FeedCandidates(feed_bytes_ - fed_ % feed_bytes_);
+  }
+}
+
+// Gives the candidates the first n bytes of feed_ (none: no call, as a
+// remaker makes none for nothing).
+void GzipRecipeFinder::FeedCandidates(size_t n) {
+  if (n == 0) return;
+  for (auto& c : candidates_) Deflate(*c, std::string_view(feed_).substr(0, n), Z_NO_FLUSH);
+  feed_.erase(0, n);
+  fed_ += n;
   Trim();
 }
 
@@ -255,6 +271,7 @@ Result<GzipRecipe> GzipRecipeFinder::Finish() {
                            LittleEndian32(trailer_.data() + 4) != uint32_t(content_bytes_))) {
     Reject("the gzip trailer does not match the content");
   }
+  if (why_not_.empty()) FeedCandidates(feed_.size());
   for (auto& c : candidates_) {
     if (!why_not_.empty()) break;
     Deflate(*c, {}, Z_FINISH);

@@ -24,6 +24,14 @@
 // stores content in place of a file must check what a remaker makes
 // against what the file was (a hash per piece) and never serve bytes
 // that differ. Not thread-safe; one object per thread.
+//
+// The finder feeds its deflaters the content in the very pieces a remaker
+// given `feed_bytes` of content per Add is fed (cut at each multiple of
+// feed_bytes and at each flush), so a recipe found is the proof that such
+// a remaker, given content with the finder's content_hash(), makes the
+// file: no deflate of the whole content is needed again to know it. (zlib
+// makes the same stream however its input is cut, at levels 1-9; the
+// tests check that too, and this way nothing rests on it.)
 #pragma once
 
 #include <zlib.h>
@@ -35,6 +43,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "store/manifest.h"
 
 namespace tbfs::store {
 
@@ -58,7 +67,9 @@ int64_t GzipHeaderLength(std::string_view bytes);
 // makes it again from its content.
 class GzipRecipeFinder {
  public:
-  GzipRecipeFinder();
+  // `feed_bytes`: the content a remaker of the file will be given per Add
+  // (GzipPieces: a content chunk).
+  explicit GzipRecipeFinder(size_t feed_bytes);
   ~GzipRecipeFinder();
   GzipRecipeFinder(const GzipRecipeFinder&) = delete;
   GzipRecipeFinder& operator=(const GzipRecipeFinder&) = delete;
@@ -70,14 +81,16 @@ class GzipRecipeFinder {
   Result<GzipRecipe> Finish();
   // Whether the answer is known to be no (Finish says why).
   bool rejected() const { return !why_not_.empty(); }
-  // Content inflated so far.
+  // Content inflated so far, and its hash (Manifest.gzip's content hash).
   uint64_t content_bytes() const { return content_bytes_; }
+  Hash128 content_hash() const { return content_hash_.Digest(); }
 
  private:
   struct Candidate;
   void Reject(std::string why);
   void Inflate(std::string_view in);
   void Feed(std::string_view content);
+  void FeedCandidates(size_t n);
   void Deflate(Candidate& c, std::string_view in, int flush);
   void Check(Candidate& c, std::string_view out);
   void Trim();
@@ -92,6 +105,12 @@ class GzipRecipeFinder {
   uint64_t content_bytes_ = 0;
   uint64_t gzip_bytes_ = 0;
   uint32_t crc_ = 0;
+  Xxh128 content_hash_;
+  // Content inflated, not yet given to the candidates, from fed_ on: given
+  // at each multiple of feed_bytes_ and at each flush.
+  const size_t feed_bytes_;
+  std::string feed_;
+  uint64_t fed_ = 0;
   uint64_t block_start_out_ = 0;  // content offset where the current block began
   std::vector<uint64_t> flushes_;
   // The deflate stream as read, from raw_base_ on: what every candidate

@@ -3,9 +3,12 @@
 // hash. (The Manifest record: store/proto/store.proto.)
 #pragma once
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "store/chunk.h"
@@ -97,5 +100,19 @@ struct Hash128 {
   bool operator==(const Hash128&) const = default;
 };
 inline Hash128 ManifestHash(const storepb::Manifest& m) { return {m.hash_low(), m.hash_high()}; }
+
+// That hash, of bytes as they stream by.
+struct Xxh128 {
+  Xxh128() : state(XXH3_createState()) { XXH3_128bits_reset(state); }
+  ~Xxh128() { XXH3_freeState(state); }
+  Xxh128(const Xxh128&) = delete;
+  Xxh128& operator=(const Xxh128&) = delete;
+  void Update(std::string_view b) { XXH3_128bits_update(state, b.data(), b.size()); }
+  Hash128 Digest() const {
+    XXH128_hash_t h = XXH3_128bits_digest(state);
+    return {h.low64, h.high64};
+  }
+  XXH3_state_t* state;
+};
 
 }  // namespace tbfs::store

@@ -69,6 +69,17 @@ Status VerifyStoredFile(ColdStore& store, const storepb::Manifest& m, WorkPool* 
       pool);
 }
 
+Status VerifyCopiedFile(ColdStore& store, const storepb::Manifest& m, WorkPool* pool) {
+  if (!IsGzipContent(m)) return VerifyStoredFile(store, m, pool);
+  const storepb::Manifest content = ContentManifest(m);
+  return VerifyFrom(
+      content,
+      [&store, &content](uint64_t index, ChunkCodec* codec, std::string* raw) {
+        return store.ReadChunk(content, index, codec, raw);
+      },
+      pool);
+}
+
 Status VerifyFrom(const storepb::Manifest& m, const ChunkSource& stored, WorkPool* pool) {
   auto codecs = Codecs(*pool);
   const size_t wave = WaveChunks(*pool);

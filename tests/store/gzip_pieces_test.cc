@@ -446,6 +446,41 @@ TEST_F(GzipContentTest, DamagedContentOrAnotherZlibIsCorruptionNeverWrongBytes) 
   EXPECT_FALSE(fs::exists(JoinPath(dir_ / "out", "b.gz")));
 }
 
+// The migration's read-back of such a file reads its content back and
+// checks it against the content's hash; it does not make the file again
+// (the copy's recipe search did, from that very content). So a recipe
+// that no longer makes the file passes it, and fsck and readers catch it;
+// a damaged content chunk fails it.
+TEST_F(GzipContentTest, TheCopysReadBackChecksTheContentAndLeavesTheRemakeToReaders) {
+  const std::string gz = PythonGzip("c.json.gz", KinetoJson(3 << 20, 2 << 20));
+  const storepb::Manifest m = Ingest("c.json.gz");
+  ASSERT_TRUE(IsGzipContent(m));
+  EXPECT_TRUE(VerifyCopiedFile(*store_, m, &pool_).ok());
+  EXPECT_TRUE(VerifyStoredFile(*store_, m, &pool_).ok());
+
+  storepb::Manifest other = m;  // as if another zlib read it
+  other.mutable_gzip()->set_piece_hashes(0, other.gzip().piece_hashes(0) ^ 1);
+  EXPECT_TRUE(VerifyCopiedFile(*store_, other, &pool_).ok());
+  Status st = VerifyStoredFile(*store_, other, &pool_);
+  EXPECT_TRUE(st.IsCorruption()) << st.ToString();
+
+  storepb::Manifest wrong_content = m;  // content that is not what was found
+  wrong_content.mutable_gzip()->set_content_hash_low(m.gzip().content_hash_low() ^ 1);
+  st = VerifyCopiedFile(*store_, wrong_content, &pool_);
+  EXPECT_TRUE(st.IsCorruption()) << st.ToString();
+  EXPECT_NE(st.message().find("c.json.gz"), std::string::npos) << st.message();
+
+  const std::string key = ChunkKey(m.file_id(), m.gzip().content_chunks() - 1);
+  std::string value;
+  ASSERT_TRUE(StoreInternals::Of(*store_).Get(Space::kChunks, key, &value).ok());
+  value[value.size() / 2] ^= 0x10;
+  WriteBatch b;
+  b.Put(Space::kChunks, key, value);
+  ASSERT_TRUE(store_->Commit(b, true).ok());
+  st = VerifyCopiedFile(*store_, m, &pool_);
+  EXPECT_TRUE(st.IsCorruption()) << st.ToString();
+}
+
 TEST_F(GzipContentTest, AStoreWithOneKeepsItsFormatWhenADictionaryComesAfter) {
   PythonGzip("a.pt.trace.json.gz", KinetoJson(2 << 20, 14 << 20));
   ASSERT_TRUE(IsGzipContent(Ingest("a.pt.trace.json.gz")));

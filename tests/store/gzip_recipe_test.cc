@@ -23,7 +23,7 @@ using testing::WriteBytes;
 
 // Feeds `gz` to a finder in pieces of `piece` bytes.
 Result<GzipRecipe> Find(const std::string& gz, size_t piece = 1 << 20) {
-  GzipRecipeFinder finder;
+  GzipRecipeFinder finder(1 << 20);
   for (size_t at = 0; at < gz.size(); at += piece)
     finder.Add(std::string_view(gz).substr(at, piece));
   return finder.Finish();
@@ -126,6 +126,29 @@ TEST(GzipRecipeTest, ZlibAtEveryLevelAndMemLevelWithFlushesIsMadeAgain) {
   EXPECT_EQ(r->level, 9);
 }
 
+// The finder deflates the content in the pieces a remaker is given (cut
+// at each multiple of its feed and at each flush): its recipe proves what
+// that remaker makes. It also hashes the content it deflated, which ties
+// the recipe to the content the store keeps.
+TEST(GzipRecipeTest, TheFinderDeflatesInTheRemakersPiecesAndHashesTheContent) {
+  const std::string content = Json(100000, 4);
+  Xxh128 hash;
+  hash.Update(content);
+  // Flushes inside a piece, on a piece's border (3 * 4099) and at the end.
+  const std::string gz = ZlibGzip(content, 6, 8, {5000, 3 * 4099, content.size()});
+  for (size_t feed : {size_t{7}, size_t{4099}, size_t{1} << 20}) {
+    GzipRecipeFinder finder(feed);
+    for (size_t at = 0; at < gz.size(); at += 1000) {
+      finder.Add(std::string_view(gz).substr(at, 1000));
+    }
+    auto r = finder.Finish();
+    ASSERT_TRUE(r.ok()) << feed << ": " << r.status().message();
+    EXPECT_EQ(r->sync_flushes, (std::vector<uint64_t>{5000, 3 * 4099, content.size()}));
+    EXPECT_EQ(finder.content_hash(), hash.Digest()) << feed;
+    EXPECT_TRUE(SameBytes(Remake(*r, content, feed), gz)) << feed;
+  }
+}
+
 TEST(GzipRecipeTest, PythonsGzipModuleIsMadeAgain) {
   TempDir dir;
   const std::string json = dir / "t.json";
@@ -218,7 +241,7 @@ TEST(GzipRecipeTest, APieceOf4GiBOrMoreIsReadWhole) {
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   ASSERT_NE(p, MAP_FAILED);
   std::memcpy(p, member.data(), member.size());
-  GzipRecipeFinder finder;
+  GzipRecipeFinder finder(1 << 20);
   finder.Add({static_cast<const char*>(p), size});
   auto r = finder.Finish();
   ::munmap(p, size);

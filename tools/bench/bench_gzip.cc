@@ -192,7 +192,7 @@ int RunGzip() {
   for (const auto& [name, path] : files) {
     const std::string gz = ReadAll(path);
     double t0 = cli::NowSeconds();
-    store::GzipRecipeFinder finder;
+    store::GzipRecipeFinder finder(1 << 20);
     for (size_t at = 0; at < gz.size(); at += 1 << 20) {
       finder.Add(std::string_view(gz).substr(at, 1 << 20));
     }
