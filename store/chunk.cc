@@ -45,14 +45,11 @@ void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::stri
   if (cctx_ == nullptr) cctx_ = ZSTD_createCCtx();
   const bool numbers = RewriteNumbers(raw);
   const std::string_view src = numbers ? std::string_view(deltas_) : raw;
-  size_t bound = ZSTD_compressBound(src.size());
-  value->resize(kChunkHeaderBytes + bound);
-  char* out = value->data();
-  uint32_t len = static_cast<uint32_t>(raw.size());
-  uint64_t hash = XXH3_64bits_withSeed(raw.data(), raw.size(),
-                                       ChunkSeed(pos.file_id, pos.index, len, pos.head));
-  std::memcpy(out + 1, &len, 4);
-  std::memcpy(out + 5, &hash, 8);
+  const size_t bound = ZSTD_compressBound(src.size());
+  if (frame_.size() < bound) frame_.resize(bound);
+  const uint32_t len = static_cast<uint32_t>(raw.size());
+  const uint64_t hash = XXH3_64bits_withSeed(raw.data(), raw.size(),
+                                             ChunkSeed(pos.file_id, pos.index, len, pos.head));
   // The level's match-finder tables are sized for inputs of any length: at
   // level 9 a 1 MiB chunk gets 2^21 hash and 2^20 chain entries (a 12.5 MiB
   // context). A quarter of an entry per input byte finds the same matches:
@@ -70,17 +67,18 @@ void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::stri
   if (dict != nullptr) {
     ZSTD_CCtx_loadDictionary_byReference(cctx_, dict->content().data(), dict->content().size());
   }
-  size_t z = ZSTD_compress2(cctx_, out + kChunkHeaderBytes, bound, src.data(), src.size());
-  if (!ZSTD_isError(z) && z < raw.size() - raw.size() / 64) {
-    out[0] =
-        static_cast<char>(numbers ? (dict != nullptr ? kChunkZstdDictNumbers : kChunkZstdNumbers)
-                                  : (dict != nullptr ? kChunkZstdDict : kChunkZstd));
-    value->resize(kChunkHeaderBytes + z);
-  } else {
-    out[0] = static_cast<char>(kChunkRaw);
-    std::memcpy(out + kChunkHeaderBytes, raw.data(), raw.size());
-    value->resize(kChunkHeaderBytes + raw.size());
-  }
+  const size_t z = ZSTD_compress2(cctx_, frame_.data(), bound, src.data(), src.size());
+  const bool compressed = !ZSTD_isError(z) && z < raw.size() - raw.size() / 64;
+  const std::string_view payload = compressed ? std::string_view(frame_.data(), z) : raw;
+  value->resize(kChunkHeaderBytes + payload.size());
+  char* out = value->data();
+  out[0] =
+      static_cast<char>(!compressed ? kChunkRaw
+                        : numbers   ? (dict != nullptr ? kChunkZstdDictNumbers : kChunkZstdNumbers)
+                                    : (dict != nullptr ? kChunkZstdDict : kChunkZstd));
+  std::memcpy(out + 1, &len, 4);
+  std::memcpy(out + 5, &hash, 8);
+  std::memcpy(out + kChunkHeaderBytes, payload.data(), payload.size());
 }
 
 Status ChunkCodec::Decompress(std::string_view payload, bool with_dict, char* out, size_t len,

@@ -88,6 +88,7 @@ class ChunkCodec {
   std::string value_;
   std::string deltas_;  // a chunk with its numbers as differences
   std::string check_;   // the same decoded again, to compare
+  std::string frame_;   // a frame being made (grow-only: no zeroing per chunk)
 };
 
 }  // namespace tbfs::store
