@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace tbfs::store {
 
@@ -30,13 +31,19 @@ struct Sequence {
 class Sequences {
  public:
   // The sequence of (key, fraction), new with last 0 if it was not there;
-  // null when a new one finds no room.
+  // null when a new one finds no room. Keys come back in the order they
+  // came (an event's fields): the one after the last found is tried first.
   Sequence* Of(std::string_view key, int fraction) {
-    for (size_t i = 0; i < n_; ++i) {
-      if (seq_[i].fraction == fraction && seq_[i].key == key) return &seq_[i];
+    for (size_t k = 0; k < n_; ++k) {
+      const size_t i = next_ + k < n_ ? next_ + k : next_ + k - n_;
+      if (seq_[i].fraction == fraction && seq_[i].key == key) {
+        next_ = i + 1;
+        return &seq_[i];
+      }
     }
     if (n_ == kMaxSequences) return nullptr;
     seq_[n_] = Sequence{key, fraction};
+    next_ = n_ + 1;
     return &seq_[n_++];
   }
   Sequence* begin() { return seq_.data(); }
@@ -45,6 +52,7 @@ class Sequences {
  private:
   std::array<Sequence, kMaxSequences> seq_;
   size_t n_ = 0;
+  size_t next_ = 0;
 };
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
@@ -144,15 +152,24 @@ void ForEachNumber(std::string_view raw, Sequences& seq, const Visit& visit) {
     std::string_view key;
     Number num;
     const char* v = next < end && *next == ' ' ? next + 1 : next;
-    const char* after = KeyBefore(begin, colon, &key) ? ParseNumber(v, end, &num) : nullptr;
+    // The number first: most values are not one, and it is cheaper to see.
+    const char* after = ParseNumber(v, end, &num);
     Sequence* s = nullptr;
-    if (after != nullptr && after < end && IsDelimiter(*after) &&
+    if (after != nullptr && after < end && IsDelimiter(*after) && KeyBefore(begin, colon, &key) &&
         (s = seq.Of(key, num.fraction)) != nullptr) {
       visit(v, after, *s, num);
       next = after;
     }
     hit = next < end ? std::memchr(next, ':', static_cast<size_t>(end - next)) : nullptr;
   }
+}
+
+// The length of DeltaText's text.
+int64_t DeltaLength(int64_t delta, int fraction) {
+  uint64_t m = delta < 0 ? 0 - static_cast<uint64_t>(delta) : static_cast<uint64_t>(delta);
+  int64_t len = 2 + (delta < 0) + (fraction != 0 ? 2 : 0);
+  for (; m >= 10; m /= 10) ++len;
+  return len;
 }
 
 // The text of a difference: ~D, or ~D'k.
@@ -170,15 +187,27 @@ size_t DeltaText(int64_t delta, int fraction, char* out) {
 }  // namespace
 
 bool EncodeNumberDeltas(std::string_view raw, std::string* out) {
+  if (raw.size() > UINT32_MAX) return false;
   // First: the keys whose numbers, all of the chunk's, are shorter as
   // differences (a timestamp's 16 digits against 2-4; a counter; not an
   // id drawn at random, whose differences are as long and signed).
   Sequences seq;
-  char text[32];
+  // Where each number is, for the second pass (a chunk is at most 4 GiB;
+  // a number's text at most 20 bytes).
+  struct Found {
+    uint32_t at;
+    uint8_t length;
+    uint8_t sequence;
+    int64_t value;
+  };
+  std::vector<Found> found;
+  found.reserve(raw.size() / 32);
   ForEachNumber(raw, seq, [&](const char* v, const char* after, Sequence& s, const Number& num) {
     s.plain += after - v;
-    s.deltas += static_cast<int64_t>(DeltaText(num.value - s.last, num.fraction, text));
+    s.deltas += DeltaLength(num.value - s.last, num.fraction);
     s.last = num.value;
+    found.push_back({static_cast<uint32_t>(v - raw.data()), static_cast<uint8_t>(after - v),
+                     static_cast<uint8_t>(&s - seq.begin()), num.value});
   });
   bool any = false;
   for (Sequence& s : seq) {
@@ -187,17 +216,24 @@ bool EncodeNumberDeltas(std::string_view raw, std::string* out) {
     any = any || s.chosen;
   }
   if (!any) return false;
-  out->clear();
-  out->reserve(raw.size() + raw.size() / 8 + 64);
+  // The chosen keys' differences are shorter in all than their numbers:
+  // the text only shrinks.
+  out->resize(raw.size());
+  char* o = out->data();
   const char* copied = raw.data();
-  ForEachNumber(raw, seq, [&](const char* v, const char* after, Sequence& s, const Number& num) {
-    if (!s.chosen) return;
-    out->append(copied, v);
-    out->append(text, DeltaText(num.value - s.last, num.fraction, text));
-    s.last = num.value;
-    copied = after;
-  });
-  out->append(copied, raw.data() + raw.size());
+  for (const Found& f : found) {
+    Sequence& s = seq.begin()[f.sequence];
+    if (!s.chosen) continue;
+    const char* v = raw.data() + f.at;
+    std::memcpy(o, copied, static_cast<size_t>(v - copied));
+    o += v - copied;
+    o += DeltaText(f.value - s.last, s.fraction, o);
+    s.last = f.value;
+    copied = v + f.length;
+  }
+  const size_t rest = static_cast<size_t>(raw.data() + raw.size() - copied);
+  std::memcpy(o, copied, rest);
+  out->resize(static_cast<size_t>(o + rest - out->data()));
   return true;
 }
 

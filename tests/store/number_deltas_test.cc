@@ -35,6 +35,34 @@ TEST(NumberDeltas, AKeysNumbersBecomeDifferencesWhereThatMakesThemShorter) {
             "{\"ts\": ~-83, \"dur\": 155, \"pid\": ~0}");
 }
 
+// The rewrite writes into a buffer the size of the text, trusting the
+// lengths it counted first: differences of every length, both signs, with
+// and without a point, between many short ones, must come back exactly
+// and shorter.
+TEST(NumberDeltas, DifferencesOfEveryLengthComeBackInTheSpaceCounted) {
+  for (int digits = 1; digits <= 18; ++digits) {
+    for (int fraction : {0, 3, 9}) {
+      if (fraction >= digits) continue;
+      const std::string big(static_cast<size_t>(digits), '9');
+      auto number = [&](std::string whole) {  // its digits, the point put in
+        if (fraction == 0) return whole;
+        const size_t f = static_cast<size_t>(fraction);
+        if (whole.size() <= f) whole.insert(0, f + 1 - whole.size(), '0');
+        return whole.substr(0, whole.size() - f) + "." + whole.substr(whole.size() - f);
+      };
+      std::string raw;
+      for (int i = 0; i < 200; ++i) {
+        raw += "{\"ts\": " + number(std::to_string(100000 + i)) + "},";
+        if (i % 50 == 0) raw += "{\"ts\": " + number(big) + "},{\"ts\": " + number("1") + "},";
+      }
+      std::string enc;
+      SCOPED_TRACE(raw.substr(0, 120));
+      EXPECT_EQ(RoundTrip(raw, &enc), raw);
+      EXPECT_LT(enc.size(), raw.size());
+    }
+  }
+}
+
 TEST(NumberDeltas, DecimalsKeepTheirDigitsAfterThePointAsTheirOwnSequence) {
   const std::string raw =
       "\"ts\":1700000000000.125,\"ts\":1700000000000.250,\"ts\":1700000000001.000,"
