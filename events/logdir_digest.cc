@@ -21,7 +21,7 @@ Status ListEventFiles(const std::string& logdir, const WalkOptions& walk,
   rel_paths->clear();
   *total_bytes = 0;
   return WalkTree(logdir, walk, [&](const WalkEntry& e) {
-    if (S_ISREG(e.st.st_mode) && IsEventsFileName(e.rel)) {
+    if (IsEventsFile(e)) {
       rel_paths->push_back(e.rel);
       *total_bytes += static_cast<uint64_t>(e.st.st_size);
     }

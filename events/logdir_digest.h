@@ -26,6 +26,10 @@ namespace tbfs::events {
 // "tfevents" (TensorBoard's own test). This is also what invariant I1
 // protects, so it errs on the side of matching.
 bool IsEventsFileName(std::string_view name);
+// A walked entry that is one to digest: a regular file with such a name.
+inline bool IsEventsFile(const WalkEntry& e) {
+  return S_ISREG(e.st.st_mode) && IsEventsFileName(e.rel);
+}
 
 // The run a tfevents file belongs to: its folder, "." at the top.
 std::string RunOf(std::string_view rel_path);

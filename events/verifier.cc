@@ -26,8 +26,12 @@ std::vector<Failure> VerifyFiles(const std::string& logdir, const std::vector<Fi
 
 Result<VerifyReport> VerifyLogdir(const std::string& logdir, const VerifyOptions& options) {
   std::vector<std::string> paths;
-  uint64_t total = 0;
-  TBFS_RETURN_IF_ERROR(ListEventFiles(logdir, options.walk, &paths, &total));
+  if (options.files != nullptr) {
+    paths = *options.files;
+  } else {
+    uint64_t total = 0;
+    TBFS_RETURN_IF_ERROR(ListEventFiles(logdir, options.walk, &paths, &total));
+  }
 
   DigestOptions digest_options;
   digest_options.walk = options.walk;

@@ -22,6 +22,9 @@ struct VerifyOptions {
   const std::vector<FileDigest>* baseline = nullptr;
   int threads = 0;  // 0: one per core
   std::atomic<uint64_t>* bytes_done = nullptr;
+  // The tfevents files (relative paths) when the caller's own walk found
+  // them (ListEventFiles' rule): VerifyLogdir then walks nothing.
+  const std::vector<std::string>* files = nullptr;
 };
 
 struct VerifyReport {

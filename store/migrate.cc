@@ -296,16 +296,22 @@ Result<MigrateResult> Migration::Finish(const Status& found) {
 Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
                                   const CandidateSource& source, const MigrateOptions& options) {
   std::vector<std::string> event_files;
-  uint64_t event_bytes = 0;
-  // A folder the walk cannot enter has no candidate either (FindCandidates
-  // skipped it too): its tfevents files are not the batches' business.
-  std::vector<std::string> walk_warnings;
-  WalkOptions walk = options.walk;
-  walk.warnings = &walk_warnings;
-  TBFS_RETURN_IF_ERROR(events::ListEventFiles(logdir, walk, &event_files, &event_bytes));
-  events::DigestOptions digest_options;
-  digest_options.threads = options.threads;
-  events::LogdirDigest full = events::DigestFiles(logdir, event_files, digest_options);
+  events::LogdirDigest full;
+  if (options.events_files != nullptr && options.events_digest != nullptr) {
+    event_files = *options.events_files;
+    full = *options.events_digest;
+  } else {
+    uint64_t event_bytes = 0;
+    // A folder the walk cannot enter has no candidate either (FindCandidates
+    // skipped it too): its tfevents files are not the batches' business.
+    std::vector<std::string> walk_warnings;
+    WalkOptions walk = options.walk;
+    walk.warnings = &walk_warnings;
+    TBFS_RETURN_IF_ERROR(events::ListEventFiles(logdir, walk, &event_files, &event_bytes));
+    events::DigestOptions digest_options;
+    digest_options.threads = options.threads;
+    full = events::DigestFiles(logdir, event_files, digest_options);
+  }
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return root.status();
   WorkPool pool(options.threads);

@@ -348,6 +348,26 @@ TEST_F(MigrateCli, MissingMustHaveTagRefusesAndChangesNothing) {
   EXPECT_EQ(Tree(logdir_), before_);
 }
 
+// The check before anything moves hands its digest of every tfevents file
+// to the migration, whose batches check the must-haves against it: tags
+// that are there let the traces move.
+TEST_F(MigrateCli, MustHaveTagsThatAreThereLetTheTracesMove) {
+  auto r = RunCommand(
+      Tbfs("migrate --json " + logdir_ + " --older-than 0 --apply --must-have loss/train"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_TRUE(j["ok"].get<bool>()) << r.out;
+  EXPECT_GT(j["files_moved"].get<size_t>(), 0u) << r.out;
+  auto after = Tree(logdir_);
+  for (const auto& [path, bytes] : before_) {
+    if (path.find("tfevents") == std::string::npos) continue;
+    ASSERT_TRUE(after.count(path)) << path;
+    EXPECT_EQ(after[path], bytes) << path;
+  }
+  EXPECT_LT(after.size(), before_.size());
+}
+
 TEST_F(MigrateCli, WrongPathsAndGarbageAreOneLineErrors) {
   TempDir empty;
   WriteBytes(empty / "x.pt.trace.json", "[]");

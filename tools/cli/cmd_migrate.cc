@@ -120,9 +120,14 @@ std::string Prepare(MigrateArgs* args, store::CandidateOptions* copt, bool* appl
 // moves. A run whose tfevents file cannot be read holds only its own traces
 // (HELD in the report); any other failure (a must-have tag missing) refuses
 // the whole migration. Returns the exit code when the migration stops here.
-std::optional<int> CheckBefore(const MigrateArgs& args, const StoreLocation& loc) {
+// `events_files`: the tfevents files the walk for candidates found; their
+// digest goes to *digest (the migration's baseline).
+std::optional<int> CheckBefore(const MigrateArgs& args, const StoreLocation& loc,
+                               const std::vector<std::string>& events_files,
+                               events::LogdirDigest* digest) {
   events::VerifyOptions vopt;
   vopt.walk = loc.walk;
+  vopt.files = &events_files;
   std::vector<std::string> unwalked;  // also among the candidates' skipped
   vopt.walk.warnings = &unwalked;
   vopt.must_have = args.must_have;
@@ -145,6 +150,7 @@ std::optional<int> CheckBefore(const MigrateArgs& args, const StoreLocation& loc
     refuse = true;
   }
   if (refuse) return kExitFinding;
+  *digest = std::move(before->digest);
   return std::nullopt;
 }
 
@@ -152,15 +158,22 @@ std::optional<int> CheckBefore(const MigrateArgs& args, const StoreLocation& loc
 // files: a first walk counts them (the progress line's total), the
 // migration takes them as a second walk finds them, a batch at a time, and
 // the report goes out batch by batch. A dry run, a backup, or nothing to
-// move need the list (*candidates).
+// move need the list (*candidates). The first walk also lists the tfevents
+// files (found->events_files), for the check before anything moves.
 struct Found {
   std::vector<store::Candidate> candidates;
   std::vector<store::Skipped> skipped;
   uint64_t count = 0, total = 0;
+  std::vector<std::string> events_files;
+  events::LogdirDigest events_digest;  // of events_files, before anything moved
 };
-Status FindWhatMoves(const MigrateArgs& args, const store::CandidateOptions& copt, bool apply,
+Status FindWhatMoves(const MigrateArgs& args, store::CandidateOptions copt, bool apply,
                      Found* found) {
-  if (apply && args.backup.empty()) {
+  copt.on_entry = [found](const WalkEntry& e) {
+    if (events::IsEventsFile(e)) found->events_files.push_back(e.rel);
+  };
+  const bool counted = apply && args.backup.empty();
+  if (counted) {
     TBFS_RETURN_IF_ERROR(store::ForEachCandidate(
         args.logdir, copt,
         [&](store::Candidate&& c) {
@@ -170,6 +183,7 @@ Status FindWhatMoves(const MigrateArgs& args, const store::CandidateOptions& cop
         [](store::Skipped&&) {}));
   }
   if (!apply || !args.backup.empty() || found->count == 0) {
+    if (counted) copt.on_entry = nullptr;  // the tfevents files are listed
     TBFS_RETURN_IF_ERROR(
         store::FindCandidates(args.logdir, copt, &found->candidates, &found->skipped));
     found->count = found->candidates.size();
@@ -218,6 +232,8 @@ int Apply(const MigrateArgs& args, const StoreLocation& loc, const store::Candid
   mopt.dictionaries = !args.no_dictionaries;
   mopt.threads = args.threads;
   mopt.walk = loc.walk;
+  mopt.events_files = &found.events_files;
+  mopt.events_digest = &found.events_digest;
   mopt.keep_batches = false;
   BatchReport report(args.json);
   report.Open(args.logdir, loc.dir);
@@ -260,7 +276,6 @@ int RunMigrate(MigrateArgs args) {
     return kExitError;
   }
   copt.walk = loc->walk;
-  if (auto stop = CheckBefore(args, *loc)) return *stop;
 
   uint32_t chunk_bytes = store::kDefaultChunkBytes;
   if (!args.chunk_size.empty()) {
@@ -276,6 +291,7 @@ int RunMigrate(MigrateArgs args) {
     PrintError("migrate", st.message());
     return kExitError;
   }
+  if (auto stop = CheckBefore(args, *loc, found.events_files, &found.events_digest)) return *stop;
   if (found.count == 0) {
     // Still a writer: what a batch left unfinished (a crash, a commit the
     // store refused) is recovered now, as the last run said it would be;
