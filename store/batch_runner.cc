@@ -67,6 +67,11 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
                              const std::vector<std::string>& event_files,
                              events::LogdirDigest* full) {
   MaybePause("migrate.batch");
+  // Every batch is heard of, the ones that never ran too (their why).
+  auto heard = [this](BatchResult r) {
+    if (options_.after_batch) options_.after_batch(r);
+    return r;
+  };
   BatchResult result;
   result.batch_id = store_.NewBatchId();
   for (const Candidate& c : batch) {
@@ -79,12 +84,12 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   // 1. Baseline of every run the batch touches.
   std::vector<std::string> affected = AffectedEventFiles(event_files, batch);
   std::vector<events::FileDigest> before;
-  if (!TakeBaseline(affected, &before, &result)) return result;
+  if (!TakeBaseline(affected, &before, &result)) return heard(std::move(result));
 
   // 2. Journal first.
   storepb::JournalRecord record;
   std::vector<bool> present;
-  if (!Journal(batch, &record, &present, &result)) return result;
+  if (!Journal(batch, &record, &present, &result)) return heard(std::move(result));
   MaybeCrash("migrate.journaled");
 
   // 3. Move the files: each is staged aside while the next ones of its
@@ -111,8 +116,7 @@ BatchResult BatchRunner::Run(const std::vector<Candidate>& batch,
   CommitBatch(before.size(), &result);
   MaybeCrash("migrate.committed");
   result.store_full = !store_full_.empty();
-  if (options_.after_batch) options_.after_batch(result);
-  return result;
+  return heard(std::move(result));
 }
 
 bool BatchRunner::TakeBaseline(const std::vector<std::string>& affected,

@@ -647,6 +647,35 @@ TEST_F(MigrateTest, AFifoSwappedInForATfeventsFileCannotHangAPass) {
 // reads back as zeros where the holes are, and it comes back from the
 // store sparse, taking on disk about what it took before. (Read whole, the
 // old way, its migration would read 1 TiB of zeros.)
+// A tfevents file that cannot be read when a batch takes its baseline
+// (a user swapped a FIFO in after the walk that listed it): the batch does
+// not run, and whoever hears of batches hears of it and why (red team:
+// tbfs migrate said only "moved 0 files" and exit 1).
+TEST_F(MigrateTest, ABatchThatCannotTakeItsBaselineIsHeardOfWithWhy) {
+  const auto candidates = Candidates();
+  std::vector<std::string> listed;  // the tfevents files as the walk found them
+  for (const auto& [path, state] : before_) {
+    if (path.find("tfevents") != std::string::npos) listed.push_back(path);
+  }
+  ASSERT_FALSE(listed.empty());
+  const std::string swapped = JoinPath(logdir_, listed[0]);
+  ASSERT_EQ(::unlink(swapped.c_str()), 0);
+  ASSERT_EQ(::mkfifo(swapped.c_str(), 0644), 0);
+  const events::LogdirDigest digest;  // the check's, before the swap
+  MigrateOptions o = Options();
+  o.events_files = &listed;
+  o.events_digest = &digest;
+  std::vector<std::string> heard;
+  o.after_batch = [&](const BatchResult& b) { heard.push_back(b.not_run); };
+  auto result = Migrate(*store_, logdir_, candidates, o);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->unrun_batches, 1u);
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_NE(heard[0].find("cannot take the verifier baseline"), std::string::npos) << heard[0];
+  EXPECT_NE(heard[0].find(listed[0]), std::string::npos) << heard[0];
+  for (const Candidate& c : candidates) EXPECT_FALSE(store_->Lookup(c.path).ok()) << c.path;
+}
+
 TEST_F(MigrateTest, ASparseTraceIsStoredWithItsHolesAndComesBackSparse) {
   const std::string rel = "resnet50_lr1e-01_run0/huge.pt.trace.json";
   const std::string path = JoinPath(logdir_, rel);

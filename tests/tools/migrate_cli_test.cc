@@ -368,6 +368,39 @@ TEST_F(MigrateCli, MustHaveTagsThatAreThereLetTheTracesMove) {
   EXPECT_LT(after.size(), before_.size());
 }
 
+// A tfevents file swapped for a FIFO after the walk listed it and before
+// the batch took its baseline: the batch does not run, and the report
+// says so and why (red team: "moved 0 files", exit 1, nothing more).
+TEST_F(MigrateCli, ABatchThatCannotTakeItsBaselineIsReportedWithWhy) {
+  std::string events;
+  for (const auto& [path, bytes] : before_) {
+    if (path.find("tfevents") != std::string::npos) events = path;
+  }
+  ASSERT_FALSE(events.empty());
+  const std::string marker = dir_ / "pause";
+  WriteBytes(marker, "");
+  CommandResult r;
+  std::thread migrate([&] {
+    r = RunCommand("TBFS_PAUSE=migrate.batch:" + marker + " " +
+                   Tbfs("migrate " + logdir_ + " --older-than 0 --apply 2>&1"));
+  });
+  WaitUntil([&] { return std::filesystem::exists(marker + ".reached"); },
+            std::chrono::milliseconds(30000));
+  const bool reached = std::filesystem::exists(marker + ".reached");
+  if (reached) {
+    const std::string path = logdir_ + "/" + events;
+    EXPECT_EQ(::unlink(path.c_str()), 0);
+    EXPECT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  }
+  std::filesystem::remove(marker);
+  migrate.join();
+  ASSERT_TRUE(reached);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("NOT RUN"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cannot take the verifier baseline"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(events), std::string::npos) << r.out;
+}
+
 TEST_F(MigrateCli, WrongPathsAndGarbageAreOneLineErrors) {
   TempDir empty;
   WriteBytes(empty / "x.pt.trace.json", "[]");
