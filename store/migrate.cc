@@ -297,9 +297,9 @@ Result<MigrateResult> MigrateFrom(ColdStore& store, const std::string& logdir,
                                   const CandidateSource& source, const MigrateOptions& options) {
   std::vector<std::string> event_files;
   events::LogdirDigest full;
-  if (options.events_files != nullptr && options.events_digest != nullptr) {
-    event_files = *options.events_files;
+  if (options.events_digest != nullptr) {
     full = *options.events_digest;
+    for (const events::FileDigest& f : full.files) event_files.push_back(f.path);
   } else {
     uint64_t event_bytes = 0;
     // A folder the walk cannot enter has no candidate either (FindCandidates

@@ -152,10 +152,10 @@ struct MigrateOptions {
   // with them. Never held across a file's copy.
   SharedMutex* batch_lock = nullptr;
   WalkOptions walk;  // to find the tfevents files
-  // The tfevents files and their digest when the caller has just taken
-  // them (tbfs migrate's check before anything moves): MigrateFrom then
-  // neither walks for them nor digests them again. Both or neither.
-  const std::vector<std::string>* events_files = nullptr;
+  // The digest of every tfevents file when the caller has just taken it
+  // (tbfs migrate's check before anything moves): MigrateFrom then neither
+  // walks for them nor digests them again (each file has its FileDigest,
+  // errors too).
   const events::LogdirDigest* events_digest = nullptr;
   // Runs (folder -> why) whose traces stay in place this time: a mount's
   // runs whose verification failed lately (MigrateResult::failed_runs).

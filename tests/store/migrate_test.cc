@@ -661,9 +661,9 @@ TEST_F(MigrateTest, ABatchThatCannotTakeItsBaselineIsHeardOfWithWhy) {
   const std::string swapped = JoinPath(logdir_, listed[0]);
   ASSERT_EQ(::unlink(swapped.c_str()), 0);
   ASSERT_EQ(::mkfifo(swapped.c_str(), 0644), 0);
-  const events::LogdirDigest digest;  // the check's, before the swap
+  events::LogdirDigest digest;  // the check's, before the swap
+  for (const std::string& path : listed) digest.files.push_back({.path = path});
   MigrateOptions o = Options();
-  o.events_files = &listed;
   o.events_digest = &digest;
   std::vector<std::string> heard;
   o.after_batch = [&](const BatchResult& b) { heard.push_back(b.not_run); };

@@ -122,14 +122,11 @@ std::string Prepare(MigrateArgs* args, store::CandidateOptions* copt, bool* appl
 // the whole migration. Returns the exit code when the migration stops here.
 // `events_files`: the tfevents files the walk for candidates found; their
 // digest goes to *digest (the migration's baseline).
-std::optional<int> CheckBefore(const MigrateArgs& args, const StoreLocation& loc,
+std::optional<int> CheckBefore(const MigrateArgs& args,
                                const std::vector<std::string>& events_files,
                                events::LogdirDigest* digest) {
   events::VerifyOptions vopt;
-  vopt.walk = loc.walk;
-  vopt.files = &events_files;
-  std::vector<std::string> unwalked;  // also among the candidates' skipped
-  vopt.walk.warnings = &unwalked;
+  vopt.files = &events_files;  // no walk of its own
   vopt.must_have = args.must_have;
   auto before = events::VerifyLogdir(args.logdir, vopt);
   if (!before.ok()) {
@@ -232,7 +229,6 @@ int Apply(const MigrateArgs& args, const StoreLocation& loc, const store::Candid
   mopt.dictionaries = !args.no_dictionaries;
   mopt.threads = args.threads;
   mopt.walk = loc.walk;
-  mopt.events_files = &found.events_files;
   mopt.events_digest = &found.events_digest;
   mopt.keep_batches = false;
   BatchReport report(args.json);
@@ -291,7 +287,7 @@ int RunMigrate(MigrateArgs args) {
     PrintError("migrate", st.message());
     return kExitError;
   }
-  if (auto stop = CheckBefore(args, *loc, found.events_files, &found.events_digest)) return *stop;
+  if (auto stop = CheckBefore(args, found.events_files, &found.events_digest)) return *stop;
   if (found.count == 0) {
     // Still a writer: what a batch left unfinished (a crash, a commit the
     // store refused) is recovered now, as the last run said it would be;
