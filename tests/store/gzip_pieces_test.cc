@@ -123,6 +123,17 @@ class GzipContentTest : public ::testing::Test {
 
   uint32_t FormatVersion() { return StoreInternals::FormatVersion(*store_); }
 
+  // Flips a byte in the middle of m's stored content chunk `index`.
+  void DamageContentChunk(const storepb::Manifest& m, uint64_t index) {
+    const std::string key = ChunkKey(m.file_id(), index);
+    std::string value;
+    ASSERT_TRUE(StoreInternals::Of(*store_).Get(Space::kChunks, key, &value).ok());
+    value[value.size() / 2] ^= 0x10;
+    WriteBatch b;
+    b.Put(Space::kChunks, key, value);
+    ASSERT_TRUE(store_->Commit(b, true).ok());
+  }
+
   TempDir dir_;
   const std::string logdir_ = dir_ / "logdir";
   const std::string store_dir_ = dir_ / "store";
@@ -423,13 +434,7 @@ TEST_F(GzipContentTest, DamagedContentOrAnotherZlibIsCorruptionNeverWrongBytes) 
   EXPECT_NE(st.message().find("b.json.gz: piece 1"), std::string::npos) << st.message();
 
   // A flipped byte in a content chunk.
-  const std::string key = ChunkKey(m.file_id(), m.gzip().content_chunks() / 2);
-  std::string value;
-  ASSERT_TRUE(StoreInternals::Of(*store_).Get(Space::kChunks, key, &value).ok());
-  value[value.size() / 2] ^= 0x10;
-  WriteBatch b;
-  b.Put(Space::kChunks, key, value);
-  ASSERT_TRUE(store_->Commit(b, true).ok());
+  DamageContentChunk(m, m.gzip().content_chunks() / 2);
   Open();
   st = Read(m, 0, m.size(), &got);
   EXPECT_TRUE(st.IsCorruption()) << st.ToString();
@@ -470,13 +475,7 @@ TEST_F(GzipContentTest, TheCopysReadBackChecksTheContentAndLeavesTheRemakeToRead
   EXPECT_TRUE(st.IsCorruption()) << st.ToString();
   EXPECT_NE(st.message().find("c.json.gz"), std::string::npos) << st.message();
 
-  const std::string key = ChunkKey(m.file_id(), m.gzip().content_chunks() - 1);
-  std::string value;
-  ASSERT_TRUE(StoreInternals::Of(*store_).Get(Space::kChunks, key, &value).ok());
-  value[value.size() / 2] ^= 0x10;
-  WriteBatch b;
-  b.Put(Space::kChunks, key, value);
-  ASSERT_TRUE(store_->Commit(b, true).ok());
+  DamageContentChunk(m, m.gzip().content_chunks() - 1);
   st = VerifyCopiedFile(*store_, m, &pool_);
   EXPECT_TRUE(st.IsCorruption()) << st.ToString();
 }
