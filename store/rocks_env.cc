@@ -35,6 +35,15 @@ namespace {
 // Writers opening a store in this process now (OpeningWriter).
 std::atomic<int> g_opening_writers{0};
 
+// A file read with the kernel's readahead, whatever the engine hints.
+class KernelReadahead final : public rocksdb::FSRandomAccessFileOwnerWrapper {
+ public:
+  using rocksdb::FSRandomAccessFileOwnerWrapper::FSRandomAccessFileOwnerWrapper;
+  void Hint(AccessPattern pattern) override {
+    if (pattern != kRandom) target()->Hint(pattern);
+  }
+};
+
 // RocksDB's files, made 0600 as they are created, whatever the process's
 // umask (the mount runs with umask 0 so that what users create has exactly
 // the mode they asked for).
@@ -65,6 +74,21 @@ class PrivateFileSystem final : public rocksdb::FileSystemWrapper {
                                     std::unique_ptr<rocksdb::FSRandomRWFile>* r,
                                     rocksdb::IODebugContext* dbg) override {
     return Private(f, target()->NewRandomRWFile(f, o, r, dbg));
+  }
+  // The engine asks the kernel for no readahead on every file it reads
+  // (advise_random_on_open). A cold file's chunks lie one after another in
+  // its blob file, and a sequential reader of the file reads them in that
+  // order: the kernel's readahead keeps the disk's latency off those reads,
+  // so a blob file keeps it. Table files are asked for at random: theirs
+  // stays off.
+  rocksdb::IOStatus NewRandomAccessFile(const std::string& f, const rocksdb::FileOptions& o,
+                                        std::unique_ptr<rocksdb::FSRandomAccessFile>* r,
+                                        rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->NewRandomAccessFile(f, o, r, dbg);
+    if (s.ok() && std::string_view(f).ends_with(".blob")) {
+      *r = std::make_unique<KernelReadahead>(std::move(*r));
+    }
+    return s;
   }
   // While a writer opens the store, the engine deletes the table and blob
   // files its MANIFEST does not list. After a crash those are leftovers;
