@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -160,6 +162,38 @@ TEST(NumberDeltas, DamagedDifferencesAreCorruptionNeverAnOverrun) {
   EXPECT_FALSE(DecodeNumberDeltas("\"ts\": ~9999999999999999999", out.data(), out.size()).ok());
   EXPECT_FALSE(DecodeNumberDeltas("\"ts\": ~-1", out.data(), out.size()).ok());
   EXPECT_FALSE(DecodeNumberDeltas(enc + " ", out.data(), out.size()).ok());
+}
+
+// The decoder copies the text between differences 16 bytes at a time
+// where the buffer has room, and byte by byte near its end: a '~' (a
+// difference's or the text's own) at every place from the end of the
+// buffer, in texts of every length, comes back exactly into a buffer of
+// exactly its size (ASan sees a byte written past it), and a buffer a
+// byte too short or too long is Corruption.
+TEST(NumberDeltas, ATildeAtEveryPlaceDecodesWithinABufferOfExactlyItsSize) {
+  int rewritten = 0;
+  for (size_t head = 0; head < 40; ++head) {
+    for (size_t tail = 0; tail < 40; ++tail) {
+      const std::string raw = std::string(head, 'h') + "{\"ts\": 1700000000000000},x~y" +
+                              std::string(tail % 7, 'm') + "{\"ts\": 1700000000000005}" +
+                              std::string(tail, 't');
+      std::string enc;
+      ASSERT_TRUE(EncodeNumberDeltas(raw, &enc)) << raw;
+      ++rewritten;
+      for (size_t size : {raw.size() - 1, raw.size(), raw.size() + 1}) {
+        auto out = std::make_unique<char[]>(size);
+        std::memset(out.get(), '#', size);
+        Status s = DecodeNumberDeltas(enc, out.get(), size);
+        if (size != raw.size()) {
+          EXPECT_FALSE(s.ok()) << raw << " into " << size;
+        } else {
+          ASSERT_TRUE(s.ok()) << s.message() << " " << raw;
+          EXPECT_EQ(std::string_view(out.get(), size), raw);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(rewritten, 1600);
 }
 
 // A '~' the rewrite did not write but that reads as a difference: the
