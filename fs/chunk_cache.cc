@@ -239,6 +239,18 @@ void ChunkCache::Drop(uint64_t file_id) {
   }
 }
 
+void ChunkCache::LetGo(uint64_t file_id, uint64_t from, uint64_t to) {
+  MutexLock lock(mu_);
+  for (uint64_t index = from; index < to; ++index) {
+    auto slot = slots_.find({file_id, index});
+    if (slot == slots_.end() || slot->second.bytes == 0) continue;
+    bytes_ -= slot->second.bytes;
+    lru_.erase(slot->second.lru);
+    slots_.erase(slot);
+    stats_.let_go++;
+  }
+}
+
 void ChunkCache::Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uint64_t index) {
   if (prefetchers_.empty() || index >= m->chunks() || store::IsHoleChunk(*m, index)) return;
   {

@@ -77,6 +77,13 @@ class ChunkCache {
   void WaitForPrefetches();
   // Drops every cached chunk of a file (it left the store).
   void Drop(uint64_t file_id);
+  // A sequential reader is past chunks [from, to) of the file. The kernel's
+  // page cache holds what it read of them (a cold file's pages are kept),
+  // so these go at once, and their buffers serve the next chunks, instead
+  // of waiting to be the oldest: a stream through a big file does not fill
+  // the cache (nor map its memory) with chunks nobody reads again. Chunks
+  // still loading stay.
+  void LetGo(uint64_t file_id, uint64_t from, uint64_t to);
   // Lends up to `bytes` of the capacity (at most half of it in all) to
   // other work of the daemon until Return() of what it lent: the cache
   // evicts down to what is left at once, so that the daemon's memory stays
@@ -92,6 +99,7 @@ class ChunkCache {
     uint64_t bytes = 0;
     uint64_t lent = 0;  // of the capacity, to other work (Lend)
     uint64_t errors = 0;
+    uint64_t let_go = 0;  // chunks a sequential reader was past (LetGo)
     ChunkBuffers::Stats buffers;
     uint64_t codecs = 0;             // zstd contexts made (at most max_loads())
     uint64_t codec_value_bytes = 0;  // the buffers of those not in use

@@ -115,8 +115,9 @@ struct FileHandle {
   ino_t ino TBFS_GUARDED_BY(mu) = 0;
   // Closed with the handle (reads may use them still).
   std::vector<int> earlier_fds TBFS_GUARDED_BY(mu);
-  std::atomic<uint64_t> next_offset{0};  // where a sequential reader goes next
-  std::atomic<bool> noatime{false};      // fd has O_NOATIME (IoFd keeps it as the mount says)
+  std::atomic<uint64_t> next_offset{0};   // where a sequential reader goes next
+  std::atomic<uint64_t> let_go_below{0};  // chunks the cache was told it was past
+  std::atomic<bool> noatime{false};       // fd has O_NOATIME (IoFd keeps it as the mount says)
   ~FileHandle();
 };
 

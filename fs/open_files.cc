@@ -20,6 +20,8 @@ namespace {
 
 // Chunks decompressed ahead of a sequential reader (on the cache's threads).
 constexpr uint64_t kReadaheadChunks = 4;
+// Chunks a sequential read lets go of at once, at most (ChunkCache::LetGo).
+constexpr uint64_t kLetGoAtMost = 64;
 
 bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
@@ -330,6 +332,16 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off, std::vector
   if (distance <= 2 * uint64_t{m->chunk_bytes()}) {
     for (uint64_t ahead = 1; ahead <= kReadaheadChunks; ++ahead)
       cache_.Prefetch(m, last_index + ahead);
+    // The chunks before the one before this read's first are behind the
+    // reader (one is spared for a read of the kernel's that comes late).
+    const uint64_t first = g.IndexAt(static_cast<uint64_t>(off));
+    if (first >= 2) {
+      const uint64_t to = first - 1;
+      const uint64_t from = fh->let_go_below.exchange(to);
+      // A seek ahead leaves what it skipped to age out as it would.
+      if (from < to)
+        cache_.LetGo(m->file_id(), std::max(from, to - std::min(to, kLetGoAtMost)), to);
+    }
   }
   counters_.cold_reads++;
   return static_cast<ssize_t>(done);
@@ -337,6 +349,12 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off, std::vector
 
 void Filesystem::Release(std::unique_ptr<FileHandle> fh) {
   const uint64_t cold_id = fh->cold ? fh->manifest->file_id() : 0;
+  // A reader that streamed to the end: the chunks it left go too.
+  const uint64_t behind = fh->let_go_below.load();
+  if (cold_id != 0 && behind > 0 && fh->next_offset.load() >= fh->manifest->size() &&
+      fh->manifest->chunks() - std::min(behind, fh->manifest->chunks()) <= kLetGoAtMost) {
+    cache_.LetGo(cold_id, behind, fh->manifest->chunks());
+  }
   int left = inodes_.CloseHandle(fh->inode, fh->writable, cold_id);
   if (cold_id != 0 && left == 0) ReapRetired(cold_id);
 }

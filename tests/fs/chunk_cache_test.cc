@@ -67,6 +67,27 @@ TEST_F(ChunkCacheTest, ServesExactChunksAndStaysWithinCapacity) {
   EXPECT_GT(cache.stats().hits, 0u);
 }
 
+// Chunks a sequential reader is past leave at once, only those asked,
+// and read again, exactly, when asked for again.
+TEST_F(ChunkCacheTest, ChunksLetGoLeaveAtOnceAndAreReadAgainWhenAskedFor) {
+  ChunkCache cache(store_.get(), 20 * kChunk, 0);
+  for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(cache.Get(manifest_, i).ok());
+  const uint64_t full = cache.stats().bytes;
+  cache.LetGo(manifest_->file_id(), 2, 7);
+  EXPECT_EQ(cache.stats().let_go, 5u);
+  EXPECT_EQ(cache.stats().bytes, full / 2);
+  cache.LetGo(manifest_->file_id() + 1, 0, 10);  // another file's: none of these
+  EXPECT_EQ(cache.stats().bytes, full / 2);
+  cache.LetGo(manifest_->file_id(), 0, 100);  // past the file's end, some gone already
+  EXPECT_EQ(cache.stats().let_go, 10u);
+  EXPECT_EQ(cache.stats().bytes, 0u);
+  const uint64_t misses = cache.stats().misses;
+  auto c = cache.Get(manifest_, 3);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(std::string_view((*c)->data.get(), (*c)->size), content_.substr(3 * kChunk, kChunk));
+  EXPECT_EQ(cache.stats().misses, misses + 1);
+}
+
 // Capacity lent to other work of the daemon (a recompress through the
 // mount) is given up at once and kept out of use until it comes back; no
 // more than half of it is ever lent.
