@@ -28,6 +28,9 @@ void RegisterRecompressBench(CLI::App& app, int* exit_code);  // recompress in a
 void DropCaches();
 // Reads the files sequentially with 1 MiB reads; returns seconds.
 double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes);
+// The real Kineto trace of ../shared/data (the benches run from the
+// repository's folder), or "" after a one-line error naming the path.
+std::string RealKinetoTrace();
 // What `command` (run by the shell) prints on its standard output.
 std::string CommandOutput(const std::string& command);
 // `tbfs status --json MOUNTPOINT`'s output ("{}" when it cannot run).

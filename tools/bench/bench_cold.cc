@@ -129,6 +129,8 @@ struct Bench {
 // Generates the logdir: traces, copies of the real Kineto trace, a tree of
 // small files.
 int Generate(const Args& a, Bench& b) {
+  const std::string real = a.kineto_copies > 0 ? RealKinetoTrace() : "";
+  if (a.kineto_copies > 0 && real.empty()) return 2;
   fmt::print("generating {} MiB of traces, {} copies of the real Kineto trace, {} small files\n",
              a.trace_mb, a.kineto_copies, a.tree_files);
   if (std::system(fmt::format("{} gen {} --runs 8 --steps 60000 --trace-mb {} --no-gzip >/dev/null",
@@ -136,8 +138,7 @@ int Generate(const Args& a, Bench& b) {
                       .c_str()) != 0) {
     return 2;
   }
-  const std::string real = "../shared/data/kineto-resnet50/worker0.1623143089861.pt.trace.json.gz";
-  if (a.kineto_copies > 0 && fs::exists(real)) {
+  if (a.kineto_copies > 0) {
     fs::create_directories(b.logdir + "/kineto/plugins/profile");
     for (int i = 0; i < a.kineto_copies; ++i) {
       std::system(

@@ -178,8 +178,8 @@ int RunMigrate(const Args& args) {
       100.0 * (1.0 - static_cast<double>(after) / static_cast<double>(before)));
 
   // The real Kineto trace, unpacked, through the same path.
-  std::string real = "../shared/data/kineto-resnet50/worker0.1623143089861.pt.trace.json.gz";
-  if (fs::exists(real)) {
+  std::string real = RealKinetoTrace();
+  if (!real.empty()) {
     std::string kdir = args.dir + "/kineto";
     fs::create_directories(kdir + "/run");
     std::system(("zcat " + real + " > " + kdir + "/run/w.pt.trace.json").c_str());
@@ -202,7 +202,8 @@ int RunChunking() {
   std::string dir = "/tmp/tbfs-bench-chunking";
   fs::remove_all(dir);
   fs::create_directories(dir + "/in/run");
-  std::string real = "../shared/data/kineto-resnet50/worker0.1623143089861.pt.trace.json.gz";
+  const std::string real = RealKinetoTrace();
+  if (real.empty()) return 2;
   std::system(("zcat " + real + " > " + dir + "/in/run/k.pt.trace.json").c_str());
   gen::GenOptions g;
   g.runs = 2;
@@ -296,11 +297,8 @@ int RunDictionaries(double trace_mb, int variants, int recompress_level) {
   fs::remove_all(dir);
   const std::string root = dir + "/in";
   fs::create_directories(root + "/kineto");
-  std::string real = "../shared/data/kineto-resnet50/worker0.1623143089861.pt.trace.json.gz";
-  if (!fs::exists(real)) {
-    fmt::print(stderr, "{} is missing (run from the repository's folder)\n", real);
-    return 2;
-  }
+  const std::string real = RealKinetoTrace();
+  if (real.empty()) return 2;
   // Variants of the real trace: every timestamp changed (a digit appended),
   // as another run of the same model would have them.
   std::system(("zcat " + real + " > " + root + "/kineto/w0.pt.trace.json").c_str());
