@@ -156,8 +156,8 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
     }
     auto it = slots_.find(key);
     if (it != slots_.end()) {
-      if (!st.ok()) {
-        stats_.errors++;
+      if (!st.ok() || it->second.let_go) {
+        (st.ok() ? stats_.let_go : stats_.errors)++;
         lru_.erase(it->second.lru);
         slots_.erase(it);
       } else {
@@ -241,9 +241,16 @@ void ChunkCache::Drop(uint64_t file_id) {
 
 void ChunkCache::LetGo(uint64_t file_id, uint64_t from, uint64_t to) {
   MutexLock lock(mu_);
+  std::erase_if(queue_, [&](const auto& job) {
+    return job.second >= from && job.second < to && job.first->file_id() == file_id;
+  });
   for (uint64_t index = from; index < to; ++index) {
     auto slot = slots_.find({file_id, index});
-    if (slot == slots_.end() || slot->second.bytes == 0) continue;
+    if (slot == slots_.end()) continue;
+    if (slot->second.bytes == 0) {
+      slot->second.let_go = true;  // its loader lets it go
+      continue;
+    }
     bytes_ -= slot->second.bytes;
     lru_.erase(slot->second.lru);
     slots_.erase(slot);

@@ -81,8 +81,9 @@ class ChunkCache {
   // page cache holds what it read of them (a cold file's pages are kept),
   // so these go at once, and their buffers serve the next chunks, instead
   // of waiting to be the oldest: a stream through a big file does not fill
-  // the cache (nor map its memory) with chunks nobody reads again. Chunks
-  // still loading stay.
+  // the cache (nor map its memory) with chunks nobody reads again. A chunk
+  // still loading goes once loaded; a readahead of one not begun is
+  // called off.
   void LetGo(uint64_t file_id, uint64_t from, uint64_t to);
   // Lends up to `bytes` of the capacity (at most half of it in all) to
   // other work of the daemon until Return() of what it lent: the cache
@@ -126,7 +127,8 @@ class ChunkCache {
   struct Slot {
     std::shared_future<Loaded> future;
     std::list<Key>::iterator lru;
-    uint64_t bytes = 0;  // 0 while loading
+    uint64_t bytes = 0;   // 0 while loading
+    bool let_go = false;  // LetGo while loading: not kept once loaded
   };
 
   void EvictLocked() TBFS_REQUIRES(mu_);

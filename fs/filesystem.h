@@ -117,6 +117,7 @@ struct FileHandle {
   std::vector<int> earlier_fds TBFS_GUARDED_BY(mu);
   std::atomic<uint64_t> next_offset{0};   // where a sequential reader goes next
   std::atomic<uint64_t> let_go_below{0};  // chunks the cache was told it was past
+  bool direct = false;                    // O_DIRECT: its reads bypass the kernel's page cache
   std::atomic<bool> noatime{false};       // fd has O_NOATIME (IoFd keeps it as the mount says)
   ~FileHandle();
 };

@@ -21,7 +21,7 @@ namespace {
 // Chunks decompressed ahead of a sequential reader (on the cache's threads).
 constexpr uint64_t kReadaheadChunks = 4;
 // Chunks a sequential read lets go of at once, at most (ChunkCache::LetGo).
-constexpr uint64_t kLetGoAtMost = 64;
+constexpr uint64_t kLetGoAtMost = 1024;
 
 bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
@@ -165,6 +165,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
       }
       auto fh = NewHandle(ino, generation, -1, false);
       fh->cold = true;
+      fh->direct = (flags & O_DIRECT) != 0;
       fh->manifest = std::make_shared<const storepb::Manifest>(std::move(m).value());
       *out = std::move(fh);
       return 0;
@@ -326,17 +327,19 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off, std::vector
   // Sequential readers get the next chunks decompressed ahead of them. The
   // kernel's readahead sends several reads at once, handled by different
   // threads in any order: "sequential" means near where the last one ended.
-  uint64_t expected = fh->next_offset.exchange(static_cast<uint64_t>(off) + done);
-  uint64_t distance = expected > static_cast<uint64_t>(off) ? expected - static_cast<uint64_t>(off)
-                                                            : static_cast<uint64_t>(off) - expected;
-  if (distance <= 2 * uint64_t{m->chunk_bytes()}) {
+  // (Reads of many small chunks each: "near" is also within two reads.)
+  const uint64_t at = static_cast<uint64_t>(off);
+  const uint64_t expected = fh->next_offset.exchange(at + done);
+  const uint64_t distance = expected > at ? expected - at : at - expected;
+  const uint64_t near = 2 * std::max<uint64_t>(m->chunk_bytes(), size);
+  if (distance <= near) {
     for (uint64_t ahead = 1; ahead <= kReadaheadChunks; ++ahead)
       cache_.Prefetch(m, last_index + ahead);
-    // The chunks before the one before this read's first are behind the
-    // reader (one is spared for a read of the kernel's that comes late).
-    const uint64_t first = g.IndexAt(static_cast<uint64_t>(off));
-    if (first >= 2) {
-      const uint64_t to = first - 1;
+    // The chunks wholly before `near` of this read are behind the reader
+    // (a read of the kernel's may come late, never by more), unless the
+    // page cache is not where its reads go.
+    if (!fh->direct && at > near) {
+      const uint64_t to = g.IndexAt(at - near);
       const uint64_t from = fh->let_go_below.exchange(to);
       // A seek ahead leaves what it skipped to age out as it would.
       if (from < to)
@@ -349,11 +352,11 @@ ssize_t Filesystem::ReadCold(FileHandle* fh, size_t size, off_t off, std::vector
 
 void Filesystem::Release(std::unique_ptr<FileHandle> fh) {
   const uint64_t cold_id = fh->cold ? fh->manifest->file_id() : 0;
-  // A reader that streamed to the end: the chunks it left go too.
+  // A reader that streamed: the chunks it left near it (behind it, read
+  // ahead for it, or read out of order at its end) go too.
   const uint64_t behind = fh->let_go_below.load();
-  if (cold_id != 0 && behind > 0 && fh->next_offset.load() >= fh->manifest->size() &&
-      fh->manifest->chunks() - std::min(behind, fh->manifest->chunks()) <= kLetGoAtMost) {
-    cache_.LetGo(cold_id, behind, fh->manifest->chunks());
+  if (cold_id != 0 && behind > 0) {
+    cache_.LetGo(cold_id, behind, std::min(fh->manifest->chunks(), behind + kLetGoAtMost));
   }
   int left = inodes_.CloseHandle(fh->inode, fh->writable, cold_id);
   if (cold_id != 0 && left == 0) ReapRetired(cold_id);

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "base/failpoint.h"
 #include "base/fs_util.h"
 #include "base/work_pool.h"
 #include "store/file_io.h"
@@ -16,6 +17,7 @@ namespace tbfs::fs {
 namespace {
 
 using testing::TempDir;
+using testing::WaitUntil;
 using testing::WriteBytes;
 
 class ChunkCacheTest : public ::testing::Test {
@@ -86,6 +88,29 @@ TEST_F(ChunkCacheTest, ChunksLetGoLeaveAtOnceAndAreReadAgainWhenAskedFor) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(std::string_view((*c)->data.get(), (*c)->size), content_.substr(3 * kChunk, kChunk));
   EXPECT_EQ(cache.stats().misses, misses + 1);
+}
+
+// On a loaded machine a reader passes chunks its readahead is still
+// loading, or has not begun: the one loading goes once loaded, the one
+// queued is never loaded (red team: chunks stayed cached after a stream's
+// close, and some were loaded twice).
+TEST_F(ChunkCacheTest, AChunkLetGoWhileLoadingGoesOnceLoadedAndAQueuedOneIsCalledOff) {
+  ChunkCache cache(store_.get(), 20 * kChunk, 1);
+  {
+    ScopedFailpoint slow("cache.slow_chunk");  // each load takes 2 s
+    cache.Prefetch(manifest_, 1);
+    ASSERT_TRUE(WaitUntil([&] { return cache.stats().misses == 1; }, std::chrono::seconds(5),
+                          std::chrono::milliseconds(5)));
+    cache.Prefetch(manifest_, 2);  // queued behind it (one readahead thread)
+    cache.LetGo(manifest_->file_id(), 0, 3);
+  }
+  cache.WaitForPrefetches();
+  const auto s = cache.stats();
+  EXPECT_EQ(s.bytes, 0u);
+  EXPECT_EQ(s.let_go, 1u);
+  EXPECT_EQ(s.misses, 1u);                    // chunk 2 was never loaded
+  ASSERT_TRUE(cache.Get(manifest_, 1).ok());  // and 1 loads again when asked
+  EXPECT_EQ(cache.stats().misses, 2u);
 }
 
 // Capacity lent to other work of the daemon (a recompress through the

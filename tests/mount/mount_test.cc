@@ -275,6 +275,23 @@ TEST_F(Mounted, AStreamThroughAColdFileLeavesOnlyTheChunksAroundTheReader) {
   EXPECT_TRUE(WaitUntil([&] { return Status()["cache"]["bytes"].get<uint64_t>() == 0; },
                         std::chrono::seconds(5), std::chrono::milliseconds(20)))
       << Status()["cache"].dump();
+
+  // A reader that bypasses the page cache (O_DIRECT) leaves its chunks for
+  // the next such reader: there is nothing else to read them again from.
+  const uint64_t let_go = Status()["cache"]["let_go"].get<uint64_t>();
+  auto direct = OpenFile(M(rel), O_RDONLY | O_DIRECT);
+  ASSERT_TRUE(direct.ok()) << direct.status().message();
+  std::unique_ptr<char, decltype(&std::free)> aligned(
+      static_cast<char*>(std::aligned_alloc(4096, 1u << 20)), &std::free);
+  got.clear();
+  for (ssize_t n; (n = ::read(direct->get(), aligned.get(), 1u << 20)) > 0;) {
+    got.append(aligned.get(), n);
+  }
+  EXPECT_TRUE(got == want) << "read " << got.size() << " bytes of " << want.size();
+  direct->reset();
+  const auto after = Status()["cache"];
+  EXPECT_EQ(after["let_go"].get<uint64_t>(), let_go) << after.dump();
+  EXPECT_GE(after["bytes"].get<uint64_t>(), want.size() / 2) << after.dump();
 }
 
 TEST_F(Mounted, ColdGzipTracesStoredByContentReadBackBitForBit) {
