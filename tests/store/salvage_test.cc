@@ -595,20 +595,27 @@ uint64_t MigrateOne(const std::string& logdir, const std::string& store, const s
                     uint64_t* copied) {
   fs::create_directories(fs::path(logdir + "/" + rel).parent_path());
   testing::WriteBytes(logdir + "/" + rel, bytes);
+  // The table files that MANIFEST lists, for MigrateThenCutBack: a merge
+  // after a flush may delete some. Those of the closed store, then those
+  // the open added: a merge the open starts may delete a table file while
+  // they are listed (one gone between the listing and its link).
+  const std::string tables = store + ".tables-at-open";
+  fs::remove_all(tables);
+  fs::create_directories(tables);
+  auto keep_tables = [&] {
+    for (const auto& e : fs::directory_iterator(store)) {
+      std::error_code gone;
+      if (e.path().extension() == ".sst" && !fs::exists(tables / e.path().filename()))
+        fs::create_hard_link(e.path(), tables / e.path().filename(), gone);
+    }
+  };
+  keep_tables();
   auto s = ColdStore::Open(store, OpenOptions{});
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   if (!s.ok()) return 0;
   *manifest = EngineManifest(store);
   *opened = fs::file_size(*manifest);
-  // The table files that MANIFEST lists, for MigrateThenCutBack: a merge
-  // after a flush may delete some.
-  const std::string tables = store + ".tables-at-open";
-  fs::remove_all(tables);
-  fs::create_directories(tables);
-  for (const auto& e : fs::directory_iterator(store)) {
-    if (e.path().extension() == ".sst")
-      fs::create_hard_link(e.path(), tables / e.path().filename());
-  }
+  keep_tables();
   CandidateOptions c;
   c.older_than_s = 0;
   c.walk.skip_dirs = {kStoreDirName};
