@@ -10,6 +10,10 @@
 //   - the daemon's peak RSS (VmHWM) after all of that, with --cache;
 //   - `find -printf '%s %m %u'` over --tree-files small files and warm
 //     tfevents reads, mount against native.
+// With --against, another tbfs (an earlier build) migrates a copy of the
+// logdir in every round, and its store's first bytes, preads and whole read
+// are measured beside this one's: its daemon mounted at the same time,
+// samples alternating.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,7 +44,8 @@ struct Args {
   int rounds = 3;
   std::string tbfs = "tbfs";
   int migrations = 1;   // rounds of the migration's timing
-  std::string against;  // another tbfs whose migration each round times too
+  std::string against;  // another tbfs measured beside this one
+  int read_rounds = 1;  // whole reads of every cold file, fresh daemons each
 };
 
 double Seconds(const std::string& cmd) {
@@ -92,9 +97,10 @@ double Pread4k(const std::string& path, off_t off) {
   return n > 0 ? s : -1;
 }
 
-bool Mount(const Args& a, const std::string& logdir, const std::string& mnt) {
+bool Mount(const Args& a, const std::string& tbfs, const std::string& logdir,
+           const std::string& mnt) {
   return std::system(
-             fmt::format("{} mount {} {} --no-migrate --cache {}", a.tbfs, logdir, mnt, a.cache)
+             fmt::format("{} mount {} {} --no-migrate --cache {}", tbfs, logdir, mnt, a.cache)
                  .c_str()) == 0;
 }
 
@@ -103,8 +109,8 @@ void Unmount(const std::string& mnt, int pid) {
   for (int i = 0; i < 500 && fs::exists("/proc/" + std::to_string(pid)); ++i) ::usleep(10000);
 }
 
-int DaemonPid(const Args& a, const std::string& mnt) {
-  auto st = nlohmann::json::parse(MountStatus(a.tbfs, mnt), nullptr, false);
+int DaemonPid(const std::string& tbfs, const std::string& mnt) {
+  auto st = nlohmann::json::parse(MountStatus(tbfs, mnt), nullptr, false);
   return st.is_object() && st.contains("pid") ? st["pid"].get<int>() : 0;
 }
 
@@ -115,9 +121,16 @@ double BestOf(int n, const std::string& cmd) {
   return best;
 }
 
+// A tbfs whose store is read: this build's, and --against's.
+struct Subject {
+  std::string tbfs, logdir, mnt;
+  int pid = 0;  // its daemon's, while mounted
+};
+
 // The bench's folders, and what the generated logdir holds.
 struct Bench {
   std::string logdir, mnt, native, zdir;
+  std::string their_logdir, their_mnt;      // --against's migrated copy
   std::vector<std::string> events, traces;  // relative paths, traces sorted
   uint64_t trace_bytes = 0;
   // What the migration moves besides the traces (its dry run's list: the
@@ -196,7 +209,8 @@ void MeasureMigration(const Args& a, const Bench& b) {
                       b.zdir, i);
   }
   std::system(copy.c_str());
-  const std::string spare = a.dir + "/spare";
+  // --against's last migration is kept: its store is read beside ours.
+  const std::string spare = a.against.empty() ? a.dir + "/spare" : b.their_logdir;
   auto migrate = [&](const std::string& tbfs, bool last) {
     const std::string logdir = last ? b.logdir : spare;
     if (!last) std::system(fmt::format("rm -rf {0} && cp -a {1} {0}", spare, b.logdir).c_str());
@@ -227,7 +241,7 @@ void MeasureMigration(const Args& a, const Bench& b) {
       fmt::print("\n");
     }
   }
-  std::system(fmt::format("rm -rf {}", spare).c_str());
+  if (a.against.empty()) std::system(fmt::format("rm -rf {}", spare).c_str());
   auto ratios = [&](const std::vector<double>& t) {
     std::vector<double> r;
     for (size_t i = 0; i < t.size(); ++i) r.push_back(t[i] / zstd9[i]);
@@ -253,76 +267,144 @@ void MeasureMigration(const Args& a, const Bench& b) {
   }
 }
 
+// This build's store, and --against's when given.
+std::vector<Subject> Subjects(const Args& a, const Bench& b) {
+  std::vector<Subject> s = {{a.tbfs, b.logdir, b.mnt}};
+  if (!a.against.empty()) s.push_back({a.against, b.their_logdir, b.their_mnt});
+  return s;
+}
+
+bool MountAll(const Args& a, std::vector<Subject>* subjects) {
+  for (auto& s : *subjects) {
+    if (!Mount(a, s.tbfs, s.logdir, s.mnt)) return false;
+    s.pid = DaemonPid(s.tbfs, s.mnt);
+  }
+  return true;
+}
+
+void UnmountAll(std::vector<Subject>* subjects) {
+  for (auto& s : *subjects) Unmount(s.mnt, s.pid);
+}
+
+// "median M ms, max X ms" of samples in seconds.
+std::string Spread(const std::vector<double>& v) {
+  return fmt::format("median {:.2f} ms, max {:.2f} ms", 1e3 * Median(v), 1e3 * Max(v));
+}
+
 int MeasureLatency(const Args& a, const Bench& b) {
-  // First byte and random preads: a fresh daemon for every round, page
-  // cache dropped before every sample.
-  std::vector<double> fb_mount, fb_native, pr_mount, pr_native;
+  // First byte and random preads: fresh daemons for every round, page
+  // cache dropped before every sample; with --against, which store goes
+  // first alternates from file to file.
+  std::vector<Subject> subjects = Subjects(a, b);
+  std::vector<std::vector<double>> fb(subjects.size()), pr(subjects.size());
+  std::vector<double> fb_native, pr_native;
   std::mt19937_64 rng(7);
   for (int round = 0; round < a.rounds; ++round) {
-    if (!Mount(a, b.logdir, b.mnt)) return 2;
+    if (!MountAll(a, &subjects)) return 2;
     for (size_t i = 0; i < b.traces.size(); ++i) {
-      DropCaches();
-      fb_native.push_back(FirstByte(fmt::format("{}/{}", b.native, i)));
-      DropCaches();
-      fb_mount.push_back(FirstByte(b.mnt + "/" + b.traces[i]));
-      uint64_t size = fs::file_size(fmt::format("{}/{}", b.native, i));
+      const std::string native = fmt::format("{}/{}", b.native, i);
+      uint64_t size = fs::file_size(native);
       off_t off = static_cast<off_t>(rng() % (size - 4096)) & ~off_t{4095};
       DropCaches();
-      pr_native.push_back(Pread4k(fmt::format("{}/{}", b.native, i), off));
+      fb_native.push_back(FirstByte(native));
       DropCaches();
-      pr_mount.push_back(Pread4k(b.mnt + "/" + b.traces[i], off));
+      pr_native.push_back(Pread4k(native, off));
+      for (size_t k = 0; k < subjects.size(); ++k) {
+        const size_t s = (k + i) % subjects.size();
+        const std::string path = subjects[s].mnt + "/" + b.traces[i];
+        DropCaches();
+        fb[s].push_back(FirstByte(path));
+        DropCaches();
+        pr[s].push_back(Pread4k(path, off));
+      }
     }
-    Unmount(b.mnt, DaemonPid(a, b.mnt));
+    UnmountAll(&subjects);
   }
   fmt::print(
-      "first byte of a cold file (open + read, page cache dropped, {} samples): mount median "
-      "{:.2f} ms, max {:.2f} ms; native median {:.2f} ms, max {:.2f} ms\n",
-      fb_mount.size(), 1e3 * Median(fb_mount), 1e3 * Max(fb_mount), 1e3 * Median(fb_native),
-      1e3 * Max(fb_native));
+      "first byte of a cold file (open + read, page cache dropped, {} samples): mount {}; native "
+      "{}\n",
+      fb[0].size(), Spread(fb[0]), Spread(fb_native));
   fmt::print(
-      "4 KiB pread at a random offset (page cache dropped, {} samples): mount median {:.2f} ms, "
-      "max {:.2f} ms; native median {:.2f} ms, max {:.2f} ms\n",
-      pr_mount.size(), 1e3 * Median(pr_mount), 1e3 * Max(pr_mount), 1e3 * Median(pr_native),
-      1e3 * Max(pr_native));
-
+      "4 KiB pread at a random offset (page cache dropped, {} samples): mount {}; native {}\n",
+      pr[0].size(), Spread(pr[0]), Spread(pr_native));
+  if (subjects.size() > 1) {
+    fmt::print("--against's store, the same samples: first byte {}; 4 KiB pread {}\n",
+               Spread(fb[1]), Spread(pr[1]));
+  }
   return 0;
 }
 
-// Every cold file once, by a fresh daemon, page cache dropped; then
-// metadata and hot reads, warm.
-int MeasureReads(const Args& a, const Bench& b) {
-  // Every cold file once, by a fresh daemon, page cache dropped.
-  if (!Mount(a, b.logdir, b.mnt)) return 2;
-  int pid = DaemonPid(a, b.mnt);
-  std::vector<std::string> cold_paths, native_paths;
-  for (size_t i = 0; i < b.traces.size(); ++i) {
-    cold_paths.push_back(b.mnt + "/" + b.traces[i]);
-    native_paths.push_back(fmt::format("{}/{}", b.native, i));
-  }
-  uint64_t bytes = 0;
-  DropCaches();
-  double mount_read = ReadFiles(cold_paths, &bytes);
-  DropCaches();
+// Every cold file read once by each store's fresh daemon, and `zstd -d` of
+// the -9 files, page cache dropped before each; --read-rounds rounds, the
+// order reversed every other round. Then the daemon's VmHWM.
+int MeasureWholeReads(const Args& a, const Bench& b) {
+  std::vector<Subject> subjects = Subjects(a, b);
   std::string unpack;  // the traces' frames, one after another
   for (size_t i = 0; i < b.traces.size(); ++i)
     unpack += fmt::format("zstd -q -d -c {}/{}.zst > /dev/null; ", b.zdir, i);
-  double zstd_d = Seconds(unpack + "true");
-  DropCaches();
-  uint64_t native_bytes = 0;
-  double native_read = ReadFiles(native_paths, &native_bytes);
-  double mb = static_cast<double>(bytes) / 1e6;
+  std::vector<std::string> native_paths;
+  for (size_t i = 0; i < b.traces.size(); ++i)
+    native_paths.push_back(fmt::format("{}/{}", b.native, i));
+  std::vector<std::vector<double>> reads(subjects.size());
+  std::vector<double> zstd_d, native;
+  std::vector<uint64_t> hwm_kb(subjects.size(), 0);
+  uint64_t bytes = 0;
+  for (int round = 0; round < a.read_rounds; ++round) {
+    if (!MountAll(a, &subjects)) return 2;
+    // 0..n-1 the stores, n zstd -d, n+1 the files on disk.
+    std::vector<size_t> order(subjects.size() + 2);
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    if (round % 2 == 1) std::reverse(order.begin(), order.end());
+    for (size_t k : order) {
+      DropCaches();
+      if (k == subjects.size()) {
+        zstd_d.push_back(Seconds(unpack + "true"));
+      } else if (k == subjects.size() + 1) {
+        uint64_t native_bytes = 0;
+        native.push_back(ReadFiles(native_paths, &native_bytes));
+      } else {
+        std::vector<std::string> paths;
+        for (const auto& t : b.traces) paths.push_back(subjects[k].mnt + "/" + t);
+        reads[k].push_back(ReadFiles(paths, &bytes));
+        if (bytes != b.trace_bytes) {
+          fmt::print(stderr, "read {} bytes through {}, expected {}\n", bytes, subjects[k].mnt,
+                     b.trace_bytes);
+        }
+        hwm_kb[k] = std::max(hwm_kb[k], PeakRssKb(subjects[k].pid));
+      }
+    }
+    UnmountAll(&subjects);
+  }
+  auto faster = [&](const std::vector<double>& t) {  // median of zstd -d / t, round by round
+    std::vector<double> r;
+    for (size_t i = 0; i < t.size(); ++i) r.push_back(zstd_d[i] / t[i]);
+    return Median(r);
+  };
+  const double mb = static_cast<double>(b.trace_bytes) / 1e6;
+  const std::string of = a.read_rounds > 1 ? fmt::format(", median of {}", a.read_rounds) : "";
   fmt::print(
-      "every cold file read once (page cache dropped, {:.0f} MB): mount {:.2f} s ({:.0f} MB/s); "
+      "every cold file read once (page cache dropped, {:.0f} MB{}): mount {:.2f} s ({:.0f} MB/s); "
       "zstd -d of the -9 files, one after another, {:.2f} s: mount {:.2f}x faster; the "
       "uncompressed files on disk {:.2f} s\n",
-      mb, mount_read, mb / mount_read, zstd_d, zstd_d / mount_read, native_read);
-  if (bytes != b.trace_bytes) {
-    fmt::print(stderr, "read {} bytes through the mount, expected {}\n", bytes, b.trace_bytes);
-  }
+      mb, of, Median(reads[0]), mb / Median(reads[0]), Median(zstd_d), faster(reads[0]),
+      Median(native));
   fmt::print("daemon VmHWM after reading everything: {:.1f} MB (--cache {})\n",
-             static_cast<double>(PeakRssKb(pid)) / 1024, a.cache);
+             static_cast<double>(hwm_kb[0]) / 1024, a.cache);
+  if (subjects.size() > 1) {
+    fmt::print(
+        "--against's store read the same way: {:.2f} s, {:.2f}x faster than zstd -d; VmHWM {:.1f} "
+        "MB; this build / --against: {:.2f}x the speed\n",
+        Median(reads[1]), faster(reads[1]), static_cast<double>(hwm_kb[1]) / 1024,
+        faster(reads[0]) / faster(reads[1]));
+  }
+  return 0;
+}
 
-  // Metadata and hot reads, warm.
+// Metadata and hot reads, warm: `find` over the small files and tfevents
+// reads, mount against native.
+int MeasureWarm(const Args& a, const Bench& b) {
+  if (!Mount(a, a.tbfs, b.logdir, b.mnt)) return 2;
+  int pid = DaemonPid(a.tbfs, b.mnt);
   auto find = [&](const std::string& root) {
     return BestOf(3, fmt::format("find {}/tree -printf '%s %m %u\\n' > /dev/null", root));
   };
@@ -337,6 +419,7 @@ int MeasureReads(const Args& a, const Bench& b) {
     ev_native.push_back(b.logdir + "/" + e);
     ev_mount.push_back(b.mnt + "/" + e);
   }
+  uint64_t bytes = 0;
   double ev_n = 1e9, ev_m = 1e9;
   for (int pass = 0; pass < 5; ++pass) {
     ev_n = std::min(ev_n, ReadFiles(ev_native, &bytes));
@@ -354,13 +437,17 @@ int Run(const Args& a) {
   b.mnt = a.dir + "/mnt";
   b.native = a.dir + "/native";
   b.zdir = a.dir + "/zstd9";
-  std::system(("fusermount3 -u " + b.mnt + " 2>/dev/null").c_str());
+  b.their_logdir = a.dir + "/against";
+  b.their_mnt = a.dir + "/against-mnt";
+  for (const auto& m : {b.mnt, b.their_mnt})
+    std::system(("fusermount3 -u " + m + " 2>/dev/null").c_str());
   fs::remove_all(a.dir);
-  for (const auto& d : {b.mnt, b.native, b.zdir}) fs::create_directories(d);
+  for (const auto& d : {b.mnt, b.their_mnt, b.native, b.zdir}) fs::create_directories(d);
   if (int r = Generate(a, b); r != 0) return r;
   MeasureMigration(a, b);
   if (int r = MeasureLatency(a, b); r != 0) return r;
-  return MeasureReads(a, b);
+  if (int r = MeasureWholeReads(a, b); r != 0) return r;
+  return MeasureWarm(a, b);
 }
 
 }  // namespace cold_bench
@@ -383,7 +470,12 @@ void RegisterColdBench(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--against", a->against,
-                  "another tbfs command whose migration each round times too");
+                  "another tbfs command (an earlier build): its migration each round, and reads "
+                  "of the store it made, beside this one's");
+  cmd->add_option("--read-rounds", a->read_rounds,
+                  "whole reads of every cold file by each store (median)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([a, exit_code] { *exit_code = Run(*a); });
 }
 
