@@ -37,7 +37,8 @@ std::shared_ptr<ChunkBuffers> ChunkBuffers::Create(uint64_t keep_free_bytes) {
   return std::shared_ptr<ChunkBuffers>(new ChunkBuffers(keep_free_bytes));
 }
 
-ChunkBuffers::ChunkBuffers(uint64_t keep_free_bytes) : keep_free_(keep_free_bytes) {}
+ChunkBuffers::ChunkBuffers(uint64_t keep_free_bytes)
+    : keep_free_(keep_free_bytes), unmap_above_(2 * keep_free_bytes) {}
 
 ChunkBuffers::~ChunkBuffers() {
   // Every buffer holds this allocator: none is in use any more.
@@ -150,9 +151,11 @@ void ChunkBuffers::Give(Slab* slab, char* p) {
     slab->free.push_back(p);
     slab->in_use--;
     free_bytes_ += slab->buffer_bytes;
-    // Slabs with no buffer in use beyond the kept amount: this one, or one
-    // that emptied while the free total was below it.
-    for (auto it = slabs_.begin(); free_bytes_ > keep_free_ && it != slabs_.end();) {
+    // Slabs with no buffer in use beyond twice the kept amount: this one, or
+    // one that emptied while the free total was below it. (Beyond the kept
+    // amount only, a stream's chunks coming and going would unmap a slab
+    // and the reserve map a fresh one, every other chunk.)
+    for (auto it = slabs_.begin(); free_bytes_ > unmap_above_ && it != slabs_.end();) {
       if ((*it)->in_use == 0) {
         free_bytes_ -= kSlabBytes;
         unmap.push_back((*it)->base);
@@ -169,7 +172,7 @@ uint64_t ChunkBuffers::StrandedBytes() {
   // One slab's worth is the granule of mapping: a slab being filled or
   // emptied by one size is not waste.
   MutexLock lock(mu_);
-  const uint64_t allowed = keep_free_ + kSlabBytes;
+  const uint64_t allowed = unmap_above_ + kSlabBytes;
   return free_bytes_ > allowed ? free_bytes_ - allowed : 0;
 }
 

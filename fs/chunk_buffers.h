@@ -20,8 +20,10 @@
 //
 // Limits: a buffer's capacity is its size rounded up to a power of two
 // (64 KiB to 2 MiB), so a chunk of 600 KiB holds 1 MiB. Slabs with no
-// buffer in use are unmapped while more than keep_free_bytes of buffers
-// are free; up to that much stays mapped for the next reads. Free buffers
+// buffer in use are unmapped while more than twice keep_free_bytes of
+// buffers are free; up to that much stays mapped for the next reads (the
+// gap between what is refilled and what is unmapped keeps a stream from
+// mapping fresh slabs as its chunks come and go). Free buffers
 // in slabs that also hold buffers in use cannot be unmapped (StrandedBytes:
 // the cache evicts for them). Thread-safe.
 #pragma once
@@ -58,7 +60,7 @@ class ChunkBuffers : public std::enable_shared_from_this<ChunkBuffers> {
   bool FillReserve();
   // Whether FillReserve would map a slab.
   bool ReserveLow();
-  // Free buffer bytes beyond keep_free_bytes and one slab: buffers of slabs
+  // Free buffer bytes beyond twice keep_free_bytes and one slab: buffers of slabs
   // that also hold buffers in use, which only a request of the same size
   // can take. The cache counts them against its capacity.
   uint64_t StrandedBytes();
@@ -80,8 +82,9 @@ class ChunkBuffers : public std::enable_shared_from_this<ChunkBuffers> {
   // Cuts the slab (none of it in use) into free buffers of `cls` bytes.
   void Carve(Slab* slab, size_t cls) TBFS_REQUIRES(mu_);
 
-  const uint64_t keep_free_;
-  Mutex mu_;  // a leaf
+  const uint64_t keep_free_;    // the reserve FillReserve keeps
+  const uint64_t unmap_above_;  // free slabs go beyond this (twice the above)
+  Mutex mu_;                    // a leaf
   std::vector<std::unique_ptr<Slab>> slabs_ TBFS_GUARDED_BY(mu_);
   uint64_t free_bytes_ TBFS_GUARDED_BY(mu_) = 0;
   uint64_t big_bytes_ TBFS_GUARDED_BY(mu_) = 0;
