@@ -142,4 +142,14 @@ inline std::string SharedData(const std::string& rel) {
   return path;
 }
 
+// Whether `got` holds exactly `want`; if not, the sizes and where they
+// first differ (not megabytes of bytes printed).
+inline ::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
+  if (got == want) return ::testing::AssertionSuccess();
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) i++;
+  return ::testing::AssertionFailure() << got.size() << " bytes where " << want.size()
+                                       << " were expected; first difference at " << i;
+}
+
 }  // namespace tbfs::testing

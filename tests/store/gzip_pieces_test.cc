@@ -29,20 +29,12 @@ namespace {
 namespace fs = std::filesystem;
 using testing::ReadBytes;
 using testing::RunCommand;
+using testing::SameBytes;
 using testing::SharedData;
 using testing::TempDir;
 using testing::WriteBytes;
 
 using testing::kChunk;
-
-// Equal bytes; else where they first differ (never the bytes themselves).
-::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
-  if (got == want) return ::testing::AssertionSuccess();
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && got[i] == want[i]) i++;
-  return ::testing::AssertionFailure() << got.size() << " bytes where " << want.size()
-                                       << " were expected; first difference at " << i;
-}
 
 // `bytes` of the real Kineto trace's JSON from `at` on: what PyTorch's
 // profiler writes, whose repetition zlib's 32 KiB window misses.

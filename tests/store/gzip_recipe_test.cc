@@ -17,6 +17,7 @@ namespace {
 
 using testing::ReadBytes;
 using testing::RunCommand;
+using testing::SameBytes;
 using testing::SharedData;
 using testing::TempDir;
 using testing::WriteBytes;
@@ -57,15 +58,6 @@ std::string Remake(const GzipRecipe& r, const std::string& content, size_t piece
   }
   EXPECT_TRUE(remaker.Finish(&out).ok());
   return out;
-}
-
-// Equal bytes; else where they first differ (never the bytes themselves).
-::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
-  if (got == want) return ::testing::AssertionSuccess();
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && got[i] == want[i]) i++;
-  return ::testing::AssertionFailure() << got.size() << " bytes where " << want.size()
-                                       << " were expected; first difference at " << i;
 }
 
 // Found, and made again bit for bit however the content is cut.
