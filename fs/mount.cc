@@ -330,6 +330,8 @@ int Daemon::Serve(Verdict& verdict) {
   // after it.
   std::shared_future<void> initialized = context_.initialized.get_future().share();
   std::atomic<bool> serving{true};
+  // Then the same thread has the store open what it would open at the
+  // first read of each of its files (their first bytes do not wait for it).
   std::thread readahead([&, initialized] {
     initialized.wait();
     if (!serving) return;
@@ -344,6 +346,7 @@ int Daemon::Serve(Verdict& verdict) {
                  static_cast<unsigned long>(::getpid()), mc.logdir.c_str(), mc.mountpoint.c_str());
     }
     RaiseReadahead(root_st.st_dev);
+    store_.OpenReaders([&] { return !serving; });
   });
   const int rc = session_->Loop(kMaxFuseThreads);
   serving = false;

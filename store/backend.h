@@ -132,6 +132,11 @@ class Backend {
   // Damaged records of the engine's log that its open skipped (what they
   // held since the last flush is gone); "" when there were none.
   virtual std::string LogDamage() { return ""; }
+  // Opens now what the engine would open at the first read of each of its
+  // data files (a cold file's first byte after a start then does not wait
+  // for it); reads only, changes nothing, and stops early once `stop` says
+  // so. Nothing for engines that open everything up front.
+  virtual void OpenReaders(const std::function<bool()>& stop) { (void)stop; }
 
   // What the engine holds in memory, by holder (tbfs status): zero where
   // an engine holds nothing of the kind.
@@ -212,6 +217,7 @@ class LocalEngine final : public Backend {
   std::string LogDamage() override;
   std::vector<std::string> UnlistedBlobFiles() override;
   Memory MemoryUse() override;
+  void OpenReaders(const std::function<bool()>& stop) override;
 
  private:
   LocalEngine(std::string dir, UniqueFd hold, std::unique_ptr<Backend> engine, bool writable)

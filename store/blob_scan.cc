@@ -194,4 +194,19 @@ Status ScanBlobFile(const std::string& path, const std::function<void(const Blob
   return Status::OK();
 }
 
+std::string FirstBlobKey(const std::string& path, uint64_t max_value) {
+  UniqueFd fd;
+  struct stat st;
+  if (!OpenRegular(path, &fd, &st).ok()) return "";
+  unsigned char b[kFileHeaderBytes + kRecordHeaderBytes + kKeyBytes];
+  if (::pread(fd.get(), b, sizeof(b), 0) != static_cast<ssize_t>(sizeof(b))) return "";
+  const unsigned char* r = b + kFileHeaderBytes;
+  if (Le32(b) != kBlobMagic || Le32(b + 4) != kBlobVersion ||
+      events::MaskCrc(events::Crc32c(r, 24)) != Le32(r + 24) || Le64(r) != kKeyBytes ||
+      Le64(r + 8) > max_value) {
+    return "";
+  }
+  return std::string(reinterpret_cast<const char*>(r + kRecordHeaderBytes), kKeyBytes);
+}
+
 }  // namespace tbfs::store

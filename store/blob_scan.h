@@ -54,4 +54,10 @@ Status ScanBlobFile(const std::string& path, const std::function<void(const Blob
 // (or is no regular file: never opened blocking, a FIFO would hang).
 Status CheckBlobFile(const std::string& path, uint32_t space_id);
 
+// The key of the first record of the blob file at `path`, when the file's
+// header and the record's header (its CRC) hold, the key is a chunk key's
+// length and the value at most `max_value` bytes; "" otherwise (nothing
+// is believed beyond that: the caller only reads the key). Reads 78 bytes.
+std::string FirstBlobKey(const std::string& path, uint64_t max_value);
+
 }  // namespace tbfs::store

@@ -298,17 +298,17 @@ class ColdStore {
   std::vector<std::string> CheckDictionaries();
 
   // --- the engine
-  // Moves what is only in the engine's log into its files (after a
-  // migration the log holds a second copy of every chunk).
+  // Moves what only the engine's log holds into its files.
   Status Flush() { return backend_->Flush(); }
-  Status VerifyTables() { return backend_->VerifyTables(); }  // Backend's
-  std::string LogDamage() { return backend_->LogDamage(); }   // Backend's
+  // Backend's VerifyTables, LogDamage, UnlistedBlobFiles, OpenReaders:
+  Status VerifyTables() { return backend_->VerifyTables(); }
+  std::string LogDamage() { return backend_->LogDamage(); }
   std::vector<std::string> UnlistedBlobFiles() { return backend_->UnlistedBlobFiles(); }
+  void OpenReaders(const std::function<bool()>& stop) { backend_->OpenReaders(stop); }
   // Returns the space of deleted data (compaction, blob garbage collection).
   // (Tests: the failpoint store.compact fails it as a full disk would.)
   Status Compact();
-  // Bytes the store's files take on disk.
-  uint64_t DiskBytes() { return backend_->DiskBytes(); }
+  uint64_t DiskBytes() { return backend_->DiskBytes(); }  // of the store's files
   // What the engine holds in memory, by holder.
   Backend::Memory EngineMemory() { return backend_->MemoryUse(); }
 

@@ -220,6 +220,11 @@ Backend::Memory LocalEngine::MemoryUse() {
   return inner_->MemoryUse();
 }
 
+void LocalEngine::OpenReaders(const std::function<bool()>& stop) {
+  ReaderMutexLock lock(mu_);
+  inner_->OpenReaders(stop);
+}
+
 Status LocalEngine::VerifyTables() {
   ReaderMutexLock lock(mu_);
   return inner_->VerifyTables();

@@ -3,15 +3,12 @@
 // RocksDB's own compression off; the small records use RocksDB's defaults.
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
-#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table_properties.h>
-#include <rocksdb/utilities/options_util.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
-#include <array>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -190,6 +187,9 @@ class RocksBackend final : public Backend {
   }
 
   std::string LogDamage() override { return log_damage_; }
+  void OpenReaders(const std::function<bool()>& stop) override {
+    OpenBlobReaders(db_.get(), cf(Space::kChunks), stop);
+  }
   void set_log_damage(std::string what) { log_damage_ = std::move(what); }
 
   Status VerifyTables() override {

@@ -96,6 +96,10 @@ std::string ListedFileGone(std::string_view name);
 std::vector<std::string> MissingEngineFiles(rocksdb::DB* db, bool blobs);
 // The blob files in `dir` (paths) that db does not list.
 std::vector<std::string> UnlistedEngineBlobs(rocksdb::DB* db, const std::string& dir);
+// Has the engine open its reader of each of the newest kMaxBlobReadersOpened
+// blob files of `chunks` (store/rocks_readers.cc); stops once `stop` says so.
+void OpenBlobReaders(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks,
+                     const std::function<bool()>& stop);
 
 // RocksDB's own log, into tbfs's at `level` (warnings and errors only;
 // RocksDB's LOG file is not used: on a full disk a write to it aborts the

@@ -1,0 +1,51 @@
+// The engine opens a blob file (its header and footer read and checked)
+// at the first read of a value in it, and keeps it open. After a start,
+// every cold file whose blob file nothing has read yet paid for that open
+// in its first byte: 0.2 ms of 1.3 ms, page cache dropped (README, "A first
+// byte without opening a blob file"). RocksDB has no call that opens them
+// (its TODO: "proactively open/cache blob files"), but a read of a value in
+// one does: the key of each file's first record, read from the file.
+#include <algorithm>
+
+#include "store/blob_scan.h"
+#include "store/rocks_env.h"
+
+namespace tbfs::store {
+
+namespace {
+
+// Readers opened at most (the newest blob files first: the newest traces
+// are the likeliest to be read); each holds a file descriptor, as it would
+// once read anyway. 256 MiB blob files: a 256 GiB store.
+constexpr size_t kMaxBlobReadersOpened = 1024;
+// A first record whose value is bigger is not read for this (a chunk is 1
+// MiB and a header; a bigger length is damage).
+constexpr uint64_t kMaxValueRead = (1u << 20) + 4096;
+
+}  // namespace
+
+void OpenBlobReaders(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks,
+                     const std::function<bool()>& stop) {
+  rocksdb::ColumnFamilyMetaData meta;
+  db->GetColumnFamilyMetaData(chunks, &meta);
+  std::vector<rocksdb::BlobMetaData>& blobs = meta.blob_files;
+  std::sort(blobs.begin(), blobs.end(),
+            [](const auto& a, const auto& b) { return a.blob_file_number > b.blob_file_number; });
+  if (blobs.size() > kMaxBlobReadersOpened) blobs.resize(kMaxBlobReadersOpened);
+  rocksdb::ReadOptions ro;  // checksums checked, as every read of the store
+  ro.fill_cache = false;
+  rocksdb::PinnableSlice value;
+  for (const auto& b : blobs) {
+    if (stop()) return;
+    const std::string& name = b.blob_file_name;  // "/000012.blob"
+    const std::string key =
+        FirstBlobKey(b.blob_file_path + (name.starts_with('/') ? "" : "/") + name, kMaxValueRead);
+    if (key.empty()) continue;  // damage: the reads of its chunks say so
+    // Whatever it finds (a value, NotFound for a chunk deleted since, a
+    // damaged block) changes nothing; the file is open if it could be.
+    value.Reset();
+    (void)db->Get(ro, chunks, key, &value);
+  }
+}
+
+}  // namespace tbfs::store
