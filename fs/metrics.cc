@@ -238,12 +238,15 @@ void ReadPathMetrics(Families& f, const Filesystem::Stats& k, uint64_t cache_cap
             static_cast<double>(k.cache.hits));
   f.Counter("tbfs_chunk_cache_misses_total", "Cold chunk reads that went to the store",
             static_cast<double>(k.cache.misses));
+  f.Counter("tbfs_chunk_cache_let_go_total",
+            "Cached chunks dropped as a sequential reader passed them (the page cache holds them)",
+            static_cast<double>(k.cache.let_go));
   f.Gauge("tbfs_chunk_cache_bytes", "Bytes held by the cold chunk cache",
           static_cast<double>(k.cache.bytes));
   f.Gauge("tbfs_chunk_cache_capacity_bytes", "Capacity of the cold chunk cache",
           static_cast<double>(cache_capacity));
   f.Gauge("tbfs_chunk_buffers_mapped_bytes",
-          "Memory mapped for decompressed chunks: the cache's, readers' in flight and up to 8 MiB "
+          "Memory mapped for decompressed chunks: the cache's, readers' in flight and up to 16 MiB "
           "kept free",
           static_cast<double>(k.cache.buffers.mapped_bytes));
   f.Counter("tbfs_eio_total", "Operations answered EIO, by cause",

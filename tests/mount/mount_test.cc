@@ -275,6 +275,11 @@ TEST_F(Mounted, AStreamThroughAColdFileLeavesOnlyTheChunksAroundTheReader) {
   EXPECT_TRUE(WaitUntil([&] { return Status()["cache"]["bytes"].get<uint64_t>() == 0; },
                         std::chrono::seconds(5), std::chrono::milliseconds(20)))
       << Status()["cache"].dump();
+  const std::string plain = RunCommand(Tbfs("status " + Quote(mnt_))).out;
+  EXPECT_NE(plain.find(fmt::format("{} chunks let go by streams",
+                                   Status()["cache"]["let_go"].get<uint64_t>())),
+            std::string::npos)
+      << plain;
 
   // A reader that bypasses the page cache (O_DIRECT) leaves its chunks for
   // the next such reader: there is nothing else to read them again from.
@@ -1694,6 +1699,7 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   EXPECT_EQ(Sample(before, "tbfs_migrated_files_total", mnt_), 0);
   EXPECT_EQ(Sample(before, "tbfs_verifier_ok", mnt_), 1);
   EXPECT_NE(before.find("# TYPE tbfs_eio_total counter"), std::string::npos);
+  EXPECT_NE(before.find("# TYPE tbfs_chunk_cache_let_go_total counter"), std::string::npos);
   EXPECT_GT(Sample(before, "process_resident_memory_bytes", mnt_), 0);
   EXPECT_GT(Sample(before, "process_cpu_seconds_total", mnt_), 0);
   EXPECT_GT(Sample(before, "process_open_fds", mnt_), 0);

@@ -269,9 +269,9 @@ int RunStatus(const std::string& mountpoint, bool json) {
     for (const auto& p : j["lost"]["paths"]) fmt::print("\n  {}", Printable(p.get<std::string>()));
     fmt::print("\n(tbfs fsck LOGDIR lists them; --clear-lost once dealt with)\n");
   }
-  fmt::print("rehydrations: {}; cache hit ratio {:.1f}% ({} cached)\n",
+  fmt::print("rehydrations: {}; cache hit ratio {:.1f}% ({} cached, {} chunks let go by streams)\n",
              j["rehydrations"].get<uint64_t>(), 100 * j["cache"]["hit_ratio"].get<double>(),
-             HumanBytes(u("cache", "bytes")));
+             HumanBytes(u("cache", "bytes")), j["cache"].value("let_go", uint64_t{0}));
   if (j.contains("memory")) PrintMemory(j["memory"]);
   std::string eio;
   for (const auto& [site, n] : j["eio"]["by_site"].items()) {
