@@ -47,7 +47,7 @@ void WriteStore(const std::string& dir, int files) {
   o.create_if_missing = true;
   auto b = OpenRocksBackend(dir, o);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  for (int f = 0; f < files; ++f) {
+  for (uint64_t f = 0; f < static_cast<uint64_t>(files); ++f) {
     WriteBatch w;
     for (uint64_t id = 10 * f + 1; id <= 10 * f + 4; ++id) {
       for (uint64_t i = 0; i < 3; ++i) {
