@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -69,6 +70,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const std::string& s
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno(errno, "pipe", s->path_);
   s->wake_[0].reset(fds[0]);
   s->wake_[1].reset(fds[1]);
+  s->spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   s->loop_ = std::thread([raw = s.get()] { raw->Loop(); });
   return s;
 }
@@ -98,7 +100,9 @@ void ControlServer::Loop() {
     if (p[1].revents) return;
     if (!(p[0].revents & POLLIN)) continue;
     int conn = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0 && (errno == EMFILE || errno == ENFILE)) TurnAwayOne();
     if (conn < 0) continue;
+    out_of_fds_ = false;
     MutexLock lock(mu_);
     std::erase_if(connections_, [](Connection& c) {
       if (!c.done->load()) return false;
@@ -112,6 +116,35 @@ void ControlServer::Loop() {
                             }),
                             done});
   }
+}
+
+// No file descriptor left for a connection: it would stay queued and
+// every poll return at once (a core spinning, the client waiting for its
+// whole timeout; red team). The spare descriptor makes room to take it and
+// answer why; without even that, the loop waits before it tries again.
+void ControlServer::TurnAwayOne() {
+  if (!out_of_fds_) {
+    spdlog::error("control socket {}: accept: {} (the daemon's RLIMIT_NOFILE is reached)", path_,
+                  std::strerror(errno));
+    out_of_fds_ = true;
+  }
+  spare_.reset();
+  UniqueFd conn(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (conn.valid()) {
+    // Its request read first: a close with it unread resets the connection
+    // before the client reads the answer.
+    struct timeval timeout = {1, 0};
+    ::setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    std::string request;
+    (void)ReadLine(conn.get(), &request);
+    const std::string reply =
+        R"({"error": "the mount's daemon has no file descriptor left (RLIMIT_NOFILE); its log says more"})"
+        "\n";
+    (void)WriteAll(conn.get(), reply.data(), reply.size(), path_);
+    conn.reset();
+  }
+  spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!spare_.valid()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
 void ControlServer::Serve(int fd) {

@@ -50,11 +50,14 @@ class ControlServer {
   ControlServer() = default;
   void Loop();
   void Serve(int conn);
+  void TurnAwayOne();
 
   std::string path_;
   UniqueFd dir_;  // the store folder (O_PATH): binds and unlinks go through it
   UniqueFd listen_;
-  UniqueFd wake_[2];  // a pipe that ends Loop
+  UniqueFd wake_[2];         // a pipe that ends Loop
+  UniqueFd spare_;           // given up to take a connection when no descriptor is left
+  bool out_of_fds_ = false;  // Loop's: said in the log for this episode
   uid_t owner_ = 0;
   Handler handler_;
   std::thread loop_;

@@ -96,8 +96,9 @@ std::string ListedFileGone(std::string_view name);
 std::vector<std::string> MissingEngineFiles(rocksdb::DB* db, bool blobs);
 // The blob files in `dir` (paths) that db does not list.
 std::vector<std::string> UnlistedEngineBlobs(rocksdb::DB* db, const std::string& dir);
-// Has the engine open its reader of each of the newest kMaxBlobReadersOpened
-// blob files of `chunks` (store/rocks_readers.cc); stops once `stop` says so.
+// Has the engine open its reader of each of the newest blob files of
+// `chunks`, up to 1,024 and a quarter of the descriptor limit
+// (store/rocks_readers.cc); stops once `stop` says so.
 void OpenBlobReaders(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks,
                      const std::function<bool()>& stop);
 

@@ -14,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <future>
+#include <iterator>
 #include <map>
 #include <random>
 #include <regex>
@@ -1559,6 +1560,78 @@ TEST_F(Mounted, TheRetentionPolicyDeletesWhatGcWouldAndNothingElse) {
   // A second pass finds nothing more to delete.
   MigrateNow();
   EXPECT_EQ(Status()["retention"]["deleted_files"].get<uint64_t>(), doomed.size());
+}
+
+// CPU seconds a process has run (user + system).
+double CpuSeconds(int pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  std::getline(in, stat);
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+  return (std::stod(f.at(11)) + std::stod(f.at(12))) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// A daemon out of file descriptors answers `tbfs status` that it is, at
+// once, and does not spin (red team: accept failed, the connection stayed
+// queued, a core spun on it and the client waited out its timeout).
+TEST_F(Mounted, StatusAskedOfADaemonOutOfDescriptorsSaysSoAndNothingSpins) {
+  const auto files = WriteTinyTraces("fds", 8);
+  Mount();
+  int highest = 0;
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid_)))
+    highest = std::max(highest, std::stoi(e.path().filename()));
+  const std::string limit =
+      RunCommand(fmt::format("prlimit --pid {} --nofile --output SOFT,HARD --noheadings", pid_))
+          .out;
+  // The soft limit only: a hard one lowered cannot be raised again here.
+  std::istringstream soft_hard(limit);
+  std::string soft, hard;
+  soft_hard >> soft >> hard;
+  ASSERT_EQ(RunCommand(fmt::format("prlimit --pid {} --nofile={}:{}", pid_, highest + 17, hard))
+                .exit_code,
+            0);
+  // Files opened through the mount until the daemon can open no more:
+  // every descriptor number below its limit is taken.
+  std::vector<UniqueFd> held;
+  int err = 0;
+  for (int i = 0; i < 400 && err == 0; ++i) {
+    auto fd = OpenFile(M(std::next(files.begin(), i % 8)->first), O_RDONLY);
+    if (fd.ok()) {
+      held.push_back(std::move(fd).value());
+    } else {
+      err = fd.status().sys_errno();
+    }
+  }
+  ASSERT_EQ(err, EMFILE) << held.size() << " opened";
+  // A failed open may have let one go: the limit comes down to the lowest
+  // number free, below which every one is taken.
+  std::set<int> taken;
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid_)))
+    taken.insert(std::stoi(e.path().filename()));
+  int lowest_free = 0;
+  while (taken.count(lowest_free)) ++lowest_free;
+  ASSERT_EQ(
+      RunCommand(fmt::format("prlimit --pid {} --nofile={}:{}", pid_, lowest_free, hard)).exit_code,
+      0);
+  const double cpu0 = CpuSeconds(pid_);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = RunCommand("timeout 10 " + Tbfs("status --json " + Quote(mnt_) + " 2>&1"));
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("no file descriptor left"), std::string::npos) << r.out;
+  EXPECT_LT(waited, 3.0) << r.out;
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LT(CpuSeconds(pid_) - cpu0, 0.5) << "the daemon spun";
+  held.clear();
+  ASSERT_EQ(RunCommand(fmt::format("prlimit --pid {} --nofile={}:{}", pid_, soft, hard)).exit_code,
+            0);
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return RunCommand(Tbfs("status --json " + Quote(mnt_) + " >/dev/null")).exit_code == 0;
+      },
+      std::chrono::seconds(5), std::chrono::milliseconds(50)));
 }
 
 TEST_F(Mounted, StatusReportsHowFastTheLogdirGrowsAndWhichRunGrowsFastest) {

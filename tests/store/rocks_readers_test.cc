@@ -2,6 +2,7 @@
 // them (Backend::OpenReaders, store/rocks_readers.cc).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -139,6 +140,26 @@ TEST(OpenReaders, APassAskedToStopOpensNoMore) {
   int asked = 0;
   b->OpenReaders([&] { return ++asked > 1; });
   EXPECT_EQ(OpenBlobFiles(store).size(), 1u);
+}
+
+// A quarter of the descriptor limit at most: the rest is for the logdir's
+// files (red team: 321 blob files under a limit of 340 left a mount that
+// could open nothing).
+TEST(OpenReaders, AQuarterOfTheDescriptorLimitAtMost) {
+  TempDir dir;
+  const std::string store = dir / "store";
+  WriteStore(store, 40);
+  ASSERT_EQ(BlobFiles(store).size(), 40u);
+  auto b = Reopen(store);
+  ASSERT_NE(b, nullptr);
+  struct rlimit saved;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  struct rlimit low = saved;
+  low.rlim_cur = 128;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  b->OpenReaders(kGoOn);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(OpenBlobFiles(store).size(), 32u);
 }
 
 }  // namespace open_readers
