@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -150,6 +151,30 @@ inline ::testing::AssertionResult SameBytes(const std::string& got, const std::s
   while (i < got.size() && i < want.size() && got[i] == want[i]) i++;
   return ::testing::AssertionFailure() << got.size() << " bytes where " << want.size()
                                        << " were expected; first difference at " << i;
+}
+
+// The names of the files in `dir` whose names end in `ext` (".blob").
+inline std::set<std::string> FilesEndingIn(const std::string& dir, const std::string& ext) {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ext) names.insert(e.path().filename());
+  }
+  return names;
+}
+
+// Those of them the process `pid` ("self": this one) holds open.
+inline std::set<std::string> FilesOpenBy(const std::string& pid, const std::string& dir,
+                                         const std::string& ext) {
+  std::set<std::string> open;
+  const std::filesystem::path folder = std::filesystem::canonical(dir);
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + pid + "/fd")) {
+    std::error_code ec;
+    const std::filesystem::path target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.parent_path() == folder && target.extension() == ext) {
+      open.insert(target.filename());
+    }
+  }
+  return open;
 }
 
 }  // namespace tbfs::testing

@@ -300,20 +300,6 @@ TEST_F(Mounted, AStreamThroughAColdFileLeavesOnlyTheChunksAroundTheReader) {
   EXPECT_GE(after["bytes"].get<uint64_t>(), want.size() / 2) << after.dump();
 }
 
-// The blob files a process holds open in `dir`, by name.
-std::set<std::string> BlobFilesOpenBy(int pid, const std::string& dir) {
-  std::set<std::string> open;
-  const std::filesystem::path folder = std::filesystem::canonical(dir);
-  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid))) {
-    std::error_code ec;
-    const std::filesystem::path target = std::filesystem::read_symlink(e.path(), ec);
-    if (!ec && target.parent_path() == folder && target.extension() == ".blob") {
-      open.insert(target.filename());
-    }
-  }
-  return open;
-}
-
 // A fresh daemon has the store open its blob files before any cold file is
 // read: a cold file's first byte after a start waits for none of them.
 TEST_F(Mounted, AFreshDaemonOpensTheStoresBlobFilesBeforeAnyColdRead) {
@@ -322,15 +308,13 @@ TEST_F(Mounted, AFreshDaemonOpensTheStoresBlobFilesBeforeAnyColdRead) {
   ASSERT_EQ(State(M(traces_[0])), "cold");
   Unmount();
   const std::string store = logdir_ + "/.tbfs";
-  std::set<std::string> blobs;
-  for (const auto& e : std::filesystem::directory_iterator(store)) {
-    if (e.path().extension() == ".blob") blobs.insert(e.path().filename());
-  }
+  const std::set<std::string> blobs = FilesEndingIn(store, ".blob");
   ASSERT_FALSE(blobs.empty());
   Mount();
-  EXPECT_TRUE(WaitUntil([&] { return BlobFilesOpenBy(pid_, store) == blobs; },
-                        std::chrono::seconds(10), std::chrono::milliseconds(20)))
-      << BlobFilesOpenBy(pid_, store).size() << " of " << blobs.size() << " blob files open";
+  auto open = [&] { return FilesOpenBy(std::to_string(pid_), store, ".blob"); };
+  EXPECT_TRUE(WaitUntil([&] { return open() == blobs; }, std::chrono::seconds(10),
+                        std::chrono::milliseconds(20)))
+      << open().size() << " of " << blobs.size() << " blob files open";
 }
 
 TEST_F(Mounted, ColdGzipTracesStoredByContentReadBackBitForBit) {

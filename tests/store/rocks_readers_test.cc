@@ -19,27 +19,11 @@ namespace open_readers {  // (one unity batch with other tests' helpers)
 namespace fs = std::filesystem;
 using testing::TempDir;
 
-// The blob files in `dir`, by name.
 std::set<std::string> BlobFiles(const std::string& dir) {
-  std::set<std::string> blobs;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() == ".blob") blobs.insert(e.path().filename());
-  }
-  return blobs;
+  return testing::FilesEndingIn(dir, ".blob");
 }
-
-// The blob files in `dir` this process holds open, by name.
 std::set<std::string> OpenBlobFiles(const std::string& dir) {
-  std::set<std::string> open;
-  const fs::path folder = fs::canonical(dir);
-  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    const fs::path target = fs::read_symlink(e.path(), ec);
-    if (!ec && target.parent_path() == folder && target.extension() == ".blob") {
-      open.insert(target.filename());
-    }
-  }
-  return open;
+  return testing::FilesOpenBy("self", dir, ".blob");
 }
 
 // A store of `files` blob files, one flush each of 4 files of 3 chunks.
@@ -66,6 +50,14 @@ std::unique_ptr<Backend> Reopen(const std::string& dir) {
   return b.ok() ? std::move(b).value() : nullptr;
 }
 
+// WriteStore(dir, files), then the store opened again: none of its blob
+// files open yet.
+std::unique_ptr<Backend> Written(const std::string& dir, int files) {
+  WriteStore(dir, files);
+  EXPECT_EQ(BlobFiles(dir).size(), static_cast<size_t>(files));
+  return Reopen(dir);
+}
+
 // Byte `at` of the blob file `name` in `dir`, flipped.
 void Flip(const std::string& dir, const std::string& name, off_t at) {
   const int fd = ::open((dir + "/" + name).c_str(), O_RDWR);
@@ -82,9 +74,7 @@ const auto kGoOn = [] { return false; };
 TEST(OpenReaders, EveryBlobFileIsOpenBeforeAnyChunkIsRead) {
   TempDir dir;
   const std::string store = dir / "store";
-  WriteStore(store, 3);
-  ASSERT_EQ(BlobFiles(store).size(), 3u);
-  auto b = Reopen(store);
+  auto b = Written(store, 3);
   ASSERT_NE(b, nullptr);
   EXPECT_TRUE(OpenBlobFiles(store).empty()) << "the engine opened its blob files itself";
   b->OpenReaders(kGoOn);
@@ -134,8 +124,7 @@ TEST(OpenReaders, AFifoWhereABlobFileWasDoesNotHoldThePass) {
 TEST(OpenReaders, APassAskedToStopOpensNoMore) {
   TempDir dir;
   const std::string store = dir / "store";
-  WriteStore(store, 3);
-  auto b = Reopen(store);
+  auto b = Written(store, 3);
   ASSERT_NE(b, nullptr);
   int asked = 0;
   b->OpenReaders([&] { return ++asked > 1; });
@@ -148,9 +137,7 @@ TEST(OpenReaders, APassAskedToStopOpensNoMore) {
 TEST(OpenReaders, AQuarterOfTheDescriptorLimitAtMost) {
   TempDir dir;
   const std::string store = dir / "store";
-  WriteStore(store, 40);
-  ASSERT_EQ(BlobFiles(store).size(), 40u);
-  auto b = Reopen(store);
+  auto b = Written(store, 40);
   ASSERT_NE(b, nullptr);
   struct rlimit saved;
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
