@@ -43,7 +43,7 @@ bool ChunkCodec::RewriteNumbers(std::string_view raw) {
 void ChunkCodec::Encode(std::string_view raw, int level, ChunkPos pos, std::string* value,
                         const Dictionary* dict) {
   if (cctx_ == nullptr) cctx_ = ZSTD_createCCtx();
-  const bool numbers = RewriteNumbers(raw);
+  const bool numbers = number_deltas_ && RewriteNumbers(raw);
   const std::string_view src = numbers ? std::string_view(deltas_) : raw;
   const size_t bound = ZSTD_compressBound(src.size());
   if (frame_.size() < bound) frame_.resize(bound);

@@ -72,6 +72,9 @@ class ChunkCodec {
   // Decodes one small frame: the decoder's tables are allocated and
   // touched, and its code paged in, now rather than under a first read.
   void Warm();
+  // Off: Encode stores chunks without the number rewrite (the frames of
+  // format 7), to compare with (tbfs-bench decode). On by default.
+  void set_number_deltas(bool on) { number_deltas_ = on; }
   // Where a read puts the stored value before decoding it
   // (ColdStore::ReadChunkInto): kept, so reading chunk after chunk faults
   // its pages in once.
@@ -89,6 +92,7 @@ class ChunkCodec {
   std::string deltas_;  // a chunk with its numbers as differences
   std::string check_;   // the same decoded again, to compare
   std::string frame_;   // a frame being made (grow-only: no zeroing per chunk)
+  bool number_deltas_ = true;
 };
 
 }  // namespace tbfs::store

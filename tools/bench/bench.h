@@ -22,6 +22,7 @@ void RegisterColdBench(CLI::App& app, int* exit_code);        // issue 23's tabl
 void RegisterGzipBench(CLI::App& app, int* exit_code);        // gzip'd traces by content
 void RegisterCrashesBench(CLI::App& app, int* exit_code);     // crashes beside a writer
 void RegisterRecompressBench(CLI::App& app, int* exit_code);  // recompress in a mount
+void RegisterDecodeBench(CLI::App& app, int* exit_code);     // a chunk's decode, CPU
 
 // What the mount benchmarks share (bench_util.cc).
 // Drops the page cache (root only; a no-op otherwise).

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   tbfs::bench::RegisterGzipBench(app, &exit_code);
   tbfs::bench::RegisterCrashesBench(app, &exit_code);
   tbfs::bench::RegisterRecompressBench(app, &exit_code);
+  tbfs::bench::RegisterDecodeBench(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
