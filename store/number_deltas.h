@@ -18,8 +18,9 @@
 // a closing bracket or white space. The first value of a key in a chunk
 // is its difference from 0. A key's numbers are rewritten only where,
 // all of the chunk's together, their differences take fewer bytes than
-// they do (a timestamp or a counter, not an id drawn at random); at most
-// 64 keys per chunk. Any other byte stays as it is.
+// they do (a timestamp or a counter, not an id drawn at random), and they
+// are not all the same number (a pid); at most 64 keys per chunk. Any
+// other byte stays as it is.
 //
 // Nothing in the rewrite escapes a '~' already in the text: a chunk is
 // stored rewritten only if DecodeNumberDeltas gives its bytes back exactly
