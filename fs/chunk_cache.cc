@@ -111,6 +111,11 @@ ChunkCache::~ChunkCache() {
 
 Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
     const std::shared_ptr<const storepb::Manifest>& m, uint64_t index) {
+  return GetFor(m, index, /*readahead=*/false);
+}
+
+Result<std::shared_ptr<const Chunk>> ChunkCache::GetFor(
+    const std::shared_ptr<const storepb::Manifest>& m, uint64_t index, bool readahead) {
   if (store::IsHoleChunk(*m, index)) {
     // A hole is neither read nor kept (reading through the holes of a huge
     // sparse file evicts nothing).
@@ -120,15 +125,20 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
   std::promise<Loaded> promise;
   std::shared_future<Loaded> future;
   bool loader = false;
+  bool ready = false;
+  const auto start = std::chrono::steady_clock::now();
   {
     MutexLock lock(mu_);
     auto it = slots_.find(key);
     if (it != slots_.end()) {
       stats_.hits++;
+      ready = it->second.bytes > 0;
+      if (!readahead) (ready ? stats_.reads_ready : stats_.reads_waited)++;
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       future = it->second.future;
     } else {
       stats_.misses++;
+      if (!readahead) stats_.reads_loaded++;
       loader = true;
       future = promise.get_future().share();
       lru_.push_front(key);
@@ -168,6 +178,12 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::Get(
     }
   }
   const Loaded& loaded = future.get();
+  if (!readahead && !ready) {
+    const auto waited = std::chrono::steady_clock::now() - start;
+    MutexLock lock(mu_);
+    stats_.reads_waiting_ns +=
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count());
+  }
   if (!loaded.status.ok()) return loaded.status;
   return loaded.data;
 }
@@ -263,6 +279,9 @@ void ChunkCache::Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uin
   {
     MutexLock lock(mu_);
     if (slots_.count({m->file_id(), index}) || queue_.size() >= kMaxQueuedPrefetches) return;
+    for (const auto& job : queue_) {
+      if (job.second == index && job.first->file_id() == m->file_id()) return;  // queued already
+    }
     queue_.emplace_back(m, index);
   }
   prefetch_cv_.notify_one();
@@ -298,7 +317,7 @@ void ChunkCache::PrefetchLoop() {
       }
       continue;
     }
-    (void)Get(job.first, job.second);  // an error is logged and counted by Get
+    (void)GetFor(job.first, job.second, /*readahead=*/true);  // an error is logged and counted
     {
       MutexLock lock(mu_);
       prefetching_--;

@@ -101,6 +101,13 @@ class ChunkCache {
     uint64_t lent = 0;  // of the capacity, to other work (Lend)
     uint64_t errors = 0;
     uint64_t let_go = 0;  // chunks a sequential reader was past (LetGo)
+    // Of the reads' Gets (not readahead's): the chunk was there, decoded;
+    // it was being loaded (by readahead or another read) and the read
+    // waited; or the read loaded it. And the time the last two took.
+    uint64_t reads_ready = 0;
+    uint64_t reads_waited = 0;
+    uint64_t reads_loaded = 0;
+    uint64_t reads_waiting_ns = 0;
     ChunkBuffers::Stats buffers;
     uint64_t codecs = 0;             // zstd contexts made (at most max_loads())
     uint64_t codec_value_bytes = 0;  // the buffers of those not in use
@@ -131,6 +138,8 @@ class ChunkCache {
     bool let_go = false;  // LetGo while loading: not kept once loaded
   };
 
+  Result<std::shared_ptr<const Chunk>> GetFor(const std::shared_ptr<const storepb::Manifest>& m,
+                                              uint64_t index, bool readahead);
   void EvictLocked() TBFS_REQUIRES(mu_);
   std::unique_ptr<store::ChunkCodec> TakeCodec();
   void GiveCodec(std::unique_ptr<store::ChunkCodec> codec);

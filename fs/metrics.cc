@@ -241,6 +241,17 @@ void ReadPathMetrics(Families& f, const Filesystem::Stats& k, uint64_t cache_cap
   f.Counter("tbfs_chunk_cache_let_go_total",
             "Cached chunks dropped as a sequential reader passed them (the page cache holds them)",
             static_cast<double>(k.cache.let_go));
+  f.Counter("tbfs_cold_chunk_reads_total",
+            "Reads' lookups of a cold chunk: found decoded (ready), being loaded by readahead or "
+            "another read (waited), or loaded by the read itself (loaded)",
+            static_cast<double>(k.cache.reads_ready), {{"found", "ready"}});
+  f.Counter("tbfs_cold_chunk_reads_total", "", static_cast<double>(k.cache.reads_waited),
+            {{"found", "waited"}});
+  f.Counter("tbfs_cold_chunk_reads_total", "", static_cast<double>(k.cache.reads_loaded),
+            {{"found", "loaded"}});
+  f.Counter("tbfs_cold_chunk_read_wait_seconds_total",
+            "Time reads spent on cold chunks that were not ready (waited or loaded)",
+            static_cast<double>(k.cache.reads_waiting_ns) / 1e9);
   f.Gauge("tbfs_chunk_cache_bytes", "Bytes held by the cold chunk cache",
           static_cast<double>(k.cache.bytes));
   f.Gauge("tbfs_chunk_cache_capacity_bytes", "Capacity of the cold chunk cache",

@@ -37,6 +37,23 @@ nlohmann::json BySite(const uint64_t (&counts)[kNumEioSites]) {
   return by;
 }
 
+// The chunk cache: its lookups, size, and how reads found their chunks.
+nlohmann::json CacheJson(const ChunkCache::Stats& c, uint64_t capacity) {
+  const uint64_t lookups = c.hits + c.misses;
+  return {{"hits", c.hits},
+          {"misses", c.misses},
+          {"hit_ratio", lookups ? static_cast<double>(c.hits) / static_cast<double>(lookups) : 0.0},
+          {"bytes", c.bytes},
+          {"capacity_bytes", capacity},
+          {"let_go", c.let_go},
+          {"reads",
+           {{"ready", c.reads_ready},
+            {"waited", c.reads_waited},
+            {"loaded", c.reads_loaded},
+            {"waiting_seconds", static_cast<double>(c.reads_waiting_ns) / 1e9}}},
+          {"buffers_mapped_bytes", c.buffers.mapped_bytes}};
+}
+
 // A field of /proc/self/status ("VmRSS", "VmHWM") in bytes; 0 if absent.
 uint64_t SelfStatusBytes(std::string_view field) {
   std::ifstream in("/proc/self/status");
@@ -81,7 +98,6 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
   MigratorStats m = migrator.stats();
   Filesystem::Stats k = fs.stats();
   const ChunkCache::Stats& c = k.cache;
-  uint64_t lookups = c.hits + c.misses;
   std::vector<store::ColdStore::LostFile> lost;
   Status listed = store.ListLost(&lost);
   nlohmann::json lost_paths = nlohmann::json::array();
@@ -139,14 +155,7 @@ std::string StatusJson(const MountOptions& mc, const std::string& store_dir,
         {"error", listed.ok() ? "" : listed.message()}}},
       {"rehydrations", k.rehydrations},
       {"cold_reads", k.cold_reads},
-      {"cache",
-       {{"hits", c.hits},
-        {"misses", c.misses},
-        {"hit_ratio", lookups ? static_cast<double>(c.hits) / static_cast<double>(lookups) : 0.0},
-        {"bytes", c.bytes},
-        {"capacity_bytes", fs.options().cache_bytes},
-        {"let_go", c.let_go},
-        {"buffers_mapped_bytes", c.buffers.mapped_bytes}}},
+      {"cache", CacheJson(c, fs.options().cache_bytes)},
       {"eio",
        {{"cold_chunk", k.eio_cold_chunk},
         {"cold_chunk_by_cause", ByFault(k.eio_cold_chunk_by)},

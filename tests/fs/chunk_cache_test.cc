@@ -113,6 +113,35 @@ TEST_F(ChunkCacheTest, AChunkLetGoWhileLoadingGoesOnceLoadedAndAQueuedOneIsCalle
   EXPECT_EQ(cache.stats().misses, 2u);
 }
 
+// A chunk asked for ahead by several reads before a readahead thread is
+// free is queued once (the queue is short: copies of one chunk would
+// crowd out the next ones), and the reads' lookups say how they found
+// their chunk: decoded, being loaded (they waited), or not at all.
+TEST_F(ChunkCacheTest, AChunkAskedAheadTwiceIsQueuedOnceAndReadsSayHowTheyFoundIt) {
+  ChunkCache cache(store_.get(), 20 * kChunk, 1);
+  {
+    ScopedFailpoint slow("cache.slow_chunk");  // each load takes 2 s
+    cache.Prefetch(manifest_, 1);
+    ASSERT_TRUE(WaitUntil([&] { return cache.stats().misses == 1; }, std::chrono::seconds(5),
+                          std::chrono::milliseconds(5)));
+    for (int i = 0; i < 3; ++i) cache.Prefetch(manifest_, 2);  // behind chunk 1
+    ASSERT_TRUE(cache.Get(manifest_, 1).ok());                 // waits for the readahead
+  }
+  cache.WaitForPrefetches();
+  auto s = cache.stats();
+  EXPECT_EQ(s.misses, 2u);  // chunks 1 and 2, each loaded once
+  EXPECT_EQ(s.hits, 1u);    // the read of chunk 1; no second readahead of chunk 2
+  EXPECT_EQ(s.reads_waited, 1u);
+  EXPECT_EQ(s.reads_ready + s.reads_loaded, 0u);
+  EXPECT_GT(s.reads_waiting_ns, 500'000'000u);  // most of the 2 s load
+  ASSERT_TRUE(cache.Get(manifest_, 2).ok());
+  ASSERT_TRUE(cache.Get(manifest_, 7).ok());
+  s = cache.stats();
+  EXPECT_EQ(s.reads_ready, 1u);
+  EXPECT_EQ(s.reads_loaded, 1u);
+  EXPECT_EQ(s.reads_waited, 1u);
+}
+
 // Capacity lent to other work of the daemon (a recompress through the
 // mount) is given up at once and kept out of use until it comes back; no
 // more than half of it is ever lent.

@@ -271,6 +271,12 @@ TEST_F(Mounted, AStreamThroughAColdFileLeavesOnlyTheChunksAroundTheReader) {
   EXPECT_GE(cache["let_go"].get<uint64_t>(), 16u) << cache.dump();
   EXPECT_LE(cache["buffers_mapped_bytes"].get<uint64_t>(), 16u * store::kDefaultChunkBytes)
       << cache.dump();
+  // Each of the reads' chunk lookups is counted by how it found the chunk
+  // (a 24 MiB stream: about 24 chunks at least once each).
+  const auto& r = cache["reads"];
+  EXPECT_GE(r["ready"].get<uint64_t>() + r["waited"].get<uint64_t>() + r["loaded"].get<uint64_t>(),
+            24u)
+      << cache.dump();
   // Once it closes the file at its end, the chunks it left go too.
   fd->reset();
   EXPECT_TRUE(WaitUntil([&] { return Status()["cache"]["bytes"].get<uint64_t>() == 0; },
@@ -279,6 +285,12 @@ TEST_F(Mounted, AStreamThroughAColdFileLeavesOnlyTheChunksAroundTheReader) {
   const std::string plain = RunCommand(Tbfs("status " + Quote(mnt_))).out;
   EXPECT_NE(plain.find(fmt::format("{} chunks let go by streams",
                                    Status()["cache"]["let_go"].get<uint64_t>())),
+            std::string::npos)
+      << plain;
+  const auto reads = Status()["cache"]["reads"];
+  EXPECT_NE(plain.find(fmt::format("cold chunks for reads: {} ready, {} waited for, {} loaded",
+                                   reads["ready"].get<uint64_t>(), reads["waited"].get<uint64_t>(),
+                                   reads["loaded"].get<uint64_t>())),
             std::string::npos)
       << plain;
 
@@ -1757,6 +1769,7 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   EXPECT_EQ(Sample(before, "tbfs_verifier_ok", mnt_), 1);
   EXPECT_NE(before.find("# TYPE tbfs_eio_total counter"), std::string::npos);
   EXPECT_NE(before.find("# TYPE tbfs_chunk_cache_let_go_total counter"), std::string::npos);
+  EXPECT_NE(before.find("# TYPE tbfs_cold_chunk_reads_total counter"), std::string::npos);
   EXPECT_GT(Sample(before, "process_resident_memory_bytes", mnt_), 0);
   EXPECT_GT(Sample(before, "process_cpu_seconds_total", mnt_), 0);
   EXPECT_GT(Sample(before, "process_open_fds", mnt_), 0);
@@ -1784,6 +1797,10 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   EXPECT_EQ(Sample(after, "tbfs_files", mnt_, ",state=\"cold\""),
             static_cast<double>(traces_.size()));
   EXPECT_GT(Sample(after, "tbfs_cold_reads_total", mnt_), 0);
+  EXPECT_GT(Sample(after, "tbfs_cold_chunk_reads_total", mnt_, ",found=\"ready\"") +
+                Sample(after, "tbfs_cold_chunk_reads_total", mnt_, ",found=\"waited\"") +
+                Sample(after, "tbfs_cold_chunk_reads_total", mnt_, ",found=\"loaded\""),
+            0);
   EXPECT_GT(Sample(after, "tbfs_saved_bytes", mnt_), 0);
   EXPECT_EQ(Sample(after, "tbfs_eio_total", mnt_, ",cause=\"cold_chunk\""), 0);
   EXPECT_GT(Sample(after, "tbfs_fs_avail_bytes", mnt_), 0);

@@ -272,6 +272,12 @@ int RunStatus(const std::string& mountpoint, bool json) {
   fmt::print("rehydrations: {}; cache hit ratio {:.1f}% ({} cached, {} chunks let go by streams)\n",
              j["rehydrations"].get<uint64_t>(), 100 * j["cache"]["hit_ratio"].get<double>(),
              HumanBytes(u("cache", "bytes")), j["cache"].value("let_go", uint64_t{0}));
+  if (j["cache"].contains("reads")) {
+    const auto& r = j["cache"]["reads"];
+    fmt::print("cold chunks for reads: {} ready, {} waited for, {} loaded by the read ({:.3f} s)\n",
+               r.value("ready", uint64_t{0}), r.value("waited", uint64_t{0}),
+               r.value("loaded", uint64_t{0}), r.value("waiting_seconds", 0.0));
+  }
   if (j.contains("memory")) PrintMemory(j["memory"]);
   std::string eio;
   for (const auto& [site, n] : j["eio"]["by_site"].items()) {
