@@ -234,9 +234,11 @@ void ReadPathMetrics(Families& f, const Filesystem::Stats& k, uint64_t cache_cap
             static_cast<double>(k.rehydrations));
   f.Counter("tbfs_cold_reads_total", "Reads served from the cold store",
             static_cast<double>(k.cold_reads));
-  f.Counter("tbfs_chunk_cache_hits_total", "Cold chunk reads served from the cache",
+  f.Counter("tbfs_chunk_cache_hits_total",
+            "Cold chunk lookups (reads' and readahead's) that found the chunk in the cache",
             static_cast<double>(k.cache.hits));
-  f.Counter("tbfs_chunk_cache_misses_total", "Cold chunk reads that went to the store",
+  f.Counter("tbfs_chunk_cache_misses_total",
+            "Cold chunk lookups (reads' and readahead's) that went to the store",
             static_cast<double>(k.cache.misses));
   f.Counter("tbfs_chunk_cache_let_go_total",
             "Cached chunks dropped as a sequential reader passed them (the page cache holds them)",

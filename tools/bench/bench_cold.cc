@@ -349,6 +349,7 @@ int MeasureWholeReads(const Args& a, const Bench& b) {
   std::vector<double> zstd_d, native;
   std::vector<uint64_t> hwm_kb(subjects.size(), 0);
   uint64_t bytes = 0;
+  nlohmann::json found;  // how this build's reads found their chunks, the last round
   for (int round = 0; round < a.read_rounds; ++round) {
     if (!MountAll(a, &subjects)) return 2;
     // 0..n-1 the stores, n zstd -d, n+1 the files on disk.
@@ -371,6 +372,11 @@ int MeasureWholeReads(const Args& a, const Bench& b) {
                      b.trace_bytes);
         }
         hwm_kb[k] = std::max(hwm_kb[k], PeakRssKb(subjects[k].pid));
+        if (k == 0) {
+          auto st =
+              nlohmann::json::parse(MountStatus(subjects[0].tbfs, subjects[0].mnt), nullptr, false);
+          if (st.is_object() && st["cache"].contains("reads")) found = st["cache"]["reads"];
+        }
       }
     }
     UnmountAll(&subjects);
@@ -390,6 +396,13 @@ int MeasureWholeReads(const Args& a, const Bench& b) {
       Median(native));
   fmt::print("daemon VmHWM after reading everything: {:.1f} MB (--cache {})\n",
              static_cast<double>(hwm_kb[0]) / 1024, a.cache);
+  if (found.is_object()) {
+    fmt::print(
+        "the reads' chunk lookups (last round): {} ready, {} waited for a load, {} loaded by the "
+        "read; {:.2f} s spent on the last two\n",
+        found.value("ready", uint64_t{0}), found.value("waited", uint64_t{0}),
+        found.value("loaded", uint64_t{0}), found.value("waiting_seconds", 0.0));
+  }
   if (subjects.size() > 1) {
     fmt::print(
         "--against's store read the same way: {:.2f} s, {:.2f}x faster than zstd -d; VmHWM {:.1f} "
