@@ -46,6 +46,9 @@ constexpr int kWarmCodecs = 2;
 // A codec kept between loads keeps a value buffer of a default chunk
 // stored raw (1 MiB and its header) at most; a bigger one is freed.
 constexpr size_t kKeepValueBytes = (1u << 20) + 4096;
+// How long a chunk read ahead keeps its place in readahead's share of the
+// cache waiting for its reader (a stream reads a chunk in milliseconds).
+constexpr auto kAheadKept = std::chrono::seconds(2);
 
 // Loads at once: one per core (decoding is what they do), 4 to 16, and
 // room for a read beside every readahead thread.
@@ -61,6 +64,11 @@ uint64_t Footprint(size_t size) {
   if (cls <= ChunkBuffers::kSlabBytes) return cls;
   return (size + ChunkBuffers::kSlabBytes - 1) / ChunkBuffers::kSlabBytes *
          ChunkBuffers::kSlabBytes;
+}
+
+// What readahead reserves of its share for chunk `index`.
+uint64_t AheadFootprint(const storepb::Manifest& m, uint64_t index) {
+  return Footprint(store::ChunkLength(m, index));
 }
 
 // `size` zeros: the kernel's zero page mapped read-only, so reading through
@@ -132,16 +140,34 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::GetFor(
     if (it != slots_.end()) {
       stats_.hits++;
       ready = it->second.bytes > 0;
-      if (!readahead) (ready ? stats_.reads_ready : stats_.reads_waited)++;
+      if (readahead) {
+        ahead_bytes_ -= AheadFootprint(*m, index);  // a read or readahead was first
+      } else {
+        (ready ? stats_.reads_ready : stats_.reads_waited)++;
+        it->second.unread = false;
+        ForgetAheadLocked(&it->second, /*lost=*/false);
+        if (!ready) OvertakeLocked(key);
+      }
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       future = it->second.future;
     } else {
       stats_.misses++;
-      if (!readahead) stats_.reads_loaded++;
+      if (!readahead) {
+        stats_.reads_loaded++;
+        OvertakeLocked(key);
+      }
       loader = true;
       future = promise.get_future().share();
       lru_.push_front(key);
-      slots_.emplace(key, Slot{future, lru_.begin(), 0});
+      Slot& slot = slots_.emplace(key, Slot{future, lru_.begin()}).first->second;
+      if (readahead) {
+        // What Prefetch reserved of readahead's share is now this slot's.
+        slot.unread = true;
+        slot.ahead = AheadFootprint(*m, index);
+        slot.ahead_since = std::chrono::steady_clock::now();
+        AgeAheadLocked(slot.ahead_since);
+        ahead_order_.push_back(key);
+      }
     }
   }
   // A read that did not find its chunk ready times its load or wait (the
@@ -172,6 +198,7 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::GetFor(
     if (it != slots_.end()) {
       if (!st.ok() || it->second.let_go) {
         (st.ok() ? stats_.let_go : stats_.errors)++;
+        ForgetAheadLocked(&it->second, /*lost=*/st.ok());
         lru_.erase(it->second.lru);
         slots_.erase(it);
       } else {
@@ -221,14 +248,60 @@ void ChunkCache::EvictLocked() {
   // with them counted, what the buffers map stays within the capacity, the
   // kept free buffers and the chunks readers hold (a mix of chunk sizes
   // could otherwise strand as much again as the cache holds).
-  auto it = lru_.end();
-  while (bytes_ + buffers_->StrandedBytes() > capacity_ - lent_ && it != lru_.begin()) {
-    --it;
-    auto slot = slots_.find(*it);
-    if (slot->second.bytes == 0) continue;  // still loading
-    bytes_ -= slot->second.bytes;
-    slots_.erase(slot);
-    it = lru_.erase(it);
+  // Readahead's unread chunks go last, in a second pass: one evicted for a
+  // chunk decoded after it would be decoded again when its reader comes
+  // (with many streams and a small cache, every chunk was, several times).
+  // They are at most half the capacity, so the first pass seldom falls short.
+  for (const bool spare_ahead : {true, false}) {
+    auto it = lru_.end();
+    while (bytes_ + buffers_->StrandedBytes() > capacity_ - lent_ && it != lru_.begin()) {
+      --it;
+      auto slot = slots_.find(*it);
+      if (slot->second.bytes == 0) continue;  // still loading
+      if (spare_ahead && slot->second.ahead > 0) continue;
+      bytes_ -= slot->second.bytes;
+      ForgetAheadLocked(&slot->second, /*lost=*/true);
+      slots_.erase(slot);
+      it = lru_.erase(it);
+    }
+  }
+}
+
+void ChunkCache::ForgetAheadLocked(Slot* slot, bool lost) {
+  if (slot->unread && lost) stats_.ahead_unread++;
+  ahead_bytes_ -= slot->ahead;
+  slot->ahead = 0;
+}
+
+void ChunkCache::OvertakeLocked(const Key& key) {
+  // On a busy machine readahead falls behind its reader, and then decoded
+  // chunks the reader had decoded itself (and evicted), held unread.
+  for (auto job = queue_.begin(); job != queue_.end();) {
+    if (job->first->file_id() == key.file_id && job->second <= key.index) {
+      ahead_bytes_ -= AheadFootprint(*job->first, job->second);
+      job = queue_.erase(job);
+    } else {
+      ++job;
+    }
+  }
+  for (const Key& k : ahead_order_) {
+    if (k.file_id != key.file_id || k.index >= key.index) continue;
+    auto slot = slots_.find(k);
+    if (slot == slots_.end()) continue;
+    ahead_bytes_ -= slot->second.ahead;
+    slot->second.ahead = 0;  // still unread: lost if it leaves so
+  }
+}
+
+void ChunkCache::AgeAheadLocked(std::chrono::steady_clock::time_point now) {
+  while (!ahead_order_.empty()) {
+    auto slot = slots_.find(ahead_order_.front());
+    if (slot != slots_.end() && slot->second.ahead > 0) {
+      if (now - slot->second.ahead_since < kAheadKept) return;
+      ahead_bytes_ -= slot->second.ahead;
+      slot->second.ahead = 0;  // still unread: lost if it leaves so
+    }
+    ahead_order_.pop_front();
   }
 }
 
@@ -251,6 +324,7 @@ void ChunkCache::Drop(uint64_t file_id) {
     auto slot = slots_.find(*it);
     if (it->file_id == file_id && slot->second.bytes > 0) {
       bytes_ -= slot->second.bytes;
+      ForgetAheadLocked(&slot->second, /*lost=*/false);
       slots_.erase(slot);
       it = lru_.erase(it);
     } else {
@@ -261,9 +335,14 @@ void ChunkCache::Drop(uint64_t file_id) {
 
 void ChunkCache::LetGo(uint64_t file_id, uint64_t from, uint64_t to) {
   MutexLock lock(mu_);
-  std::erase_if(queue_, [&](const auto& job) {
-    return job.second >= from && job.second < to && job.first->file_id() == file_id;
-  });
+  for (auto job = queue_.begin(); job != queue_.end();) {
+    if (job->second >= from && job->second < to && job->first->file_id() == file_id) {
+      ahead_bytes_ -= AheadFootprint(*job->first, job->second);
+      job = queue_.erase(job);
+    } else {
+      ++job;
+    }
+  }
   for (uint64_t index = from; index < to; ++index) {
     auto slot = slots_.find({file_id, index});
     if (slot == slots_.end()) continue;
@@ -272,6 +351,7 @@ void ChunkCache::LetGo(uint64_t file_id, uint64_t from, uint64_t to) {
       continue;
     }
     bytes_ -= slot->second.bytes;
+    ForgetAheadLocked(&slot->second, /*lost=*/true);
     lru_.erase(slot->second.lru);
     slots_.erase(slot);
     stats_.let_go++;
@@ -286,6 +366,14 @@ void ChunkCache::Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uin
     for (const auto& job : queue_) {
       if (job.second == index && job.first->file_id() == m->file_id()) return;  // queued already
     }
+    // Readahead keeps to its share: the chunks it holds for readers that
+    // have not come yet leave the other half to what reads use now.
+    const uint64_t want = AheadFootprint(*m, index);
+    if (ahead_bytes_ + want > AheadBudgetLocked()) {
+      AgeAheadLocked(std::chrono::steady_clock::now());
+      if (ahead_bytes_ + want > AheadBudgetLocked()) return;
+    }
+    ahead_bytes_ += want;
     queue_.emplace_back(m, index);
   }
   prefetch_cv_.notify_one();
@@ -344,6 +432,7 @@ ChunkCache::Stats ChunkCache::stats() {
     s = stats_;
     s.bytes = bytes_;
     s.lent = lent_;
+    s.ahead_bytes = ahead_bytes_;
   }
   s.buffers = buffers_->stats();
   MutexLock lock(codecs_mu_);

@@ -15,7 +15,12 @@
 // (sequential readahead) on a few threads and drops requests when more
 // than a small number are pending; those threads run at a lower priority
 // (nice 10) than the callers of Get, so readahead never takes a core from
-// a read that is waiting. Those threads also keep ChunkBuffers' reserve of
+// a read that is waiting. What readahead holds for readers that have not
+// come yet is at most half the capacity and is evicted last, for 2 s at
+// most: with more streams than a small cache holds, a chunk read ahead
+// waits for its reader instead of being decoded again. A read that finds
+// its chunk not ready calls off readahead's queued chunks of the file up
+// to it (readahead fell behind its reader). Those threads also keep ChunkBuffers' reserve of
 // touched buffers filled, so a read seldom waits for the kernel to zero
 // fresh memory.
 //
@@ -23,6 +28,7 @@
 // error for every caller and is not cached. Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -108,6 +114,11 @@ class ChunkCache {
     uint64_t reads_waited = 0;
     uint64_t reads_loaded = 0;
     uint64_t reads_waiting_ns = 0;
+    // Readahead: the chunks it decoded that no read has asked for yet (at
+    // most half the capacity), and how many of its chunks left the cache
+    // before any read asked for them (its work lost).
+    uint64_t ahead_bytes = 0;
+    uint64_t ahead_unread = 0;
     ChunkBuffers::Stats buffers;
     uint64_t codecs = 0;             // zstd contexts made (at most max_loads())
     uint64_t codec_value_bytes = 0;  // the buffers of those not in use
@@ -136,11 +147,27 @@ class ChunkCache {
     std::list<Key>::iterator lru;
     uint64_t bytes = 0;   // 0 while loading
     bool let_go = false;  // LetGo while loading: not kept once loaded
+    // Loaded by readahead and not read yet; while `ahead` (its share of
+    // ahead_bytes_) is not 0, evicted only when nothing else can go.
+    bool unread = false;
+    uint64_t ahead = 0;
+    std::chrono::steady_clock::time_point ahead_since;
   };
 
   Result<std::shared_ptr<const Chunk>> GetFor(const std::shared_ptr<const storepb::Manifest>& m,
                                               uint64_t index, bool readahead);
   void EvictLocked() TBFS_REQUIRES(mu_);
+  // A slot leaves the cache: what it held of readahead's share goes, and
+  // one never read counts as readahead's work lost when `lost`.
+  void ForgetAheadLocked(Slot* slot, bool lost) TBFS_REQUIRES(mu_);
+  // Readahead's chunks not read within kAheadKept lose their place in its
+  // share (their reader went elsewhere): evicted as any other from then on.
+  void AgeAheadLocked(std::chrono::steady_clock::time_point now) TBFS_REQUIRES(mu_);
+  // A read of `key` found it not ready: it is at or past where readahead
+  // got to in its file. Readahead's queued chunks of the file up to it are
+  // called off, and its chunks before it give up their share.
+  void OvertakeLocked(const Key& key) TBFS_REQUIRES(mu_);
+  uint64_t AheadBudgetLocked() const TBFS_REQUIRES(mu_) { return (capacity_ - lent_) / 2; }
   std::unique_ptr<store::ChunkCodec> TakeCodec();
   void GiveCodec(std::unique_ptr<store::ChunkCodec> codec);
   void PrefetchLoop();
@@ -156,6 +183,11 @@ class ChunkCache {
   std::list<Key> lru_ TBFS_GUARDED_BY(mu_);  // front = newest
   uint64_t bytes_ TBFS_GUARDED_BY(mu_) = 0;
   uint64_t lent_ TBFS_GUARDED_BY(mu_) = 0;  // of capacity_, at most half
+  // Readahead's share: the chunks it queued, is loading, or loaded that no
+  // read has asked for yet (Slot::ahead), at most AheadBudgetLocked(); and
+  // the chunks it began loading, oldest first (some gone or read since).
+  uint64_t ahead_bytes_ TBFS_GUARDED_BY(mu_) = 0;
+  std::deque<Key> ahead_order_ TBFS_GUARDED_BY(mu_);
   Stats stats_ TBFS_GUARDED_BY(mu_);
 
   std::condition_variable_any prefetch_cv_;

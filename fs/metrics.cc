@@ -254,6 +254,12 @@ void ReadPathMetrics(Families& f, const Filesystem::Stats& k, uint64_t cache_cap
   f.Counter("tbfs_cold_chunk_read_wait_seconds_total",
             "Time reads spent on cold chunks that were not ready (waited or loaded)",
             static_cast<double>(k.cache.reads_waiting_ns) / 1e9);
+  f.Gauge("tbfs_chunk_cache_readahead_bytes",
+          "Bytes of the cold chunk cache readahead holds for readers to come (at most half of it)",
+          static_cast<double>(k.cache.ahead_bytes));
+  f.Counter("tbfs_chunk_cache_readahead_lost_total",
+            "Chunks readahead decoded that left the cache before any read asked for them",
+            static_cast<double>(k.cache.ahead_unread));
   f.Gauge("tbfs_chunk_cache_bytes", "Bytes held by the cold chunk cache",
           static_cast<double>(k.cache.bytes));
   f.Gauge("tbfs_chunk_cache_capacity_bytes", "Capacity of the cold chunk cache",

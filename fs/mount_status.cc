@@ -37,7 +37,8 @@ nlohmann::json BySite(const uint64_t (&counts)[kNumEioSites]) {
   return by;
 }
 
-// The chunk cache: its lookups, size, and how reads found their chunks.
+// The chunk cache: its lookups, size, how reads found their chunks, and
+// what readahead holds for readers to come and lost before they came.
 nlohmann::json CacheJson(const ChunkCache::Stats& c, uint64_t capacity) {
   const uint64_t lookups = c.hits + c.misses;
   return {{"hits", c.hits},
@@ -51,6 +52,7 @@ nlohmann::json CacheJson(const ChunkCache::Stats& c, uint64_t capacity) {
             {"waited", c.reads_waited},
             {"loaded", c.reads_loaded},
             {"waiting_seconds", static_cast<double>(c.reads_waiting_ns) / 1e9}}},
+          {"readahead", {{"held_bytes", c.ahead_bytes}, {"lost", c.ahead_unread}}},
           {"buffers_mapped_bytes", c.buffers.mapped_bytes}};
 }
 

@@ -142,6 +142,94 @@ TEST_F(ChunkCacheTest, AChunkAskedAheadTwiceIsQueuedOnceAndReadsSayHowTheyFoundI
   EXPECT_EQ(s.reads_waited, 1u);
 }
 
+// More readers streaming at once than a small cache holds chunks ahead
+// for: what readahead decodes waits in the cache for its reader, so each
+// chunk is decoded once, and readahead holds at most half the capacity
+// (red team: at --cache 16M, 8 O_DIRECT streams had each chunk decoded
+// about 2.5 times, readahead's chunks evicted before their readers came).
+TEST_F(ChunkCacheTest, ChunksReadAheadWaitForTheirReadersInACacheTooSmallForAllStreams) {
+  constexpr int kStreams = 8;
+  constexpr uint64_t kChunks = 16;
+  std::vector<std::string> data(kStreams);
+  std::vector<std::shared_ptr<const storepb::Manifest>> files;
+  for (int s = 0; s < kStreams; ++s) {
+    for (size_t i = 0; i < kChunks * kChunk; ++i)
+      data[s].push_back(static_cast<char>('a' + (i * 7 + static_cast<size_t>(s)) % 23));
+    WriteBytes(dir_ / ("s" + std::to_string(s)), data[s]);
+    files.push_back(Ingest("s" + std::to_string(s), kChunk, 100 + static_cast<uint64_t>(s)));
+  }
+  const uint64_t capacity = 2 * kStreams * kChunk;
+  ChunkCache cache(store_.get(), capacity, 2);
+  for (uint64_t i = 0; i < kChunks; ++i) {
+    for (int s = 0; s < kStreams; ++s) {
+      auto c = cache.Get(files[s], i);
+      ASSERT_TRUE(c.ok());
+      ASSERT_EQ(std::string_view((*c)->data.get(), (*c)->size),
+                std::string_view(data[s]).substr(i * kChunk, kChunk));
+      for (uint64_t ahead = 1; ahead <= 4; ++ahead) cache.Prefetch(files[s], i + ahead);
+      cache.WaitForPrefetches();
+      ASSERT_LE(cache.stats().ahead_bytes, capacity / 2);
+      ASSERT_LE(cache.stats().bytes, capacity);
+    }
+  }
+  const auto st = cache.stats();
+  EXPECT_EQ(st.misses, kStreams * kChunks);  // every chunk decoded once
+  EXPECT_EQ(st.ahead_unread, 0u);
+  EXPECT_GE(st.reads_ready, kChunks);  // readahead served reads
+  EXPECT_EQ(st.ahead_bytes, 0u);       // and nothing is left waiting
+}
+
+// Chunks read ahead for a reader that never comes keep readahead's share
+// for a while only (2 s): then readahead goes on for others, and the
+// chunks that left unread are counted as its work lost.
+TEST_F(ChunkCacheTest, ChunksReadAheadForNoReaderGiveUpTheirShareAndCountAsLost) {
+  ChunkCache cache(store_.get(), 8 * kChunk, 1);  // readahead's share: 4 chunks
+  for (uint64_t i = 1; i <= 5; ++i) cache.Prefetch(manifest_, i);
+  cache.WaitForPrefetches();
+  auto s = cache.stats();
+  EXPECT_EQ(s.misses, 4u);  // chunk 5 was over the share
+  EXPECT_EQ(s.ahead_bytes, 4 * kChunk);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  cache.Prefetch(manifest_, 5);
+  cache.WaitForPrefetches();
+  s = cache.stats();
+  EXPECT_EQ(s.misses, 5u);
+  EXPECT_EQ(s.ahead_bytes, static_cast<uint64_t>(kChunk));  // chunk 5's; 1-4 aged out
+  ASSERT_TRUE(cache.Get(manifest_, 5).ok());
+  EXPECT_EQ(cache.stats().ahead_bytes, 0u);
+  // Chunks 1-4, never read, now go as any chunk would, the oldest first
+  // (6-9 and 0 read: two over the capacity), each readahead's work lost.
+  for (uint64_t i : {6, 7, 8, 9, 0}) ASSERT_TRUE(cache.Get(manifest_, i).ok());
+  EXPECT_EQ(cache.stats().ahead_unread, 2u);
+  cache.LetGo(manifest_->file_id(), 0, 10);
+  EXPECT_EQ(cache.stats().ahead_unread, 4u);
+  EXPECT_EQ(cache.stats().bytes, 0u);
+}
+
+// A reader that finds its chunk not ready has caught up with readahead:
+// what readahead has queued of that file up to the reader's chunk is
+// called off, and what it loaded before it is no longer held for a reader
+// (on a busy machine readahead decoded chunks its reader had already
+// decoded itself, and held them, unread, until they aged out).
+TEST_F(ChunkCacheTest, AReaderThatOvertakesReadaheadCallsOffWhatIsBehindIt) {
+  ChunkCache cache(store_.get(), 20 * kChunk, 1);
+  {
+    ScopedFailpoint slow("cache.slow_chunk");  // each load takes 2 s
+    cache.Prefetch(manifest_, 1);
+    ASSERT_TRUE(WaitUntil([&] { return cache.stats().misses == 1; }, std::chrono::seconds(5),
+                          std::chrono::milliseconds(5)));
+    cache.Prefetch(manifest_, 2);  // queued behind chunk 1 (one readahead thread)
+    cache.Prefetch(manifest_, 3);
+    cache.Prefetch(manifest_, 4);
+    ASSERT_TRUE(cache.Get(manifest_, 3).ok());  // loads it itself
+  }
+  cache.WaitForPrefetches();
+  const auto s = cache.stats();
+  EXPECT_EQ(s.misses, 3u);  // chunk 1 by readahead, 3 by the read, 4 ahead of it; never 2
+  EXPECT_EQ(s.reads_loaded, 1u);
+  EXPECT_EQ(s.ahead_bytes, static_cast<uint64_t>(kChunk));  // chunk 4's alone
+}
+
 // Capacity lent to other work of the daemon (a recompress through the
 // mount) is given up at once and kept out of use until it comes back; no
 // more than half of it is ever lent.

@@ -279,8 +279,12 @@ TEST_F(Mounted, AStreamThroughAColdFileLeavesOnlyTheChunksAroundTheReader) {
       << cache.dump();
   // Once it closes the file at its end, the chunks it left go too.
   fd->reset();
-  EXPECT_TRUE(WaitUntil([&] { return Status()["cache"]["bytes"].get<uint64_t>() == 0; },
-                        std::chrono::seconds(5), std::chrono::milliseconds(20)))
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const auto c = Status()["cache"];
+        return c["bytes"].get<uint64_t>() == 0 && c["readahead"]["held_bytes"].get<uint64_t>() == 0;
+      },
+      std::chrono::seconds(5), std::chrono::milliseconds(20)))
       << Status()["cache"].dump();
   const std::string plain = RunCommand(Tbfs("status " + Quote(mnt_))).out;
   EXPECT_NE(plain.find(fmt::format("{} chunks let go by streams",
@@ -291,6 +295,10 @@ TEST_F(Mounted, AStreamThroughAColdFileLeavesOnlyTheChunksAroundTheReader) {
   EXPECT_NE(plain.find(fmt::format("cold chunks for reads: {} ready, {} waited for, {} loaded",
                                    reads["ready"].get<uint64_t>(), reads["waited"].get<uint64_t>(),
                                    reads["loaded"].get<uint64_t>())),
+            std::string::npos)
+      << plain;
+  EXPECT_NE(plain.find(fmt::format("readahead: 0 B held for readers to come, {} chunks lost",
+                                   Status()["cache"]["readahead"]["lost"].get<uint64_t>())),
             std::string::npos)
       << plain;
 
@@ -307,7 +315,14 @@ TEST_F(Mounted, AStreamThroughAColdFileLeavesOnlyTheChunksAroundTheReader) {
   }
   EXPECT_TRUE(got == want) << "read " << got.size() << " bytes of " << want.size();
   direct->reset();
+  // Every chunk readahead decoded for it was read.
+  const uint64_t lost = Status()["cache"]["readahead"]["lost"].get<uint64_t>();
+  EXPECT_TRUE(
+      WaitUntil([&] { return Status()["cache"]["readahead"]["held_bytes"].get<uint64_t>() == 0; },
+                std::chrono::seconds(5), std::chrono::milliseconds(20)))
+      << Status()["cache"].dump();
   const auto after = Status()["cache"];
+  EXPECT_EQ(after["readahead"]["lost"].get<uint64_t>(), lost) << after.dump();
   EXPECT_EQ(after["let_go"].get<uint64_t>(), let_go) << after.dump();
   EXPECT_GE(after["bytes"].get<uint64_t>(), want.size() / 2) << after.dump();
 }
@@ -1770,6 +1785,8 @@ TEST_F(Mounted, MetricsMoveWithAMigrationAndAColdRead) {
   EXPECT_NE(before.find("# TYPE tbfs_eio_total counter"), std::string::npos);
   EXPECT_NE(before.find("# TYPE tbfs_chunk_cache_let_go_total counter"), std::string::npos);
   EXPECT_NE(before.find("# TYPE tbfs_cold_chunk_reads_total counter"), std::string::npos);
+  EXPECT_EQ(Sample(before, "tbfs_chunk_cache_readahead_lost_total", mnt_), 0);
+  EXPECT_EQ(Sample(before, "tbfs_chunk_cache_readahead_bytes", mnt_), 0);
   EXPECT_GT(Sample(before, "process_resident_memory_bytes", mnt_), 0);
   EXPECT_GT(Sample(before, "process_cpu_seconds_total", mnt_), 0);
   EXPECT_GT(Sample(before, "process_open_fds", mnt_), 0);

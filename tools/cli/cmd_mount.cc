@@ -278,6 +278,11 @@ int RunStatus(const std::string& mountpoint, bool json) {
                r.value("ready", uint64_t{0}), r.value("waited", uint64_t{0}),
                r.value("loaded", uint64_t{0}), r.value("waiting_seconds", 0.0));
   }
+  if (j["cache"].contains("readahead")) {
+    const auto& ra = j["cache"]["readahead"];
+    fmt::print("readahead: {} held for readers to come, {} chunks lost before a read came\n",
+               HumanBytes(ra.value("held_bytes", uint64_t{0})), ra.value("lost", uint64_t{0}));
+  }
   if (j.contains("memory")) PrintMemory(j["memory"]);
   std::string eio;
   for (const auto& [site, n] : j["eio"]["by_site"].items()) {
