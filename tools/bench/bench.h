@@ -1,6 +1,8 @@
 // Benchmark subcommands of tbfs-bench.
 #pragma once
 
+#include <sys/types.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
@@ -22,13 +24,18 @@ void RegisterColdBench(CLI::App& app, int* exit_code);        // issue 23's tabl
 void RegisterGzipBench(CLI::App& app, int* exit_code);        // gzip'd traces by content
 void RegisterCrashesBench(CLI::App& app, int* exit_code);     // crashes beside a writer
 void RegisterRecompressBench(CLI::App& app, int* exit_code);  // recompress in a mount
-void RegisterDecodeBench(CLI::App& app, int* exit_code);     // a chunk's decode, CPU
+void RegisterDecodeBench(CLI::App& app, int* exit_code);      // a chunk's decode, CPU
 
 // What the mount benchmarks share (bench_util.cc).
 // Drops the page cache (root only; a no-op otherwise).
 void DropCaches();
 // Reads the files sequentially with 1 MiB reads; returns seconds.
 double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes);
+// Open + read of one byte of `path`; a 4 KiB pread at `off` of it (open
+// not timed); a stat of it. Seconds, or -1.
+double FirstByte(const std::string& path);
+double Pread4k(const std::string& path, off_t off);
+double StatSeconds(const std::string& path);
 // The real Kineto trace of ../shared/data (the benches run from the
 // repository's folder), or "" after a one-line error naming the path.
 std::string RealKinetoTrace();

@@ -73,30 +73,6 @@ double Max(const std::vector<double>& v) {
   return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
 }
 
-// Open + read of one byte. Seconds, or -1.
-double FirstByte(const std::string& path) {
-  double t0 = cli::NowSeconds();
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return -1;
-  char c;
-  ssize_t n = ::read(fd, &c, 1);
-  double s = cli::NowSeconds() - t0;
-  ::close(fd);
-  return n == 1 ? s : -1;
-}
-
-// A 4 KiB pread at `off` of an open file. Seconds, or -1.
-double Pread4k(const std::string& path, off_t off) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return -1;
-  char buf[4096];
-  double t0 = cli::NowSeconds();
-  ssize_t n = ::pread(fd, buf, sizeof(buf), off);
-  double s = cli::NowSeconds() - t0;
-  ::close(fd);
-  return n > 0 ? s : -1;
-}
-
 bool Mount(const Args& a, const std::string& tbfs, const std::string& logdir,
            const std::string& mnt) {
   return std::system(
@@ -200,7 +176,10 @@ void MeasureMigration(const Args& a, const Bench& b) {
   // The zstd reference compresses every file the migration moves.
   std::string copy, z9;
   for (size_t i = 0; i < b.traces.size(); ++i) {
-    copy += fmt::format("cp '{}/{}' {}/{}; ", b.logdir, b.traces[i], b.native, i);
+    // And a link to it at the trace's own depth (a path walk as long).
+    const std::string at = fmt::format("{}/at/{}", b.native, b.traces[i]);
+    copy += fmt::format("cp '{}/{}' {}/{}; mkdir -p '{}'; ln {}/{} '{}'; ", b.logdir, b.traces[i],
+                        b.native, i, fs::path(at).parent_path().string(), b.native, i, at);
     z9 +=
         fmt::format("zstd -q -9 -T2 -f -c '{}/{}' > {}/{}.zst; ", b.logdir, b.traces[i], b.zdir, i);
   }
@@ -297,7 +276,7 @@ int MeasureLatency(const Args& a, const Bench& b) {
   // first alternates from file to file.
   std::vector<Subject> subjects = Subjects(a, b);
   std::vector<std::vector<double>> fb(subjects.size()), pr(subjects.size());
-  std::vector<double> fb_native, pr_native;
+  std::vector<double> fb_native, pr_native, fb_at, walk_at, walk;
   std::mt19937_64 rng(7);
   for (int round = 0; round < a.rounds; ++round) {
     if (!MountAll(a, &subjects)) return 2;
@@ -309,6 +288,13 @@ int MeasureLatency(const Args& a, const Bench& b) {
       fb_native.push_back(FirstByte(native));
       DropCaches();
       pr_native.push_back(Pread4k(native, off));
+      const std::string at = fmt::format("{}/at/{}", b.native, b.traces[i]);
+      DropCaches();
+      fb_at.push_back(FirstByte(at));
+      DropCaches();
+      walk_at.push_back(StatSeconds(at));
+      DropCaches();
+      walk.push_back(StatSeconds(subjects[0].mnt + "/" + b.traces[i]));
       for (size_t k = 0; k < subjects.size(); ++k) {
         const size_t s = (k + i) % subjects.size();
         const std::string path = subjects[s].mnt + "/" + b.traces[i];
@@ -327,6 +313,12 @@ int MeasureLatency(const Args& a, const Bench& b) {
   fmt::print(
       "4 KiB pread at a random offset (page cache dropped, {} samples): mount {}; native {}\n",
       pr[0].size(), Spread(pr[0]), Spread(pr_native));
+  // The native file above sits one folder down; a trace is deeper, and a
+  // fresh path walk reads each folder's entries.
+  fmt::print(
+      "the native file at the trace's own path (a link in a copy of its folders): first byte {}; "
+      "the path walk alone (stat, page cache dropped): mount {}, native at that path {}\n",
+      Spread(fb_at), Spread(walk), Spread(walk_at));
   if (subjects.size() > 1) {
     fmt::print("--against's store, the same samples: first byte {}; 4 KiB pread {}\n",
                Spread(fb[1]), Spread(pr[1]));

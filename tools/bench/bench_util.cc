@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +15,35 @@
 namespace tbfs::bench {
 
 void DropCaches() { std::system("sync; echo 3 > /proc/sys/vm/drop_caches"); }
+
+double FirstByte(const std::string& path) {
+  double t0 = cli::NowSeconds();
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return -1;
+  char c;
+  ssize_t n = ::read(fd, &c, 1);
+  double s = cli::NowSeconds() - t0;
+  ::close(fd);
+  return n == 1 ? s : -1;
+}
+
+double Pread4k(const std::string& path, off_t off) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return -1;
+  char buf[4096];
+  double t0 = cli::NowSeconds();
+  ssize_t n = ::pread(fd, buf, sizeof(buf), off);
+  double s = cli::NowSeconds() - t0;
+  ::close(fd);
+  return n > 0 ? s : -1;
+}
+
+double StatSeconds(const std::string& path) {
+  struct stat st;
+  double t0 = cli::NowSeconds();
+  int r = ::stat(path.c_str(), &st);
+  return r == 0 ? cli::NowSeconds() - t0 : -1;
+}
 
 // Reads files sequentially with 1 MiB reads; returns seconds.
 double ReadFiles(const std::vector<std::string>& paths, uint64_t* bytes) {
