@@ -203,6 +203,8 @@ Result<std::shared_ptr<const Chunk>> ChunkCache::GetFor(
         slots_.erase(it);
       } else {
         it->second.bytes = Footprint(raw->size);
+        // Its reader's 2 s count from now (a slow load is no reader's fault).
+        if (it->second.ahead > 0) it->second.ahead_since = std::chrono::steady_clock::now();
         bytes_ += it->second.bytes;
         EvictLocked();
       }
@@ -251,7 +253,10 @@ void ChunkCache::EvictLocked() {
   // Readahead's unread chunks go last, in a second pass: one evicted for a
   // chunk decoded after it would be decoded again when its reader comes
   // (with many streams and a small cache, every chunk was, several times).
-  // They are at most half the capacity, so the first pass seldom falls short.
+  // They are at most half the capacity, so the first pass seldom falls short;
+  // and those whose reader has not come in kAheadKept go as any other.
+  if (bytes_ + buffers_->StrandedBytes() > capacity_ - lent_)
+    AgeAheadLocked(std::chrono::steady_clock::now());
   for (const bool spare_ahead : {true, false}) {
     auto it = lru_.end();
     while (bytes_ + buffers_->StrandedBytes() > capacity_ - lent_ && it != lru_.begin()) {
@@ -269,8 +274,7 @@ void ChunkCache::EvictLocked() {
 
 void ChunkCache::ForgetAheadLocked(Slot* slot, bool lost) {
   if (slot->unread && lost) stats_.ahead_unread++;
-  ahead_bytes_ -= slot->ahead;
-  slot->ahead = 0;
+  UnprotectLocked(slot);
 }
 
 void ChunkCache::OvertakeLocked(const Key& key) {
@@ -286,11 +290,13 @@ void ChunkCache::OvertakeLocked(const Key& key) {
   }
   for (const Key& k : ahead_order_) {
     if (k.file_id != key.file_id || k.index >= key.index) continue;
-    auto slot = slots_.find(k);
-    if (slot == slots_.end()) continue;
-    ahead_bytes_ -= slot->second.ahead;
-    slot->second.ahead = 0;  // still unread: lost if it leaves so
+    if (auto slot = slots_.find(k); slot != slots_.end()) UnprotectLocked(&slot->second);
   }
+}
+
+void ChunkCache::UnprotectLocked(Slot* slot) {
+  ahead_bytes_ -= slot->ahead;
+  slot->ahead = 0;  // still unread: lost if it leaves so
 }
 
 void ChunkCache::AgeAheadLocked(std::chrono::steady_clock::time_point now) {
@@ -298,8 +304,7 @@ void ChunkCache::AgeAheadLocked(std::chrono::steady_clock::time_point now) {
     auto slot = slots_.find(ahead_order_.front());
     if (slot != slots_.end() && slot->second.ahead > 0) {
       if (now - slot->second.ahead_since < kAheadKept) return;
-      ahead_bytes_ -= slot->second.ahead;
-      slot->second.ahead = 0;  // still unread: lost if it leaves so
+      UnprotectLocked(&slot->second);
     }
     ahead_order_.pop_front();
   }
@@ -355,6 +360,22 @@ void ChunkCache::LetGo(uint64_t file_id, uint64_t from, uint64_t to) {
     lru_.erase(slot->second.lru);
     slots_.erase(slot);
     stats_.let_go++;
+  }
+}
+
+void ChunkCache::ReaderGone(uint64_t file_id) {
+  MutexLock lock(mu_);
+  for (auto job = queue_.begin(); job != queue_.end();) {
+    if (job->first->file_id() == file_id) {
+      ahead_bytes_ -= AheadFootprint(*job->first, job->second);
+      job = queue_.erase(job);
+    } else {
+      ++job;
+    }
+  }
+  for (const Key& k : ahead_order_) {
+    if (k.file_id != file_id) continue;
+    if (auto slot = slots_.find(k); slot != slots_.end()) UnprotectLocked(&slot->second);
   }
 }
 
@@ -432,6 +453,7 @@ ChunkCache::Stats ChunkCache::stats() {
     s = stats_;
     s.bytes = bytes_;
     s.lent = lent_;
+    AgeAheadLocked(std::chrono::steady_clock::now());
     s.ahead_bytes = ahead_bytes_;
   }
   s.buffers = buffers_->stats();

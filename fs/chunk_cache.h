@@ -16,9 +16,10 @@
 // than a small number are pending; those threads run at a lower priority
 // (nice 10) than the callers of Get, so readahead never takes a core from
 // a read that is waiting. What readahead holds for readers that have not
-// come yet is at most half the capacity and is evicted last, for 2 s at
-// most: with more streams than a small cache holds, a chunk read ahead
-// waits for its reader instead of being decoded again. A read that finds
+// come yet is at most half the capacity and is evicted last, for 2 s after
+// it is loaded at most, and no longer once a reader of its file closes it:
+// with more streams than a small cache holds, a chunk read ahead waits for
+// its reader instead of being decoded again. A read that finds
 // its chunk not ready calls off readahead's queued chunks of the file up
 // to it (readahead fell behind its reader). Those threads also keep ChunkBuffers' reserve of
 // touched buffers filled, so a read seldom waits for the kernel to zero
@@ -91,6 +92,10 @@ class ChunkCache {
   // still loading goes once loaded; a readahead of one not begun is
   // called off.
   void LetGo(uint64_t file_id, uint64_t from, uint64_t to);
+  // A reader closed the file: readahead's chunks of it queued are called
+  // off, and those loading or loaded no longer wait for a reader (another
+  // reader finds them; they are evicted as any others).
+  void ReaderGone(uint64_t file_id);
   // Lends up to `bytes` of the capacity (at most half of it in all) to
   // other work of the daemon until Return() of what it lent: the cache
   // evicts down to what is left at once, so that the daemon's memory stays
@@ -151,7 +156,7 @@ class ChunkCache {
     // ahead_bytes_) is not 0, evicted only when nothing else can go.
     bool unread = false;
     uint64_t ahead = 0;
-    std::chrono::steady_clock::time_point ahead_since;
+    std::chrono::steady_clock::time_point ahead_since;  // loaded (or began to)
   };
 
   Result<std::shared_ptr<const Chunk>> GetFor(const std::shared_ptr<const storepb::Manifest>& m,
@@ -163,6 +168,8 @@ class ChunkCache {
   // Readahead's chunks not read within kAheadKept lose their place in its
   // share (their reader went elsewhere): evicted as any other from then on.
   void AgeAheadLocked(std::chrono::steady_clock::time_point now) TBFS_REQUIRES(mu_);
+  // The slot's chunk, unread, is evicted as any other from now on.
+  void UnprotectLocked(Slot* slot) TBFS_REQUIRES(mu_);
   // A read of `key` found it not ready: it is at or past where readahead
   // got to in its file. Readahead's queued chunks of the file up to it are
   // called off, and its chunks before it give up their share.

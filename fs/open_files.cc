@@ -358,6 +358,10 @@ void Filesystem::Release(std::unique_ptr<FileHandle> fh) {
   if (cold_id != 0 && behind > 0) {
     cache_.LetGo(cold_id, behind, std::min(fh->manifest->chunks(), behind + kLetGoAtMost));
   }
+  // What readahead holds of the file for readers to come, this one went
+  // (an O_DIRECT reader that stopped halfway, a random reader) no longer
+  // waits for it.
+  if (cold_id != 0) cache_.ReaderGone(cold_id);
   int left = inodes_.CloseHandle(fh->inode, fh->writable, cold_id);
   if (cold_id != 0 && left == 0) ReapRetired(cold_id);
 }

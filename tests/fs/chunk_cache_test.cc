@@ -206,6 +206,42 @@ TEST_F(ChunkCacheTest, ChunksReadAheadForNoReaderGiveUpTheirShareAndCountAsLost)
   EXPECT_EQ(cache.stats().bytes, 0u);
 }
 
+// Chunks read ahead for readers that went away without a word (an
+// O_DIRECT reader that stopped halfway, random reads) keep no place once
+// 2 s old even if readahead asks for nothing more, and a reader closing a
+// file gives up at once what readahead holds of it (red team: such chunks
+// stayed held for good and a working set of 12 chunks in a cache of 16
+// was decoded again in every round).
+TEST_F(ChunkCacheTest, ChunksReadAheadForReadersGoneLeaveRoomForTheOthers) {
+  std::string other(8 * kChunk, 'o');
+  WriteBytes(dir_ / "other", other);
+  auto m = Ingest("other", kChunk, 2);
+  ChunkCache cache(store_.get(), 12 * kChunk, 1);  // readahead's share: 6 chunks
+  for (uint64_t i = 1; i <= 6; ++i) cache.Prefetch(m, i);
+  cache.WaitForPrefetches();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  // A working set of 10 chunks fits beside them once they are old.
+  for (int round = 0; round < 3; ++round) {
+    for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(cache.Get(manifest_, i).ok());
+  }
+  auto s = cache.stats();
+  EXPECT_EQ(s.misses, 16u);  // the 6 read ahead, the 10 of the working set once each
+  EXPECT_EQ(s.ahead_bytes, 0u);
+  EXPECT_EQ(s.ahead_unread, 4u);  // the oldest 4 made room
+  // A reader closing the file: what readahead queued, is loading and
+  // holds of it no longer waits for a reader.
+  {
+    ScopedFailpoint slow("cache.slow_chunk");  // each load takes 2 s
+    for (uint64_t i = 1; i <= 4; ++i) cache.Prefetch(m, i);
+    ASSERT_TRUE(WaitUntil([&] { return cache.stats().misses == 17; }, std::chrono::seconds(5),
+                          std::chrono::milliseconds(5)));
+    cache.ReaderGone(m->file_id());
+    EXPECT_EQ(cache.stats().ahead_bytes, 0u);
+  }
+  cache.WaitForPrefetches();
+  EXPECT_EQ(cache.stats().misses, 17u);  // the queued ones were called off
+}
+
 // A reader that finds its chunk not ready has caught up with readahead:
 // what readahead has queued of that file up to the reader's chunk is
 // called off, and what it loaded before it is no longer held for a reader
