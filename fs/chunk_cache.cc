@@ -280,16 +280,24 @@ void ChunkCache::ForgetAheadLocked(Slot* slot, bool lost) {
 void ChunkCache::OvertakeLocked(const Key& key) {
   // On a busy machine readahead falls behind its reader, and then decoded
   // chunks the reader had decoded itself (and evicted), held unread.
+  CallOffLocked(key.file_id, 0, key.index + 1);
+  UnprotectFileLocked(key.file_id, key.index);
+}
+
+void ChunkCache::CallOffLocked(uint64_t file_id, uint64_t from, uint64_t to) {
   for (auto job = queue_.begin(); job != queue_.end();) {
-    if (job->first->file_id() == key.file_id && job->second <= key.index) {
+    if (job->first->file_id() == file_id && job->second >= from && job->second < to) {
       ahead_bytes_ -= AheadFootprint(*job->first, job->second);
       job = queue_.erase(job);
     } else {
       ++job;
     }
   }
+}
+
+void ChunkCache::UnprotectFileLocked(uint64_t file_id, uint64_t below) {
   for (const Key& k : ahead_order_) {
-    if (k.file_id != key.file_id || k.index >= key.index) continue;
+    if (k.file_id != file_id || k.index >= below) continue;
     if (auto slot = slots_.find(k); slot != slots_.end()) UnprotectLocked(&slot->second);
   }
 }
@@ -340,14 +348,7 @@ void ChunkCache::Drop(uint64_t file_id) {
 
 void ChunkCache::LetGo(uint64_t file_id, uint64_t from, uint64_t to) {
   MutexLock lock(mu_);
-  for (auto job = queue_.begin(); job != queue_.end();) {
-    if (job->second >= from && job->second < to && job->first->file_id() == file_id) {
-      ahead_bytes_ -= AheadFootprint(*job->first, job->second);
-      job = queue_.erase(job);
-    } else {
-      ++job;
-    }
-  }
+  CallOffLocked(file_id, from, to);
   for (uint64_t index = from; index < to; ++index) {
     auto slot = slots_.find({file_id, index});
     if (slot == slots_.end()) continue;
@@ -365,18 +366,8 @@ void ChunkCache::LetGo(uint64_t file_id, uint64_t from, uint64_t to) {
 
 void ChunkCache::ReaderGone(uint64_t file_id) {
   MutexLock lock(mu_);
-  for (auto job = queue_.begin(); job != queue_.end();) {
-    if (job->first->file_id() == file_id) {
-      ahead_bytes_ -= AheadFootprint(*job->first, job->second);
-      job = queue_.erase(job);
-    } else {
-      ++job;
-    }
-  }
-  for (const Key& k : ahead_order_) {
-    if (k.file_id != file_id) continue;
-    if (auto slot = slots_.find(k); slot != slots_.end()) UnprotectLocked(&slot->second);
-  }
+  CallOffLocked(file_id, 0, UINT64_MAX);
+  UnprotectFileLocked(file_id, UINT64_MAX);
 }
 
 void ChunkCache::Prefetch(const std::shared_ptr<const storepb::Manifest>& m, uint64_t index) {
