@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -113,6 +115,124 @@ TEST_F(Races, AFolderRenamedWhileListedKeepsItsColdEntries) {
   ::close(fd);
   EXPECT_EQ(short_listings, 0) << "of " << listings << " listings";
   EXPECT_EQ(lost_child, 0) << "of " << listings << " stats of a cold child";
+}
+
+// Issue 23's O(1) folder rename, with its cold files in use: a folder of
+// many cold traces moves between two names again and again while readers
+// hold some of them open and read them past the page cache (O_DIRECT, so
+// every read reaches the store), and others open files at whichever name
+// the folder has. A held file keeps its bytes and its identity; a file is
+// never found at a name with another file's bytes, nor read as an error.
+TEST_F(Races, AFolderOfManyColdFilesRenamedWhileReadersHoldThemReadsTheSameBytes) {
+  constexpr int kFiles = 240;
+  std::vector<std::string> bytes(kFiles);
+  for (int i = 0; i < kFiles; ++i) {
+    std::string& b = bytes[i];
+    for (int line = 0; b.size() < (64u << 10) + 4096u * (i % 64); ++line) {
+      b += fmt::format("{{\"ph\": \"X\", \"name\": \"f{}.{}\", \"ts\": {}}},\n", i, line,
+                       1700000000000000ull + line * 37ull * (i + 1));
+    }
+    WriteBytes(L(fmt::format("a/t{:03}.pt.trace.json", i)), b);
+  }
+  WriteBytes(L("a/events.out.tfevents.1.host"), "");
+  Mount("--no-migrate --cold-after 0 --cache 1M");
+  MigrateNow();
+  ASSERT_EQ(State(M("a/t000.pt.trace.json")), "cold");
+  ASSERT_EQ(State(M("a/t239.pt.trace.json")), "cold");
+
+  // Eight files held open from the start, read with O_DIRECT at random
+  // 4 KiB-aligned places.
+  struct Held {
+    int index;
+    UniqueFd fd;
+    ino_t ino;
+  };
+  std::vector<Held> held;
+  for (int i = 0; i < kFiles; i += kFiles / 8) {
+    auto fd = OpenFile(M(fmt::format("a/t{:03}.pt.trace.json", i)), O_RDONLY | O_DIRECT);
+    ASSERT_TRUE(fd.ok()) << fd.status().message();
+    struct stat st;
+    ASSERT_EQ(::fstat(fd->get(), &st), 0);
+    held.push_back({i, std::move(*fd), st.st_ino});
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0}, wrong{0}, errors{0}, opens{0};
+  auto reader = [&](unsigned seed) {
+    std::mt19937 rng(seed);
+    std::unique_ptr<char, decltype(&std::free)> buf(
+        static_cast<char*>(std::aligned_alloc(4096, 8192)), &std::free);
+    while (!stop) {
+      const Held& h = held[rng() % held.size()];
+      const std::string& want = bytes[h.index];
+      const size_t off = (rng() % (want.size() / 4096)) * 4096;
+      const ssize_t n = ::pread(h.fd.get(), buf.get(), 8192, static_cast<off_t>(off));
+      const size_t expect = std::min<size_t>(8192, want.size() - off);
+      if (n < 0) {
+        errors++;
+      } else if (static_cast<size_t>(n) != expect ||
+                 std::memcmp(buf.get(), want.data() + off, expect) != 0) {
+        wrong++;
+      }
+      reads++;
+    }
+  };
+  // Whole files opened at whichever name the folder has now.
+  auto opener = [&] {
+    std::mt19937 rng(7);
+    while (!stop) {
+      const int i = static_cast<int>(rng() % kFiles);
+      for (const char* folder : {"a", "b"}) {
+        const std::string path = M(fmt::format("{}/t{:03}.pt.trace.json", folder, i));
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+          if (errno != ENOENT) errors++;
+          continue;
+        }
+        std::string got(bytes[i].size() + 1, '\0');
+        size_t n = 0;
+        if (!PreadFull(fd, got.data(), got.size(), 0, &n, path).ok()) errors++;
+        got.resize(n);
+        if (got != bytes[i]) wrong++;
+        ::close(fd);
+        opens++;
+        break;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 3; ++t) threads.emplace_back(reader, t + 1);
+  threads.emplace_back(opener);
+  int renames = 0;
+  for (; renames < 60 || reads < 2000 || opens < 100; ++renames) {
+    const bool there = renames % 2 == 0;
+    ASSERT_EQ(::rename(M(there ? "a" : "b").c_str(), M(there ? "b" : "a").c_str()), 0)
+        << std::strerror(errno);
+    if (renames > 20000) break;
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0) << "of " << reads.load() << " reads and " << opens.load()
+                             << " whole files";
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GE(reads.load(), 2000) << "after " << renames << " renames";
+  EXPECT_GE(opens.load(), 100);
+
+  // Where the folder ended up, every file is itself, and the held ones keep
+  // the numbers they were opened with.
+  const std::string folder = renames % 2 == 0 ? "a" : "b";
+  EXPECT_FALSE(std::filesystem::exists(M(folder == "a" ? "b" : "a")));
+  for (const Held& h : held) {
+    struct stat st;
+    ASSERT_EQ(::stat(M(fmt::format("{}/t{:03}.pt.trace.json", folder, h.index)).c_str(), &st), 0);
+    EXPECT_EQ(st.st_ino, h.ino) << h.index;
+  }
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string rel = fmt::format("{}/t{:03}.pt.trace.json", folder, i);
+    EXPECT_TRUE(ReadBytes(M(rel)) == bytes[i]) << rel;
+    EXPECT_EQ(State(M(rel)), "cold") << rel;
+  }
+  EXPECT_EQ(Status()["eio"]["cold_chunk"].get<uint64_t>(), 0u);
+  EXPECT_EQ(Status()["eio"]["store"].get<uint64_t>(), 0u);
 }
 
 // A cold file is deleted while a writer's open rehydrates it, held after
