@@ -168,9 +168,10 @@ class ChunkCache {
   // Readahead's chunks not read within kAheadKept lose their place in its
   // share (their reader went elsewhere): evicted as any other from then on.
   void AgeAheadLocked(std::chrono::steady_clock::time_point now) TBFS_REQUIRES(mu_);
-  // The slot's chunk, unread, is evicted as any other from now on; for
-  // every chunk of the file below `below` readahead loaded.
+  // The slot's chunk, unread, is evicted as any other from now on.
   void UnprotectLocked(Slot* slot) TBFS_REQUIRES(mu_);
+  // The same for every chunk of the file below index `below` that
+  // readahead loaded and no read has taken yet.
   void UnprotectFileLocked(uint64_t file_id, uint64_t below) TBFS_REQUIRES(mu_);
   // Readahead's queued chunks [from, to) of the file are called off.
   void CallOffLocked(uint64_t file_id, uint64_t from, uint64_t to) TBFS_REQUIRES(mu_);

@@ -105,9 +105,9 @@ Result<std::string> TrainDictionary(const TrainingSamples& samples, uint32_t id,
   params.steps = 4;
   // Its tables: the d-mer counts, 2^f entries of 4 bytes, and for each
   // candidate judged at once a copy of them and 2^f entries of 2 bytes.
-  // At 2^20 (libzstd's default) and two candidates that is 16 MiB, the
-  // largest block a migrating daemon held; at 2^18, 4 MiB, and the same
-  // dictionaries within 0.1% (docs/format.md, "Dictionaries").
+  // At 2^20 (libzstd's default) and two candidates that is 16 MiB, twice
+  // the samples; at 2^18, 4 MiB, and the same dictionaries within 0.1%
+  // (docs/format.md, "Dictionaries": "The training's tables").
   params.f = 18;
   // The candidates at once: the same dictionary but for a tie between two,
   // in half the time on two cores (the training is a serial part of a
