@@ -595,9 +595,9 @@ uint64_t MigrateOne(const std::string& logdir, const std::string& store, const s
                     uint64_t* copied) {
   fs::create_directories(fs::path(logdir + "/" + rel).parent_path());
   testing::WriteBytes(logdir + "/" + rel, bytes);
-  // The table files that MANIFEST lists, for MigrateThenCutBack: a merge
-  // after a flush may delete some. Those of the closed store, then those
-  // the open added: a merge the open starts may delete a table file while
+  // The table files that MANIFEST lists at either size, for CutManifestBack:
+  // a merge after a flush may delete some. Those of the closed store, those
+  // the open added, those at *copied: a merge may delete a table file while
   // they are listed (one gone between the listing and its link).
   const std::string tables = store + ".tables-at-open";
   fs::remove_all(tables);
@@ -627,13 +627,26 @@ uint64_t MigrateOne(const std::string& logdir, const std::string& store, const s
   EXPECT_EQ(one.size(), 1u);
   MigrateOptions m;
   m.walk.skip_dirs = {kStoreDirName};
-  ScopedFailpoint hook("migrate.copied",
-                       [&](const std::string&) { *copied = fs::file_size(*manifest); });
+  ScopedFailpoint hook("migrate.copied", [&](const std::string&) {
+    *copied = fs::file_size(*manifest);
+    keep_tables();  // a merge after the batch's flush may delete some it lists
+  });
   auto result = Migrate(**s, logdir, one, m);
   EXPECT_TRUE(result.ok() && result->files_moved == 1u);
   auto moved = (*s)->Lookup(rel);
   EXPECT_TRUE(moved.ok());
   return moved.ok() ? moved->file_id() : 0;
+}
+
+// Cuts the MANIFEST back to `size`. Only its last records are lost: the
+// table files it lists are all there (those a merge deleted since, kept by
+// MigrateOne, come back), as a MANIFEST cut by a crash would find them.
+void CutManifestBack(const std::string& store, const std::string& manifest, uint64_t size) {
+  fs::resize_file(manifest, size);
+  for (const auto& e : fs::directory_iterator(store + ".tables-at-open")) {
+    const fs::path at = fs::path(store) / e.path().filename();
+    if (!fs::exists(at)) fs::create_hard_link(e.path(), at);
+  }
 }
 
 // MigrateOne, then the MANIFEST cut back to its size at that open: the file
@@ -644,13 +657,7 @@ uint64_t MigrateThenCutBack(const std::string& logdir, const std::string& store,
   uint64_t keep = 0, copied = 0;
   const uint64_t id = MigrateOne(logdir, store, rel, bytes, &manifest, &keep, &copied);
   if (id == 0) return id;
-  fs::resize_file(manifest, keep);
-  // Only its last records lost: the files it lists are all there (a merge
-  // during the migration deleted some: they come back).
-  for (const auto& e : fs::directory_iterator(store + ".tables-at-open")) {
-    const fs::path at = fs::path(store) / e.path().filename();
-    if (!fs::exists(at)) fs::create_hard_link(e.path(), at);
-  }
+  CutManifestBack(store, manifest, keep);
   return id;
 }
 
@@ -768,7 +775,7 @@ TEST_F(SalvageTest, AJournaledFileWhoseManifestWasCutIsFoundAgainNotLost) {
   uint64_t opened = 0, keep = 0;
   ASSERT_NE(MigrateOne(logdir_, store_, late, bytes, &manifest, &opened, &keep), 0u);
   ASSERT_GT(keep, 0u);
-  fs::resize_file(manifest, keep);
+  CutManifestBack(store_, manifest, keep);
   auto store = ColdStore::Open(store_, OpenOptions{});
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   auto r = Recover(**store, logdir_);
