@@ -188,9 +188,10 @@ int Filesystem::UnlinkCold(const std::string& rel) {
   if (entry->kind() == storepb::Entry::DIR) return -EISDIR;
   auto m = store_->GetManifest(entry->file_id());
   if (!m.ok()) return StoreError(m.status(), EioSite::kUnlink, rel);
-  // A file still open keeps its chunks until the last release.
+  // Open handles keep its chunks until the last release; a recovery, that it was deleted.
   store::WriteBatch batch;
   Status st = store_->Retire(&batch, *m);
+  store_->journal_index().MarkDeleted(&batch, m->file_id());
   if (st.ok()) st = store_->Commit(batch, true);
   if (!st.ok()) return StoreError(st, EioSite::kUnlink, rel);
   ReapRetired(m->file_id());
@@ -206,6 +207,7 @@ int Filesystem::DeleteColdFile(const storepb::Manifest& m) {
     if (entry->kind() != storepb::Entry::FILE || entry->file_id() != m.file_id()) return -ENOENT;
     store::WriteBatch batch;
     Status st = store_->Retire(&batch, m);
+    store_->journal_index().MarkDeleted(&batch, m.file_id());
     if (st.ok()) st = store_->Commit(batch, true);
     if (!st.ok()) return StoreError(st, EioSite::kRetention, m.path());
   }

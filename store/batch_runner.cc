@@ -348,7 +348,10 @@ void BatchRunner::Verify(const std::vector<std::string>& affected,
 
 void BatchRunner::CommitBatch(size_t files_checked, BatchResult* result) {
   WriteBatch commit;
-  if (result->unsynced.empty()) commit.Delete(Space::kJournal, EncodeId(result->batch_id));
+  if (result->unsynced.empty()) {
+    commit.Delete(Space::kJournal, EncodeId(result->batch_id));
+    store_.journal_index().DropMarks(&commit, result->batch_id);
+  }
   commit.Put(Space::kBaselines, kLastBaselineKey,
              nlohmann::json{{"batch", result->batch_id},
                             {"time_ns", NowNs()},
@@ -366,6 +369,8 @@ void BatchRunner::CommitBatch(size_t files_checked, BatchResult* result) {
                   st.message());
     // Done but for its record: the next write the store takes commits it.
     if (result->unsynced.empty()) result->deferred_at = store_.Defer(commit);
+  } else if (result->unsynced.empty()) {
+    store_.journal_index().Forget(result->batch_id);
   }
 }
 
@@ -374,12 +379,15 @@ void BatchRunner::GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, F
   result->outcome = outcome;
   result->reason = reason;
   auto current = store_.GetManifest(file_id);
+  // Seen deleted: a recovery after a commit of this batch that did not land
+  // must not take it for a file the store lost (store/journal_index.h).
+  const bool deleted = outcome == Outcome::kDeleted;
   Status st;
   if (current.ok()) {
-    st = DropFromStore(store_, *current, retire());
+    st = DropFromStore(store_, *current, retire(), deleted);
     if (st.ok() && options_.observer != nullptr) options_.observer->Retired();
   } else if (current.status().IsNotFound() && entry != nullptr) {
-    st = DropFromStore(store_, Stub(*entry));  // chunks of a copy cut short
+    st = DropFromStore(store_, Stub(*entry), false, deleted);  // chunks of a copy cut short
   } else {
     st = current.status();
   }

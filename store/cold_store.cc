@@ -204,13 +204,18 @@ Status ColdStore::PutJournal(const storepb::JournalRecord& record) {
   uint64_t next = next_file_id_.load();
   for (const auto& e : record.entries()) next = std::max(next, e.file_id() + 1);
   batch.Put(Space::kMeta, kMetaNextFileIdKey, EncodeId(next));
-  return Write(batch, true);
+  TBFS_RETURN_IF_ERROR(Write(batch, true));
+  journal_index_.Add(record);
+  return Status::OK();
 }
 
 Status ColdStore::DeleteJournal(uint64_t batch_id) {
   WriteBatch batch;
   batch.Delete(Space::kJournal, EncodeId(batch_id));
-  return Write(batch, true);
+  journal_index_.DropMarks(&batch, batch_id);
+  TBFS_RETURN_IF_ERROR(Write(batch, true));
+  journal_index_.Forget(batch_id);
+  return Status::OK();
 }
 
 uint64_t ColdStore::Defer(const WriteBatch& batch) {

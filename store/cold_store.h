@@ -36,6 +36,7 @@
 #include "store/backend.h"
 #include "store/chunk.h"
 #include "store/gzip_pieces.h"
+#include "store/journal_index.h"
 #include "store/manifest.h"
 #include "store/proto/store.pb.h"
 #include "store/rados_backend.h"
@@ -316,6 +317,9 @@ class ColdStore {
   Status PutJournal(const storepb::JournalRecord& record);  // synced
   Status DeleteJournal(uint64_t batch_id);                  // synced
   Status ListJournal(std::vector<storepb::JournalRecord>* out);
+  // The files of unfinished batches, and the marks of those deleted (store/journal_index.h).
+  JournalIndex& journal_index() { return journal_index_; }
+  Status ListDeletedMarks(std::set<uint64_t>* ids);  // their file ids
   // A batch's final commit (deleting its record) that the engine refused:
   // kept, and written with the next commit that succeeds, in the same
   // atomic write (every write of this object: Commit, PutJournal,
@@ -388,8 +392,7 @@ class ColdStore {
   // The namespace keys of formats 2 and 3 left after a conversion.
   Status DropPathKeys();
   // --- the tree (format 4; store/namespace.cc)
-  // The id of the cold folder at `folder` ("" is the top); NotFound when
-  // there is none.
+  // The id of the cold folder at `folder` ("" is the top), or NotFound.
   Result<uint64_t> ResolveDir(std::string_view folder);
   Result<uint64_t> WalkToDir(std::string_view folder);  // ResolveDir, uncached
   // A shared store read by path keys that its writer has converted since
@@ -408,27 +411,23 @@ class ColdStore {
   // fn(name, entry bytes) for each child of a folder, in name order.
   Status ScanChildren(std::string_view folder,
                       const std::function<bool(std::string_view, std::string_view)>& fn);
-  // Drops the file an entry about to be overwritten names (Drop), if its
-  // manifest is there.
+  // Drops (Drop) the file an entry about to be overwritten names, if any.
   Status DropReplaced(WriteBatch* batch, uint64_t file_id, bool retire);
   // The folder's link and its copy with the chunks.
   void PutDirLink(WriteBatch* batch, uint64_t dir, uint64_t parent, std::string_view name);
-  // The id of `folder`, with entries made for it and any ancestor missing
-  // (a cold file in the way leaves the store, retired with
-  // `retire_replaced`).
+  // The id of `folder`, with entries made for it and any missing ancestor (a
+  // cold file in the way leaves the store, retired with `retire_replaced`).
   Status MakeFolders(WriteBatch* batch, const std::string& folder, const FolderAttrs& folders,
                      int64_t mtime_ns, bool retire_replaced, uint64_t* dir);
-  // The remaker that makes piece `index` of a gzip file stored by its
-  // content the cheapest, kept across reads: several per file, so that
-  // readers of different parts of one file (threads, readahead, mmap) each
-  // keep their place instead of starting one another again from the top.
+  // The remaker that makes piece `index` of a gzip file stored by its content the cheapest, kept
+  // across reads: several per file, so that readers of different parts of one file (threads,
+  // readahead, mmap) each keep their place instead of starting one another again from the top.
   std::shared_ptr<GzipPieces> PiecesOf(const storepb::Manifest& m, uint64_t index);
   // The manifest and its copy in the chunks space (store/format.h).
   void PutManifest(WriteBatch* batch, const storepb::Manifest& m);
   // Reads every dictionary record (either copy), replacing what is held.
   Status LoadDictionaries() TBFS_REQUIRES(dict_mu_);
-  // One copy of a dictionary: its record (kMeta) or its copy with the
-  // chunks (kChunks).
+  // One copy of a dictionary: its record (kMeta) or its copy (kChunks).
   Result<std::shared_ptr<const Dictionary>> ReadDictionary(uint64_t key_id, Space space);
 
   // The engine's commit of `batch`, with what was deferred (Defer) before it.
@@ -437,6 +436,7 @@ class ColdStore {
   // Locks: journal_mu_ and role_mu_ are never held together. journal_mu_ is held across
   // the commits of next-file-id records (PutJournal, AddFile, RecordLost): increasing.
   Mutex journal_mu_;
+  JournalIndex journal_index_;
   // Taken last (inside journal_mu_ and totals_mu_), held across a commit
   // that carries deferred writes; has_deferred_ spares the others the lock.
   Mutex deferred_mu_;

@@ -349,6 +349,7 @@ Status ColdStore::LoadIds() {
   keep(ListJournal(&journal));
   for (const auto& record : journal) {
     for (const auto& e : record.entries()) next = std::max(next, e.file_id() + 1);
+    journal_index_.Add(record);
   }
   next_after_last(Space::kManifests, &next);
   // Chunks are written only under ids a journal record or an added file

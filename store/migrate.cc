@@ -35,9 +35,10 @@ storepb::Manifest Stub(const storepb::JournalEntry& e) {
   return m;
 }
 
-Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire) {
+Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire, bool deleted) {
   WriteBatch batch;
   TBFS_RETURN_IF_ERROR(store.Drop(&batch, m, retire));
+  if (deleted) store.journal_index().MarkDeleted(&batch, m.file_id());
   return store.Commit(batch, true);
 }
 

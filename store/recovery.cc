@@ -41,13 +41,24 @@ bool OursAlready(int dir_fd, const std::string& name, const std::string& path,
 // What a crash left beside a journaled file in folder dfd: the temporary
 // file of a write-back cut short (under the name or beside it) goes; a file
 // left aside by a migration goes back under its name (beside it, when a new
-// file took the name), to be judged like any other.
-void TidyUp(int dfd, const std::string& name, const std::string& path, uint64_t file_id,
-            bool restoring, RecoveryResult* result) {
+// file took the name), to be judged like any other. Unless it is the file
+// as the batch journaled it (`deleted`: deleted meanwhile): it goes.
+void TidyUp(int dfd, const std::string& name, const std::string& path,
+            const storepb::JournalEntry& e, bool restoring, bool deleted, RecoveryResult* result) {
+  const uint64_t file_id = e.file_id();
   ::unlinkat(dfd, TempNameFor(name, file_id).c_str(), 0);
   ::unlinkat(dfd, TempNameFor(RecoveredName(name, file_id), file_id).c_str(), 0);
   if (restoring) return;
   const std::string aside = AsideName(name, file_id);
+  // Its move aside changed its ctime, not the rest: written since (by its
+  // name aside, after the crash), it is someone's work, and goes back.
+  struct stat st;
+  if (deleted && ::fstatat(dfd, aside.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      S_ISREG(st.st_mode) && st.st_ino == e.ino() &&
+      static_cast<uint64_t>(st.st_size) == e.size() && ToNs(st.st_mtim) == e.mtime_ns() &&
+      ::unlinkat(dfd, aside.c_str(), 0) == 0) {
+    return;
+  }
   if (::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) == 0 ||
       errno != EEXIST) {
     return;
@@ -57,6 +68,24 @@ void TidyUp(int dfd, const std::string& name, const std::string& path, uint64_t 
     result->notes.push_back(path + " was recreated meanwhile; the migrated content is back as " +
                             JoinPath(ParentPath(path), beside));
   }
+}
+
+// Drops the marks of deleted files (store/journal_index.h) but those of
+// the entries of records kept, then returns `result`.
+Result<RecoveryResult> DropMarks(ColdStore& store, const std::set<uint64_t>& marks,
+                                 RecoveryResult& result) {
+  std::vector<storepb::JournalRecord> kept;
+  if (!marks.empty()) TBFS_RETURN_IF_ERROR(store.ListJournal(&kept));
+  std::set<uint64_t> waiting;
+  for (const storepb::JournalRecord& r : kept) {
+    for (const storepb::JournalEntry& e : r.entries()) waiting.insert(e.file_id());
+  }
+  WriteBatch drop;
+  for (uint64_t id : marks) {
+    if (!waiting.count(id)) DropDeletedMark(&drop, id);
+  }
+  if (!drop.empty()) TBFS_RETURN_IF_ERROR(store.Commit(drop, true));
+  return std::move(result);
 }
 
 // An entry left unresolved, into the record written again.
@@ -70,7 +99,9 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
   RecoveryResult result;
   std::vector<storepb::JournalRecord> records;
   TBFS_RETURN_IF_ERROR(store.ListJournal(&records));
-  if (records.empty()) return result;
+  std::set<uint64_t> marks;  // files deleted before their batch committed
+  TBFS_RETURN_IF_ERROR(store.ListDeletedMarks(&marks));
+  if (records.empty()) return DropMarks(store, marks, result);
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return root.status();
   WorkPool pool(0);
@@ -86,6 +117,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       const std::string path = JoinPath(logdir, e.path());  // for notes
       auto manifest = store.GetManifest(e.file_id());
       if (!manifest.ok() && !manifest.status().IsNotFound()) return manifest.status();
+      const bool deleted = !restoring && !manifest.ok() && marks.count(e.file_id());
       // Everything beneath the logdir, through its folder's fd: a folder
       // swapped for a symlink is not followed (then the file counts as gone).
       std::string name;
@@ -93,7 +125,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       struct stat st;
       bool exists = false;
       if (dir.ok()) {
-        TidyUp(dir->get(), name, path, e.file_id(), restoring, &result);
+        TidyUp(dir->get(), name, path, e, restoring, deleted, &result);
         exists = ::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
       }
 
@@ -130,7 +162,9 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         // before its copy, or the store lost it. Nothing tells which, so it
         // is a loss until an admin says otherwise (fsck --clear-lost).
         TBFS_RETURN_IF_ERROR(DropFromStore(store, Stub(e)));
-        if (!exists && e.cold_when_kept()) {
+        if (!exists && deleted) {
+          result.notes.push_back(path + " was deleted before its batch committed");
+        } else if (!exists && e.cold_when_kept()) {
           result.notes.push_back(path + " was deleted from the store since the last recovery");
         } else if (!exists) {
           ColdStore::LostFile lost;
@@ -178,7 +212,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       TBFS_RETURN_IF_ERROR(store.PutJournal(kept));
     }
   }
-  return result;
+  return DropMarks(store, marks, result);
 }
 
 // Writes m (found set aside) back into the logdir, hot, as an unfinished

@@ -107,8 +107,11 @@ Status RestoreOne(ColdStore& store, const std::string& logdir, const storepb::Ma
   MaybeCrash("restore.in_place");
   MaybePause("restore.in_place");
   if (options.placed) options.placed(m);
+  // A file of a migration not yet committed (rehydrated after its move)
+  // is hot again: deleted next, it is not lost to a recovery of that batch.
   WriteBatch drop;
   Status s = store.Drop(&drop, m, options.retire);
+  store.journal_index().MarkDeleted(&drop, m.file_id());
   if (s.ok()) s = store.Commit(drop, true);
   if (!s.ok()) return Status::Aborted("restored, but not dropped from the store: " + s.message());
   return Status::OK();

@@ -448,15 +448,23 @@ namespace {
 // (base/failpoint.h); the returned guard lets it go and waits for the pass.
 class PausedTransitions : public Transitions {
  protected:
-  void MountPausedAt(const std::string& point) {
+  // `dies`: the test kills the daemon, or it dies at `crash_at`
+  // (TBFS_FAILPOINT); the pass it was asked for fails with it.
+  void MountPausedAt(const std::string& point, bool dies = false,
+                     const std::string& crash_at = "") {
     marker_ = dir_ / "pause";
     WriteBytes(marker_, "");
+    const std::string crash = crash_at.empty() ? "" : "TBFS_FAILPOINT=" + crash_at + " ";
     auto r = RunCommand(
-        "TBFS_PAUSE=" + point + ":" + marker_ + " " +
+        crash + "TBFS_PAUSE=" + point + ":" + marker_ + " " +
         Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate --cold-after 0 -o allow_other 2>&1"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     pid_ = Status()["pid"].get<int>();
-    migrate_ = std::thread([this] { MigrateNow(); });
+    if (!dies) {
+      migrate_ = std::thread([this] { MigrateNow(); });
+    } else {
+      migrate_ = std::thread([this] { RunCommand(Tbfs("migrate --now " + mnt_ + " 2>&1")); });
+    }
     WaitUntil([&] { return std::filesystem::exists(marker_ + ".reached"); },
               std::chrono::milliseconds(30000));
     ASSERT_TRUE(std::filesystem::exists(marker_ + ".reached")) << point << " never reached";
@@ -477,6 +485,28 @@ class PausedTransitions : public Transitions {
       if (n.starts_with("." + base + ".tbfs-mig-")) return JoinPath(dir, n);
     }
     return "";
+  }
+  // The daemon gone (killed, or dead at its failpoint): the mount goes, a
+  // new one recovers what the batch left. `rel`, deleted through the mount
+  // while it waited aside, stays deleted, and nothing is called lost.
+  void ExpectDeletedNotLostAfterTheRestart(const std::string& rel) {
+    WaitUntil([&] { return !Alive(pid_); }, std::chrono::milliseconds(10000));
+    ASSERT_FALSE(Alive(pid_)) << "the daemon did not die";
+    Release();
+    RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+    WaitForExit();
+    Mount("--no-migrate");
+    EXPECT_FALSE(std::filesystem::exists(M(rel))) << "a file deleted through the mount came back";
+    EXPECT_FALSE(std::filesystem::exists(L(rel)));
+    EXPECT_TRUE(AsideOf(rel).empty());
+    for (const auto& e : std::filesystem::directory_iterator(L(ParentPath(rel))))
+      EXPECT_EQ(e.path().filename().string().find("tbfs-"), std::string::npos) << e.path();
+    auto status = RunCommand(Tbfs("status " + mnt_ + " 2>&1"));
+    EXPECT_EQ(status.exit_code, 0) << status.out;
+    EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u) << Status().dump();
+    Unmount();
+    auto fsck = RunCommand(Tbfs("fsck " + logdir_ + " 2>&1"));
+    EXPECT_EQ(fsck.exit_code, 0) << fsck.out;
   }
   std::string marker_;
   std::thread migrate_;
@@ -521,6 +551,29 @@ TEST_F(PausedTransitions, AFileDeletedWhileItWaitsAsideStaysDeleted) {
   EXPECT_TRUE(AsideOf(rel).empty());
   auto ls = RunCommand(Tbfs("fsck " + logdir_ + " 2>&1"));
   EXPECT_EQ(ls.exit_code, 0) << ls.out;
+}
+
+// Killed (kill -9) while the file waits aside, after its delete through
+// the mount: the file aside is not put back.
+TEST_F(PausedTransitions, AFileDeletedWhileItWaitsAsideStaysDeletedWhenTheDaemonIsKilledThere) {
+  traces_ = WriteTraces(logdir_, 1, 64 << 10);
+  const std::string rel = traces_.begin()->first;
+  MountPausedAt("migrate.staged", true);
+  ASSERT_FALSE(AsideOf(rel).empty());
+  ASSERT_EQ(::unlink(M(rel).c_str()), 0);
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
+  ExpectDeletedNotLostAfterTheRestart(rel);
+}
+
+// Dead after the batch removed the file aside (the delete through the
+// mount done to it), before the batch's commit: deleted, not lost.
+TEST_F(PausedTransitions, AFileDeletedWhileItWaitsAsideIsNotLostWhenTheDaemonDiesBeforeTheCommit) {
+  traces_ = WriteTraces(logdir_, 1, 64 << 10);
+  const std::string rel = traces_.begin()->first;
+  MountPausedAt("migrate.staged", true, "migrate.all_unlinked");
+  ASSERT_EQ(::unlink(M(rel).c_str()), 0);
+  Release();
+  ExpectDeletedNotLostAfterTheRestart(rel);
 }
 
 TEST_F(PausedTransitions, ALookupDuringARehydrationFindsTheSameInode) {

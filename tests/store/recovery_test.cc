@@ -7,12 +7,14 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "base/failpoint.h"
 #include "store/maintenance.h"
 #include "store/migrate.h"
+#include "store/restore.h"
 #include "store/store_dir.h"
 #include "tests/store/crash_fixture.h"
 #include "tests/store/migrate_fixture.h"
@@ -224,6 +226,96 @@ TEST_F(RecoveryTest, ARestoreCutShortKeepsTheCopyOfAFileWhoseNameAnotherTook) {
     EXPECT_FALSE((*store)->Lookup(c.path).ok()) << c.path << " is hot and cold";
   }
   EXPECT_GE(restored, 1u);
+}
+
+// A file deleted in the logdir while the batch copied it is given up as
+// deleted; when the batch's commit does not land and the process ends, the
+// recovery that follows knows it was deleted (the batch saw it go), and
+// does not record it lost.
+TEST_F(RecoveryTest, AFileDeletedWhileItWasCopiedIsNotRecordedLostWhenTheCommitDidNotLand) {
+  const std::vector<Candidate> candidates = Candidates();
+  ASSERT_GE(candidates.size(), 2u);
+  const std::string gone = JoinPath(logdir_, candidates[0].path);
+  ScopedFailpoint deleted("migrate.copied", [&](const std::string& path) {
+    if (path == gone) {
+      ASSERT_EQ(::unlink(gone.c_str()), 0);
+    }
+  });
+  ScopedFailpoint refused("migrate.commit");
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_EQ(result->uncommitted_batches, 1u);
+  ASSERT_EQ(result->batches[0].files[0].path, candidates[0].path);
+  EXPECT_EQ(result->batches[0].files[0].outcome, Outcome::kDeleted);
+  store_.reset();  // the process ends; the commit it held back with it
+  auto store = ColdStore::Open(JoinPath(logdir_, kStoreDirName), OpenOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto recovered = Recover(**store, logdir_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_TRUE(recovered->lost.empty()) << ::testing::PrintToString(recovered->lost);
+  std::vector<ColdStore::LostFile> lost;
+  ASSERT_TRUE((*store)->ListLost(&lost).ok());
+  EXPECT_TRUE(lost.empty());
+  EXPECT_FALSE(std::filesystem::exists(gone));
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    const std::string& rel = candidates[i].path;
+    EXPECT_TRUE(ReadBytes(JoinPath(logdir_, rel)) == before_[rel].bytes) << rel << " not undone";
+  }
+  std::set<uint64_t> marks;
+  ASSERT_TRUE((*store)->ListDeletedMarks(&marks).ok());
+  EXPECT_TRUE(marks.empty()) << "the mark outlived its batch's record";
+}
+
+// A moved file written back (a rehydration: opened for writing through a
+// mount) and then deleted, before its batch committed: when the commit
+// does not land, the recovery that follows does not record it lost.
+TEST_F(RecoveryTest, AFileRestoredThenDeletedBeforeItsBatchCommittedIsNotRecordedLost) {
+  const std::vector<Candidate> candidates = Candidates();
+  const std::string rel = candidates[0].path;
+  WorkPool pool(1);
+  ScopedFailpoint rehydrated("migrate.before_verify", [&](const std::string&) {
+    auto m = store_->Lookup(rel);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    RestoreOptions o;
+    o.pool = &pool;
+    o.compact = false;
+    auto back = Restore(*store_, logdir_, {*m}, o);
+    ASSERT_TRUE(back.ok() && back->failed.empty());
+    ASSERT_EQ(::unlink(JoinPath(logdir_, rel).c_str()), 0);
+  });
+  ScopedFailpoint refused("migrate.commit");
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_EQ(result->uncommitted_batches, 1u);
+  store_.reset();
+  auto store = ColdStore::Open(JoinPath(logdir_, kStoreDirName), OpenOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto recovered = Recover(**store, logdir_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  EXPECT_TRUE(recovered->lost.empty()) << ::testing::PrintToString(recovered->lost);
+  EXPECT_FALSE(std::filesystem::exists(JoinPath(logdir_, rel)));
+}
+
+// The mark is there while the batch runs, and goes with its record.
+TEST_F(RecoveryTest, TheMarkOfAFileDeletedWhileItWasCopiedGoesWithItsBatch) {
+  const std::vector<Candidate> candidates = Candidates();
+  const std::string gone = JoinPath(logdir_, candidates[0].path);
+  ScopedFailpoint deleted("migrate.copied", [&](const std::string& path) {
+    if (path == gone) {
+      ASSERT_EQ(::unlink(gone.c_str()), 0);
+    }
+  });
+  std::set<uint64_t> during;
+  ScopedFailpoint verify("migrate.before_verify", [&](const std::string&) {
+    ASSERT_TRUE(store_->ListDeletedMarks(&during).ok());
+  });
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->ok());
+  EXPECT_EQ(during.size(), 1u);
+  std::set<uint64_t> after;
+  ASSERT_TRUE(store_->ListDeletedMarks(&after).ok());
+  EXPECT_TRUE(after.empty());
 }
 
 // A file whose copy had not reached the store when the migration died, in
