@@ -38,6 +38,71 @@ bool OursAlready(int dir_fd, const std::string& name, const std::string& path,
          SameContent(fd.get(), path, m);
 }
 
+// The file a migration set aside is still the one it journaled: its move
+// aside changed its ctime, nothing else.
+bool IsJournaled(const struct stat& st, const storepb::JournalEntry& e) {
+  return S_ISREG(st.st_mode) && st.st_ino == e.ino() &&
+         static_cast<uint64_t>(st.st_size) == e.size() && ToNs(st.st_mtim) == e.mtime_ns();
+}
+
+void SyncFolder(int dir_fd, const std::string& path) {
+  UniqueFd fd(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid() || ::fsync(fd.get()) != 0)
+    spdlog::warn("recovery: fsync the folder of {}: {}", path, std::strerror(errno));
+}
+
+// A file a migration left aside (in folder dfd) whose store copy is there:
+// what the mount did to that copy meanwhile (a rename, a chmod, a chown, a
+// touch) is the truth, as the batch's Finish has it. The file goes where
+// the copy is (beside a file that took that name), with its attributes.
+// False, nothing done, when it is not the journaled file or the copy's
+// folder is not in the logdir.
+bool PutWhereTheStoreHasIt(int root_fd, int dfd, const std::string& aside,
+                           const storepb::JournalEntry& e, const storepb::Manifest& m,
+                           const std::string& logdir, RecoveryResult* result) {
+  UniqueFd fd(OpenAtOwnRead(dfd, aside.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | kOwnRead));
+  struct stat st;
+  std::string name;
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !IsJournaled(st, e)) return false;
+  auto to = OpenParentBeneath(root_fd, m.path(), &name);
+  if (!to.ok()) return false;
+  // The owner first: a chown may clear the mode's set-id bits.
+  if ((st.st_uid != m.uid() || st.st_gid != m.gid()) && ::fchown(fd.get(), m.uid(), m.gid()) != 0)
+    spdlog::warn("recovery: chown {}: {}", m.path(), std::strerror(errno));
+  if ((st.st_mode & 07777) != (m.mode() & 07777) && ::fchmod(fd.get(), m.mode() & 07777) != 0)
+    spdlog::warn("recovery: chmod {}: {}", m.path(), std::strerror(errno));
+  const struct timespec times[2] = {FromNs(m.atime_ns()), FromNs(m.mtime_ns())};
+  if (::futimens(fd.get(), times) != 0)
+    spdlog::warn("recovery: set the times of {}: {}", m.path(), std::strerror(errno));
+  std::string where = name;
+  if (::renameat2(dfd, aside.c_str(), to->get(), name.c_str(), RENAME_NOREPLACE) != 0) {
+    where = RecoveredName(name, m.file_id());
+    if (errno != EEXIST ||
+        ::renameat2(dfd, aside.c_str(), to->get(), where.c_str(), RENAME_NOREPLACE) != 0) {
+      return false;
+    }
+    result->notes.push_back(JoinPath(logdir, m.path()) + " was taken meanwhile; the file is " +
+                            JoinPath(logdir, JoinPath(ParentPath(m.path()), where)));
+  }
+  SyncFolder(dfd, aside);
+  SyncFolder(to->get(), m.path());
+  return true;
+}
+
+// PutWhereTheStoreHasIt from the journaled folder, or from the copy's: a
+// folder renamed through the mount took the file aside along.
+bool SettleAside(int root_fd, const storepb::JournalEntry& e, const storepb::Manifest& m,
+                 const std::string& logdir, RecoveryResult* result) {
+  const std::string aside = AsideName(BaseName(e.path()), e.file_id());
+  for (const std::string& at : {e.path(), m.path()}) {
+    std::string name;
+    auto dir = OpenParentBeneath(root_fd, at, &name);
+    if (dir.ok() && PutWhereTheStoreHasIt(root_fd, dir->get(), aside, e, m, logdir, result))
+      return true;
+  }
+  return false;
+}
+
 // What a crash left beside a journaled file in folder dfd: the temporary
 // file of a write-back cut short (under the name or beside it) goes; a file
 // left aside by a migration goes back under its name (beside it, when a new
@@ -50,13 +115,11 @@ void TidyUp(int dfd, const std::string& name, const std::string& path,
   ::unlinkat(dfd, TempNameFor(RecoveredName(name, file_id), file_id).c_str(), 0);
   if (restoring) return;
   const std::string aside = AsideName(name, file_id);
-  // Its move aside changed its ctime, not the rest: written since (by its
-  // name aside, after the crash), it is someone's work, and goes back.
+  // Written since (by its name aside, after the crash), it is someone's
+  // work, and goes back.
   struct stat st;
   if (deleted && ::fstatat(dfd, aside.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-      S_ISREG(st.st_mode) && st.st_ino == e.ino() &&
-      static_cast<uint64_t>(st.st_size) == e.size() && ToNs(st.st_mtim) == e.mtime_ns() &&
-      ::unlinkat(dfd, aside.c_str(), 0) == 0) {
+      IsJournaled(st, e) && ::unlinkat(dfd, aside.c_str(), 0) == 0) {
     return;
   }
   if (::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) == 0 ||
@@ -86,6 +149,20 @@ Result<RecoveryResult> DropMarks(ColdStore& store, const std::set<uint64_t>& mar
   }
   if (!drop.empty()) TBFS_RETURN_IF_ERROR(store.Commit(drop, true));
   return std::move(result);
+}
+
+// A journaled file found neither in the logdir nor in the store.
+Status RecordLost(ColdStore& store, uint64_t batch_id, const storepb::JournalEntry& e,
+                  RecoveryResult* result) {
+  ColdStore::LostFile lost;
+  lost.file_id = e.file_id();
+  lost.path = e.path();
+  lost.batch_id = batch_id;
+  lost.found_ns = NowNs();
+  lost.why = "journaled by an unfinished migration, found neither in the logdir nor in the store";
+  TBFS_RETURN_IF_ERROR(store.RecordLost(lost));
+  result->lost.push_back(e.path());
+  return Status::OK();
 }
 
 // An entry left unresolved, into the record written again.
@@ -124,6 +201,12 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       auto dir = OpenParentBeneath(root->get(), e.path(), &name);
       struct stat st;
       bool exists = false;
+      if (!restoring && manifest.ok() && SettleAside(root->get(), e, *manifest, logdir, &result)) {
+        TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
+        result.dropped++;
+        result.changed.push_back(manifest->path());
+        continue;
+      }
       if (dir.ok()) {
         TidyUp(dir->get(), name, path, e, restoring, deleted, &result);
         exists = ::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
@@ -167,15 +250,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         } else if (!exists && e.cold_when_kept()) {
           result.notes.push_back(path + " was deleted from the store since the last recovery");
         } else if (!exists) {
-          ColdStore::LostFile lost;
-          lost.file_id = e.file_id();
-          lost.path = e.path();
-          lost.batch_id = record.batch_id();
-          lost.found_ns = NowNs();
-          lost.why =
-              "journaled by an unfinished migration, found neither in the logdir nor in the store";
-          TBFS_RETURN_IF_ERROR(store.RecordLost(lost));
-          result.lost.push_back(e.path());
+          TBFS_RETURN_IF_ERROR(RecordLost(store, record.batch_id(), e, &result));
         }
         continue;
       }

@@ -576,6 +576,54 @@ TEST_F(PausedTransitions, AFileDeletedWhileItWaitsAsideIsNotLostWhenTheDaemonDie
   ExpectDeletedNotLostAfterTheRestart(rel);
 }
 
+// Renamed and chmod-ed through the mount while it waits aside, then killed:
+// the file is at its new name with its new mode, once.
+TEST_F(PausedTransitions, AFileRenamedWhileItWaitsAsideKeepsItsNewNameAfterAKillThere) {
+  traces_ = WriteTraces(logdir_, 1, 64 << 10);
+  const std::string rel = traces_.begin()->first, renamed = "run/renamed.pt.trace.json";
+  MountPausedAt("migrate.staged", true);
+  ASSERT_EQ(::rename(M(rel).c_str(), M(renamed).c_str()), 0);
+  ASSERT_EQ(::chmod(M(renamed).c_str(), 0640), 0);
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
+  WaitUntil([&] { return !Alive(pid_); }, std::chrono::milliseconds(10000));
+  Release();
+  RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+  WaitForExit();
+  Mount("--no-migrate");
+  EXPECT_FALSE(std::filesystem::exists(M(rel))) << "the rename was undone";
+  EXPECT_TRUE(ReadBytes(M(renamed)) == traces_[rel]);
+  struct stat st;
+  ASSERT_EQ(::stat(M(renamed).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(L("run")))
+    if (e.path().filename().string().find("tbfs-") != std::string::npos) left.push_back(e.path());
+  EXPECT_TRUE(left.empty()) << ::testing::PrintToString(left);
+  EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u);
+}
+
+// Its folder renamed through the mount while it waits aside (the file
+// aside goes along), then killed: the file is in the renamed folder, once.
+TEST_F(PausedTransitions, AFileWhoseFolderWasRenamedWhileItWaitsAsideIsThereAfterAKill) {
+  traces_ = WriteTraces(logdir_, 1, 64 << 10);
+  const std::string rel = traces_.begin()->first;
+  const std::string moved = "run/moved/" + std::string(BaseName(rel));
+  MountPausedAt("migrate.staged", true);
+  ASSERT_EQ(::rename(M(ParentPath(rel)).c_str(), M("run/moved").c_str()), 0);
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
+  WaitUntil([&] { return !Alive(pid_); }, std::chrono::milliseconds(10000));
+  Release();
+  RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
+  WaitForExit();
+  Mount("--no-migrate");
+  EXPECT_TRUE(ReadBytes(M(moved)) == traces_[rel]);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(L("run")))
+    if (e.path().filename().string().find("tbfs-") != std::string::npos) left.push_back(e.path());
+  EXPECT_TRUE(left.empty()) << ::testing::PrintToString(left);
+  EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u);
+}
+
 TEST_F(PausedTransitions, ALookupDuringARehydrationFindsTheSameInode) {
   traces_ = WriteTraces(logdir_, 2, 256 << 10);
   const std::string rel = traces_.begin()->first;
