@@ -487,20 +487,29 @@ class PausedTransitions : public Transitions {
     return "";
   }
   // The daemon gone (killed, or dead at its failpoint): the mount goes, a
-  // new one recovers what the batch left. `rel`, deleted through the mount
-  // while it waited aside, stays deleted, and nothing is called lost.
-  void ExpectDeletedNotLostAfterTheRestart(const std::string& rel) {
+  // new one recovers what the batch left.
+  void RemountAfterItsDeath() {
     WaitUntil([&] { return !Alive(pid_); }, std::chrono::milliseconds(10000));
     ASSERT_FALSE(Alive(pid_)) << "the daemon did not die";
     Release();
     RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
     WaitForExit();
     Mount("--no-migrate");
+  }
+  // What a migration or a recovery left under the logdir's run/.
+  std::vector<std::string> Leftovers() {
+    std::vector<std::string> left;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(L("run")))
+      if (e.path().filename().string().find("tbfs-") != std::string::npos) left.push_back(e.path());
+    return left;
+  }
+  // After RemountAfterItsDeath: `rel`, deleted through the mount while it
+  // waited aside, stays deleted, and nothing is called lost.
+  void ExpectDeletedNotLostAfterTheRestart(const std::string& rel) {
+    RemountAfterItsDeath();
     EXPECT_FALSE(std::filesystem::exists(M(rel))) << "a file deleted through the mount came back";
     EXPECT_FALSE(std::filesystem::exists(L(rel)));
-    EXPECT_TRUE(AsideOf(rel).empty());
-    for (const auto& e : std::filesystem::directory_iterator(L(ParentPath(rel))))
-      EXPECT_EQ(e.path().filename().string().find("tbfs-"), std::string::npos) << e.path();
+    EXPECT_TRUE(Leftovers().empty()) << ::testing::PrintToString(Leftovers());
     auto status = RunCommand(Tbfs("status " + mnt_ + " 2>&1"));
     EXPECT_EQ(status.exit_code, 0) << status.out;
     EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u) << Status().dump();
@@ -585,20 +594,13 @@ TEST_F(PausedTransitions, AFileRenamedWhileItWaitsAsideKeepsItsNewNameAfterAKill
   ASSERT_EQ(::rename(M(rel).c_str(), M(renamed).c_str()), 0);
   ASSERT_EQ(::chmod(M(renamed).c_str(), 0640), 0);
   ASSERT_EQ(::kill(pid_, SIGKILL), 0);
-  WaitUntil([&] { return !Alive(pid_); }, std::chrono::milliseconds(10000));
-  Release();
-  RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
-  WaitForExit();
-  Mount("--no-migrate");
+  RemountAfterItsDeath();
   EXPECT_FALSE(std::filesystem::exists(M(rel))) << "the rename was undone";
   EXPECT_TRUE(ReadBytes(M(renamed)) == traces_[rel]);
   struct stat st;
   ASSERT_EQ(::stat(M(renamed).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0640u);
-  std::vector<std::string> left;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(L("run")))
-    if (e.path().filename().string().find("tbfs-") != std::string::npos) left.push_back(e.path());
-  EXPECT_TRUE(left.empty()) << ::testing::PrintToString(left);
+  EXPECT_TRUE(Leftovers().empty()) << ::testing::PrintToString(Leftovers());
   EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u);
 }
 
@@ -611,16 +613,9 @@ TEST_F(PausedTransitions, AFileWhoseFolderWasRenamedWhileItWaitsAsideIsThereAfte
   MountPausedAt("migrate.staged", true);
   ASSERT_EQ(::rename(M(ParentPath(rel)).c_str(), M("run/moved").c_str()), 0);
   ASSERT_EQ(::kill(pid_, SIGKILL), 0);
-  WaitUntil([&] { return !Alive(pid_); }, std::chrono::milliseconds(10000));
-  Release();
-  RunCommand("fusermount3 -u -z " + mnt_ + " 2>/dev/null");
-  WaitForExit();
-  Mount("--no-migrate");
+  RemountAfterItsDeath();
   EXPECT_TRUE(ReadBytes(M(moved)) == traces_[rel]);
-  std::vector<std::string> left;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(L("run")))
-    if (e.path().filename().string().find("tbfs-") != std::string::npos) left.push_back(e.path());
-  EXPECT_TRUE(left.empty()) << ::testing::PrintToString(left);
+  EXPECT_TRUE(Leftovers().empty()) << ::testing::PrintToString(Leftovers());
   EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u);
 }
 
