@@ -211,9 +211,12 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
     if (copied) copied = MoveAside(std::move(*copied), entry, &result->files[side.index]);
     if (copied) group.push_back(std::move(*copied));
   };
+  WriteBatch left;  // the marks of the files left in place unread
   for (size_t i = 0; i < batch.size(); ++i) {
     side_done(false);
     if (!present[i] || !store_full_.empty() || stopping()) {
+      store_.journal_index().Put(&left, record.entries(static_cast<int>(i)).file_id(),
+                                 Mark::kLeftInPlace);
       result->files[i].outcome = Outcome::kChanged;
       result->files[i].reason = !present[i]           ? "gone before the batch began"
                                 : store_full_.empty() ? kStoppedReason
@@ -267,6 +270,10 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
   FinishGroup(&group, batch, &folders, moved, result);
   side_done(true);
   FinishGroup(&group, batch, &folders, moved, result);
+  // Not needed by any recovery unless the batch's commit does not land.
+  if (Status st = left.empty() ? Status::OK() : store_.Commit(left, false); !st.ok())
+    spdlog::warn("migrate: batch {}: the marks of the files left in place: {}", result->batch_id,
+                 st.message());
   return folders;
 }
 
@@ -379,15 +386,16 @@ void BatchRunner::GiveUp(uint64_t file_id, const storepb::JournalEntry* entry, F
   result->outcome = outcome;
   result->reason = reason;
   auto current = store_.GetManifest(file_id);
-  // Seen deleted: a recovery after a commit of this batch that did not land
-  // must not take it for a file the store lost (store/journal_index.h).
-  const bool deleted = outcome == Outcome::kDeleted;
+  // Marked (seen deleted, or left in place): a recovery after a commit of
+  // this batch that did not land must not take it for a file the store
+  // lost, whatever happens to it meanwhile (store/journal_index.h).
+  const Mark mark = outcome == Outcome::kDeleted ? Mark::kDeleted : Mark::kLeftInPlace;
   Status st;
   if (current.ok()) {
-    st = DropFromStore(store_, *current, retire(), deleted);
+    st = DropFromStore(store_, *current, retire(), mark);
     if (st.ok() && options_.observer != nullptr) options_.observer->Retired();
   } else if (current.status().IsNotFound() && entry != nullptr) {
-    st = DropFromStore(store_, Stub(*entry), false, deleted);  // chunks of a copy cut short
+    st = DropFromStore(store_, Stub(*entry), false, mark);  // chunks of a copy cut short
   } else {
     st = current.status();
   }
@@ -416,7 +424,7 @@ void BatchRunner::Rollback(const std::vector<storepb::Manifest>& moved, BatchRes
     }
     if (first) MaybeCrash("migrate.rollback_one");
     first = false;
-    st = DropFromStore(store_, *m, retire());
+    st = DropFromStore(store_, *m, retire(), Mark::kLeftInPlace);
     if (!st.ok()) spdlog::error("migrate rollback: drop {}: {}", m->path(), st.message());
     for (FileResult& f : result->files) {
       if (f.path == was.path()) {

@@ -1,6 +1,5 @@
 #include "store/journal_index.h"
 
-#include <algorithm>
 #include <string>
 
 #include "store/cold_store.h"
@@ -14,7 +13,7 @@ void JournalIndex::Add(const storepb::JournalRecord& record) {
   Batch& b = batches_[record.batch_id()];
   b.files.clear();
   for (const storepb::JournalEntry& e : record.entries()) b.files.insert(e.file_id());
-  std::erase_if(b.marked, [&](uint64_t id) { return !b.files.count(id); });
+  std::erase_if(b.marked, [&](const auto& m) { return !b.files.count(m.first); });
 }
 
 void JournalIndex::Forget(uint64_t batch_id) {
@@ -22,13 +21,15 @@ void JournalIndex::Forget(uint64_t batch_id) {
   batches_.erase(batch_id);
 }
 
-void JournalIndex::MarkDeleted(WriteBatch* batch, uint64_t file_id) {
+void JournalIndex::Put(WriteBatch* batch, uint64_t file_id, Mark mark) {
   MutexLock lock(mu_);
   for (auto& [batch_id, b] : batches_) {
     if (!b.files.count(file_id)) continue;
-    batch->Put(Space::kMeta, kDeletedInBatchPrefix + EncodeId(file_id), EncodeId(batch_id));
-    if (std::find(b.marked.begin(), b.marked.end(), file_id) == b.marked.end())
-      b.marked.push_back(file_id);
+    auto [it, fresh] = b.marked.emplace(file_id, mark);
+    if (!fresh && it->second == Mark::kDeleted) return;
+    it->second = mark;
+    batch->Put(Space::kMeta, kDeletedInBatchPrefix + EncodeId(file_id),
+               EncodeId(batch_id) + static_cast<char>(mark));
     return;
   }
 }
@@ -37,15 +38,20 @@ void JournalIndex::DropMarks(WriteBatch* batch, uint64_t batch_id) {
   MutexLock lock(mu_);
   auto it = batches_.find(batch_id);
   if (it == batches_.end()) return;
-  for (uint64_t id : it->second.marked) DropDeletedMark(batch, id);
+  for (const auto& [id, mark] : it->second.marked) DropDeletedMark(batch, id);
 }
 
-Status ColdStore::ListDeletedMarks(std::set<uint64_t>* ids) {
-  ids->clear();
+Status ColdStore::ListDeletedMarks(std::map<uint64_t, Mark>* marks) {
+  marks->clear();
   const std::string prefix = kDeletedInBatchPrefix;
-  return backend_->Scan(Space::kMeta, prefix, [&](std::string_view key, std::string_view) {
+  return backend_->Scan(Space::kMeta, prefix, [&](std::string_view key, std::string_view value) {
     uint64_t id = 0;
-    if (DecodeId(key.substr(prefix.size()), &id)) ids->insert(id);
+    // A value that is not one of the kinds (damage) is left in place's:
+    // it may spare a loss record, never unlink a file.
+    const Mark mark = value.size() == 9 && value[8] == static_cast<char>(Mark::kDeleted)
+                          ? Mark::kDeleted
+                          : Mark::kLeftInPlace;
+    if (DecodeId(key.substr(prefix.size()), &id)) (*marks)[id] = mark;
     return true;
   });
 }

@@ -8,10 +8,12 @@
 // batch's window: through the mount (its store copy unlinked, while it
 // waits aside or after its move), by a restore, or in the logdir while it
 // is copied (the batch sees it go). Whoever deletes it then writes a mark,
-// Meta "deleted_in_batch/" + file id -> batch id, in the same commit as the
-// deletion; recovery removes what the batch set aside of a marked file and
-// records no loss (store/recovery.cc). The marks go with their batch's
-// record (its commit, or the recovery that ends it).
+// Meta "deleted_in_batch/" + file id -> batch id + kind, in the same commit
+// as the deletion; recovery removes what the batch set aside of a marked
+// file and records no loss (store/recovery.cc). A file the batch gives up
+// (left in place, or put back) is marked too, with another kind: deleted
+// after that, it is the user's doing, not a loss either. The marks go with
+// their batch's record (its commit, or the recovery that ends it).
 //
 // The index is this process's own: the records it wrote (PutJournal) or
 // found at the store's open; only the store's writer deletes files.
@@ -19,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -31,6 +34,12 @@ namespace tbfs::store {
 
 inline constexpr char kDeletedInBatchPrefix[] = "deleted_in_batch/";
 
+enum class Mark : char {
+  kNone = 0,
+  kDeleted = 'd',      // deleted on purpose: what the batch set aside of it goes
+  kLeftInPlace = 'k',  // given up by the batch: in the logdir, or deleted since
+};
+
 class JournalIndex {
  public:
   // A migration's record written (again: it replaces what was known of it).
@@ -38,8 +47,10 @@ class JournalIndex {
   // Its record deleted: its files are no longer journaled.
   void Forget(uint64_t batch_id);
   // When file_id is journaled by an unfinished migration: its mark, into
-  // `batch` (the commit that deletes the file).
-  void MarkDeleted(WriteBatch* batch, uint64_t file_id);
+  // `batch` (the commit that deletes the file, or gives it up). A file
+  // marked deleted stays so.
+  void MarkDeleted(WriteBatch* batch, uint64_t file_id) { Put(batch, file_id, Mark::kDeleted); }
+  void Put(WriteBatch* batch, uint64_t file_id, Mark mark);
   // The deletion of the marks written for batch_id's files, into `batch`
   // (the commit that deletes its record).
   void DropMarks(WriteBatch* batch, uint64_t batch_id);
@@ -47,7 +58,7 @@ class JournalIndex {
  private:
   struct Batch {
     std::unordered_set<uint64_t> files;
-    std::vector<uint64_t> marked;
+    std::unordered_map<uint64_t, Mark> marked;
   };
   Mutex mu_;
   std::map<uint64_t, Batch> batches_ TBFS_GUARDED_BY(mu_);  // by batch id

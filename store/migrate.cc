@@ -35,10 +35,10 @@ storepb::Manifest Stub(const storepb::JournalEntry& e) {
   return m;
 }
 
-Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire, bool deleted) {
+Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire, Mark mark) {
   WriteBatch batch;
   TBFS_RETURN_IF_ERROR(store.Drop(&batch, m, retire));
-  if (deleted) store.journal_index().MarkDeleted(&batch, m.file_id());
+  if (mark != Mark::kNone) store.journal_index().Put(&batch, m.file_id(), mark);
   return store.Commit(batch, true);
 }
 

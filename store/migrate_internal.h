@@ -19,10 +19,10 @@ bool SameIdentity(const struct stat& st, const storepb::JournalEntry& e);
 // A manifest with just enough to remove whatever a file id left in the store.
 storepb::Manifest Stub(const storepb::JournalEntry& e);
 // Removes the file's records and chunks in one commit (retire: keep the
-// chunks for open handles, see ColdStore::Retire; deleted: the file was
-// seen deleted, JournalIndex::MarkDeleted).
+// chunks for open handles, see ColdStore::Retire; mark: the file's mark,
+// if its batch is not committed, store/journal_index.h).
 Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire = false,
-                     bool deleted = false);
+                     Mark mark = Mark::kNone);
 // The name a file has while it waits aside, beside its own.
 std::string AsideName(std::string_view name, uint64_t file_id);
 // The name a moved file gets when it goes back and a new file took its own.

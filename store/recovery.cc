@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "base/failpoint.h"
@@ -133,9 +134,14 @@ void TidyUp(int dfd, const std::string& name, const std::string& path,
   }
 }
 
-// Drops the marks of deleted files (store/journal_index.h) but those of
-// the entries of records kept, then returns `result`.
-Result<RecoveryResult> DropMarks(ColdStore& store, const std::set<uint64_t>& marks,
+Mark MarkOf(const std::map<uint64_t, Mark>& marks, uint64_t file_id) {
+  auto it = marks.find(file_id);
+  return it == marks.end() ? Mark::kNone : it->second;
+}
+
+// Drops the marks of files of unfinished batches (store/journal_index.h)
+// but those of the entries of records kept, then returns `result`.
+Result<RecoveryResult> DropMarks(ColdStore& store, const std::map<uint64_t, Mark>& marks,
                                  RecoveryResult& result) {
   std::vector<storepb::JournalRecord> kept;
   if (!marks.empty()) TBFS_RETURN_IF_ERROR(store.ListJournal(&kept));
@@ -144,7 +150,7 @@ Result<RecoveryResult> DropMarks(ColdStore& store, const std::set<uint64_t>& mar
     for (const storepb::JournalEntry& e : r.entries()) waiting.insert(e.file_id());
   }
   WriteBatch drop;
-  for (uint64_t id : marks) {
+  for (const auto& [id, mark] : marks) {
     if (!waiting.count(id)) DropDeletedMark(&drop, id);
   }
   if (!drop.empty()) TBFS_RETURN_IF_ERROR(store.Commit(drop, true));
@@ -176,7 +182,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
   RecoveryResult result;
   std::vector<storepb::JournalRecord> records;
   TBFS_RETURN_IF_ERROR(store.ListJournal(&records));
-  std::set<uint64_t> marks;  // files deleted before their batch committed
+  std::map<uint64_t, Mark> marks;  // files deleted, or left in place, by unfinished batches
   TBFS_RETURN_IF_ERROR(store.ListDeletedMarks(&marks));
   if (records.empty()) return DropMarks(store, marks, result);
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
@@ -194,7 +200,8 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       const std::string path = JoinPath(logdir, e.path());  // for notes
       auto manifest = store.GetManifest(e.file_id());
       if (!manifest.ok() && !manifest.status().IsNotFound()) return manifest.status();
-      const bool deleted = !restoring && !manifest.ok() && marks.count(e.file_id());
+      const Mark mark = restoring || manifest.ok() ? Mark::kNone : MarkOf(marks, e.file_id());
+      const bool deleted = mark == Mark::kDeleted;
       // Everything beneath the logdir, through its folder's fd: a folder
       // swapped for a symlink is not followed (then the file counts as gone).
       std::string name;
@@ -245,8 +252,10 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         // before its copy, or the store lost it. Nothing tells which, so it
         // is a loss until an admin says otherwise (fsck --clear-lost).
         TBFS_RETURN_IF_ERROR(DropFromStore(store, Stub(e)));
-        if (!exists && deleted) {
-          result.notes.push_back(path + " was deleted before its batch committed");
+        if (!exists && mark != Mark::kNone) {
+          result.notes.push_back(path +
+                                 (deleted ? " was deleted before its batch committed"
+                                          : " was left in place by its batch, and deleted since"));
         } else if (!exists && e.cold_when_kept()) {
           result.notes.push_back(path + " was deleted from the store since the last recovery");
         } else if (!exists) {

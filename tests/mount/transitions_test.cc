@@ -585,6 +585,24 @@ TEST_F(PausedTransitions, AFileDeletedWhileItWaitsAsideIsNotLostWhenTheDaemonDie
   ExpectDeletedNotLostAfterTheRestart(rel);
 }
 
+// A file the batch journaled and left in place (a writer had it open),
+// deleted through the mount before the batch commits, then killed: not
+// lost (red team: recorded LOST).
+TEST_F(PausedTransitions, AFileTheBatchLeftInPlaceAndDeletedSinceIsNotLostAfterAKill) {
+  traces_ = WriteTraces(logdir_, 2, 64 << 10);
+  const std::string moving = traces_.begin()->first, left = std::next(traces_.begin())->first;
+  auto writer = OpenFile(L(left), O_WRONLY | O_APPEND);  // no lease: left in place
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  MountPausedAt("migrate.staged", true);
+  ASSERT_FALSE(AsideOf(moving).empty());
+  ASSERT_TRUE(AsideOf(left).empty()) << "the test tests nothing: it moved";
+  writer->reset();
+  ASSERT_EQ(::unlink(M(left).c_str()), 0);
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
+  ExpectDeletedNotLostAfterTheRestart(left);
+  EXPECT_TRUE(ReadBytes(L(moving)) == traces_[moving]);
+}
+
 // Renamed and chmod-ed through the mount while it waits aside, then killed:
 // the file is at its new name with its new mode, once.
 TEST_F(PausedTransitions, AFileRenamedWhileItWaitsAsideKeepsItsNewNameAfterAKillThere) {

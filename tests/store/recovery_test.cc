@@ -196,7 +196,23 @@ TEST(Recovery, ARecordThatStaysForOneFileDoesNotJudgeTheOthersAgain) {
 // where the file in place is the one restored. A file that another took
 // the name of (the restore left it cold, its only copy) stays cold; it used
 // to be dropped from the store because some file stood at its path.
-class RecoveryTest : public MigrateTest {};
+class RecoveryTest : public MigrateTest {
+ protected:
+  // The process ends (with it a commit it held back, ColdStore::Defer); the
+  // next writer opens the store and recovers. Expects nothing recorded lost.
+  void RecoverAfterARestart() {
+    store_.reset();
+    auto store = ColdStore::Open(JoinPath(logdir_, kStoreDirName), OpenOptions{});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(store).value();
+    auto recovered = Recover(*store_, logdir_);
+    ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+    EXPECT_TRUE(recovered->lost.empty()) << ::testing::PrintToString(recovered->lost);
+    std::vector<ColdStore::LostFile> lost;
+    ASSERT_TRUE(store_->ListLost(&lost).ok());
+    EXPECT_TRUE(lost.empty());
+  }
+};
 
 TEST_F(RecoveryTest, ARestoreCutShortKeepsTheCopyOfAFileWhoseNameAnotherTook) {
   const std::vector<Candidate> candidates = Candidates();
@@ -247,22 +263,14 @@ TEST_F(RecoveryTest, AFileDeletedWhileItWasCopiedIsNotRecordedLostWhenTheCommitD
   ASSERT_EQ(result->uncommitted_batches, 1u);
   ASSERT_EQ(result->batches[0].files[0].path, candidates[0].path);
   EXPECT_EQ(result->batches[0].files[0].outcome, Outcome::kDeleted);
-  store_.reset();  // the process ends; the commit it held back with it
-  auto store = ColdStore::Open(JoinPath(logdir_, kStoreDirName), OpenOptions{});
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  auto recovered = Recover(**store, logdir_);
-  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  EXPECT_TRUE(recovered->lost.empty()) << ::testing::PrintToString(recovered->lost);
-  std::vector<ColdStore::LostFile> lost;
-  ASSERT_TRUE((*store)->ListLost(&lost).ok());
-  EXPECT_TRUE(lost.empty());
+  RecoverAfterARestart();
   EXPECT_FALSE(std::filesystem::exists(gone));
   for (size_t i = 1; i < candidates.size(); ++i) {
     const std::string& rel = candidates[i].path;
     EXPECT_TRUE(ReadBytes(JoinPath(logdir_, rel)) == before_[rel].bytes) << rel << " not undone";
   }
-  std::set<uint64_t> marks;
-  ASSERT_TRUE((*store)->ListDeletedMarks(&marks).ok());
+  std::map<uint64_t, Mark> marks;
+  ASSERT_TRUE(store_->ListDeletedMarks(&marks).ok());
   EXPECT_TRUE(marks.empty()) << "the mark outlived its batch's record";
 }
 
@@ -287,13 +295,23 @@ TEST_F(RecoveryTest, AFileRestoredThenDeletedBeforeItsBatchCommittedIsNotRecorde
   auto result = Migrate(*store_, logdir_, candidates, Options());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   ASSERT_EQ(result->uncommitted_batches, 1u);
-  store_.reset();
-  auto store = ColdStore::Open(JoinPath(logdir_, kStoreDirName), OpenOptions{});
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  auto recovered = Recover(**store, logdir_);
-  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  EXPECT_TRUE(recovered->lost.empty()) << ::testing::PrintToString(recovered->lost);
+  RecoverAfterARestart();
   EXPECT_FALSE(std::filesystem::exists(JoinPath(logdir_, rel)));
+}
+
+// A file gone before its batch began (after the walk that found it) is
+// left as it is, and marked so: when the batch's commit does not land, the
+// recovery that follows does not record it lost.
+TEST_F(RecoveryTest, AFileGoneBeforeItsBatchBeganIsNotRecordedLostWhenTheCommitDidNotLand) {
+  const std::vector<Candidate> candidates = Candidates();
+  const std::string gone = JoinPath(logdir_, candidates[0].path);
+  ASSERT_EQ(::unlink(gone.c_str()), 0);
+  ScopedFailpoint refused("migrate.commit");
+  auto result = Migrate(*store_, logdir_, candidates, Options());
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_EQ(result->uncommitted_batches, 1u);
+  EXPECT_EQ(result->batches[0].files[0].reason, "gone before the batch began");
+  RecoverAfterARestart();
 }
 
 // The mark is there while the batch runs, and goes with its record.
@@ -305,7 +323,7 @@ TEST_F(RecoveryTest, TheMarkOfAFileDeletedWhileItWasCopiedGoesWithItsBatch) {
       ASSERT_EQ(::unlink(gone.c_str()), 0);
     }
   });
-  std::set<uint64_t> during;
+  std::map<uint64_t, Mark> during;
   ScopedFailpoint verify("migrate.before_verify", [&](const std::string&) {
     ASSERT_TRUE(store_->ListDeletedMarks(&during).ok());
   });
@@ -313,7 +331,7 @@ TEST_F(RecoveryTest, TheMarkOfAFileDeletedWhileItWasCopiedGoesWithItsBatch) {
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_TRUE(result->ok());
   EXPECT_EQ(during.size(), 1u);
-  std::set<uint64_t> after;
+  std::map<uint64_t, Mark> after;
   ASSERT_TRUE(store_->ListDeletedMarks(&after).ok());
   EXPECT_TRUE(after.empty());
 }
