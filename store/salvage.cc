@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "store/file_io.h"
 #include "store/format.h"
 #include "store/gzip_pieces.h"
+#include "store/journal_index.h"
 #include "store/migrate_internal.h"
 #include "store/salvager.h"
 #include "store/store_dir.h"
@@ -219,6 +221,15 @@ void Salvager::ReadRecordsOfMissingFiles() {
     return true;
   });
   if (!st.ok()) r_->problems.push_back("lost-file records: " + st.message());
+  // Deleted on purpose, or left in place by their batch (store/journal_index.h).
+  std::set<uint64_t> marked;
+  st =
+      engine_->Scan(Space::kMeta, kDeletedInBatchPrefix, [&](std::string_view k, std::string_view) {
+        uint64_t id = 0;
+        if (DecodeId(k.substr(std::strlen(kDeletedInBatchPrefix)), &id)) marked.insert(id);
+        return true;
+      });
+  if (!st.ok()) r_->problems.push_back("marks of files of unfinished batches: " + st.message());
   st = engine_->Scan(Space::kJournal, "", [&](std::string_view, std::string_view v) {
     storepb::JournalRecord record;
     if (!record.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
@@ -227,7 +238,10 @@ void Salvager::ReadRecordsOfMissingFiles() {
     }
     if (record.kind() != storepb::JournalRecord::MIGRATE) return true;
     for (const auto& e : record.entries()) {
-      if (manifests_.count(e.file_id()) || InLogdir(e.path(), e.file_id())) continue;
+      if (manifests_.count(e.file_id()) || marked.count(e.file_id()) || e.cold_when_kept() ||
+          InLogdir(e.path(), e.file_id())) {
+        continue;
+      }
       r_->lost.push_back(
           {e.path(), e.file_id(),
            "named by an unfinished migration (batch " + std::to_string(record.batch_id()) +

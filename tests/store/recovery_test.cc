@@ -15,6 +15,7 @@
 #include "store/maintenance.h"
 #include "store/migrate.h"
 #include "store/restore.h"
+#include "store/salvage.h"
 #include "store/store_dir.h"
 #include "tests/store/crash_fixture.h"
 #include "tests/store/migrate_fixture.h"
@@ -198,6 +199,22 @@ TEST(Recovery, ARecordThatStaysForOneFileDoesNotJudgeTheOthersAgain) {
 // to be dropped from the store because some file stood at its path.
 class RecoveryTest : public MigrateTest {
  protected:
+  // A migration of `candidates` during which the first is deleted in the
+  // logdir as it is copied, and whose commit the engine refuses.
+  void MigrateDeletingTheFirstWhileItIsCopied(const std::vector<Candidate>& candidates) {
+    const std::string gone = JoinPath(logdir_, candidates[0].path);
+    ScopedFailpoint deleted("migrate.copied", [&](const std::string& path) {
+      if (path == gone) {
+        ASSERT_EQ(::unlink(gone.c_str()), 0);
+      }
+    });
+    ScopedFailpoint refused("migrate.commit");
+    auto result = Migrate(*store_, logdir_, candidates, Options());
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    ASSERT_EQ(result->uncommitted_batches, 1u);
+    ASSERT_EQ(result->batches[0].files[0].path, candidates[0].path);
+    EXPECT_EQ(result->batches[0].files[0].outcome, Outcome::kDeleted);
+  }
   // The process ends (with it a commit it held back, ColdStore::Defer); the
   // next writer opens the store and recovers. Expects nothing recorded lost.
   void RecoverAfterARestart() {
@@ -252,17 +269,7 @@ TEST_F(RecoveryTest, AFileDeletedWhileItWasCopiedIsNotRecordedLostWhenTheCommitD
   const std::vector<Candidate> candidates = Candidates();
   ASSERT_GE(candidates.size(), 2u);
   const std::string gone = JoinPath(logdir_, candidates[0].path);
-  ScopedFailpoint deleted("migrate.copied", [&](const std::string& path) {
-    if (path == gone) {
-      ASSERT_EQ(::unlink(gone.c_str()), 0);
-    }
-  });
-  ScopedFailpoint refused("migrate.commit");
-  auto result = Migrate(*store_, logdir_, candidates, Options());
-  ASSERT_TRUE(result.ok()) << result.status().ToString();
-  ASSERT_EQ(result->uncommitted_batches, 1u);
-  ASSERT_EQ(result->batches[0].files[0].path, candidates[0].path);
-  EXPECT_EQ(result->batches[0].files[0].outcome, Outcome::kDeleted);
+  MigrateDeletingTheFirstWhileItIsCopied(candidates);
   RecoverAfterARestart();
   EXPECT_FALSE(std::filesystem::exists(gone));
   for (size_t i = 1; i < candidates.size(); ++i) {
@@ -272,6 +279,21 @@ TEST_F(RecoveryTest, AFileDeletedWhileItWasCopiedIsNotRecordedLostWhenTheCommitD
   std::map<uint64_t, Mark> marks;
   ASSERT_TRUE(store_->ListDeletedMarks(&marks).ok());
   EXPECT_TRUE(marks.empty()) << "the mark outlived its batch's record";
+}
+
+// Salvage of the store the crash left judges a journaled file as recovery
+// would: one its batch saw deleted is not lost.
+TEST_F(RecoveryTest, SalvageDoesNotCallAFileDeletedWhileItWasCopiedLost) {
+  MigrateDeletingTheFirstWhileItIsCopied(Candidates());
+  store_.reset();
+  WorkPool pool(1);
+  SalvageOptions o;
+  o.store_dir = JoinPath(logdir_, kStoreDirName);
+  o.logdir = logdir_;
+  o.pool = &pool;
+  auto r = Salvage(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& l : r->lost) ADD_FAILURE() << l.path << ": " << l.why;
 }
 
 // A moved file written back (a rehydration: opened for writing through a
