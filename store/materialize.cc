@@ -1,6 +1,7 @@
 // Reading a stored file back: verifying it chunk by chunk, comparing it
 // with a file on disk, writing it out (store/file_io.h).
 #include <fcntl.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -148,7 +149,8 @@ bool SameContent(int fd, const std::string& path, const storepb::Manifest& m) {
 }
 
 std::string TempNameFor(std::string_view name, uint64_t file_id) {
-  return fmt::format(".{}.tbfs-tmp-{}", name, file_id);
+  std::string temp = fmt::format(".{}.tbfs-tmp-{}", name, file_id);
+  return temp.size() <= NAME_MAX ? temp : fmt::format(".tbfs-tmp-{}", file_id);  // as AsideName
 }
 
 std::function<void(const std::string& folder, int fd)> FoldersAsStored(

@@ -1,6 +1,7 @@
 #include "store/migrate.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,7 +45,10 @@ Status DropFromStore(ColdStore& store, const storepb::Manifest& m, bool retire, 
 
 // The name a file has while it waits aside, beside its own.
 std::string AsideName(std::string_view name, uint64_t file_id) {
-  return fmt::format(".{}.tbfs-mig-{}", name, file_id);
+  std::string aside = fmt::format(".{}.tbfs-mig-{}", name, file_id);
+  // A name near NAME_MAX has no room for the rest: the id alone (hidden
+  // through a mount all the same, fs/filesystem.cc IsTransientName).
+  return aside.size() <= NAME_MAX ? aside : fmt::format(".tbfs-mig-{}", file_id);
 }
 
 // The name a moved file gets when it goes back and a new file took its own.

@@ -96,6 +96,30 @@ class SmallFsTransitions : public Transitions {
   std::string loop_;
 };
 
+// A trace whose name is NAME_MAX bytes long moves, reads back, and comes
+// back hot when written (red team: it could never move, its name aside
+// longer than NAME_MAX, and said nothing).
+TEST_F(Transitions, ATraceWithANameOfNameMaxBytesMovesAndComesBack) {
+  const std::string rel = "run/" + std::string(255 - 14, 'x') + ".pt.trace.json";
+  ASSERT_EQ(BaseName(rel).size(), 255u);
+  traces_[rel] = TraceText(rel, 256 << 10);
+  WriteBytes(L(rel), traces_[rel]);
+  WriteBytes(L("run/events.out.tfevents.1.host"), "");
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  EXPECT_EQ(State(M(rel)), "cold");
+  EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel]);
+  {
+    auto fd = OpenFile(M(rel), O_WRONLY | O_APPEND);  // rehydrates
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    ASSERT_TRUE(WriteAll(fd->get(), "+W", 2, M(rel)).ok());
+  }
+  EXPECT_EQ(State(M(rel)), "hot");
+  EXPECT_TRUE(ReadBytes(L(rel)) == traces_[rel] + "+W");
+  for (const auto& e : std::filesystem::directory_iterator(L("run")))
+    EXPECT_EQ(e.path().filename().string().find(".tbfs-"), std::string::npos) << e.path();
+}
+
 TEST_F(SmallFsTransitions, ReusedInodeNumbersNeverGiveTwoFilesOneIdentity) {
   traces_ = WriteTraces(logdir_, 20, 256 << 10);
   Mount("--no-migrate --cold-after 0");
