@@ -4,8 +4,10 @@
 
 #include <sys/stat.h>
 
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "base/work_pool.h"
@@ -33,5 +35,22 @@ std::string RecoveredName(std::string_view name, uint64_t file_id);
 // find it unannounced).
 Status PutBack(ColdStore& store, const std::string& logdir, const storepb::Manifest& m,
                WorkPool* pool, MoveObserver* observer, std::string* dest, std::string* note);
+
+// Recovery's files aside (store/recovery_aside.cc). FindAsideFiles: where
+// every file a migration set aside is, by id, when a record is a
+// migration's (one walk of the logdir: a folder renamed through the mount
+// took those in it along). SettleAside: the file aside whose store copy m
+// is there goes where the copy is, with its attributes (true: the copy may
+// go). PutAsideBack: the file aside is unlinked (`deleted`, still the
+// journaled file) or goes back under its name in its folder; true, with
+// *st, when that folder is not the journaled one.
+std::map<uint64_t, std::string> FindAsideFiles(const std::vector<storepb::JournalRecord>& records,
+                                               const std::string& logdir, RecoveryResult* result);
+bool SettleAside(int root_fd, const std::map<uint64_t, std::string>& asides,
+                 const storepb::JournalEntry& e, const storepb::Manifest& m,
+                 const std::string& logdir, RecoveryResult* result);
+bool PutAsideBack(int root_fd, const std::map<uint64_t, std::string>& asides,
+                  const storepb::JournalEntry& e, const std::string& logdir, bool deleted,
+                  struct stat* st, RecoveryResult* result);
 
 }  // namespace tbfs::store

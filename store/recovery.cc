@@ -39,99 +39,11 @@ bool OursAlready(int dir_fd, const std::string& name, const std::string& path,
          SameContent(fd.get(), path, m);
 }
 
-// The file a migration set aside is still the one it journaled: its move
-// aside changed its ctime, nothing else.
-bool IsJournaled(const struct stat& st, const storepb::JournalEntry& e) {
-  return S_ISREG(st.st_mode) && st.st_ino == e.ino() &&
-         static_cast<uint64_t>(st.st_size) == e.size() && ToNs(st.st_mtim) == e.mtime_ns();
-}
-
-void SyncFolder(int dir_fd, const std::string& path) {
-  UniqueFd fd(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.valid() || ::fsync(fd.get()) != 0)
-    spdlog::warn("recovery: fsync the folder of {}: {}", path, std::strerror(errno));
-}
-
-// A file a migration left aside (in folder dfd) whose store copy is there:
-// what the mount did to that copy meanwhile (a rename, a chmod, a chown, a
-// touch) is the truth, as the batch's Finish has it. The file goes where
-// the copy is (beside a file that took that name), with its attributes.
-// False, nothing done, when it is not the journaled file or the copy's
-// folder is not in the logdir.
-bool PutWhereTheStoreHasIt(int root_fd, int dfd, const std::string& aside,
-                           const storepb::JournalEntry& e, const storepb::Manifest& m,
-                           const std::string& logdir, RecoveryResult* result) {
-  UniqueFd fd(OpenAtOwnRead(dfd, aside.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | kOwnRead));
-  struct stat st;
-  std::string name;
-  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !IsJournaled(st, e)) return false;
-  auto to = OpenParentBeneath(root_fd, m.path(), &name);
-  if (!to.ok()) return false;
-  // The owner first: a chown may clear the mode's set-id bits.
-  if ((st.st_uid != m.uid() || st.st_gid != m.gid()) && ::fchown(fd.get(), m.uid(), m.gid()) != 0)
-    spdlog::warn("recovery: chown {}: {}", m.path(), std::strerror(errno));
-  if ((st.st_mode & 07777) != (m.mode() & 07777) && ::fchmod(fd.get(), m.mode() & 07777) != 0)
-    spdlog::warn("recovery: chmod {}: {}", m.path(), std::strerror(errno));
-  const struct timespec times[2] = {FromNs(m.atime_ns()), FromNs(m.mtime_ns())};
-  if (::futimens(fd.get(), times) != 0)
-    spdlog::warn("recovery: set the times of {}: {}", m.path(), std::strerror(errno));
-  std::string where = name;
-  if (::renameat2(dfd, aside.c_str(), to->get(), name.c_str(), RENAME_NOREPLACE) != 0) {
-    where = RecoveredName(name, m.file_id());
-    if (errno != EEXIST ||
-        ::renameat2(dfd, aside.c_str(), to->get(), where.c_str(), RENAME_NOREPLACE) != 0) {
-      return false;
-    }
-    result->notes.push_back(JoinPath(logdir, m.path()) + " was taken meanwhile; the file is " +
-                            JoinPath(logdir, JoinPath(ParentPath(m.path()), where)));
-  }
-  SyncFolder(dfd, aside);
-  SyncFolder(to->get(), m.path());
-  return true;
-}
-
-// PutWhereTheStoreHasIt from the journaled folder, or from the copy's: a
-// folder renamed through the mount took the file aside along.
-bool SettleAside(int root_fd, const storepb::JournalEntry& e, const storepb::Manifest& m,
-                 const std::string& logdir, RecoveryResult* result) {
-  const std::string aside = AsideName(BaseName(e.path()), e.file_id());
-  for (const std::string& at : {e.path(), m.path()}) {
-    std::string name;
-    auto dir = OpenParentBeneath(root_fd, at, &name);
-    if (dir.ok() && PutWhereTheStoreHasIt(root_fd, dir->get(), aside, e, m, logdir, result))
-      return true;
-  }
-  return false;
-}
-
-// What a crash left beside a journaled file in folder dfd: the temporary
-// file of a write-back cut short (under the name or beside it) goes; a file
-// left aside by a migration goes back under its name (beside it, when a new
-// file took the name), to be judged like any other. Unless it is the file
-// as the batch journaled it (`deleted`: deleted meanwhile): it goes.
-void TidyUp(int dfd, const std::string& name, const std::string& path,
-            const storepb::JournalEntry& e, bool restoring, bool deleted, RecoveryResult* result) {
-  const uint64_t file_id = e.file_id();
+// The temporary file of a write-back cut short (under the name or beside
+// it) in folder dfd, which a crash left.
+void TidyUp(int dfd, const std::string& name, uint64_t file_id) {
   ::unlinkat(dfd, TempNameFor(name, file_id).c_str(), 0);
   ::unlinkat(dfd, TempNameFor(RecoveredName(name, file_id), file_id).c_str(), 0);
-  if (restoring) return;
-  const std::string aside = AsideName(name, file_id);
-  // Written since (by its name aside, after the crash), it is someone's
-  // work, and goes back.
-  struct stat st;
-  if (deleted && ::fstatat(dfd, aside.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-      IsJournaled(st, e) && ::unlinkat(dfd, aside.c_str(), 0) == 0) {
-    return;
-  }
-  if (::renameat2(dfd, aside.c_str(), dfd, name.c_str(), RENAME_NOREPLACE) == 0 ||
-      errno != EEXIST) {
-    return;
-  }
-  const std::string beside = RecoveredName(name, file_id);
-  if (::renameat2(dfd, aside.c_str(), dfd, beside.c_str(), RENAME_NOREPLACE) == 0) {
-    result->notes.push_back(path + " was recreated meanwhile; the migrated content is back as " +
-                            JoinPath(ParentPath(path), beside));
-  }
 }
 
 Mark MarkOf(const std::map<uint64_t, Mark>& marks, uint64_t file_id) {
@@ -187,6 +99,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
   if (records.empty()) return DropMarks(store, marks, result);
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return root.status();
+  const std::map<uint64_t, std::string> asides = FindAsideFiles(records, logdir, &result);
   WorkPool pool(0);
   for (const storepb::JournalRecord& record : records) {
     result.batches++;
@@ -202,23 +115,22 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       if (!manifest.ok() && !manifest.status().IsNotFound()) return manifest.status();
       const Mark mark = restoring || manifest.ok() ? Mark::kNone : MarkOf(marks, e.file_id());
       const bool deleted = mark == Mark::kDeleted;
-      // Everything beneath the logdir, through its folder's fd: a folder
-      // swapped for a symlink is not followed (then the file counts as gone).
+      // Beneath the logdir, through its folder's fd: a folder now a symlink is not followed.
       std::string name;
       auto dir = OpenParentBeneath(root->get(), e.path(), &name);
       struct stat st;
       bool exists = false;
-      if (!restoring && manifest.ok() && SettleAside(root->get(), e, *manifest, logdir, &result)) {
+      if (!restoring && manifest.ok() &&
+          SettleAside(root->get(), asides, e, *manifest, logdir, &result)) {
         TBFS_RETURN_IF_ERROR(DropFromStore(store, *manifest, retire));
         result.dropped++;
         result.changed.push_back(manifest->path());
         continue;
       }
-      if (dir.ok()) {
-        TidyUp(dir->get(), name, path, e, restoring, deleted, &result);
+      if (dir.ok()) TidyUp(dir->get(), name, e.file_id());
+      if (!restoring) exists = PutAsideBack(root->get(), asides, e, logdir, deleted, &st, &result);
+      if (dir.ok() && !exists)
         exists = ::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-      }
-
       if (!restoring && !dir.ok() && dir.status().sys_errno() != ENOENT) {
         // Its folder cannot be reached beneath the logdir (a symlink now):
         // nothing can be told of the file; judged once the folder is back.
@@ -253,9 +165,9 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
         // is a loss until an admin says otherwise (fsck --clear-lost).
         TBFS_RETURN_IF_ERROR(DropFromStore(store, Stub(e)));
         if (!exists && mark != Mark::kNone) {
-          result.notes.push_back(path +
-                                 (deleted ? " was deleted before its batch committed"
-                                          : " was left in place by its batch, and deleted since"));
+          result.notes.push_back(
+              path + (deleted ? " was deleted before its batch committed"
+                              : " was left in place by its batch, and deleted or renamed since"));
         } else if (!exists && e.cold_when_kept()) {
           result.notes.push_back(path + " was deleted from the store since the last recovery");
         } else if (!exists) {

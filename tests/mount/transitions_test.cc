@@ -661,6 +661,29 @@ TEST_F(PausedTransitions, AFileWhoseFolderWasRenamedWhileItWaitsAsideIsThereAfte
   EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u);
 }
 
+// Its folder renamed while two files wait aside in it, then one deleted
+// in the renamed folder and the other moved out of it, then killed: the
+// one deleted stays so, the other is where it was moved, once; nothing
+// stays aside, hidden (red team: both aside files stayed for good).
+TEST_F(PausedTransitions, FilesAsideInARenamedFolderDeletedOrMovedOutLeaveNothingAfterAKill) {
+  traces_ = WriteTraces(logdir_, 2, 64 << 10);
+  const std::string gone = traces_.begin()->first, out = std::next(traces_.begin())->first;
+  const std::string folder = ParentPath(gone), moved = "run/plugins/moved";
+  const std::string now_out = "run/" + std::string(BaseName(out));
+  MountPausedAt("migrate.staged", true);
+  ASSERT_FALSE(AsideOf(gone).empty());
+  ASSERT_FALSE(AsideOf(out).empty());
+  ASSERT_EQ(::rename(M(folder).c_str(), M(moved).c_str()), 0);
+  ASSERT_EQ(::unlink(M(moved + "/" + std::string(BaseName(gone))).c_str()), 0);
+  ASSERT_EQ(::rename(M(moved + "/" + std::string(BaseName(out))).c_str(), M(now_out).c_str()), 0);
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
+  RemountAfterItsDeath();
+  EXPECT_TRUE(ReadBytes(M(now_out)) == traces_[out]);
+  EXPECT_TRUE(std::filesystem::is_empty(L(moved))) << "something stayed in the renamed folder";
+  EXPECT_TRUE(Leftovers().empty()) << ::testing::PrintToString(Leftovers());
+  EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u);
+}
+
 TEST_F(PausedTransitions, ALookupDuringARehydrationFindsTheSameInode) {
   traces_ = WriteTraces(logdir_, 2, 256 << 10);
   const std::string rel = traces_.begin()->first;
