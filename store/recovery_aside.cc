@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 
 #include "base/fs_util.h"
@@ -77,23 +76,26 @@ bool PutWhereTheStoreHasIt(int root_fd, int dfd, const std::string& aside,
 // (or its deletion) went since. One walk of the logdir, as a pass makes.
 std::map<uint64_t, std::string> FindAsideFiles(const std::vector<storepb::JournalRecord>& records,
                                                const std::string& logdir, RecoveryResult* result) {
-  std::map<uint64_t, std::string> found;
-  if (std::none_of(records.begin(), records.end(), [](const storepb::JournalRecord& r) {
-        return r.kind() == storepb::JournalRecord::MIGRATE;
-      })) {
-    return found;
+  // Each journaled file's name aside (its basename, which no rename through
+  // the mount changes, and its id), and its journaled folder.
+  std::map<std::string, std::pair<uint64_t, std::string>> names;
+  for (const storepb::JournalRecord& r : records) {
+    if (r.kind() != storepb::JournalRecord::MIGRATE) continue;
+    for (const storepb::JournalEntry& e : r.entries())
+      names[AsideName(BaseName(e.path()), e.file_id())] = {e.file_id(), ParentPath(e.path())};
   }
+  std::map<uint64_t, std::string> found;
+  if (names.empty()) return found;
   WalkOptions w;
   w.skip_dirs = {kStoreDirName};
   std::vector<std::string> unread;
   w.warnings = &unread;
   Status st = WalkTree(logdir, w, [&](const WalkEntry& e) {
-    const std::string_view n = e.name;
-    const size_t at = n.rfind(".tbfs-mig-");
-    uint64_t id = 0;
-    if (!S_ISREG(e.st.st_mode) || !n.starts_with('.') || at == std::string_view::npos) return;
-    auto [end, ec] = std::from_chars(n.data() + at + 10, n.data() + n.size(), id);
-    if (ec == std::errc() && end == n.data() + n.size()) found[id] = e.rel;
+    auto it = names.find(e.name);
+    if (it == names.end() || !S_ISREG(e.st.st_mode)) return;
+    // Two by that name (a copy made in the logdir): the one in its folder.
+    auto [at, fresh] = found.emplace(it->second.first, e.rel);
+    if (!fresh && ParentPath(e.rel) == it->second.second) at->second = e.rel;
   });
   for (const std::string& u : unread) result->notes.push_back("files set aside: " + u);
   if (!st.ok()) result->notes.push_back("files set aside: " + st.message());
