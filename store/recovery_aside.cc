@@ -77,12 +77,12 @@ bool PutWhereTheStoreHasIt(int root_fd, int dfd, const std::string& aside,
 std::map<uint64_t, std::string> FindAsideFiles(const std::vector<storepb::JournalRecord>& records,
                                                const std::string& logdir, RecoveryResult* result) {
   // Each journaled file's name aside (its basename, which no rename through
-  // the mount changes, and its id), and its journaled folder.
-  std::map<std::string, std::pair<uint64_t, std::string>> names;
+  // the mount changes, and its id), and its entry.
+  std::map<std::string, const storepb::JournalEntry*> names;
   for (const storepb::JournalRecord& r : records) {
     if (r.kind() != storepb::JournalRecord::MIGRATE) continue;
     for (const storepb::JournalEntry& e : r.entries())
-      names[AsideName(BaseName(e.path()), e.file_id())] = {e.file_id(), ParentPath(e.path())};
+      names[AsideName(BaseName(e.path()), e.file_id())] = &e;
   }
   std::map<uint64_t, std::string> found;
   if (names.empty()) return found;
@@ -90,12 +90,18 @@ std::map<uint64_t, std::string> FindAsideFiles(const std::vector<storepb::Journa
   w.skip_dirs = {kStoreDirName};
   std::vector<std::string> unread;
   w.warnings = &unread;
-  Status st = WalkTree(logdir, w, [&](const WalkEntry& e) {
-    auto it = names.find(e.name);
-    if (it == names.end() || !S_ISREG(e.st.st_mode)) return;
-    // Two by that name (a copy made in the logdir): the one in its folder.
-    auto [at, fresh] = found.emplace(it->second.first, e.rel);
-    if (!fresh && ParentPath(e.rel) == it->second.second) at->second = e.rel;
+  // A file by that name elsewhere than its folder is taken only when it is
+  // the journaled file (a copy made in the logdir is not: red team); of
+  // two, the journaled file, then the one in its folder.
+  std::map<uint64_t, int> rank;
+  Status st = WalkTree(logdir, w, [&](const WalkEntry& f) {
+    auto it = names.find(f.name);
+    if (it == names.end()) return;
+    const storepb::JournalEntry& e = *it->second;
+    const int r = 2 * IsJournaled(f.st, e) + (ParentPath(f.rel) == ParentPath(e.path()));
+    if (r == 0 || rank[e.file_id()] >= r) return;
+    rank[e.file_id()] = r;
+    found[e.file_id()] = f.rel;
   });
   for (const std::string& u : unread) result->notes.push_back("files set aside: " + u);
   if (!st.ok()) result->notes.push_back("files set aside: " + st.message());
