@@ -63,6 +63,15 @@ bool PutWhereTheStoreHasIt(int root_fd, int dfd, const std::string& aside,
     result->notes.push_back(JoinPath(logdir, m.path()) + " was taken meanwhile; the file is " +
                             JoinPath(logdir, JoinPath(ParentPath(m.path()), where)));
   }
+  // The name was checked through fd, then moved: a file swapped in between
+  // went instead, and the store copy stays (written back beside it next).
+  struct stat moved;
+  if (::fstatat(to->get(), where.c_str(), &moved, AT_SYMLINK_NOFOLLOW) != 0 ||
+      moved.st_ino != st.st_ino || moved.st_dev != st.st_dev) {
+    result->notes.push_back(JoinPath(logdir, m.path()) + ": another file took its place aside as " +
+                            "it was put back; its store copy stays");
+    return false;
+  }
   SyncFolder(dfd, aside);
   SyncFolder(to->get(), m.path());
   return true;
