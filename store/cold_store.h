@@ -317,9 +317,9 @@ class ColdStore {
   Status PutJournal(const storepb::JournalRecord& record);  // synced
   Status DeleteJournal(uint64_t batch_id);                  // synced
   Status ListJournal(std::vector<storepb::JournalRecord>* out);
-  // The files of unfinished batches, and the marks of those deleted (store/journal_index.h).
+  // The files of unfinished batches, and their marks (store/journal_index.h).
   JournalIndex& journal_index() { return journal_index_; }
-  Status ListDeletedMarks(std::map<uint64_t, Mark>* marks);  // by file id
+  Status ListBatchMarks(std::map<uint64_t, Mark>* marks);  // by file id
   // A batch's final commit (deleting its record) that the engine refused:
   // kept, and written with the next commit that succeeds, in the same
   // atomic write (every write of this object: Commit, PutJournal,

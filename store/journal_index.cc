@@ -28,7 +28,7 @@ void JournalIndex::Put(WriteBatch* batch, uint64_t file_id, Mark mark) {
     auto [it, fresh] = b.marked.emplace(file_id, mark);
     if (!fresh && it->second == Mark::kDeleted) return;
     it->second = mark;
-    batch->Put(Space::kMeta, kDeletedInBatchPrefix + EncodeId(file_id),
+    batch->Put(Space::kMeta, kBatchMarkPrefix + EncodeId(file_id),
                EncodeId(batch_id) + static_cast<char>(mark));
     return;
   }
@@ -38,12 +38,12 @@ void JournalIndex::DropMarks(WriteBatch* batch, uint64_t batch_id) {
   MutexLock lock(mu_);
   auto it = batches_.find(batch_id);
   if (it == batches_.end()) return;
-  for (const auto& [id, mark] : it->second.marked) DropDeletedMark(batch, id);
+  for (const auto& [id, mark] : it->second.marked) DropBatchMark(batch, id);
 }
 
-Status ColdStore::ListDeletedMarks(std::map<uint64_t, Mark>* marks) {
+Status ColdStore::ListBatchMarks(std::map<uint64_t, Mark>* marks) {
   marks->clear();
-  const std::string prefix = kDeletedInBatchPrefix;
+  const std::string prefix = kBatchMarkPrefix;
   return backend_->Scan(Space::kMeta, prefix, [&](std::string_view key, std::string_view value) {
     uint64_t id = 0;
     // A value that is not one of the kinds (damage) is left in place's:
@@ -56,8 +56,8 @@ Status ColdStore::ListDeletedMarks(std::map<uint64_t, Mark>* marks) {
   });
 }
 
-void DropDeletedMark(WriteBatch* batch, uint64_t file_id) {
-  batch->Delete(Space::kMeta, kDeletedInBatchPrefix + EncodeId(file_id));
+void DropBatchMark(WriteBatch* batch, uint64_t file_id) {
+  batch->Delete(Space::kMeta, kBatchMarkPrefix + EncodeId(file_id));
 }
 
 }  // namespace tbfs::store

@@ -8,7 +8,7 @@
 // batch's window: through the mount (its store copy unlinked, while it
 // waits aside or after its move), by a restore, or in the logdir while it
 // is copied (the batch sees it go). Whoever deletes it then writes a mark,
-// Meta "deleted_in_batch/" + file id -> batch id + kind, in the same commit
+// Meta "batch_mark/" + file id -> batch id + kind, in the same commit
 // as the deletion; recovery removes what the batch set aside of a marked
 // file and records no loss (store/recovery.cc). A file the batch gives up
 // (left in place, or put back) is marked too, with another kind: deleted
@@ -32,7 +32,7 @@
 
 namespace tbfs::store {
 
-inline constexpr char kDeletedInBatchPrefix[] = "deleted_in_batch/";
+inline constexpr char kBatchMarkPrefix[] = "batch_mark/";
 
 enum class Mark : char {
   kNone = 0,
@@ -65,6 +65,6 @@ class JournalIndex {
 };
 
 // The deletion of file_id's mark, into `batch`.
-void DropDeletedMark(WriteBatch* batch, uint64_t file_id);
+void DropBatchMark(WriteBatch* batch, uint64_t file_id);
 
 }  // namespace tbfs::store

@@ -53,8 +53,8 @@ Mark MarkOf(const std::map<uint64_t, Mark>& marks, uint64_t file_id) {
 
 // Drops the marks of files of unfinished batches (store/journal_index.h)
 // but those of the entries of records kept, then returns `result`.
-Result<RecoveryResult> DropMarks(ColdStore& store, const std::map<uint64_t, Mark>& marks,
-                                 RecoveryResult& result) {
+Result<RecoveryResult> DropSettledMarks(ColdStore& store, const std::map<uint64_t, Mark>& marks,
+                                        RecoveryResult& result) {
   std::vector<storepb::JournalRecord> kept;
   if (!marks.empty()) TBFS_RETURN_IF_ERROR(store.ListJournal(&kept));
   std::set<uint64_t> waiting;
@@ -63,7 +63,7 @@ Result<RecoveryResult> DropMarks(ColdStore& store, const std::map<uint64_t, Mark
   }
   WriteBatch drop;
   for (const auto& [id, mark] : marks) {
-    if (!waiting.count(id)) DropDeletedMark(&drop, id);
+    if (!waiting.count(id)) DropBatchMark(&drop, id);
   }
   if (!drop.empty()) TBFS_RETURN_IF_ERROR(store.Commit(drop, true));
   return std::move(result);
@@ -95,8 +95,8 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
   std::vector<storepb::JournalRecord> records;
   TBFS_RETURN_IF_ERROR(store.ListJournal(&records));
   std::map<uint64_t, Mark> marks;  // files deleted, or left in place, by unfinished batches
-  TBFS_RETURN_IF_ERROR(store.ListDeletedMarks(&marks));
-  if (records.empty()) return DropMarks(store, marks, result);
+  TBFS_RETURN_IF_ERROR(store.ListBatchMarks(&marks));
+  if (records.empty()) return DropSettledMarks(store, marks, result);
   auto root = OpenFile(logdir, O_PATH | O_DIRECTORY);
   if (!root.ok()) return root.status();
   const std::map<uint64_t, std::string> asides = FindAsideFiles(records, logdir, &result);
@@ -208,7 +208,7 @@ Result<RecoveryResult> RecoverJournal(ColdStore& store, const std::string& logdi
       TBFS_RETURN_IF_ERROR(store.PutJournal(kept));
     }
   }
-  return DropMarks(store, marks, result);
+  return DropSettledMarks(store, marks, result);
 }
 
 // Writes m (found set aside) back into the logdir, hot, as an unfinished

@@ -223,12 +223,11 @@ void Salvager::ReadRecordsOfMissingFiles() {
   if (!st.ok()) r_->problems.push_back("lost-file records: " + st.message());
   // Deleted on purpose, or left in place by their batch (store/journal_index.h).
   std::set<uint64_t> marked;
-  st =
-      engine_->Scan(Space::kMeta, kDeletedInBatchPrefix, [&](std::string_view k, std::string_view) {
-        uint64_t id = 0;
-        if (DecodeId(k.substr(std::strlen(kDeletedInBatchPrefix)), &id)) marked.insert(id);
-        return true;
-      });
+  st = engine_->Scan(Space::kMeta, kBatchMarkPrefix, [&](std::string_view k, std::string_view) {
+    uint64_t id = 0;
+    if (DecodeId(k.substr(std::strlen(kBatchMarkPrefix)), &id)) marked.insert(id);
+    return true;
+  });
   if (!st.ok()) r_->problems.push_back("marks of files of unfinished batches: " + st.message());
   st = engine_->Scan(Space::kJournal, "", [&](std::string_view, std::string_view v) {
     storepb::JournalRecord record;

@@ -277,7 +277,7 @@ TEST_F(RecoveryTest, AFileDeletedWhileItWasCopiedIsNotRecordedLostWhenTheCommitD
     EXPECT_TRUE(ReadBytes(JoinPath(logdir_, rel)) == before_[rel].bytes) << rel << " not undone";
   }
   std::map<uint64_t, Mark> marks;
-  ASSERT_TRUE(store_->ListDeletedMarks(&marks).ok());
+  ASSERT_TRUE(store_->ListBatchMarks(&marks).ok());
   EXPECT_TRUE(marks.empty()) << "the mark outlived its batch's record";
 }
 
@@ -347,14 +347,14 @@ TEST_F(RecoveryTest, TheMarkOfAFileDeletedWhileItWasCopiedGoesWithItsBatch) {
   });
   std::map<uint64_t, Mark> during;
   ScopedFailpoint verify("migrate.before_verify", [&](const std::string&) {
-    ASSERT_TRUE(store_->ListDeletedMarks(&during).ok());
+    ASSERT_TRUE(store_->ListBatchMarks(&during).ok());
   });
   auto result = Migrate(*store_, logdir_, candidates, Options());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_TRUE(result->ok());
   EXPECT_EQ(during.size(), 1u);
   std::map<uint64_t, Mark> after;
-  ASSERT_TRUE(store_->ListDeletedMarks(&after).ok());
+  ASSERT_TRUE(store_->ListBatchMarks(&after).ok());
   EXPECT_TRUE(after.empty());
 }
 
