@@ -9,6 +9,9 @@
 #                                     written and read back, prints the path
 #                                     of its ceph.conf
 #   ceph-cluster.sh stop DIR          stops its daemons and removes DIR
+#   ceph-cluster.sh pause DIR         stops the OSD with SIGSTOP (every one of
+#                                     its processes) and waits until the
+#                                     kernel says each is stopped
 #   ceph-cluster.sh resume DIR [POOL] resumes an OSD paused with SIGSTOP and
 #                                     waits until it serves again
 #   ceph-cluster.sh start-if-installed DIR [POOL]
@@ -21,21 +24,60 @@
 # with one line when they are missing or the cluster does not come up in
 # 60 s (its logs stay in DIR for a look; stop removes them).
 set -euo pipefail
-usage() { echo "usage: ceph-cluster.sh start DIR [POOL] | stop DIR | resume DIR [POOL]" >&2; exit 2; }
+usage() { echo "usage: ceph-cluster.sh start DIR [POOL] | stop DIR | pause DIR | resume DIR [POOL]" >&2; exit 2; }
 fail() { echo "ceph-cluster: $*" >&2; exit 2; }
 [[ $# -ge 2 ]] || usage
 cmd=$1 dir=$2 pool=${3:-tbfs}
 
+# The OSD's processes: the one its pid file names, and every ceph-osd
+# started with this cluster's ceph.conf (one that respawned runs under
+# another pid than the one a test read at the start).
+osd_pids() {
+  local conf p cmd
+  [[ -d $dir ]] || return 0
+  conf=$(cd "$dir" && pwd)/ceph.conf
+  {
+    cat "$dir/run/osd.0.pid" 2>/dev/null || true
+    echo
+    for p in /proc/[0-9]*; do
+      cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+      if [[ $cmd == "ceph-osd -c $conf "* ]]; then echo "${p#/proc/}"; fi
+    done
+  } | { grep -E '^[0-9]+$' || true; } | sort -u
+}
+
 # Its data is in memory and thrown away: the daemons are killed outright.
 stop() {
-  local pidfile pid
+  local pidfile pid pids
+  pids=$(osd_pids)
   for pidfile in "$dir"/run/*.pid; do
     [[ -e $pidfile ]] || continue
-    pid=$(cat "$pidfile")
+    pids+=" $(cat "$pidfile")"
+  done
+  for pid in $pids; do
     kill -9 "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
   rm -rf "$dir"
+}
+
+# A test's "unreachable store": the OSD stopped, for sure. A stop that did
+# not take once let a test read every cold file while it expected EIO
+# (its pid file named no process that served).
+pause() {
+  local pids pid state
+  pids=$(osd_pids)
+  [[ -n $pids ]] || fail "no OSD process of the cluster in $dir"
+  for pid in $pids; do kill -STOP "$pid" 2>/dev/null || true; done
+  for pid in $pids; do
+    state=gone
+    for _ in $(seq 200); do
+      state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || { state=gone; break; }
+      [[ $state == T ]] && break
+      sleep 0.01
+    done
+    [[ $state == T || $state == gone ]] || fail "OSD process $pid in $dir did not stop (state $state)"
+  done
 }
 
 # Up when an object goes in and comes back (60 s at most).
@@ -57,14 +99,14 @@ serving() {
 # was wrongly marked down and boots again); the clients resend.
 resume() {
   local pid
-  pid=$(cat "$dir/run/osd.0.pid")
-  kill -CONT "$pid"
+  for pid in $(osd_pids); do kill -CONT "$pid" 2>/dev/null || true; done
   timeout 30 ceph -c "$dir/ceph.conf" osd down 0 >/dev/null 2>&1 || true
   serving "$dir/ceph.conf" || fail "the cluster in $dir did not serve again within 60 s (see $dir/log)"
 }
 
 case $cmd in
   stop) stop; exit 0 ;;
+  pause) pause; exit 0 ;;
   resume) resume; exit 0 ;;
   start|start-if-installed) ;;
   *) usage ;;

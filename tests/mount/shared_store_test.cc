@@ -336,15 +336,18 @@ class UnreachableStore : public SharedStore {
                         " tbfs 2>&1");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     url_ = "rados://tbfs/x?conf=" + r.out.substr(0, r.out.find('\n')) + "&lease=5s&timeout=3s";
-    osd_pid_ = ReadBytes(ceph_ + "/run/osd.0.pid");
   }
   void TearDown() override {
-    if (!osd_pid_.empty()) RunCommand("kill -CONT " + osd_pid_);
+    RunCommand("pkill -CONT -f 'ceph-osd -c " + ceph_ + "/ceph.conf'");
     SharedStore::TearDown();
     RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh stop " + ceph_);
   }
+  // The cluster's OSD stopped (SIGSTOP), every process of it, for sure.
+  void PauseOsd() {
+    auto r = RunCommand("bash " TBFS_SOURCE_DIR "/scripts/ceph-cluster.sh pause " + ceph_ + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
   std::string ceph_ = dir_ / "ceph";
-  std::string osd_pid_;
 };
 
 TEST_F(UnreachableStore, ColdReadsFailWithEioAfterTheTimeoutHotFilesKeepWorkingAndReadsComeBack) {
@@ -364,7 +367,7 @@ TEST_F(UnreachableStore, ColdReadsFailWithEioAfterTheTimeoutHotFilesKeepWorkingA
   ASSERT_NE(plain, cold.end());
   UniqueFd opened(::open(M(*plain).c_str(), O_RDONLY));
   ASSERT_TRUE(opened.valid()) << std::strerror(errno);
-  ASSERT_EQ(RunCommand("kill -STOP " + osd_pid_).exit_code, 0);
+  PauseOsd();
   for (const auto& [rel, bytes] : originals_) {
     if (rel.find("tfevents") != std::string::npos) {
       EXPECT_TRUE(ReadBytes(M(rel)) == bytes) << rel;
