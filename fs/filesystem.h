@@ -39,6 +39,7 @@
 #include "fs/chunk_cache.h"
 #include "fs/inode_table.h"
 #include "fs/listing_grants.h"
+#include "fs/placements.h"
 #include "store/cold_store.h"
 #include "store/migrate.h"
 
@@ -200,33 +201,6 @@ struct Counters {
   std::atomic<uint64_t> eio_by_site[kNumEioSites] = {};      // indexed by EioSite
 };
 
-// Files put in place in the backing folder while the store still has them
-// (a rehydration): for a moment a file is in both, and a reader that looks
-// at the backing folder before it lands and at the store after it left
-// finds it in neither. Readers take a Mark before they look and ask
-// Moved(mark) after: true when a placement began, ended or was in flight
-// in between, and they look again. Lock-free.
-class Placements {
- public:
-  struct Mark {
-    uint64_t events;
-  };
-  void Begin() {
-    in_flight_.fetch_add(1);
-    events_.fetch_add(1);
-  }
-  void End() {
-    events_.fetch_add(1);
-    in_flight_.fetch_sub(1);
-  }
-  Mark Now() const { return {events_.load()}; }
-  bool Moved(Mark m) const { return in_flight_.load() != 0 || events_.load() != m.events; }
-
- private:
-  std::atomic<uint64_t> events_{0};
-  std::atomic<int64_t> in_flight_{0};
-};
-
 class Filesystem : public store::MoveObserver {
  public:
   // `namespace_lock` (the caller's, shared with the migrator, which takes
@@ -243,22 +217,33 @@ class Filesystem : public store::MoveObserver {
   // With an open handle of the file (fstat on a deleted-but-open file).
   int GetAttr(uint64_t ino, struct stat* st, FileHandle* fh = nullptr);
   // to_set: FUSE_SET_ATTR_* bits (same values as the kernel's FATTR_*).
-  int SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileHandle* fh, struct stat* out);
+  // `interrupted`, in this and the calls below that take it: set when the
+  // request's caller got a signal (FUSE_INTERRUPT, then WakeWaiters); a
+  // wait on the caller's behalf for a file's transition then ends in EINTR.
+  int SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileHandle* fh, struct stat* out,
+              const std::atomic<bool>* interrupted = nullptr);
   int ReadLink(uint64_t ino, std::string* target);
   int MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev, const Caller& c,
             EntryOut* out);
   int Mkdir(uint64_t parent, const char* name, mode_t mode, const Caller& c, EntryOut* out);
   int Symlink(const char* target, uint64_t parent, const char* name, const Caller& c,
               EntryOut* out);
-  int Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out);
+  int Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out,
+           const std::atomic<bool>* interrupted = nullptr);
   int Unlink(uint64_t parent, const char* name);
-  int Rmdir(uint64_t parent, const char* name);
+  // A folder whose backing copy holds only the names of files a batch holds
+  // aside (all deleted through the mount meanwhile) is removed once their
+  // moves end (kRmdirWaitS at most), not refused as not empty.
+  int Rmdir(uint64_t parent, const char* name, const std::atomic<bool>* interrupted = nullptr);
   int Rename(uint64_t parent, const char* name, uint64_t newparent, const char* newname,
              unsigned flags);
 
   // Opens; a writable open of a cold file rehydrates it first, and one of a
   // file in transition waits for the transition's end (one file's copy).
-  int Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out);
+  int Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out,
+           const std::atomic<bool>* interrupted = nullptr);
+  // Every wait of the calls above looks at its `interrupted` again.
+  void WakeWaiters() { inodes_.WakeWaiters(); }
   int Create(uint64_t parent, const char* name, mode_t mode, int flags, const Caller& c,
              EntryOut* entry, std::unique_ptr<FileHandle>* out);
   // The fd this handle's reads and writes go to now (see FileHandle); -1
@@ -410,7 +395,10 @@ class Filesystem : public store::MoveObserver {
   // returns an fd of it (O_PATH). Converts the inode to hot.
   int EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd);
   // Rehydrates a cold file inode into the backing folder (then it is hot).
-  int Rehydrate(uint64_t ino);
+  int Rehydrate(uint64_t ino, const std::atomic<bool>* interrupted = nullptr);
+  // Rmdir's one attempt; *only_aside when the backing folder was not empty
+  // only for names a transition holds (IsTransientName).
+  int RemoveFolder(uint64_t parent, const char* name, bool* only_aside);
   void ColdAttr(const ColdAttrs& a, ino_t shown_ino, struct stat* st);
   void ColdDirAttr(const std::string& rel, ino_t shown_ino, struct stat* st);
   bool IsHidden(Folder* parent, const char* name);  // uses parent's ino and path only

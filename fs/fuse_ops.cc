@@ -10,6 +10,7 @@
 
 #include "base/failpoint.h"
 #include "fs/filesystem.h"
+#include "fs/fuse_interrupt.h"
 #include "fs/fuse_xattr_ops.h"
 #include "fs/setattr_bits.h"
 #include "fs/setid_drop.h"
@@ -112,7 +113,11 @@ void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
                struct fuse_file_info* fi) {
   struct stat out;
   FileHandle* fh = fi ? Fh(fi) : nullptr;
-  int err = FsOf(req).SetAttr(ino, *attr, to_set, fh, &out);
+  int err;
+  {
+    Interruptible intr(req);  // a truncate of a cold file rehydrates it
+    err = FsOf(req).SetAttr(ino, *attr, to_set, fh, &out, intr.get());
+  }
   if (err == 0 && (to_set & FUSE_SET_ATTR_SIZE)) {
     DropSetId(req, FsOf(req), ino, fh, SetIdCause::kData);
     err = FsOf(req).GetAttr(ino, &out, fh);
@@ -151,7 +156,12 @@ void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* 
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char* name) {
   EntryOut out;
-  ReplyEntry(req, FsOf(req).Link(ino, parent, name, &out), out);
+  int err;
+  {
+    Interruptible intr(req);
+    err = FsOf(req).Link(ino, parent, name, &out, intr.get());
+  }
+  ReplyEntry(req, err, out);
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -159,7 +169,12 @@ void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  fuse_reply_err(req, -FsOf(req).Rmdir(parent, name));
+  int err;
+  {
+    Interruptible intr(req);
+    err = FsOf(req).Rmdir(parent, name, intr.get());
+  }
+  fuse_reply_err(req, -err);
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
@@ -207,7 +222,13 @@ std::unique_ptr<Handle> TakeBack(fuse_req_t req, Handle* h) {
 void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   if (ShouldFail("open.throws")) throw std::bad_alloc();  // tests: the daemon's last words
   std::unique_ptr<FileHandle> fh;
-  int err = FsOf(req).Open(ino, fi->flags, &fh);
+  int err;
+  if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC)) {
+    err = FsOf(req).Open(ino, fi->flags, &fh);  // never waits
+  } else {
+    Interruptible intr(req);
+    err = FsOf(req).Open(ino, fi->flags, &fh, intr.get());
+  }
   if (err != 0) {
     fuse_reply_err(req, -err);
     return;

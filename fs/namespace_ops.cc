@@ -165,10 +165,11 @@ int Filesystem::Symlink(const char* target, uint64_t parent, const char* name, c
   return HotLookupAt(pfd->get(), name, out);
 }
 
-int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out) {
+int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out,
+                     const std::atomic<bool>* interrupted) {
   if (Unmakeable(parent, name)) return -EPERM;
   if (inodes_.View(ino).kind == Kind::kColdFile) {
-    if (int r = Rehydrate(ino); r != 0) return r;
+    if (int r = Rehydrate(ino, interrupted); r != 0) return r;
   }
   InodeView v = inodes_.View(ino);
   if (v.kind != Kind::kHot) return -EPERM;
@@ -300,35 +301,6 @@ void Filesystem::DropShadowed(const std::string& rel, int dir_fd, const struct s
   if (int r = UnlinkCold(rel); r != 0) {
     spdlog::error("{}: the cold copy hidden by the hot file stays: {}", rel, std::strerror(-r));
   }
-}
-
-int Filesystem::Rmdir(uint64_t parent, const char* name) {
-  if (IsHidden(parent, name)) return -EPERM;
-  WriterMutexLock ns(ns_mu_);
-  std::string prel;
-  if (int r = RelPath(parent, &prel); r != 0) return r;
-  std::string rel = JoinPath(prel, name);
-  auto has_cold = store_->HasChildren(rel);
-  if (!has_cold.ok()) return StoreError(has_cold.status(), EioSite::kRmdir, rel);
-  if (!store_->writer() && store_->GetEntry(rel).ok()) return -EROFS;  // see Rename
-  InodeView v = inodes_.View(parent);
-  bool hot_gone = false;
-  if (v.kind == Kind::kHot) {
-    struct stat st;
-    if (::fstatat(v.fd->get(), name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      if (*has_cold) return -ENOTEMPTY;
-      if (::unlinkat(v.fd->get(), name, AT_REMOVEDIR) != 0) return -errno;
-      hot_gone = true;
-    }
-  }
-  auto entry = store_->GetEntry(rel);
-  if (!entry.ok()) return hot_gone ? 0 : StoreError(entry.status(), EioSite::kRmdir, rel);
-  if (entry->kind() != storepb::Entry::DIR) return -ENOTDIR;
-  if (*has_cold) return -ENOTEMPTY;
-  store::WriteBatch batch;
-  Status st = store_->RemoveEntry(&batch, rel);
-  if (st.ok()) st = store_->Commit(batch, true);
-  return st.ok() ? 0 : StoreError(st, EioSite::kRmdir, rel);
 }
 
 int Filesystem::ColdChildren(const std::string& dst) {

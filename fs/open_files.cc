@@ -57,9 +57,9 @@ std::unique_ptr<FileHandle> Filesystem::NewHandle(uint64_t ino, uint32_t generat
   return fh;
 }
 
-int Filesystem::Rehydrate(uint64_t ino) {
+int Filesystem::Rehydrate(uint64_t ino, const std::atomic<bool>* interrupted) {
   for (;;) {
-    inodes_.WaitSettled(ino);  // a move in flight ends first
+    if (!inodes_.WaitSettled(ino, interrupted)) return -EINTR;  // a move in flight ends first
     MutexLock one(rehydrate_mu_);
     ReaderMutexLock ns(ns_mu_);
     switch (inodes_.BeginRehydrate(ino)) {
@@ -139,7 +139,8 @@ int Filesystem::Rehydrate(uint64_t ino) {
   }
 }
 
-int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) {
+int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out,
+                     const std::atomic<bool>* interrupted) {
   const bool writable = IsWritable(flags);
   for (;;) {
     // Read before the view: if the inode serves another file by the time
@@ -148,7 +149,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
     InodeView v = inodes_.View(ino);
     if (v.kind == Kind::kColdDir) return -EISDIR;
     if (v.kind == Kind::kColdFile && writable) {
-      if (int r = Rehydrate(ino); r != 0) return r;
+      if (int r = Rehydrate(ino, interrupted); r != 0) return r;
       continue;
     }
     if (v.kind == Kind::kColdFile) {
@@ -174,7 +175,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out) 
       case InodeTable::Open::kRetry:
         continue;
       case InodeTable::Open::kWait:
-        inodes_.WaitSettled(ino);
+        if (!inodes_.WaitSettled(ino, interrupted)) return -EINTR;
         continue;
       case InodeTable::Open::kOk:
         break;

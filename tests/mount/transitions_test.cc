@@ -3,8 +3,10 @@
 // visible and readable), open handles across hot/cold, writers outside the
 // mount, the control channel, and the POSIX details external suites check.
 #include <grp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -708,6 +710,100 @@ TEST_F(PausedTransitions, ACopyOfAFileAsideElsewhereIsNotTakenForIt) {
   EXPECT_FALSE(std::filesystem::exists(L(moved + "/" + aside_name))) << "the file stayed aside";
   EXPECT_FALSE(std::filesystem::exists(L("run/other/" + name))) << "the copy came to light";
   EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u);
+}
+
+// Whether thread `tid` of this process is inside system call `nr` now.
+bool InSyscall(pid_t tid, long nr) {
+  return ReadBytes(fmt::format("/proc/self/task/{}/syscall", tid))
+      .starts_with(fmt::format("{} ", nr));
+}
+
+// rm -rf through the mount while a batch holds the folder's files aside:
+// the files go at once, the folder once their moves have ended. Its rmdir
+// said "Directory not empty": the files aside are names the mount hides.
+TEST_F(PausedTransitions, AFolderEmptiedWhileItsFilesWaitAsideIsRemoved) {
+  traces_ = WriteTraces(logdir_, 3, 64 << 10);
+  const std::string folder = "run/plugins/profile";
+  MountPausedAt("migrate.staged");
+  ASSERT_FALSE(AsideOf(traces_.begin()->first).empty());
+  for (const auto& [rel, bytes] : traces_) ASSERT_EQ(::unlink(M(rel).c_str()), 0) << rel;
+  std::atomic<int> result{-1};  // -1 while the rmdir runs
+  std::atomic<pid_t> tid{0};
+  std::thread remover([&] {
+    tid = ::gettid();
+    result = ::rmdir(M(folder).c_str()) == 0 ? 0 : errno;
+  });
+  WaitUntil([&] { return result != -1 || (tid != 0 && InSyscall(tid, SYS_rmdir)); },
+            std::chrono::milliseconds(10000));
+  // Given a second to answer, it does not while the files are aside.
+  WaitUntil([&] { return result != -1; }, std::chrono::milliseconds(1000));
+  const int early = result;
+  Release();
+  remover.join();
+  EXPECT_EQ(early, -1) << "rmdir answered while the files were aside: " << std::strerror(early);
+  EXPECT_EQ(result, 0) << std::strerror(result);
+  EXPECT_FALSE(std::filesystem::exists(M(folder)));
+  EXPECT_FALSE(std::filesystem::exists(L(folder)));
+  EXPECT_EQ(::rmdir(M("run/plugins").c_str()), 0) << std::strerror(errno);
+  EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u) << Status().dump();
+  Unmount();
+  auto fsck = RunCommand(Tbfs("fsck " + logdir_ + " 2>&1"));
+  EXPECT_EQ(fsck.exit_code, 0) << fsck.out;
+}
+
+// An rmdir of a folder that holds another file too is refused at once,
+// batch or not.
+TEST_F(PausedTransitions, AFolderWithAFileBesideItsFilesAsideIsNotEmpty) {
+  traces_ = WriteTraces(logdir_, 2, 64 << 10);
+  const std::string folder = "run/plugins/profile";
+  MountPausedAt("migrate.staged");
+  ASSERT_FALSE(AsideOf(traces_.begin()->first).empty());
+  for (const auto& [rel, bytes] : traces_) ASSERT_EQ(::unlink(M(rel).c_str()), 0) << rel;
+  WriteBytes(M(folder + "/notes.txt"), "kept");
+  EXPECT_EQ(::rmdir(M(folder).c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY) << std::strerror(errno);
+  Release();
+  EXPECT_EQ(ReadBytes(M(folder + "/notes.txt")), "kept");
+}
+
+// A writer that opens a file through the mount while it waits aside waits
+// for its move to end; a signal ends that wait (EINTR). It waited on
+// whatever came, SIGKILL too (D state), until the batch went on.
+TEST_F(PausedTransitions, AWriterWaitingForAFileAsideIsInterruptedByASignal) {
+  traces_ = WriteTraces(logdir_, 1, 64 << 10);
+  const std::string rel = traces_.begin()->first;
+  MountPausedAt("migrate.staged");
+  ASSERT_FALSE(AsideOf(rel).empty());
+  struct sigaction quiet {
+  }, old{};
+  quiet.sa_handler = [](int) {};  // no SA_RESTART: the open returns EINTR
+  sigemptyset(&quiet.sa_mask);
+  ASSERT_EQ(::sigaction(SIGUSR1, &quiet, &old), 0);
+  std::atomic<int> result{-1};  // -1 while the open runs
+  std::atomic<pid_t> tid{0};
+  std::thread writer([&] {
+    tid = ::gettid();
+    const int fd = ::open(M(rel).c_str(), O_WRONLY | O_APPEND);
+    result = fd >= 0 ? 0 : errno;
+    if (fd >= 0) ::close(fd);
+  });
+  WaitUntil([&] { return result != -1 || (tid != 0 && InSyscall(tid, SYS_openat)); },
+            std::chrono::milliseconds(10000));
+  // A second for the OPEN to reach the daemon's wait (a signal before that
+  // ends it in the kernel).
+  WaitUntil([&] { return result != -1; }, std::chrono::milliseconds(1000));
+  const int early = result;
+  ::pthread_kill(writer.native_handle(), SIGUSR1);
+  WaitUntil([&] { return result != -1; }, std::chrono::milliseconds(5000));
+  const int interrupted = result;
+  Release();
+  writer.join();
+  ::sigaction(SIGUSR1, &old, nullptr);
+  EXPECT_EQ(early, -1) << "the open did not wait for the move: " << std::strerror(early);
+  EXPECT_EQ(interrupted, EINTR) << (interrupted == -1 ? "still waiting"
+                                                      : std::strerror(interrupted));
+  EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel]);
+  EXPECT_EQ(State(M(rel)), "cold");
 }
 
 TEST_F(PausedTransitions, ALookupDuringARehydrationFindsTheSameInode) {
