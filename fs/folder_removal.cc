@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <string_view>
 
@@ -25,10 +26,28 @@ namespace {
 // batch waits aside about a second, plus a flush of the store.
 constexpr auto kRmdirWait = std::chrono::seconds(10);
 
-// Whether the folder `name` of `parent_fd` holds only names tbfs gives files
-// for a moment (IsTransientName: a batch's files aside, a rehydration's
-// copy). Opened without following a symlink; a FIFO is not opened.
-bool OnlyTransientNames(int parent_fd, const char* name) {
+// At most this many rmdirs wait at once (of kMaxFuseThreads, 16): a user
+// who plants such names in folders of their own cannot hold every FUSE
+// thread (I9); the others are answered ENOTEMPTY at once.
+constexpr int kMaxRmdirWaiters = 4;
+
+// The file id a transient name ends with (`.tbfs-mig-ID`, `.tbfs-tmp-ID`),
+// or 0.
+uint64_t TransientId(std::string_view name) {
+  const size_t dash = name.rfind('-');
+  uint64_t id = 0;
+  if (dash == std::string_view::npos) return 0;
+  const char* end = name.data() + name.size();
+  auto [ptr, ec] = std::from_chars(name.data() + dash + 1, end, id);
+  return ec == std::errc() && ptr == end ? id : 0;
+}
+
+// Whether the folder `name` of `parent_fd` holds only names tbfs gives
+// files for a moment (IsTransientName: a batch's files aside, a
+// rehydration's copy), one of them a file in a transition now: a name
+// planted by a user, or left by a crash for recovery, is not waited for.
+// Opened without following a symlink; a FIFO is not opened.
+bool OnlyFilesInTransition(int parent_fd, const char* name, InodeTable& inodes) {
   const int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return false;
   DIR* dir = ::fdopendir(fd);
@@ -36,35 +55,49 @@ bool OnlyTransientNames(int parent_fd, const char* name) {
     ::close(fd);
     return false;
   }
-  bool only = true;
+  bool only = true, in_flight = false;
   for (struct dirent* e; only && (e = ::readdir(dir)) != nullptr;) {
     const std::string_view n = e->d_name;
-    if (n != "." && n != "..") only = IsTransientName(n);
+    if (n == "." || n == "..") continue;
+    only = IsTransientName(n);
+    if (only && !in_flight) {
+      const uint64_t id = TransientId(n);
+      in_flight = id != 0 && inodes.InTransition(id);
+    }
   }
   ::closedir(dir);
-  return only;
+  return only && in_flight;
 }
 
 }  // namespace
 
 int Filesystem::Rmdir(uint64_t parent, const char* name, const std::atomic<bool>* interrupted) {
   const auto deadline = std::chrono::steady_clock::now() + kRmdirWait;
+  bool waiting = false;
+  int r;
   for (;;) {
     // Counted before the attempt: a move that ends after it is one to wait for.
     const uint64_t ended = inodes_.TransitionsEnded();
-    bool only_aside = false;
-    const int r = RemoveFolder(parent, name, &only_aside);
-    if (r != -ENOTEMPTY || !only_aside) return r;
-    // Not a transition in flight (names left by a crash, for recovery), or
-    // none ended in time: not empty, as before.
+    bool aside = false;
+    r = RemoveFolder(parent, name, &aside);
+    if (r != -ENOTEMPTY || !aside) break;
+    if (!waiting && rmdir_waiters_.fetch_add(1) >= kMaxRmdirWaiters) {
+      rmdir_waiters_.fetch_sub(1);
+      break;
+    }
+    waiting = true;
+    // None ended in time: not empty, as before.
     if (!inodes_.WaitForATransitionToEnd(ended, deadline, interrupted)) {
-      return interrupted != nullptr && interrupted->load() ? -EINTR : -ENOTEMPTY;
+      if (interrupted != nullptr && interrupted->load()) r = -EINTR;
+      break;
     }
   }
+  if (waiting) rmdir_waiters_.fetch_sub(1);
+  return r;
 }
 
-int Filesystem::RemoveFolder(uint64_t parent, const char* name, bool* only_aside) {
-  *only_aside = false;
+int Filesystem::RemoveFolder(uint64_t parent, const char* name, bool* aside) {
+  *aside = false;
   if (IsHidden(parent, name)) return -EPERM;
   WriterMutexLock ns(ns_mu_);
   std::string prel;
@@ -81,7 +114,7 @@ int Filesystem::RemoveFolder(uint64_t parent, const char* name, bool* only_aside
       if (*has_cold) return -ENOTEMPTY;
       if (::unlinkat(v.fd->get(), name, AT_REMOVEDIR) != 0) {
         const int err = errno;
-        if (err == ENOTEMPTY) *only_aside = OnlyTransientNames(v.fd->get(), name);
+        if (err == ENOTEMPTY) *aside = OnlyFilesInTransition(v.fd->get(), name, inodes_);
         return -err;
       }
       hot_gone = true;

@@ -61,6 +61,12 @@ bool InodeTable::WaitSettled(uint64_t id, const std::atomic<bool>* stop) {
   return !inode->in_transition;
 }
 
+bool InodeTable::InTransition(uint64_t file_id) {
+  MutexLock lock(mu_);
+  auto it = cold_files_.find(file_id);
+  return it != cold_files_.end() && (*it)->in_transition;
+}
+
 uint64_t InodeTable::TransitionsEnded() {
   MutexLock lock(mu_);
   return transitions_ended_;

@@ -235,6 +235,8 @@ class InodeTable {
   // Returns once the inode is in no transition (true), or once *stop is
   // set (false).
   bool WaitSettled(uint64_t id, const std::atomic<bool>* stop = nullptr);
+  // Whether cold file `file_id` is in a transition now.
+  bool InTransition(uint64_t file_id);
   // Transitions ended since the table was made.
   uint64_t TransitionsEnded();
   // Waits until a transition ends after `ended` of them had (true), or
