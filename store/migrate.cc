@@ -51,9 +51,17 @@ std::string AsideName(std::string_view name, uint64_t file_id) {
   return aside.size() <= NAME_MAX ? aside : fmt::format(".tbfs-mig-{}", file_id);
 }
 
-// The name a moved file gets when it goes back and a new file took its own.
+// The name a moved file gets when it goes back and a new file took its own
+// (`name` may be a path: its last part gets the suffix).
 std::string RecoveredName(std::string_view name, uint64_t file_id) {
-  return fmt::format("{}.tbfs-recovered-{}", name, file_id);
+  const std::string suffix = fmt::format(".tbfs-recovered-{}", file_id);
+  const size_t slash = name.rfind('/');
+  const size_t base = slash == std::string_view::npos ? name.size() : name.size() - slash - 1;
+  // A name near NAME_MAX gives up its last bytes to the suffix, so that it
+  // fits (bytes: a Linux name need not be UTF-8). It went back under no
+  // name at all, and stayed hidden aside.
+  const size_t over = base + suffix.size() > NAME_MAX ? base + suffix.size() - NAME_MAX : 0;
+  return std::string(name.substr(0, name.size() - std::min(over, base))) + suffix;
 }
 
 // Writes a moved file back. When something new took its path meanwhile, the

@@ -774,6 +774,33 @@ TEST_F(PausedTransitions, AFolderWithAFileBesideItsFilesAsideIsNotEmpty) {
   EXPECT_EQ(ReadBytes(M(folder + "/notes.txt")), "kept");
 }
 
+// A trace of a 255-byte name whose path a new file takes while it waits
+// aside goes back beside that file, under a name that fits NAME_MAX: it
+// stayed hidden as `.tbfs-mig-ID` for good (its name plus
+// ".tbfs-recovered-ID" was too long), its bytes out of sight.
+TEST_F(PausedTransitions, ALongNamedTraceWhosePathWasTakenGoesBackBesideIt) {
+  const std::string rel = "run/" + std::string(255 - 14, 'y') + ".pt.trace.json";
+  traces_[rel] = TraceText(rel, 64 << 10);
+  WriteBytes(L(rel), traces_[rel]);
+  WriteBytes(L("run/events.out.tfevents.1.host"), "");
+  MountPausedAt("migrate.staged");
+  ASSERT_FALSE(std::filesystem::exists(L(rel))) << "not aside";
+  WriteBytes(L(rel), "a new file under the old name");  // in the logdir, meanwhile
+  Release();
+  EXPECT_EQ(ReadBytes(M(rel)), "a new file under the old name");
+  std::string beside;
+  for (const auto& e : std::filesystem::directory_iterator(M("run"))) {
+    const std::string n = e.path().filename();
+    if (n.find(".tbfs-recovered-") != std::string::npos) beside = n;
+  }
+  ASSERT_FALSE(beside.empty()) << "the trace did not come back beside the new file";
+  EXPECT_LE(beside.size(), 255u);
+  EXPECT_TRUE(beside.starts_with(std::string(100, 'y'))) << beside;
+  EXPECT_TRUE(ReadBytes(M("run/" + beside)) == traces_[rel]);
+  for (const std::string& left : Leftovers())  // nothing hidden
+    EXPECT_EQ(std::string(BaseName(left)), beside) << left;
+}
+
 // A writer that opens a file through the mount while it waits aside waits
 // for its move to end; a signal ends that wait (EINTR). It waited on
 // whatever came, SIGKILL too (D state), until the batch went on.

@@ -14,6 +14,7 @@
 #include "base/failpoint.h"
 #include "store/maintenance.h"
 #include "store/migrate.h"
+#include "store/migrate_internal.h"
 #include "store/restore.h"
 #include "store/salvage.h"
 #include "store/store_dir.h"
@@ -56,6 +57,19 @@ void SwapForSymlink(const std::string& folder) {
 void PutFolderBack(const std::string& folder) {
   ASSERT_EQ(::unlink(folder.c_str()), 0);
   ASSERT_EQ(::rename((folder + ".real").c_str(), folder.c_str()), 0);
+}
+
+// The name a file goes back under beside a new one at its path: the last
+// part of a path gets the suffix, and a name near NAME_MAX gives up its
+// last bytes so that the whole fits (it went back under none, hidden).
+TEST(Recovery, TheNameBesideANewFileFitsNameMax) {
+  EXPECT_EQ(RecoveredName("a.json", 7), "a.json.tbfs-recovered-7");
+  EXPECT_EQ(RecoveredName("run/a.json", 7), "run/a.json.tbfs-recovered-7");
+  const std::string long_name(255, 'x');
+  const std::string beside = RecoveredName("run/d/" + long_name, 12345);
+  EXPECT_EQ(beside, "run/d/" + std::string(255 - 21, 'x') + ".tbfs-recovered-12345");
+  EXPECT_EQ(BaseName(beside).size(), 255u);
+  EXPECT_EQ(RecoveredName(long_name, 12345).size(), 255u);
 }
 
 // A recovery killed after it wrote a file back beside a new file that had
