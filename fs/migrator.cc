@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -169,8 +170,12 @@ void Migrator::AfterBatch(const store::BatchResult& batch) {
     stats_.rolled_back++;
     stats_.last_verifier =
         "failed: " + (batch.failures.empty() ? std::string("?") : batch.failures[0].ToString());
+    // Put back: not those deleted through the mount, or left in place.
+    const auto back = std::count_if(batch.files.begin(), batch.files.end(), [](const auto& f) {
+      return f.outcome == store::Outcome::kRolledBack;
+    });
     spdlog::warn("migrator: batch {} rolled back ({} file(s) back in place): {}", batch.batch_id,
-                 batch.files.size(), stats_.last_verifier);
+                 back, stats_.last_verifier);
   } else {
     stats_.last_verifier = "intact";
   }
