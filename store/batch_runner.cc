@@ -270,8 +270,10 @@ std::set<std::string> BatchRunner::MoveFiles(const std::vector<Candidate>& batch
   FinishGroup(&group, batch, &folders, moved, result);
   side_done(true);
   FinishGroup(&group, batch, &folders, moved, result);
-  // Not needed by any recovery unless the batch's commit does not land.
-  if (Status st = left.empty() ? Status::OK() : store_.Commit(left, false); !st.ok())
+  // Needed by a recovery only when the batch's commit does not land: so
+  // synced, or a power cut before that commit loses them (and a file
+  // deleted since is called lost).
+  if (Status st = left.empty() ? Status::OK() : store_.Commit(left, true); !st.ok())
     spdlog::warn("migrate: batch {}: the marks of the files left in place: {}", result->batch_id,
                  st.message());
   return folders;
