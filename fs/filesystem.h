@@ -396,9 +396,9 @@ class Filesystem : public store::MoveObserver {
   int EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd);
   // Rehydrates a cold file inode into the backing folder (then it is hot).
   int Rehydrate(uint64_t ino, const std::atomic<bool>* interrupted = nullptr);
-  // Rmdir's one attempt; *aside when the backing folder was not empty only
-  // for names tbfs gives files for a moment, one of a transition in flight.
-  int RemoveFolder(uint64_t parent, const char* name, bool* aside);
+  // Rmdir's one attempt; *hot_not_empty when the backing folder was not
+  // empty (Rmdir then looks at what it holds, without the lock).
+  int RemoveFolder(uint64_t parent, const char* name, bool* hot_not_empty);
   std::atomic<int> rmdir_waiters_{0};  // Rmdir: waiting for files aside
   void ColdAttr(const ColdAttrs& a, ino_t shown_ino, struct stat* st);
   void ColdDirAttr(const std::string& rel, ino_t shown_ino, struct stat* st);

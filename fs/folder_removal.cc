@@ -42,11 +42,16 @@ uint64_t TransientId(std::string_view name) {
   return ec == std::errc() && ptr == end ? id : 0;
 }
 
+// Entries an rmdir looks at, at most, to see whether it should wait: more
+// than a batch holds aside in a folder at once (a group is 256 files).
+constexpr int kMaxEntriesLooked = 1024;
+
 // Whether the folder `name` of `parent_fd` holds only names tbfs gives
 // files for a moment (IsTransientName: a batch's files aside, a
 // rehydration's copy), one of them a file in a transition now: a name
 // planted by a user, or left by a crash for recovery, is not waited for.
-// Opened without following a symlink; a FIFO is not opened.
+// Opened without following a symlink; a FIFO is not opened. Looked at
+// without the namespace lock: what it finds only decides whether to wait.
 bool OnlyFilesInTransition(int parent_fd, const char* name, InodeTable& inodes) {
   const int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return false;
@@ -56,10 +61,11 @@ bool OnlyFilesInTransition(int parent_fd, const char* name, InodeTable& inodes) 
     return false;
   }
   bool only = true, in_flight = false;
+  int looked = 0;
   for (struct dirent* e; only && (e = ::readdir(dir)) != nullptr;) {
     const std::string_view n = e->d_name;
     if (n == "." || n == "..") continue;
-    only = IsTransientName(n);
+    only = IsTransientName(n) && ++looked <= kMaxEntriesLooked;
     if (only && !in_flight) {
       const uint64_t id = TransientId(n);
       in_flight = id != 0 && inodes.InTransition(id);
@@ -78,9 +84,11 @@ int Filesystem::Rmdir(uint64_t parent, const char* name, const std::atomic<bool>
   for (;;) {
     // Counted before the attempt: a move that ends after it is one to wait for.
     const uint64_t ended = inodes_.TransitionsEnded();
-    bool aside = false;
-    r = RemoveFolder(parent, name, &aside);
-    if (r != -ENOTEMPTY || !aside) break;
+    bool hot_not_empty = false;
+    r = RemoveFolder(parent, name, &hot_not_empty);
+    if (r != -ENOTEMPTY || !hot_not_empty) break;
+    InodeView v = inodes_.View(parent);
+    if (v.kind != Kind::kHot || !OnlyFilesInTransition(v.fd->get(), name, inodes_)) break;
     if (!waiting && rmdir_waiters_.fetch_add(1) >= kMaxRmdirWaiters) {
       rmdir_waiters_.fetch_sub(1);
       break;
@@ -96,8 +104,8 @@ int Filesystem::Rmdir(uint64_t parent, const char* name, const std::atomic<bool>
   return r;
 }
 
-int Filesystem::RemoveFolder(uint64_t parent, const char* name, bool* aside) {
-  *aside = false;
+int Filesystem::RemoveFolder(uint64_t parent, const char* name, bool* hot_not_empty) {
+  *hot_not_empty = false;
   if (IsHidden(parent, name)) return -EPERM;
   WriterMutexLock ns(ns_mu_);
   std::string prel;
@@ -113,9 +121,8 @@ int Filesystem::RemoveFolder(uint64_t parent, const char* name, bool* aside) {
     if (::fstatat(v.fd->get(), name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (*has_cold) return -ENOTEMPTY;
       if (::unlinkat(v.fd->get(), name, AT_REMOVEDIR) != 0) {
-        const int err = errno;
-        if (err == ENOTEMPTY) *aside = OnlyFilesInTransition(v.fd->get(), name, inodes_);
-        return -err;
+        *hot_not_empty = errno == ENOTEMPTY;
+        return -errno;
       }
       hot_gone = true;
     }
