@@ -399,7 +399,22 @@ class Filesystem : public store::MoveObserver {
   // Rmdir's one attempt; *hot_not_empty when the backing folder was not
   // empty (Rmdir then looks at what it holds, without the lock).
   int RemoveFolder(uint64_t parent, const char* name, bool* hot_not_empty);
-  std::atomic<int> rmdir_waiters_{0};  // Rmdir: waiting for files aside
+  // Waits, on a caller's behalf, for the inode's transition to end: 0;
+  // -EINTR when the caller got a signal; -EAGAIN when kMaxWaiting threads
+  // wait already.
+  int WaitSettled(uint64_t ino, const std::atomic<bool>* interrupted);
+  // FUSE threads (of 16) that wait on a caller's behalf at most (above, and
+  // Rmdir): the others serve everyone else, and read the interrupts that
+  // end those waits (with every thread waiting, none came, and SIGKILL
+  // left the waiters in D state). A wait beyond is answered at once.
+  static constexpr int kMaxWaiting = 8;
+  bool TakeWaitSlot() {
+    if (waiting_.fetch_add(1) < kMaxWaiting) return true;
+    waiting_.fetch_sub(1);
+    return false;
+  }
+  void GiveWaitSlot() { waiting_.fetch_sub(1); }
+  std::atomic<int> waiting_{0};
   void ColdAttr(const ColdAttrs& a, ino_t shown_ino, struct stat* st);
   void ColdDirAttr(const std::string& rel, ino_t shown_ino, struct stat* st);
   bool IsHidden(Folder* parent, const char* name);  // uses parent's ino and path only

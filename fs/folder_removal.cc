@@ -10,6 +10,7 @@
 // waits for a transition to end, and tries again, for kRmdirWait at most.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -23,13 +24,10 @@ namespace tbfs::fs {
 namespace {
 
 // How long an rmdir waits for the files aside in its folder: a group of a
-// batch waits aside about a second, plus a flush of the store.
-constexpr auto kRmdirWait = std::chrono::seconds(10);
-
-// At most this many rmdirs wait at once (of kMaxFuseThreads, 16): a user
-// who plants such names in folders of their own cannot hold every FUSE
-// thread (I9); the others are answered ENOTEMPTY at once.
-constexpr int kMaxRmdirWaiters = 4;
+// batch waits aside about a second, plus a flush of the store. The kernel
+// holds the parent folder's lock meanwhile (lookups of new names in it
+// wait too), so not longer.
+constexpr auto kRmdirWait = std::chrono::seconds(5);
 
 // The file id a transient name ends with (`.tbfs-mig-ID`, `.tbfs-tmp-ID`),
 // or 0.
@@ -48,10 +46,12 @@ constexpr int kMaxEntriesLooked = 1024;
 
 // Whether the folder `name` of `parent_fd` holds only names tbfs gives
 // files for a moment (IsTransientName: a batch's files aside, a
-// rehydration's copy), one of them a file in a transition now: a name
-// planted by a user, or left by a crash for recovery, is not waited for.
-// Opened without following a symlink; a FIFO is not opened. Looked at
-// without the namespace lock: what it finds only decides whether to wait.
+// rehydration's copy), one of them the very file of a transition now (its
+// id and its backing identity): a name planted by a user (even with the id
+// of another user's file in flight), or left by a crash for recovery, is
+// not waited for. Opened without following a symlink; a FIFO is not
+// opened. Looked at without the namespace lock: what it finds only decides
+// whether to wait.
 bool OnlyFilesInTransition(int parent_fd, const char* name, InodeTable& inodes) {
   const int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return false;
@@ -66,9 +66,10 @@ bool OnlyFilesInTransition(int parent_fd, const char* name, InodeTable& inodes) 
     const std::string_view n = e->d_name;
     if (n == "." || n == "..") continue;
     only = IsTransientName(n) && ++looked <= kMaxEntriesLooked;
-    if (only && !in_flight) {
-      const uint64_t id = TransientId(n);
-      in_flight = id != 0 && inodes.InTransition(id);
+    struct stat st;
+    if (only && !in_flight && TransientId(n) != 0 &&
+        ::fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      in_flight = inodes.InTransition(TransientId(n), st.st_dev, st.st_ino);
     }
   }
   ::closedir(dir);
@@ -89,10 +90,7 @@ int Filesystem::Rmdir(uint64_t parent, const char* name, const std::atomic<bool>
     if (r != -ENOTEMPTY || !hot_not_empty) break;
     InodeView v = inodes_.View(parent);
     if (v.kind != Kind::kHot || !OnlyFilesInTransition(v.fd->get(), name, inodes_)) break;
-    if (!waiting && rmdir_waiters_.fetch_add(1) >= kMaxRmdirWaiters) {
-      rmdir_waiters_.fetch_sub(1);
-      break;
-    }
+    if (!waiting && !TakeWaitSlot()) break;
     waiting = true;
     // None ended in time: not empty, as before.
     if (!inodes_.WaitForATransitionToEnd(ended, deadline, interrupted)) {
@@ -100,7 +98,7 @@ int Filesystem::Rmdir(uint64_t parent, const char* name, const std::atomic<bool>
       break;
     }
   }
-  if (waiting) rmdir_waiters_.fetch_sub(1);
+  if (waiting) GiveWaitSlot();
   return r;
 }
 

@@ -61,10 +61,15 @@ bool InodeTable::WaitSettled(uint64_t id, const std::atomic<bool>* stop) {
   return !inode->in_transition;
 }
 
-bool InodeTable::InTransition(uint64_t file_id) {
+bool InodeTable::InTransition(uint64_t file_id, dev_t dev, ino_t ino) {
   MutexLock lock(mu_);
   auto it = cold_files_.find(file_id);
-  return it != cold_files_.end() && (*it)->in_transition;
+  return it != cold_files_.end() && (*it)->in_transition && (*it)->dev == dev && (*it)->ino == ino;
+}
+
+bool InodeTable::Settled(uint64_t id) {
+  MutexLock lock(mu_);
+  return !Get(id)->in_transition;
 }
 
 uint64_t InodeTable::TransitionsEnded() {

@@ -235,8 +235,11 @@ class InodeTable {
   // Returns once the inode is in no transition (true), or once *stop is
   // set (false).
   bool WaitSettled(uint64_t id, const std::atomic<bool>* stop = nullptr);
-  // Whether cold file `file_id` is in a transition now.
-  bool InTransition(uint64_t file_id);
+  // Whether cold file `file_id` is in a transition now, its backing file
+  // the file (dev, ino).
+  bool InTransition(uint64_t file_id, dev_t dev, ino_t ino);
+  // Whether the inode is in no transition now.
+  bool Settled(uint64_t id);
   // Transitions ended since the table was made.
   uint64_t TransitionsEnded();
   // Waits until a transition ends after `ended` of them had (true), or

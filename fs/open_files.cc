@@ -57,9 +57,17 @@ std::unique_ptr<FileHandle> Filesystem::NewHandle(uint64_t ino, uint32_t generat
   return fh;
 }
 
+int Filesystem::WaitSettled(uint64_t ino, const std::atomic<bool>* interrupted) {
+  if (inodes_.Settled(ino)) return 0;
+  if (!TakeWaitSlot()) return -EAGAIN;
+  const bool settled = inodes_.WaitSettled(ino, interrupted);
+  GiveWaitSlot();
+  return settled ? 0 : -EINTR;
+}
+
 int Filesystem::Rehydrate(uint64_t ino, const std::atomic<bool>* interrupted) {
   for (;;) {
-    if (!inodes_.WaitSettled(ino, interrupted)) return -EINTR;  // a move in flight ends first
+    if (int r = WaitSettled(ino, interrupted); r != 0) return r;  // a move in flight ends first
     MutexLock one(rehydrate_mu_);
     ReaderMutexLock ns(ns_mu_);
     switch (inodes_.BeginRehydrate(ino)) {
@@ -175,7 +183,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out,
       case InodeTable::Open::kRetry:
         continue;
       case InodeTable::Open::kWait:
-        if (!inodes_.WaitSettled(ino, interrupted)) return -EINTR;
+        if (int r = WaitSettled(ino, interrupted); r != 0) return r;
         continue;
       case InodeTable::Open::kOk:
         break;

@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <future>
@@ -763,15 +764,72 @@ TEST_F(PausedTransitions, AFolderWithAFileBesideItsFilesAsideIsNotEmpty) {
   EXPECT_EQ(::rmdir(M(folder).c_str()), -1);
   EXPECT_EQ(errno, ENOTEMPTY) << std::strerror(errno);
   // A folder whose only file has an aside name no move in flight has (put
-  // there in the logdir by a user, or left by a crash) is not waited for:
-  // the rmdir does not wait out its 10 s (the bound only catches that).
+  // there in the logdir by a user, or left by a crash), or the id of a
+  // file in flight elsewhere (another user's, read from their folder), is
+  // not waited for: the rmdir does not wait out its 5 s, holding the
+  // parent folder's lock (the bound only catches that).
+  const std::string aside = AsideOf(traces_.begin()->first);
+  const std::string id = aside.substr(aside.rfind('-') + 1);
   WriteBytes(L("run/other/.t.pt.trace.json.tbfs-mig-987654"), "planted");
-  const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(::rmdir(M("run/other").c_str()), -1);
-  EXPECT_EQ(errno, ENOTEMPTY) << std::strerror(errno);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  WriteBytes(L("run/evil/.t.pt.trace.json.tbfs-mig-" + id), "planted with an id in flight");
+  for (const char* planted : {"run/other", "run/evil"}) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(::rmdir(M(planted).c_str()), -1);
+    EXPECT_EQ(errno, ENOTEMPTY) << planted << ": " << std::strerror(errno);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3)) << planted;
+  }
   Release();
   EXPECT_EQ(ReadBytes(M(folder + "/notes.txt")), "kept");
+}
+
+// Writers that open a file aside for writing wait in the daemon, one FUSE
+// thread each: past kMaxWaiting (8) the next ones are answered EAGAIN at
+// once, so threads are left to serve everyone else and to read the
+// interrupts that end the waits. With 16 waiting, nothing else was served
+// and SIGKILL left the writers in D state until the batch went on.
+TEST_F(PausedTransitions, WritersWaitingForAFileAsideLeaveTheMountServing) {
+  traces_ = WriteTraces(logdir_, 1, 64 << 10);
+  const std::string rel = traces_.begin()->first;
+  WriteBytes(L("run/other.txt"), "served");
+  MountPausedAt("migrate.staged");
+  ASSERT_FALSE(AsideOf(rel).empty());
+  struct sigaction quiet {
+  }, old{};
+  quiet.sa_handler = [](int) {};  // no SA_RESTART: a waiting open returns EINTR
+  sigemptyset(&quiet.sa_mask);
+  ASSERT_EQ(::sigaction(SIGUSR1, &quiet, &old), 0);
+  constexpr int kWriters = 20;
+  std::vector<std::atomic<int>> result(kWriters);  // -1 while the open runs
+  std::vector<std::thread> writers;
+  for (int i = 0; i < kWriters; ++i) {
+    result[i] = -1;
+    writers.emplace_back([&, i] {
+      const int fd = ::open(M(rel).c_str(), O_WRONLY | O_APPEND);
+      result[i] = fd >= 0 ? 0 : errno;
+      if (fd >= 0) ::close(fd);
+    });
+  }
+  auto count = [&](int value) {
+    return std::count_if(result.begin(), result.end(), [&](const auto& r) { return r == value; });
+  };
+  WaitUntil([&] { return count(EAGAIN) + count(-1) == kWriters && count(EAGAIN) >= 12; },
+            std::chrono::milliseconds(10000));
+  // Another file is served meanwhile (bounded: it hung for good).
+  auto other = std::async(std::launch::async, [&] { return ReadBytes(M("run/other.txt")); });
+  const bool served = other.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  const auto waiting = count(-1), refused = count(EAGAIN);
+  for (auto& w : writers) ::pthread_kill(w.native_handle(), SIGUSR1);
+  WaitUntil([&] { return count(-1) == 0; }, std::chrono::milliseconds(10000));
+  const auto interrupted = count(EINTR);
+  Release();
+  for (auto& w : writers) w.join();
+  ::sigaction(SIGUSR1, &old, nullptr);
+  EXPECT_TRUE(served) << "a read of another file was not answered while writers waited";
+  if (served) EXPECT_EQ(other.get(), "served");
+  EXPECT_EQ(waiting, 8);
+  EXPECT_EQ(refused, kWriters - 8);
+  EXPECT_EQ(interrupted, 8) << "the waits a signal ends";
+  EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel]);
 }
 
 // A trace of a 255-byte name whose path a new file takes while it waits
