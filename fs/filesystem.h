@@ -231,10 +231,10 @@ class Filesystem : public store::MoveObserver {
   int Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out,
            const std::atomic<bool>* interrupted = nullptr);
   int Unlink(uint64_t parent, const char* name);
-  // A folder whose backing copy holds only the names of files a batch holds
-  // aside (all deleted through the mount meanwhile) is removed once their
-  // moves end (kRmdirWaitS at most), not refused as not empty.
-  int Rmdir(uint64_t parent, const char* name, const std::atomic<bool>* interrupted = nullptr);
+  // A folder whose backing copy holds only files a batch holds aside, all
+  // deleted through the mount meanwhile, is removed with them, not refused
+  // as not empty (fs/folder_removal.cc).
+  int Rmdir(uint64_t parent, const char* name);
   int Rename(uint64_t parent, const char* name, uint64_t newparent, const char* newname,
              unsigned flags);
 
@@ -399,22 +399,14 @@ class Filesystem : public store::MoveObserver {
   // Rmdir's one attempt; *hot_not_empty when the backing folder was not
   // empty (Rmdir then looks at what it holds, without the lock).
   int RemoveFolder(uint64_t parent, const char* name, bool* hot_not_empty);
+  // Unlinks what the folder `name` of parent_fd holds when that is only
+  // files of moves in flight deleted through the mount; whether it did.
+  bool UnlinkDeletedAside(int parent_fd, const char* name);
   // Waits, on a caller's behalf, for the inode's transition to end: 0;
   // -EINTR when the caller got a signal; -EAGAIN when kMaxWaiting threads
-  // wait already.
+  // wait already (fs/open_files.cc).
   int WaitSettled(uint64_t ino, const std::atomic<bool>* interrupted);
-  // FUSE threads (of 16) that wait on a caller's behalf at most (above, and
-  // Rmdir): the others serve everyone else, and read the interrupts that
-  // end those waits (with every thread waiting, none came, and SIGKILL
-  // left the waiters in D state). A wait beyond is answered at once.
-  static constexpr int kMaxWaiting = 8;
-  bool TakeWaitSlot() {
-    if (waiting_.fetch_add(1) < kMaxWaiting) return true;
-    waiting_.fetch_sub(1);
-    return false;
-  }
-  void GiveWaitSlot() { waiting_.fetch_sub(1); }
-  std::atomic<int> waiting_{0};
+  std::atomic<int> waiting_{0};  // threads in WaitSettled
   void ColdAttr(const ColdAttrs& a, ino_t shown_ino, struct stat* st);
   void ColdDirAttr(const std::string& rel, ino_t shown_ino, struct stat* st);
   bool IsHidden(Folder* parent, const char* name);  // uses parent's ino and path only

@@ -1,21 +1,26 @@
-// Filesystem: rmdir, and its wait for the files a batch holds aside in the
-// folder (fs/filesystem.h).
+// Filesystem: rmdir, and the files a batch holds aside in the folder
+// (fs/filesystem.h).
 //
 // While a batch holds a folder's files aside (`.NAME.tbfs-mig-ID`, until
 // their group is committed: a second and a flush), the mount shows them
 // from the store; deleted through the mount then (`rm -rf`), they are gone
 // from the store at once, but their backing files stay aside until the
 // batch unlinks them. An rmdir of the folder in that window found the
-// backing folder not empty and said so ("Directory not empty"); it now
-// waits for a transition to end, and tries again, for kRmdirWait at most.
+// backing folder not empty and said so ("Directory not empty"). When those
+// are all its folder holds, the rmdir now unlinks them itself, then
+// removes the folder; the batch finds them gone, as it would have left
+// them (docs/format.md, "Moving a file"). It does not wait for the batch:
+// the kernel holds the parent folder's lock through an rmdir, and a wait
+// there held a shared folder for everyone (red team: 59 s).
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
-#include <chrono>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "fs/filesystem.h"
 
@@ -23,36 +28,35 @@ namespace tbfs::fs {
 
 namespace {
 
-// How long an rmdir waits for the files aside in its folder: a group of a
-// batch waits aside about a second, plus a flush of the store. The kernel
-// holds the parent folder's lock meanwhile (lookups of new names in it
-// wait too), so not longer.
-constexpr auto kRmdirWait = std::chrono::seconds(5);
+// Entries an rmdir looks at, at most: more than a batch holds aside in a
+// folder at once (a group is 256 files).
+constexpr int kMaxEntriesLooked = 1024;
 
-// The file id a transient name ends with (`.tbfs-mig-ID`, `.tbfs-tmp-ID`),
+// The file id an aside name ends with (`.NAME.tbfs-mig-ID`, `.tbfs-mig-ID`),
 // or 0.
-uint64_t TransientId(std::string_view name) {
-  const size_t dash = name.rfind('-');
+uint64_t AsideId(std::string_view name) {
+  static constexpr std::string_view kMig = ".tbfs-mig-";
+  const size_t at = name.rfind(kMig);
+  if (!name.starts_with('.') || at == std::string_view::npos) return 0;
   uint64_t id = 0;
-  if (dash == std::string_view::npos) return 0;
   const char* end = name.data() + name.size();
-  auto [ptr, ec] = std::from_chars(name.data() + dash + 1, end, id);
+  auto [ptr, ec] = std::from_chars(name.data() + at + kMig.size(), end, id);
   return ec == std::errc() && ptr == end ? id : 0;
 }
 
-// Entries an rmdir looks at, at most, to see whether it should wait: more
-// than a batch holds aside in a folder at once (a group is 256 files).
-constexpr int kMaxEntriesLooked = 1024;
+}  // namespace
 
-// Whether the folder `name` of `parent_fd` holds only names tbfs gives
-// files for a moment (IsTransientName: a batch's files aside, a
-// rehydration's copy), one of them the very file of a transition now (its
-// id and its backing identity): a name planted by a user (even with the id
-// of another user's file in flight), or left by a crash for recovery, is
-// not waited for. Opened without following a symlink; a FIFO is not
-// opened. Looked at without the namespace lock: what it finds only decides
-// whether to wait.
-bool OnlyFilesInTransition(int parent_fd, const char* name, InodeTable& inodes) {
+int Filesystem::Rmdir(uint64_t parent, const char* name) {
+  bool hot_not_empty = false;
+  const int r = RemoveFolder(parent, name, &hot_not_empty);
+  if (r != -ENOTEMPTY || !hot_not_empty) return r;
+  InodeView v = inodes_.View(parent);
+  if (v.kind != Kind::kHot || !UnlinkDeletedAside(v.fd->get(), name)) return r;
+  return RemoveFolder(parent, name, &hot_not_empty);
+}
+
+bool Filesystem::UnlinkDeletedAside(int parent_fd, const char* name) {
+  // Opened without following a symlink; a FIFO is not opened.
   const int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return false;
   DIR* dir = ::fdopendir(fd);
@@ -60,46 +64,34 @@ bool OnlyFilesInTransition(int parent_fd, const char* name, InodeTable& inodes) 
     ::close(fd);
     return false;
   }
-  bool only = true, in_flight = false;
-  int looked = 0;
+  // Each name must be the very file of a move in flight (its id and its
+  // inode: a name a user puts there, even with the id of another user's
+  // file in flight, is not one), deleted through the mount since (the store
+  // has no copy of it: renamed elsewhere, it is the batch's to put there).
+  struct Aside {
+    std::string name;
+    ino_t ino;
+  };
+  std::vector<Aside> aside;
+  bool only = true;
   for (struct dirent* e; only && (e = ::readdir(dir)) != nullptr;) {
     const std::string_view n = e->d_name;
     if (n == "." || n == "..") continue;
-    only = IsTransientName(n) && ++looked <= kMaxEntriesLooked;
+    const uint64_t id = AsideId(n);
     struct stat st;
-    if (only && !in_flight && TransientId(n) != 0 &&
-        ::fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      in_flight = inodes.InTransition(TransientId(n), st.st_dev, st.st_ino);
-    }
+    only = id != 0 && aside.size() < kMaxEntriesLooked &&
+           ::fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+           inodes_.InTransition(id, st.st_dev, st.st_ino) &&
+           store_->GetManifest(id).status().IsNotFound();
+    if (only) aside.push_back({std::string(n), st.st_ino});
+  }
+  for (size_t i = 0; only && i < aside.size(); ++i) {
+    struct stat st;  // the file looked at, still (unlinked by name)
+    only = ::fstatat(fd, aside[i].name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+           st.st_ino == aside[i].ino && ::unlinkat(fd, aside[i].name.c_str(), 0) == 0;
   }
   ::closedir(dir);
-  return only && in_flight;
-}
-
-}  // namespace
-
-int Filesystem::Rmdir(uint64_t parent, const char* name, const std::atomic<bool>* interrupted) {
-  const auto deadline = std::chrono::steady_clock::now() + kRmdirWait;
-  bool waiting = false;
-  int r;
-  for (;;) {
-    // Counted before the attempt: a move that ends after it is one to wait for.
-    const uint64_t ended = inodes_.TransitionsEnded();
-    bool hot_not_empty = false;
-    r = RemoveFolder(parent, name, &hot_not_empty);
-    if (r != -ENOTEMPTY || !hot_not_empty) break;
-    InodeView v = inodes_.View(parent);
-    if (v.kind != Kind::kHot || !OnlyFilesInTransition(v.fd->get(), name, inodes_)) break;
-    if (!waiting && !TakeWaitSlot()) break;
-    waiting = true;
-    // None ended in time: not empty, as before.
-    if (!inodes_.WaitForATransitionToEnd(ended, deadline, interrupted)) {
-      if (interrupted != nullptr && interrupted->load()) r = -EINTR;
-      break;
-    }
-  }
-  if (waiting) GiveWaitSlot();
-  return r;
+  return only && !aside.empty();
 }
 
 int Filesystem::RemoveFolder(uint64_t parent, const char* name, bool* hot_not_empty) {

@@ -169,12 +169,7 @@ void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  int err;
-  {
-    Interruptible intr(req);
-    err = FsOf(req).Rmdir(parent, name, intr.get());
-  }
-  fuse_reply_err(req, -err);
+  fuse_reply_err(req, -FsOf(req).Rmdir(parent, name));
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,

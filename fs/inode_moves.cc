@@ -72,22 +72,6 @@ bool InodeTable::Settled(uint64_t id) {
   return !Get(id)->in_transition;
 }
 
-uint64_t InodeTable::TransitionsEnded() {
-  MutexLock lock(mu_);
-  return transitions_ended_;
-}
-
-bool InodeTable::WaitForATransitionToEnd(uint64_t ended,
-                                         std::chrono::steady_clock::time_point deadline,
-                                         const std::atomic<bool>* stop) {
-  MutexLock lock(mu_);
-  settled_.wait_until(lock, deadline, [&]() TBFS_NO_THREAD_SAFETY_ANALYSIS {
-    return transitions_ended_ != ended || transitions_begun_ == transitions_ended_ ||
-           (stop != nullptr && stop->load());
-  });
-  return transitions_ended_ != ended && (stop == nullptr || !stop->load());
-}
-
 void InodeTable::WakeWaiters() {
   { MutexLock lock(mu_); }  // a waiter between its check and its sleep is asleep now
   settled_.notify_all();
@@ -114,7 +98,6 @@ uint64_t InodeTable::BeginMove(int fd, const struct stat& st, const storepb::Man
   inode->kind = Kind::kColdFile;
   inode->cold = ColdAttrs::Of(m);
   inode->in_transition = true;
-  transitions_begun_++;
   inode->pins++;
   inode->generation.fetch_add(1, std::memory_order_release);
   IndexColdLocked(inode, m.file_id());
@@ -143,7 +126,6 @@ uint64_t InodeTable::EndMove(uint64_t file_id, bool moved) {
       IndexHotLocked(inode);
     }
     inode->in_transition = false;
-    transitions_ended_++;
     inode->pins--;
     inode->generation.fetch_add(1, std::memory_order_release);
     dead = ReleaseIfUnusedLocked(inode);
@@ -158,7 +140,6 @@ InodeTable::Rehydrate InodeTable::BeginRehydrate(uint64_t id) {
   if (inode->kind != Kind::kColdFile) return Rehydrate::kNotCold;
   if (inode->in_transition) return Rehydrate::kBusy;
   inode->in_transition = true;
-  transitions_begun_++;
   inode->pins++;
   return Rehydrate::kStarted;
 }
@@ -207,7 +188,6 @@ void InodeTable::EndRehydrate(uint64_t id, bool placed) {
       }
     }
     inode->in_transition = false;
-    transitions_ended_++;
     inode->pins--;
     dead = ReleaseIfUnusedLocked(inode);
   }

@@ -33,10 +33,9 @@
 // A cold file id keeps finding its inode after it turned hot: a lookup that
 // still found the store's entry (committed away just after) gets the inode
 // that serves the file now.
-// While an inode is in transition, writable opens wait (WaitSettled), and
-// an rmdir of a folder whose files wait aside waits for a transition to end
-// (WaitForATransitionToEnd). Both waits end early when the request's caller
-// gets a signal (`stop`, set by FUSE_INTERRUPT; WakeWaiters).
+// While an inode is in transition, writable opens wait (WaitSettled); the
+// wait ends early when the request's caller gets a signal (`stop`, set by
+// FUSE_INTERRUPT; WakeWaiters).
 //
 // Lookup counts: every reply that hands an inode to the kernel (lookup,
 // create, mkdir, mknod, symlink, link, readdirplus entries) adds one;
@@ -64,7 +63,6 @@
 #include <sys/stat.h>
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -240,13 +238,7 @@ class InodeTable {
   bool InTransition(uint64_t file_id, dev_t dev, ino_t ino);
   // Whether the inode is in no transition now.
   bool Settled(uint64_t id);
-  // Transitions ended since the table was made.
-  uint64_t TransitionsEnded();
-  // Waits until a transition ends after `ended` of them had (true), or
-  // until none is in flight, `deadline` passes or *stop is set (false).
-  bool WaitForATransitionToEnd(uint64_t ended, std::chrono::steady_clock::time_point deadline,
-                               const std::atomic<bool>* stop);
-  // Wakes every wait above to look at its `stop` again.
+  // Wakes every WaitSettled to look at its `stop` again.
   void WakeWaiters();
 
   // --- transitions (see the header comment). Each returns the node id
@@ -342,8 +334,6 @@ class InodeTable {
 
   Mutex mu_;
   std::condition_variable_any settled_;  // an inode's transition ended
-  uint64_t transitions_begun_ TBFS_GUARDED_BY(mu_) = 0;
-  uint64_t transitions_ended_ TBFS_GUARDED_BY(mu_) = 0;
   // A member, not in the slab: never freed, whatever the kernel forgets of it.
   Inode root_;
   dev_t root_dev_ = 0;

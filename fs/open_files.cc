@@ -22,6 +22,11 @@ namespace {
 constexpr uint64_t kReadaheadChunks = 4;
 // Chunks a sequential read lets go of at once, at most (ChunkCache::LetGo).
 constexpr uint64_t kLetGoAtMost = 1024;
+// FUSE threads (of 16) in WaitSettled at most: the others serve everyone
+// else, and read the interrupts that end those waits (with every thread
+// waiting, none came, and SIGKILL left the waiters in D state). A wait
+// beyond is answered EAGAIN at once.
+constexpr int kMaxWaiting = 8;
 
 bool IsWritable(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
@@ -59,9 +64,12 @@ std::unique_ptr<FileHandle> Filesystem::NewHandle(uint64_t ino, uint32_t generat
 
 int Filesystem::WaitSettled(uint64_t ino, const std::atomic<bool>* interrupted) {
   if (inodes_.Settled(ino)) return 0;
-  if (!TakeWaitSlot()) return -EAGAIN;
+  if (waiting_.fetch_add(1) >= kMaxWaiting) {
+    waiting_.fetch_sub(1);
+    return -EAGAIN;
+  }
   const bool settled = inodes_.WaitSettled(ino, interrupted);
-  GiveWaitSlot();
+  waiting_.fetch_sub(1);
   return settled ? 0 : -EINTR;
 }
 

@@ -282,8 +282,9 @@ void BatchRunner::Finish(Staged s, const Status& durable, FileResult* result,
     if (!now.status().IsNotFound())
       spdlog::error("migrate: {}: {}", result->path, now.status().message());
     // Deleted through the mount: so is the file (a writer waiting for it
-    // gets it deleted, as it would on a disk).
-    if (::unlinkat(dir, s.aside.c_str(), 0) != 0) {
+    // gets it deleted, as it would on a disk). An rmdir of its folder
+    // through the mount may have unlinked it already (fs/folder_removal.cc).
+    if (::unlinkat(dir, s.aside.c_str(), 0) != 0 && errno != ENOENT) {
       spdlog::error("migrate: {} stays as {}: {}", result->path, s.aside, std::strerror(errno));
     }
     if (options_.observer != nullptr) options_.observer->EndMove(id, true);

@@ -720,36 +720,65 @@ bool InSyscall(pid_t tid, long nr) {
 }
 
 // rm -rf through the mount while a batch holds the folder's files aside:
-// the files go at once, the folder once their moves have ended. Its rmdir
-// said "Directory not empty": the files aside are names the mount hides.
+// the files go at once, and so does the folder, with their backing files
+// aside. Its rmdir said "Directory not empty": the files aside are names
+// the mount hides.
 TEST_F(PausedTransitions, AFolderEmptiedWhileItsFilesWaitAsideIsRemoved) {
   traces_ = WriteTraces(logdir_, 3, 64 << 10);
   const std::string folder = "run/plugins/profile";
   MountPausedAt("migrate.staged");
   ASSERT_FALSE(AsideOf(traces_.begin()->first).empty());
   for (const auto& [rel, bytes] : traces_) ASSERT_EQ(::unlink(M(rel).c_str()), 0) << rel;
-  std::atomic<int> result{-1};  // -1 while the rmdir runs
-  std::atomic<pid_t> tid{0};
-  std::thread remover([&] {
-    tid = ::gettid();
-    result = ::rmdir(M(folder).c_str()) == 0 ? 0 : errno;
-  });
-  WaitUntil([&] { return result != -1 || (tid != 0 && InSyscall(tid, SYS_rmdir)); },
-            std::chrono::milliseconds(10000));
-  // Given a second to answer, it does not while the files are aside.
-  WaitUntil([&] { return result != -1; }, std::chrono::milliseconds(1000));
-  const int early = result;
-  Release();
-  remover.join();
-  EXPECT_EQ(early, -1) << "rmdir answered while the files were aside: " << std::strerror(early);
-  EXPECT_EQ(result, 0) << std::strerror(result);
-  EXPECT_FALSE(std::filesystem::exists(M(folder)));
+  EXPECT_EQ(::rmdir(M(folder).c_str()), 0) << std::strerror(errno);
   EXPECT_FALSE(std::filesystem::exists(L(folder)));
   EXPECT_EQ(::rmdir(M("run/plugins").c_str()), 0) << std::strerror(errno);
+  Release();  // the batch finds them gone
+  EXPECT_FALSE(std::filesystem::exists(M("run/plugins")));
+  EXPECT_TRUE(Leftovers().empty()) << ::testing::PrintToString(Leftovers());
   EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u) << Status().dump();
+  const std::string log = ReadBytes(logdir_ + "/.tbfs/tbfs-mount.log");
+  EXPECT_EQ(log.find("stays as"), std::string::npos) << log;
   Unmount();
   auto fsck = RunCommand(Tbfs("fsck " + logdir_ + " 2>&1"));
   EXPECT_EQ(fsck.exit_code, 0) << fsck.out;
+  Mount("--no-migrate");
+  for (const auto& [rel, bytes] : traces_) EXPECT_FALSE(std::filesystem::exists(M(rel))) << rel;
+}
+
+// The same, and the daemon killed (kill -9) before the batch goes on: the
+// files stay deleted, nothing is called lost.
+TEST_F(PausedTransitions, AFolderEmptiedWhileItsFilesWaitAsideStaysGoneAfterAKill) {
+  traces_ = WriteTraces(logdir_, 3, 64 << 10);
+  MountPausedAt("migrate.staged", true);
+  ASSERT_FALSE(AsideOf(traces_.begin()->first).empty());
+  for (const auto& [rel, bytes] : traces_) ASSERT_EQ(::unlink(M(rel).c_str()), 0) << rel;
+  ASSERT_EQ(::rmdir(M("run/plugins/profile").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
+  ExpectDeletedNotLostAfterTheRestart(traces_.begin()->first);
+  Mount("--no-migrate");
+  for (const auto& [rel, bytes] : traces_) EXPECT_FALSE(std::filesystem::exists(M(rel))) << rel;
+  EXPECT_FALSE(std::filesystem::exists(M("run/plugins/profile")));
+}
+
+// A file aside renamed out of the folder through the mount is the batch's
+// to put in its new place: the folder is not empty until it has.
+TEST_F(PausedTransitions, AFolderWhoseFileAsideWasRenamedOutIsRemovedOnceItMoved) {
+  traces_ = WriteTraces(logdir_, 2, 64 << 10);
+  const std::string folder = "run/plugins/profile";
+  const std::string kept = traces_.begin()->first, moved_to = "run/kept.pt.trace.json";
+  MountPausedAt("migrate.staged");
+  ASSERT_FALSE(AsideOf(kept).empty());
+  ASSERT_EQ(::rename(M(kept).c_str(), M(moved_to).c_str()), 0);
+  for (const auto& [rel, bytes] : traces_) {
+    if (rel != kept) ASSERT_EQ(::unlink(M(rel).c_str()), 0) << rel;
+  }
+  EXPECT_EQ(::rmdir(M(folder).c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY) << std::strerror(errno);
+  Release();
+  EXPECT_TRUE(ReadBytes(M(moved_to)) == traces_[kept]);
+  EXPECT_EQ(::rmdir(M(folder).c_str()), 0) << std::strerror(errno);
+  EXPECT_TRUE(ReadBytes(M(moved_to)) == traces_[kept]);
+  EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u) << Status().dump();
 }
 
 // An rmdir of a folder that holds another file too is refused at once,
@@ -766,8 +795,8 @@ TEST_F(PausedTransitions, AFolderWithAFileBesideItsFilesAsideIsNotEmpty) {
   // A folder whose only file has an aside name no move in flight has (put
   // there in the logdir by a user, or left by a crash), or the id of a
   // file in flight elsewhere (another user's, read from their folder), is
-  // not waited for: the rmdir does not wait out its 5 s, holding the
-  // parent folder's lock (the bound only catches that).
+  // not removed, nor waited for while the kernel holds the parent folder's
+  // lock (the bound only catches a wait).
   const std::string aside = AsideOf(traces_.begin()->first);
   const std::string id = aside.substr(aside.rfind('-') + 1);
   WriteBytes(L("run/other/.t.pt.trace.json.tbfs-mig-987654"), "planted");
@@ -778,6 +807,8 @@ TEST_F(PausedTransitions, AFolderWithAFileBesideItsFilesAsideIsNotEmpty) {
     EXPECT_EQ(errno, ENOTEMPTY) << planted << ": " << std::strerror(errno);
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3)) << planted;
   }
+  EXPECT_EQ(ReadBytes(L("run/evil/.t.pt.trace.json.tbfs-mig-" + id)),
+            "planted with an id in flight");
   Release();
   EXPECT_EQ(ReadBytes(M(folder + "/notes.txt")), "kept");
 }
