@@ -86,9 +86,15 @@ bool Filesystem::UnlinkDeletedAside(int parent_fd, const char* name) {
     if (only) aside.push_back({std::string(n), st.st_ino});
   }
   for (size_t i = 0; only && i < aside.size(); ++i) {
-    struct stat st;  // the file looked at, still (unlinked by name)
-    only = ::fstatat(fd, aside[i].name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-           st.st_ino == aside[i].ino && ::unlinkat(fd, aside[i].name.c_str(), 0) == 0;
+    // The file looked at, still (unlinked by name), or gone: the batch
+    // unlinked it meanwhile.
+    const char* n = aside[i].name.c_str();
+    struct stat st;
+    if (::fstatat(fd, n, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      only = errno == ENOENT;
+      continue;
+    }
+    only = st.st_ino == aside[i].ino && (::unlinkat(fd, n, 0) == 0 || errno == ENOENT);
   }
   ::closedir(dir);
   return only && !aside.empty();
