@@ -770,7 +770,9 @@ TEST_F(PausedTransitions, AFolderWhoseFileAsideWasRenamedOutIsRemovedOnceItMoved
   ASSERT_FALSE(AsideOf(kept).empty());
   ASSERT_EQ(::rename(M(kept).c_str(), M(moved_to).c_str()), 0);
   for (const auto& [rel, bytes] : traces_) {
-    if (rel != kept) ASSERT_EQ(::unlink(M(rel).c_str()), 0) << rel;
+    if (rel != kept) {
+      ASSERT_EQ(::unlink(M(rel).c_str()), 0) << rel;
+    }
   }
   EXPECT_EQ(::rmdir(M(folder).c_str()), -1);
   EXPECT_EQ(errno, ENOTEMPTY) << std::strerror(errno);
@@ -856,7 +858,9 @@ TEST_F(PausedTransitions, WritersWaitingForAFileAsideLeaveTheMountServing) {
   for (auto& w : writers) w.join();
   ::sigaction(SIGUSR1, &old, nullptr);
   EXPECT_TRUE(served) << "a read of another file was not answered while writers waited";
-  if (served) EXPECT_EQ(other.get(), "served");
+  if (served) {
+    EXPECT_EQ(other.get(), "served");
+  }
   EXPECT_EQ(waiting, 8);
   EXPECT_EQ(refused, kWriters - 8);
   EXPECT_EQ(interrupted, 8) << "the waits a signal ends";
