@@ -217,19 +217,18 @@ class Filesystem : public store::MoveObserver {
   // With an open handle of the file (fstat on a deleted-but-open file).
   int GetAttr(uint64_t ino, struct stat* st, FileHandle* fh = nullptr);
   // to_set: FUSE_SET_ATTR_* bits (same values as the kernel's FATTR_*).
-  // `interrupted`, in this and the calls below that take it: set when the
-  // request's caller got a signal (FUSE_INTERRUPT, then WakeWaiters); a
-  // wait on the caller's behalf for a file's transition then ends in EINTR.
-  int SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileHandle* fh, struct stat* out,
-              const std::atomic<bool>* interrupted = nullptr);
+  // A truncate of a file in transition (a move, a rehydration) is answered
+  // EAGAIN at once, as is a hard link of one: the kernel holds the file's
+  // and the folder's locks through them, and a wait held other users'
+  // lookups in the folder, unkillable (red team).
+  int SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileHandle* fh, struct stat* out);
   int ReadLink(uint64_t ino, std::string* target);
   int MkNod(uint64_t parent, const char* name, mode_t mode, dev_t rdev, const Caller& c,
             EntryOut* out);
   int Mkdir(uint64_t parent, const char* name, mode_t mode, const Caller& c, EntryOut* out);
   int Symlink(const char* target, uint64_t parent, const char* name, const Caller& c,
               EntryOut* out);
-  int Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out,
-           const std::atomic<bool>* interrupted = nullptr);
+  int Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out);
   int Unlink(uint64_t parent, const char* name);
   // A folder whose backing copy holds only files a batch holds aside, all
   // deleted through the mount meanwhile, is removed with them, not refused
@@ -240,9 +239,11 @@ class Filesystem : public store::MoveObserver {
 
   // Opens; a writable open of a cold file rehydrates it first, and one of a
   // file in transition waits for the transition's end (one file's copy).
+  // `interrupted`: set when the caller got a signal (FUSE_INTERRUPT, then
+  // WakeWaiters); the wait then ends in EINTR.
   int Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out,
            const std::atomic<bool>* interrupted = nullptr);
-  // Every wait of the calls above looks at its `interrupted` again.
+  // Every wait of Open looks at its `interrupted` again.
   void WakeWaiters() { inodes_.WakeWaiters(); }
   int Create(uint64_t parent, const char* name, mode_t mode, int flags, const Caller& c,
              EntryOut* entry, std::unique_ptr<FileHandle>* out);
@@ -395,7 +396,8 @@ class Filesystem : public store::MoveObserver {
   // returns an fd of it (O_PATH). Converts the inode to hot.
   int EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd);
   // Rehydrates a cold file inode into the backing folder (then it is hot).
-  int Rehydrate(uint64_t ino, const std::atomic<bool>* interrupted = nullptr);
+  // Waits for a transition in flight to end (`wait`), or answers EAGAIN.
+  int Rehydrate(uint64_t ino, bool wait, const std::atomic<bool>* interrupted = nullptr);
   // Rmdir's one attempt; *hot_not_empty when the backing folder was not
   // empty (Rmdir then looks at what it holds, without the lock).
   int RemoveFolder(uint64_t parent, const char* name, bool* hot_not_empty);

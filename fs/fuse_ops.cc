@@ -113,11 +113,7 @@ void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
                struct fuse_file_info* fi) {
   struct stat out;
   FileHandle* fh = fi ? Fh(fi) : nullptr;
-  int err;
-  {
-    Interruptible intr(req);  // a truncate of a cold file rehydrates it
-    err = FsOf(req).SetAttr(ino, *attr, to_set, fh, &out, intr.get());
-  }
+  int err = FsOf(req).SetAttr(ino, *attr, to_set, fh, &out);
   if (err == 0 && (to_set & FUSE_SET_ATTR_SIZE)) {
     DropSetId(req, FsOf(req), ino, fh, SetIdCause::kData);
     err = FsOf(req).GetAttr(ino, &out, fh);
@@ -156,12 +152,7 @@ void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* 
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char* name) {
   EntryOut out;
-  int err;
-  {
-    Interruptible intr(req);
-    err = FsOf(req).Link(ino, parent, name, &out, intr.get());
-  }
-  ReplyEntry(req, err, out);
+  ReplyEntry(req, FsOf(req).Link(ino, parent, name, &out), out);
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {

@@ -176,7 +176,7 @@ int Filesystem::GetAttr(uint64_t ino, struct stat* st, FileHandle* fh) {
 }
 
 int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileHandle* fh,
-                        struct stat* out, const std::atomic<bool>* interrupted) {
+                        struct stat* out) {
   InodeView v = inodes_.View(ino);
   if (v.kind == Kind::kColdFile && !(to_set & kSetSize)) {
     // Metadata of a cold file changes in its manifest; no rehydration.
@@ -208,7 +208,7 @@ int Filesystem::SetAttr(uint64_t ino, const struct stat& attr, int to_set, FileH
     return 0;
   }
   if (v.kind == Kind::kColdFile) {
-    if (int r = Rehydrate(ino, interrupted); r != 0) return r;
+    if (int r = Rehydrate(ino, /*wait=*/false); r != 0) return r;
   } else if (v.kind == Kind::kColdDir) {
     std::shared_ptr<UniqueFd> ignored;
     if (int r = EnsureBackingDir(ino, &ignored); r != 0) return r;

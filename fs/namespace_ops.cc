@@ -165,11 +165,10 @@ int Filesystem::Symlink(const char* target, uint64_t parent, const char* name, c
   return HotLookupAt(pfd->get(), name, out);
 }
 
-int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out,
-                     const std::atomic<bool>* interrupted) {
+int Filesystem::Link(uint64_t ino, uint64_t parent, const char* name, EntryOut* out) {
   if (Unmakeable(parent, name)) return -EPERM;
   if (inodes_.View(ino).kind == Kind::kColdFile) {
-    if (int r = Rehydrate(ino, interrupted); r != 0) return r;
+    if (int r = Rehydrate(ino, /*wait=*/false); r != 0) return r;
   }
   InodeView v = inodes_.View(ino);
   if (v.kind != Kind::kHot) return -EPERM;

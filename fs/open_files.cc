@@ -73,9 +73,11 @@ int Filesystem::WaitSettled(uint64_t ino, const std::atomic<bool>* interrupted) 
   return settled ? 0 : -EINTR;
 }
 
-int Filesystem::Rehydrate(uint64_t ino, const std::atomic<bool>* interrupted) {
+int Filesystem::Rehydrate(uint64_t ino, bool wait, const std::atomic<bool>* interrupted) {
   for (;;) {
-    if (int r = WaitSettled(ino, interrupted); r != 0) return r;  // a move in flight ends first
+    // A move in flight ends first.
+    if (!wait && !inodes_.Settled(ino)) return -EAGAIN;
+    if (int r = WaitSettled(ino, interrupted); r != 0) return r;
     MutexLock one(rehydrate_mu_);
     ReaderMutexLock ns(ns_mu_);
     switch (inodes_.BeginRehydrate(ino)) {
@@ -165,7 +167,7 @@ int Filesystem::Open(uint64_t ino, int flags, std::unique_ptr<FileHandle>* out,
     InodeView v = inodes_.View(ino);
     if (v.kind == Kind::kColdDir) return -EISDIR;
     if (v.kind == Kind::kColdFile && writable) {
-      if (int r = Rehydrate(ino, interrupted); r != 0) return r;
+      if (int r = Rehydrate(ino, true, interrupted); r != 0) return r;
       continue;
     }
     if (v.kind == Kind::kColdFile) {

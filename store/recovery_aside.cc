@@ -105,7 +105,10 @@ std::map<uint64_t, std::string> FindAsideFiles(const std::vector<storepb::Journa
   std::map<uint64_t, int> rank;
   Status st = WalkTree(logdir, w, [&](const WalkEntry& f) {
     auto it = names.find(f.name);
-    if (it == names.end()) return;
+    // Never a FIFO, a symlink or a folder: something put at a name aside
+    // (freed by an rmdir through the mount, fs/folder_removal.cc) after the
+    // file that had it went.
+    if (it == names.end() || !S_ISREG(f.st.st_mode)) return;
     const storepb::JournalEntry& e = *it->second;
     const int r = 2 * IsJournaled(f.st, e) + (ParentPath(f.rel) == ParentPath(e.path()));
     if (r == 0 || rank[e.file_id()] >= r) return;

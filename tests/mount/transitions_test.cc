@@ -760,6 +760,61 @@ TEST_F(PausedTransitions, AFolderEmptiedWhileItsFilesWaitAsideStaysGoneAfterAKil
   EXPECT_FALSE(std::filesystem::exists(M("run/plugins/profile")));
 }
 
+// Names aside an rmdir freed, given to a FIFO and a symlink in the logdir
+// before a kill -9: recovery takes neither for the files that had them (it
+// put them back under the traces' names).
+TEST_F(PausedTransitions, ThingsPutAtFreedAsideNamesAreNotTakenForTheFiles) {
+  traces_ = WriteTraces(logdir_, 2, 64 << 10);
+  const std::string folder = "run/plugins/profile";
+  MountPausedAt("migrate.staged", true);
+  std::vector<std::string> aside;
+  for (const auto& [rel, bytes] : traces_) aside.push_back(AsideOf(rel));
+  ASSERT_FALSE(aside[0].empty());
+  ASSERT_FALSE(aside[1].empty());
+  for (const auto& [rel, bytes] : traces_) ASSERT_EQ(::unlink(M(rel).c_str()), 0) << rel;
+  ASSERT_EQ(::rmdir(M(folder).c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir(M(folder).c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkfifo(L(aside[0]).c_str(), 0644), 0) << std::strerror(errno);
+  ASSERT_EQ(::symlink("/etc/hostname", L(aside[1]).c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
+  RemountAfterItsDeath();
+  for (const auto& [rel, bytes] : traces_) {
+    struct stat st;
+    EXPECT_NE(::lstat(L(rel).c_str(), &st), 0)
+        << rel << " is back, as mode " << std::oct << st.st_mode;
+  }
+  struct stat st;
+  ASSERT_EQ(::lstat(L(aside[0]).c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ASSERT_EQ(::lstat(L(aside[1]).c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u) << Status().dump();
+}
+
+// A truncate or a hard link of a file aside is answered EAGAIN at once:
+// the kernel holds the file's lock through a truncate, the new name's
+// folder's through a link, and a wait for the move held other users'
+// lookups in those folders, unkillable, until the batch went on.
+TEST_F(PausedTransitions, ATruncateOrALinkOfAFileAsideIsRefusedAtOnce) {
+  traces_ = WriteTraces(logdir_, 1, 64 << 10);
+  const std::string rel = traces_.begin()->first;
+  MountPausedAt("migrate.staged");
+  ASSERT_FALSE(AsideOf(rel).empty());
+  auto truncated = std::async(std::launch::async,
+                              [&] { return ::truncate(M(rel).c_str(), 10) == 0 ? 0 : errno; });
+  auto linked = std::async(std::launch::async, [&] {
+    return ::link(M(rel).c_str(), M("run/linked.pt.trace.json").c_str()) == 0 ? 0 : errno;
+  });
+  const bool answered = truncated.wait_for(std::chrono::seconds(5)) == std::future_status::ready &&
+                        linked.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  Release();
+  EXPECT_TRUE(answered) << "waited for the batch";
+  EXPECT_EQ(truncated.get(), EAGAIN);
+  EXPECT_EQ(linked.get(), EAGAIN);
+  EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel]);
+  EXPECT_FALSE(std::filesystem::exists(M("run/linked.pt.trace.json")));
+}
+
 // A file aside renamed out of the folder through the mount is the batch's
 // to put in its new place: the folder is not empty until it has.
 TEST_F(PausedTransitions, AFolderWhoseFileAsideWasRenamedOutIsRemovedOnceItMoved) {
