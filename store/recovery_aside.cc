@@ -100,7 +100,10 @@ std::map<uint64_t, std::string> FindAsideFiles(const std::vector<storepb::Journa
   std::vector<std::string> unread;
   w.warnings = &unread;
   // A file by that name elsewhere than its folder is taken only when it is
-  // the journaled file (a copy made in the logdir is not: red team); of
+  // the journaled file (a copy made in the logdir is not: red team); in
+  // its folder, when it is that file or was written since (the same inode:
+  // a file put at the name by someone else, even a user allowed to write
+  // there, is not, and went back under the trace's name: red team); of
   // two, the journaled file, then the one in its folder.
   std::map<uint64_t, int> rank;
   Status st = WalkTree(logdir, w, [&](const WalkEntry& f) {
@@ -110,7 +113,8 @@ std::map<uint64_t, std::string> FindAsideFiles(const std::vector<storepb::Journa
     // file that had it went.
     if (it == names.end() || !S_ISREG(f.st.st_mode)) return;
     const storepb::JournalEntry& e = *it->second;
-    const int r = 2 * IsJournaled(f.st, e) + (ParentPath(f.rel) == ParentPath(e.path()));
+    const int r = 2 * IsJournaled(f.st, e) +
+                  (ParentPath(f.rel) == ParentPath(e.path()) && f.st.st_ino == e.ino());
     if (r == 0 || rank[e.file_id()] >= r) return;
     rank[e.file_id()] = r;
     found[e.file_id()] = f.rel;

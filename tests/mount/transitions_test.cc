@@ -791,6 +791,25 @@ TEST_F(PausedTransitions, ThingsPutAtFreedAsideNamesAreNotTakenForTheFiles) {
   EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u) << Status().dump();
 }
 
+// A regular file put at a file's name aside, the file moved off it, before
+// a kill -9 is not taken for it: recovery put it back under the trace's
+// name (the trace beside it as "recovered"); a user with write access to
+// the folder could so give another user's trace their own bytes.
+TEST_F(PausedTransitions, AFileSwappedInAtANameAsideIsNotTakenForTheTrace) {
+  traces_ = WriteTraces(logdir_, 1, 64 << 10);
+  const std::string rel = traces_.begin()->first;
+  MountPausedAt("migrate.staged", true);
+  const std::string aside = AsideOf(rel);
+  ASSERT_FALSE(aside.empty());
+  ASSERT_EQ(::rename(L(aside).c_str(), L(aside + ".moved").c_str()), 0);
+  WriteBytes(L(aside), "forged");
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
+  RemountAfterItsDeath();
+  EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel]);
+  EXPECT_EQ(ReadBytes(L(aside)), "forged");  // left where it was put
+  EXPECT_EQ(Status()["lost"].value("files", uint64_t{1}), 0u) << Status().dump();
+}
+
 // A truncate or a hard link of a file aside is answered EAGAIN at once:
 // the kernel holds the file's lock through a truncate, the new name's
 // folder's through a link, and a wait for the move held other users'
