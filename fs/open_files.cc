@@ -111,7 +111,8 @@ int Filesystem::Rehydrate(uint64_t ino, bool wait, const std::atomic<bool>* inte
       struct stat st;
       if (::fstat(fd, &st) == 0) inodes_.RehydrateTarget(ino, fd, st);
       MaybePause("rehydrate.placing");  // tests: copied, not yet in place
-      placements_.Begin();              // in the folder from now, in the store a moment longer
+      CarryMetadata(*m, fd);
+      placements_.Begin();  // in the folder from now, in the store a moment longer
       placing = true;
     };
     bool placed = false;

@@ -1008,6 +1008,47 @@ TEST_F(PausedTransitions, AWriterWaitingForAFileAsideIsInterruptedByASignal) {
   EXPECT_EQ(State(M(rel)), "cold");
 }
 
+// A chmod, chown, touch and extended attribute through the mount while the
+// file is being rehydrated (copied out of the store, not yet in place) are
+// the file's after: they went to the store's copy and were undone (a chmod
+// 600 said done, the file back at 644; red team).
+TEST_F(PausedTransitions, MetadataChangedDuringARehydrationIsKept) {
+  traces_ = WriteTraces(logdir_, 1, 256 << 10);
+  const std::string rel = traces_.begin()->first;
+  Mount("--no-migrate --cold-after 0");
+  MigrateNow();
+  Unmount();
+  marker_ = dir_ / "pause";
+  WriteBytes(marker_, "");
+  auto r = RunCommand("TBFS_PAUSE=rehydrate.placing:" + marker_ + " " +
+                      Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate 2>&1"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  pid_ = Status()["pid"].get<int>();
+  std::thread writer([&] { (void)OpenFile(M(rel), O_RDWR); });  // rehydrates
+  WaitUntil([&] { return std::filesystem::exists(marker_ + ".reached"); },
+            std::chrono::milliseconds(30000));
+  ASSERT_TRUE(std::filesystem::exists(marker_ + ".reached"));
+  ASSERT_EQ(::chmod(M(rel).c_str(), 0600), 0) << std::strerror(errno);
+  ASSERT_EQ(::chown(M(rel).c_str(), 1234, 5678), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod(M(rel).c_str(), 0640), 0) << std::strerror(errno);  // after the chown
+  ASSERT_EQ(::setxattr(M(rel).c_str(), "user.z", "3", 1, 0), 0) << std::strerror(errno);
+  struct timespec times[2] = {{1000000000, 0}, {1000000000, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, M(rel).c_str(), times, 0), 0) << std::strerror(errno);
+  Release();
+  writer.join();
+  EXPECT_EQ(State(M(rel)), "hot");
+  struct stat st;
+  ASSERT_EQ(::stat(L(rel).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_uid, 1234u);
+  EXPECT_EQ(st.st_gid, 5678u);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1000000000);
+  char value[8] = {};
+  EXPECT_EQ(::getxattr(L(rel).c_str(), "user.z", value, sizeof(value)), 1);
+  EXPECT_STREQ(value, "3");
+  EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel]);
+}
+
 TEST_F(PausedTransitions, ALookupDuringARehydrationFindsTheSameInode) {
   traces_ = WriteTraces(logdir_, 2, 256 << 10);
   const std::string rel = traces_.begin()->first;
