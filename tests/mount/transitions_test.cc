@@ -533,6 +533,19 @@ class PausedTransitions : public Transitions {
       if (e.path().filename().string().find("tbfs-") != std::string::npos) left.push_back(e.path());
     return left;
   }
+  // The traces migrated, then a mount that stops the rehydrations it
+  // makes at `point` (the first to reach it waits there until Release).
+  void MigrateThenMountPausedAt(const std::string& point) {
+    Mount("--no-migrate --cold-after 0");
+    MigrateNow();
+    Unmount();
+    marker_ = dir_ / "pause";
+    WriteBytes(marker_, "");
+    auto r = RunCommand("TBFS_PAUSE=" + point + ":" + marker_ + " " +
+                        Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    pid_ = Status()["pid"].get<int>();
+  }
   // After RemountAfterItsDeath: `rel`, deleted through the mount while it
   // waited aside, stays deleted, and nothing is called lost.
   void ExpectDeletedNotLostAfterTheRestart(const std::string& rel) {
@@ -1015,15 +1028,7 @@ TEST_F(PausedTransitions, AWriterWaitingForAFileAsideIsInterruptedByASignal) {
 TEST_F(PausedTransitions, MetadataChangedDuringARehydrationIsKept) {
   traces_ = WriteTraces(logdir_, 1, 256 << 10);
   const std::string rel = traces_.begin()->first;
-  Mount("--no-migrate --cold-after 0");
-  MigrateNow();
-  Unmount();
-  marker_ = dir_ / "pause";
-  WriteBytes(marker_, "");
-  auto r = RunCommand("TBFS_PAUSE=rehydrate.placing:" + marker_ + " " +
-                      Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate 2>&1"));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  pid_ = Status()["pid"].get<int>();
+  MigrateThenMountPausedAt("rehydrate.placing");
   std::thread writer([&] { (void)OpenFile(M(rel), O_RDWR); });  // rehydrates
   WaitUntil([&] { return std::filesystem::exists(marker_ + ".reached"); },
             std::chrono::milliseconds(30000));
@@ -1054,15 +1059,7 @@ TEST_F(PausedTransitions, ALookupDuringARehydrationFindsTheSameInode) {
   const std::string rel = traces_.begin()->first;
   // Migrate first (no pause there), then hold the rehydration of `rel` the
   // moment its file is back in the logdir under its name.
-  Mount("--no-migrate --cold-after 0");
-  MigrateNow();
-  Unmount();
-  marker_ = dir_ / "pause";
-  WriteBytes(marker_, "");
-  auto r = RunCommand("TBFS_PAUSE=restore.in_place:" + marker_ + " " +
-                      Tbfs("mount " + logdir_ + " " + mnt_ + " --no-migrate 2>&1"));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  pid_ = Status()["pid"].get<int>();
+  MigrateThenMountPausedAt("restore.in_place");
   std::atomic<bool> appended{false};
   std::thread writer([&] {
     auto fd = OpenFile(M(rel), O_RDWR);  // rehydrates; held at the pause point
