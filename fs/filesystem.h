@@ -396,11 +396,6 @@ class Filesystem : public store::MoveObserver {
   // returns an fd of it (O_PATH). Converts the inode to hot.
   int EnsureBackingDir(uint64_t ino, std::shared_ptr<UniqueFd>* fd);
   // Rehydrates a cold file inode into the backing folder (then it is hot).
-  // What was done through the mount to the store's copy of a file being
-  // rehydrated (a chmod, chown, touch or extended attribute: `was` is what
-  // the copy was made from) is done to the copy open as fd, before it takes
-  // the file's name; such a change was undone (red team).
-  void CarryMetadata(const storepb::Manifest& was, int fd);
   // Waits for a transition in flight to end (`wait`), or answers EAGAIN.
   int Rehydrate(uint64_t ino, bool wait, const std::atomic<bool>* interrupted = nullptr);
   // Rmdir's one attempt; *hot_not_empty when the backing folder was not

@@ -13,6 +13,7 @@
 #include "store/format.h"
 #include "store/manifest.h"
 #include "store/restore.h"
+#include "store/xattrs.h"
 
 namespace tbfs::fs {
 
@@ -111,7 +112,9 @@ int Filesystem::Rehydrate(uint64_t ino, bool wait, const std::atomic<bool>* inte
       struct stat st;
       if (::fstat(fd, &st) == 0) inodes_.RehydrateTarget(ino, fd, st);
       MaybePause("rehydrate.placing");  // tests: copied, not yet in place
-      CarryMetadata(*m, fd);
+      // What was done through the mount to the store's copy meanwhile (a
+      // chmod, chown, touch, attribute) is the file's: it was undone.
+      if (auto now = store_->GetManifest(m->file_id()); now.ok()) store::CarryChanges(fd, *m, *now);
       placements_.Begin();  // in the folder from now, in the store a moment longer
       placing = true;
     };

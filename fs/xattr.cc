@@ -8,7 +8,6 @@
 
 #include "base/time_util.h"
 #include "fs/filesystem.h"
-#include "spdlog/spdlog.h"
 #include "store/xattrs.h"
 
 namespace tbfs::fs {
@@ -147,37 +146,6 @@ int Filesystem::SetColdXattr(uint64_t ino, const InodeView& v, const char* name,
   inodes_.UpdateManifest(*m);
   Invalidate(ino);  // an ACL changes the mode
   return 0;
-}
-
-void Filesystem::CarryMetadata(const storepb::Manifest& was, int fd) {
-  auto now = store_->GetManifest(was.file_id());
-  if (!now.ok()) return;
-  auto warn = [&](const char* op) {
-    spdlog::warn("rehydrate {}: {} as it was changed meanwhile: {}", now->path(), op,
-                 std::strerror(errno));
-  };
-  const bool owner = now->uid() != was.uid() || now->gid() != was.gid();
-  if (owner && ::fchown(fd, now->uid(), now->gid()) != 0) warn("chown");
-  bool xattrs = now->xattrs_size() != was.xattrs_size();
-  for (int i = 0; !xattrs && i < now->xattrs_size(); ++i) {
-    xattrs = now->xattrs(i).name() != was.xattrs(i).name() ||
-             now->xattrs(i).value() != was.xattrs(i).value();
-  }
-  if (xattrs) {
-    for (const auto& x : was.xattrs()) {
-      if (store::FindXattr(*now, x.name()) == nullptr && ::fremovexattr(fd, x.name().c_str()) != 0)
-        warn("remove an extended attribute");
-    }
-    if (!store::ApplyXattrs(fd, now->path(), *now).ok()) warn("set the extended attributes");
-  }
-  // After the chown (which clears set-id bits) and the ACL (which sets the
-  // mode's group bits).
-  if ((owner || xattrs || now->mode() != was.mode()) && ::fchmod(fd, now->mode() & 07777) != 0)
-    warn("chmod");
-  if (now->atime_ns() != was.atime_ns() || now->mtime_ns() != was.mtime_ns()) {
-    struct timespec times[2] = {FromNs(now->atime_ns()), FromNs(now->mtime_ns())};
-    if (::futimens(fd, times) != 0) warn("set the times");
-  }
 }
 
 }  // namespace tbfs::fs

@@ -13,6 +13,7 @@
 #include "store/batch_runner.h"
 #include "store/format.h"
 #include "store/migrate_internal.h"
+#include "store/xattrs.h"
 
 namespace tbfs::store {
 
@@ -321,24 +322,9 @@ void BatchRunner::Finish(Staged s, const Status& durable, FileResult* result,
           ? "the store could not make its copy durable (" + durable.message() + "); left in place"
       : !LeaseHeld(s.file.get()) ? "opened for writing as it moved; left in place"
                                  : "a new file took its path as it moved";
-  const int fd = s.file.get();
   // The bytes go back whatever happens below; an attribute that cannot be
   // given back is said, with the file.
-  auto warn = [&](const char* op) {
-    spdlog::warn("migrate: {} {} as it goes back: {}", op, now->path(), std::strerror(errno));
-  };
-  if ((now->mode() & 07777) != (s.manifest.mode() & 07777) &&
-      ::fchmod(fd, now->mode() & 07777) != 0) {
-    warn("chmod");
-  }
-  if ((now->uid() != s.manifest.uid() || now->gid() != s.manifest.gid()) &&
-      ::fchown(fd, now->uid(), now->gid()) != 0) {
-    warn("chown");
-  }
-  if (now->mtime_ns() != s.manifest.mtime_ns() || now->atime_ns() != s.manifest.atime_ns()) {
-    struct timespec times[2] = {FromNs(now->atime_ns()), FromNs(now->mtime_ns())};
-    if (::futimens(fd, times) != 0) warn("set the times of");
-  }
+  CarryChanges(s.file.get(), s.manifest, *now);
   std::string where = now->path();
   int to = target.ok() ? target->get() : dir;
   folder_times_.Before(dir);

@@ -12,6 +12,7 @@
 #include "store/file_io.h"
 #include "store/migrate_internal.h"
 #include "store/store_dir.h"
+#include "store/xattrs.h"
 
 namespace tbfs::store {
 
@@ -45,14 +46,15 @@ bool PutWhereTheStoreHasIt(int root_fd, int dfd, const std::string& aside,
   if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !IsJournaled(st, e)) return false;
   auto to = OpenParentBeneath(root_fd, m.path(), &name);
   if (!to.ok()) return false;
-  // The owner first: a chown may clear the mode's set-id bits.
-  if ((st.st_uid != m.uid() || st.st_gid != m.gid()) && ::fchown(fd.get(), m.uid(), m.gid()) != 0)
-    spdlog::warn("recovery: chown {}: {}", m.path(), std::strerror(errno));
-  if ((st.st_mode & 07777) != (m.mode() & 07777) && ::fchmod(fd.get(), m.mode() & 07777) != 0)
-    spdlog::warn("recovery: chmod {}: {}", m.path(), std::strerror(errno));
-  const struct timespec times[2] = {FromNs(m.atime_ns()), FromNs(m.mtime_ns())};
-  if (::futimens(fd.get(), times) != 0)
-    spdlog::warn("recovery: set the times of {}: {}", m.path(), std::strerror(errno));
+  // What the file is, against what the store's copy says now.
+  storepb::Manifest is;
+  is.set_uid(st.st_uid);
+  is.set_gid(st.st_gid);
+  is.set_mode(st.st_mode);
+  is.set_atime_ns(ToNs(st.st_atim));
+  is.set_mtime_ns(ToNs(st.st_mtim));
+  (void)ReadXattrs(fd.get(), m.path(), &is);  // unread: set again
+  CarryChanges(fd.get(), is, m);
   std::string where = name;
   if (::renameat2(dfd, aside.c_str(), to->get(), name.c_str(), RENAME_NOREPLACE) != 0) {
     where = RecoveredName(name, m.file_id());

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "base/time_util.h"
 #include "spdlog/spdlog.h"
 
 namespace tbfs::store {
@@ -146,6 +147,35 @@ Status ApplyXattrs(int fd, const std::string& path, const storepb::Manifest& m) 
     spdlog::warn("{}: extended attribute {} not kept: {}", path, x.name(), std::strerror(err));
   }
   return Status::OK();
+}
+
+void CarryChanges(int fd, const storepb::Manifest& was, const storepb::Manifest& now) {
+  auto warn = [&](const char* op) {
+    spdlog::warn("{}: {} as it was changed through the mount: {}", now.path(), op,
+                 std::strerror(errno));
+  };
+  const bool owner = now.uid() != was.uid() || now.gid() != was.gid();
+  if (owner && ::fchown(fd, now.uid(), now.gid()) != 0) warn("chown");
+  bool xattrs = now.xattrs_size() != was.xattrs_size();
+  for (int i = 0; !xattrs && i < now.xattrs_size(); ++i) {
+    xattrs = now.xattrs(i).name() != was.xattrs(i).name() ||
+             now.xattrs(i).value() != was.xattrs(i).value();
+  }
+  if (xattrs) {
+    for (const auto& x : was.xattrs()) {
+      if (FindXattr(now, x.name()) == nullptr && ::fremovexattr(fd, x.name().c_str()) != 0)
+        warn("remove an extended attribute");
+    }
+    if (!ApplyXattrs(fd, now.path(), now).ok()) warn("set the extended attributes");
+  }
+  if ((owner || xattrs || (now.mode() & 07777) != (was.mode() & 07777)) &&
+      ::fchmod(fd, now.mode() & 07777) != 0) {
+    warn("chmod");
+  }
+  if (now.atime_ns() != was.atime_ns() || now.mtime_ns() != was.mtime_ns()) {
+    struct timespec times[2] = {FromNs(now.atime_ns()), FromNs(now.mtime_ns())};
+    if (::futimens(fd, times) != 0) warn("set the times");
+  }
 }
 
 const std::string* FindXattr(const storepb::Manifest& m, std::string_view name) {

@@ -36,6 +36,15 @@ Status ReadXattrs(int fd, const std::string& path, storepb::Manifest* m);
 // Puts m's attributes on the file open as fd.
 Status ApplyXattrs(int fd, const std::string& path, const storepb::Manifest& m);
 
+// What the store's copy of a file says (`now`: owner, extended attributes,
+// mode, times) where it differs from `was` (what the file is, or what it
+// was copied from), given to the file open as fd: changes made through the
+// mount while the file was aside or being rehydrated. The owner first (a
+// chown clears set-id bits), then the attributes (an ACL sets the mode's
+// group bits), then the mode, then the times. What cannot be given is
+// logged with now's path.
+void CarryChanges(int fd, const storepb::Manifest& was, const storepb::Manifest& now);
+
 // The value of attribute `name` in m, or nullptr.
 const std::string* FindXattr(const storepb::Manifest& m, std::string_view name);
 // Sets (value != nullptr) or removes attribute `name` of m, with the

@@ -64,6 +64,30 @@ void ExpectUniqueIdentities(const std::string& mnt) {
   }
 }
 
+// A handler that does nothing for `sig`, without SA_RESTART (a system call
+// it interrupts returns EINTR), for the scope's length.
+class QuietSignal {
+ public:
+  explicit QuietSignal(int sig) : sig_(sig) {
+    struct sigaction quiet {};
+    quiet.sa_handler = [](int) {};
+    sigemptyset(&quiet.sa_mask);
+    EXPECT_EQ(::sigaction(sig, &quiet, &old_), 0);
+  }
+  ~QuietSignal() { ::sigaction(sig_, &old_, nullptr); }
+
+ private:
+  int sig_;
+  struct sigaction old_ {};
+};
+
+// The value of extended attribute `name` of `path`, or "" when it has none.
+std::string XattrOf(const std::string& path, const char* name) {
+  char value[256];
+  const ssize_t n = ::getxattr(path.c_str(), name, value, sizeof(value));
+  return n < 0 ? "" : std::string(value, static_cast<size_t>(n));
+}
+
 class Transitions : public MountTest {
  protected:
   void MigrateNow() {
@@ -574,6 +598,7 @@ TEST_F(PausedTransitions, ChangesMadeWhileAFileWaitsAsideSurviveAWriterComing) {
   // Through the mount: a rename and a chmod, done to the store's copy.
   ASSERT_EQ(::rename(M(rel).c_str(), M(renamed).c_str()), 0);
   ASSERT_EQ(::chmod(M(renamed).c_str(), 0640), 0);
+  ASSERT_EQ(::setxattr(M(renamed).c_str(), "user.t", "7", 1, 0), 0) << std::strerror(errno);
   // A writer that had found the file before it moved opens it now.
   std::thread writer([&] {
     auto fd = OpenFile(L(aside), O_WRONLY | O_APPEND);  // waits for the lease
@@ -589,6 +614,7 @@ TEST_F(PausedTransitions, ChangesMadeWhileAFileWaitsAsideSurviveAWriterComing) {
   struct stat st;
   ASSERT_EQ(::stat(L(renamed).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(XattrOf(L(renamed), "user.t"), "7");  // it was lost
   ExpectUniqueIdentities(mnt_);
 }
 
@@ -654,9 +680,11 @@ TEST_F(PausedTransitions, AFileRenamedWhileItWaitsAsideKeepsItsNewNameAfterAKill
   MountPausedAt("migrate.staged", true);
   ASSERT_EQ(::rename(M(rel).c_str(), M(renamed).c_str()), 0);
   ASSERT_EQ(::chmod(M(renamed).c_str(), 0640), 0);
+  ASSERT_EQ(::setxattr(M(renamed).c_str(), "user.t", "7", 1, 0), 0) << std::strerror(errno);
   ASSERT_EQ(::kill(pid_, SIGKILL), 0);
   RemountAfterItsDeath();
   EXPECT_FALSE(std::filesystem::exists(M(rel))) << "the rename was undone";
+  EXPECT_EQ(XattrOf(M(renamed), "user.t"), "7");  // it was lost
   EXPECT_TRUE(ReadBytes(M(renamed)) == traces_[rel]);
   struct stat st;
   ASSERT_EQ(::stat(M(renamed).c_str(), &st), 0);
@@ -913,11 +941,7 @@ TEST_F(PausedTransitions, WritersWaitingForAFileAsideLeaveTheMountServing) {
   WriteBytes(L("run/other.txt"), "served");
   MountPausedAt("migrate.staged");
   ASSERT_FALSE(AsideOf(rel).empty());
-  struct sigaction quiet {
-  }, old{};
-  quiet.sa_handler = [](int) {};  // no SA_RESTART: a waiting open returns EINTR
-  sigemptyset(&quiet.sa_mask);
-  ASSERT_EQ(::sigaction(SIGUSR1, &quiet, &old), 0);
+  QuietSignal usr1(SIGUSR1);
   constexpr int kWriters = 20;
   std::vector<std::atomic<int>> result(kWriters);  // -1 while the open runs
   std::vector<std::thread> writers;
@@ -943,7 +967,6 @@ TEST_F(PausedTransitions, WritersWaitingForAFileAsideLeaveTheMountServing) {
   const auto interrupted = count(EINTR);
   Release();
   for (auto& w : writers) w.join();
-  ::sigaction(SIGUSR1, &old, nullptr);
   EXPECT_TRUE(served) << "a read of another file was not answered while writers waited";
   if (served) {
     EXPECT_EQ(other.get(), "served");
@@ -989,11 +1012,7 @@ TEST_F(PausedTransitions, AWriterWaitingForAFileAsideIsInterruptedByASignal) {
   const std::string rel = traces_.begin()->first;
   MountPausedAt("migrate.staged");
   ASSERT_FALSE(AsideOf(rel).empty());
-  struct sigaction quiet {
-  }, old{};
-  quiet.sa_handler = [](int) {};  // no SA_RESTART: the open returns EINTR
-  sigemptyset(&quiet.sa_mask);
-  ASSERT_EQ(::sigaction(SIGUSR1, &quiet, &old), 0);
+  QuietSignal usr1(SIGUSR1);
   std::atomic<int> result{-1};  // -1 while the open runs
   std::atomic<pid_t> tid{0};
   std::thread writer([&] {
@@ -1013,7 +1032,6 @@ TEST_F(PausedTransitions, AWriterWaitingForAFileAsideIsInterruptedByASignal) {
   const int interrupted = result;
   Release();
   writer.join();
-  ::sigaction(SIGUSR1, &old, nullptr);
   EXPECT_EQ(early, -1) << "the open did not wait for the move: " << std::strerror(early);
   EXPECT_EQ(interrupted, EINTR) << (interrupted == -1 ? "still waiting"
                                                       : std::strerror(interrupted));
@@ -1048,9 +1066,7 @@ TEST_F(PausedTransitions, MetadataChangedDuringARehydrationIsKept) {
   EXPECT_EQ(st.st_uid, 1234u);
   EXPECT_EQ(st.st_gid, 5678u);
   EXPECT_EQ(st.st_mtim.tv_sec, 1000000000);
-  char value[8] = {};
-  EXPECT_EQ(::getxattr(L(rel).c_str(), "user.z", value, sizeof(value)), 1);
-  EXPECT_STREQ(value, "3");
+  EXPECT_EQ(XattrOf(L(rel), "user.z"), "3");
   EXPECT_TRUE(ReadBytes(M(rel)) == traces_[rel]);
 }
 
